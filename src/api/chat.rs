@@ -1,0 +1,237 @@
+//! `POST /v1/chat/completions`: authenticate, parse the body once, resolve
+//! the model name to a graph node, run it under the request's deadline, and
+//! answer whole or as SSE with conclave's response headers.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use metrics::{counter, gauge};
+use tokio::time::timeout_at;
+
+use super::AppState;
+use super::error::ApiError;
+use super::sse;
+use crate::context::RequestCtx;
+use crate::graph::Node;
+use crate::model::{Call, Reply, ReplyBody};
+use crate::openai::ChatRequest;
+use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, record_request, status_label};
+
+pub const ROUTE: HeaderName = HeaderName::from_static("x-conclave-route");
+pub const STRATEGY: HeaderName = HeaderName::from_static("x-conclave-strategy");
+pub const SERVED_BY: HeaderName = HeaderName::from_static("x-conclave-served-by");
+pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-conclave-attempts");
+pub const EXHAUSTED: HeaderName = HeaderName::from_static("x-conclave-exhausted");
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const PIN: &str = "x-conclave-pin";
+
+pub async fn chat_completions(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let id = request_id(&headers);
+    let mut resp = match handle(&app, &headers, body, &id).await {
+        Ok(r) => r,
+        Err(e) => {
+            counter!(REQUESTS_TOTAL, "route" => "unknown", "strategy" => "none", "status" => status_label(e.status().as_u16()))
+                .increment(1);
+            e.into_response()
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    resp
+}
+
+/// The client's `x-request-id` when it is a sane token, else a new one.
+fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("req_{}", uuid::Uuid::new_v4().simple()))
+}
+
+/// Reads the body as a `ChatRequest`, with OpenAI-style messages that say
+/// which field is wrong.
+fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    let syntax = |inner: serde_json::Error| ApiError::BadRequest {
+        message: format!("We could not parse the JSON body of your request ({inner})."),
+        param: None,
+        code: Some("invalid_json"),
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let req = serde_path_to_error::deserialize::<_, ChatRequest>(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            return syntax(inner);
+        }
+        let msg = inner.to_string();
+        let param = match path.as_str() {
+            "." => msg
+                .strip_prefix("missing field `")
+                .and_then(|r| r.split('`').next())
+                .map(str::to_owned),
+            p => Some(p.to_owned()),
+        };
+        ApiError::BadRequest {
+            message: format!("Invalid request body: {msg}"),
+            param,
+            code: Some("invalid_request_body"),
+        }
+    })?;
+    de.end().map_err(syntax)?;
+    if req.model.is_empty() {
+        return Err(ApiError::BadRequest {
+            message: "`model` must not be empty.".into(),
+            param: Some("model".into()),
+            code: Some("invalid_request_body"),
+        });
+    }
+    if req.messages.is_empty() {
+        return Err(ApiError::BadRequest {
+            message: "`messages` must contain at least one message.".into(),
+            param: Some("messages".into()),
+            code: Some("invalid_request_body"),
+        });
+    }
+    Ok(req)
+}
+
+async fn handle(
+    app: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    id: &str,
+) -> Result<Response, ApiError> {
+    let caller = app.keys.authenticate(headers)?;
+    let body = body.map_err(|rej| match rej.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge {
+            limit: app.max_body_bytes,
+        },
+        _ => ApiError::BadRequest {
+            message: rej.body_text(),
+            param: None,
+            code: None,
+        },
+    })?;
+    let req = parse(&body)?;
+    drop(body);
+    let (route, node) = app
+        .graph
+        .get(&req.model)
+        .ok_or_else(|| ApiError::NotFound {
+            model: req.model.clone(),
+        })?;
+    if !caller.may_use(route) {
+        return Err(ApiError::Forbidden { model: req.model });
+    }
+    let pin = headers
+        .get(PIN)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty());
+    let ctx = Arc::new(RequestCtx::new(
+        id.to_owned(),
+        route.clone(),
+        node.strategy,
+        caller.name,
+        pin,
+        app.request_timeout,
+        app.telemetry.clone(),
+    ));
+    let guard = RequestGuard::new(ctx.clone());
+    if req.is_stream() {
+        Ok(sse::respond(app, node, ctx, req, guard).await)
+    } else {
+        whole(node, ctx, req, guard).await
+    }
+}
+
+async fn whole(
+    node: &Node,
+    ctx: Arc<RequestCtx>,
+    req: ChatRequest,
+    mut guard: RequestGuard,
+) -> Result<Response, ApiError> {
+    let result = timeout_at(ctx.deadline, node.model.chat(Call::new(ctx.clone()), req)).await;
+    let reply = match result {
+        Err(_) => Err(ApiError::Timeout {
+            after: ctx.deadline - ctx.started,
+        }),
+        Ok(r) => r.map_err(ApiError::from),
+    };
+    let reply = match reply {
+        Ok(r) => r,
+        Err(e) => {
+            guard.finish(status_label(e.status().as_u16()));
+            return Err(e);
+        }
+    };
+    let ReplyBody::Whole(completion) = &reply.body else {
+        guard.finish("500");
+        return Err(ApiError::Internal(
+            "the strategy answered a whole request with a stream".into(),
+        ));
+    };
+    let mut resp = Response::new(Body::from(completion.body.clone()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    answer_headers(resp.headers_mut(), &ctx, node, Some(&reply));
+    guard.finish("200");
+    Ok(resp)
+}
+
+/// `x-conclave-*` headers; `reply` is `None` when the status was committed
+/// (keep-alives sent) before the answer was known.
+pub fn answer_headers(h: &mut HeaderMap, ctx: &RequestCtx, node: &Node, reply: Option<&Reply>) {
+    if let Ok(v) = HeaderValue::from_str(&ctx.route) {
+        h.insert(ROUTE, v);
+    }
+    h.insert(STRATEGY, HeaderValue::from_static(node.strategy));
+    if let Some(reply) = reply {
+        if let Ok(v) = HeaderValue::from_str(&reply.served_by) {
+            h.insert(SERVED_BY, v);
+        }
+        h.insert(ATTEMPTS, HeaderValue::from(ctx.attempts()));
+        if reply.exhausted {
+            h.insert(EXHAUSTED, HeaderValue::from_static("true"));
+        }
+    }
+}
+
+/// Tracks one request in flight and records it when it ends. Dropped
+/// without a status, the client went away first (`499`).
+pub struct RequestGuard {
+    ctx: Arc<RequestCtx>,
+    status: Option<&'static str>,
+}
+
+impl RequestGuard {
+    fn new(ctx: Arc<RequestCtx>) -> Self {
+        gauge!(INFLIGHT_REQUESTS, "route" => ctx.route.clone()).increment(1.0);
+        RequestGuard { ctx, status: None }
+    }
+
+    pub fn finish(&mut self, status: &'static str) {
+        self.status.get_or_insert(status);
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        gauge!(INFLIGHT_REQUESTS, "route" => self.ctx.route.clone()).decrement(1.0);
+        record_request(&self.ctx, self.status.unwrap_or("499"));
+    }
+}

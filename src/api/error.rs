@@ -1,0 +1,257 @@
+//! The one place errors become HTTP: OpenAI's body
+//! `{"error": {"message", "type", "param", "code"}}` with the status DESIGN.md
+//! lists, before a stream starts; one SSE `data: {"error": …}` event after.
+//! 5xx messages name the upstream that failed, never a key or an internal URL.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::error::ModelError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        param: Option<String>,
+        code: Option<&'static str>,
+    },
+    #[error("Missing or invalid API key. Send `Authorization: Bearer <key>`.")]
+    Unauthorized,
+    #[error("This key may not use the model `{model}`.")]
+    Forbidden { model: String },
+    #[error("The model `{model}` does not exist. GET /v1/models lists the models you can use.")]
+    NotFound { model: String },
+    #[error("The request body is larger than the gateway's limit of {limit} bytes.")]
+    TooLarge { limit: usize },
+    #[error("The request timed out after {}.", humantime::format_duration(*.after))]
+    Timeout { after: Duration },
+    #[error("Unknown request URL: {method} {path}.")]
+    UnknownUrl { method: String, path: String },
+    #[error("Method not allowed for this URL.")]
+    MethodNotAllowed,
+    #[error("{0}")]
+    Internal(String),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+/// Status, OpenAI error `type`, `code` and `param` of an error.
+struct Shape {
+    status: StatusCode,
+    kind: &'static str,
+    code: Option<String>,
+    param: Option<String>,
+    message: String,
+    retry_after: Option<String>,
+    extra: Option<(&'static str, Value)>,
+}
+
+impl ApiError {
+    fn shape(&self) -> Shape {
+        let plain = |status, kind, code: &str| Shape {
+            status,
+            kind,
+            code: Some(code.to_owned()),
+            param: None,
+            message: self.to_string(),
+            retry_after: None,
+            extra: None,
+        };
+        match self {
+            ApiError::BadRequest { param, code, .. } => Shape {
+                param: param.clone(),
+                code: code.map(str::to_owned),
+                ..plain(StatusCode::BAD_REQUEST, "invalid_request_error", "")
+            },
+            ApiError::Unauthorized => plain(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "invalid_api_key",
+            ),
+            ApiError::Forbidden { .. } => Shape {
+                param: Some("model".into()),
+                ..plain(
+                    StatusCode::FORBIDDEN,
+                    "permission_error",
+                    "model_not_allowed",
+                )
+            },
+            ApiError::NotFound { .. } => Shape {
+                param: Some("model".into()),
+                ..plain(
+                    StatusCode::NOT_FOUND,
+                    "invalid_request_error",
+                    "model_not_found",
+                )
+            },
+            ApiError::TooLarge { .. } => plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+            ),
+            ApiError::Timeout { .. } => {
+                plain(StatusCode::GATEWAY_TIMEOUT, "timeout_error", "timeout")
+            }
+            ApiError::UnknownUrl { .. } => plain(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "unknown_url",
+            ),
+            ApiError::MethodNotAllowed => plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method_not_allowed",
+            ),
+            ApiError::Internal(_) => plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+            ),
+            ApiError::Model(e) => model_shape(e),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.shape().status
+    }
+
+    fn body(&self) -> (Shape, Value) {
+        let s = self.shape();
+        let mut err = json!({
+            "message": s.message,
+            "type": s.kind,
+            "param": s.param,
+            "code": s.code.as_deref().filter(|c| !c.is_empty()),
+        });
+        if let (Some((k, v)), Some(obj)) = (s.extra.clone(), err.as_object_mut()) {
+            obj.insert(k.into(), v);
+        }
+        (s, json!({ "error": err }))
+    }
+
+    /// The error as one SSE event, for a stream that has already started.
+    pub fn sse_event(&self) -> Bytes {
+        let (_, body) = self.body();
+        Bytes::from(format!("data: {body}\n\n"))
+    }
+}
+
+fn model_shape(e: &ModelError) -> Shape {
+    let upstream_err = |status, kind, code: &str| Shape {
+        status,
+        kind,
+        code: Some(code.to_owned()),
+        param: None,
+        message: e.to_string(),
+        retry_after: None,
+        extra: None,
+    };
+    match e {
+        ModelError::Connect { .. } => upstream_err(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_unreachable",
+        ),
+        ModelError::Timeout { .. } => upstream_err(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout_error",
+            "upstream_timeout",
+        ),
+        ModelError::Status {
+            upstream,
+            status,
+            message,
+            code,
+            retry_after,
+        } => match status {
+            400 | 413 | 422 => Shape {
+                status: StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST),
+                kind: "invalid_request_error",
+                code: code
+                    .clone()
+                    .or_else(|| Some("upstream_rejected_request".into())),
+                param: None,
+                message: format!("upstream `{upstream}` rejected the request: {message}"),
+                retry_after: None,
+                extra: None,
+            },
+            429 => Shape {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                kind: "rate_limit_error",
+                code: Some("rate_limit_exceeded".into()),
+                param: None,
+                message: format!("upstream `{upstream}` is rate limiting: {message}"),
+                retry_after: retry_after.clone(),
+                extra: None,
+            },
+            // The upstream refused conclave's own credentials: its message
+            // may quote part of the key, so it is not passed on.
+            401 | 403 => Shape {
+                message: format!(
+                    "upstream `{upstream}` rejected the gateway's credentials (HTTP {status})"
+                ),
+                ..upstream_err(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_error",
+                    "upstream_auth_failed",
+                )
+            },
+            _ => upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "upstream_error"),
+        },
+        ModelError::Invalid { .. } => upstream_err(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_invalid_response",
+        ),
+        ModelError::StreamCut { .. } => upstream_err(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_stream_cut",
+        ),
+        ModelError::StreamError { .. } => {
+            upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "upstream_error")
+        }
+        ModelError::Encode(_) => upstream_err(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "internal_error",
+        ),
+        ModelError::BadRequest { param, .. } => Shape {
+            param: param.map(str::to_owned),
+            ..upstream_err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_request",
+            )
+        },
+        ModelError::Exhausted { attempts, .. } => Shape {
+            extra: Some((
+                "attempts",
+                serde_json::to_value(attempts).unwrap_or(Value::Null),
+            )),
+            ..upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "chain_exhausted")
+        },
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (shape, body) = self.body();
+        if shape.status.is_server_error() {
+            tracing::warn!(status = shape.status.as_u16(), error = %self, "request failed");
+        }
+        let mut resp = (shape.status, axum::Json(body)).into_response();
+        if let Some(ra) = shape
+            .retry_after
+            .and_then(|r| HeaderValue::from_str(&r).ok())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, ra);
+        }
+        resp
+    }
+}

@@ -1,0 +1,78 @@
+//! The small read-only endpoints: `/v1/models`, `/metrics`, `/healthz`,
+//! `/readyz`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::error::ApiError;
+
+pub async fn models(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = app.keys.authenticate(&headers)?;
+    let data: Vec<Value> = app
+        .graph
+        .names
+        .iter()
+        .filter(|n| caller.may_use(n))
+        .filter_map(|n| app.graph.get(n))
+        .map(|(name, node)| {
+            json!({
+                "id": name.as_ref(),
+                "object": "model",
+                "created": app.started_at,
+                "owned_by": "conclave",
+                "conclave": {
+                    "strategy": node.strategy,
+                    "route": node.is_route,
+                }
+            })
+        })
+        .collect();
+    Ok(Json(json!({"object": "list", "data": data})))
+}
+
+pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    let mut resp = app.telemetry.render().into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    resp
+}
+
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Ready when every upstream answers (any HTTP status counts).
+pub async fn readyz(State(app): State<Arc<AppState>>) -> Response {
+    let checks = app.graph.upstreams.iter().map(|u| async move {
+        let r = u.transport.ready().await;
+        (u.name.clone(), r)
+    });
+    let results = futures::future::join_all(checks).await;
+    let ready = results.iter().all(|(_, r)| r.is_ok());
+    let mut upstreams = Map::new();
+    for (name, r) in results {
+        let v = match r {
+            Ok(()) => json!("ok"),
+            Err(e) => json!(format!("unreachable: {e}")),
+        };
+        upstreams.insert(name.to_string(), v);
+    }
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": upstreams});
+    (status, Json(body)).into_response()
+}

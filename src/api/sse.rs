@@ -1,0 +1,217 @@
+//! Streamed answers as Server-Sent Events. Each upstream chunk goes out as
+//! one `data:` event the moment it arrives (usage stripped when the client
+//! did not ask for it), then `data: [DONE]`. An error after the first byte
+//! becomes one `data: {"error": …}` event and ends the stream.
+//!
+//! While a model works on its first chunk, keep-alive comments may be sent
+//! (`server.sse_keepalive`, or a chain that verifies); the first one commits
+//! the status to 200, so a later failure becomes the SSE error event.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use tokio::time::{Instant, error::Elapsed, timeout_at};
+
+use super::AppState;
+use super::chat::{RequestGuard, answer_headers};
+use super::error::ApiError;
+use crate::context::RequestCtx;
+use crate::error::ModelError;
+use crate::graph::Node;
+use crate::model::{Call, ChunkStream, Reply, ReplyBody};
+use crate::openai::{ChatRequest, UsageField, strip_usage};
+use crate::telemetry::status_label;
+
+const KEEPALIVE: &[u8] = b": keep-alive\n\n";
+const DONE: &[u8] = b"data: [DONE]\n\n";
+
+fn outcome(
+    result: Result<Result<Reply, ModelError>, Elapsed>,
+    ctx: &RequestCtx,
+) -> Result<Reply, ApiError> {
+    match result {
+        Err(_) => Err(ApiError::Timeout {
+            after: ctx.deadline - ctx.started,
+        }),
+        Ok(r) => r.map_err(ApiError::from),
+    }
+}
+
+fn sse_headers(h: &mut HeaderMap) {
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+}
+
+fn keepalive_for(app: &AppState, node: &Node) -> Option<Duration> {
+    match (node.model.keepalive(), app.sse_keepalive) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Answers a streamed request.
+pub async fn respond(
+    app: &Arc<AppState>,
+    node: &Node,
+    ctx: Arc<RequestCtx>,
+    req: ChatRequest,
+    mut guard: RequestGuard,
+) -> Response {
+    let include_usage = req.wants_stream_usage();
+    let model = node.model.clone();
+    let call = Call::new(ctx.clone());
+    let deadline = ctx.deadline;
+    let mut work = Box::pin(async move { timeout_at(deadline, model.chat(call, req)).await });
+    let keepalive = keepalive_for(app, node);
+    let first = match keepalive {
+        None => Some(work.as_mut().await),
+        Some(gap) => tokio::select! {
+            r = work.as_mut() => Some(r),
+            () = tokio::time::sleep(gap) => None,
+        },
+    };
+    let Some(result) = first else {
+        // The model is still working: commit to a stream of keep-alives.
+        let gap = keepalive.unwrap_or(Duration::from_secs(5));
+        let ctx2 = ctx.clone();
+        let body = async_stream::stream! {
+            yield Ok::<Bytes, Infallible>(Bytes::from_static(KEEPALIVE));
+            let mut tick = tokio::time::interval_at(Instant::now() + gap, gap);
+            let result = loop {
+                let r = tokio::select! {
+                    r = work.as_mut() => Some(r),
+                    _ = tick.tick() => None,
+                };
+                match r {
+                    Some(r) => break r,
+                    None => yield Ok(Bytes::from_static(KEEPALIVE)),
+                }
+            };
+            match outcome(result, &ctx2).map(|r| r.body) {
+                Ok(ReplyBody::Stream(s)) => {
+                    let mut relay = ClientStream::new(s, include_usage, guard);
+                    while let Some(b) = relay.next().await {
+                        yield b;
+                    }
+                }
+                Ok(ReplyBody::Whole(_)) => {
+                    guard.finish("500");
+                    yield Ok(ApiError::Internal("the strategy answered a stream with a whole response".into()).sse_event());
+                }
+                Err(e) => {
+                    tracing::warn!(request_id = %ctx2.id, error = %e, "streamed request failed");
+                    guard.finish("stream_error");
+                    yield Ok(e.sse_event());
+                }
+            }
+        };
+        let mut resp = Response::new(Body::from_stream(body));
+        sse_headers(resp.headers_mut());
+        answer_headers(resp.headers_mut(), &ctx, node, None);
+        return resp;
+    };
+    let reply = match outcome(result, &ctx) {
+        Ok(r) => r,
+        Err(e) => {
+            guard.finish(status_label(e.status().as_u16()));
+            return e.into_response();
+        }
+    };
+    let mut headers = HeaderMap::new();
+    answer_headers(&mut headers, &ctx, node, Some(&reply));
+    let stream = match reply.body {
+        ReplyBody::Stream(s) => s,
+        ReplyBody::Whole(_) => {
+            guard.finish("500");
+            return ApiError::Internal(
+                "the strategy answered a stream with a whole response".into(),
+            )
+            .into_response();
+        }
+    };
+    let mut resp = Response::new(Body::from_stream(ClientStream::new(
+        stream,
+        include_usage,
+        guard,
+    )));
+    sse_headers(resp.headers_mut());
+    resp.headers_mut().extend(headers);
+    resp
+}
+
+/// The SSE body sent to the client.
+struct ClientStream {
+    inner: ChunkStream,
+    include_usage: bool,
+    guard: RequestGuard,
+    done: bool,
+}
+
+impl ClientStream {
+    fn new(inner: ChunkStream, include_usage: bool, guard: RequestGuard) -> Self {
+        ClientStream {
+            inner,
+            include_usage,
+            guard,
+            done: false,
+        }
+    }
+}
+
+fn frame(data: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(data.len() + 8);
+    b.put_slice(b"data: ");
+    b.put_slice(data);
+    b.put_slice(b"\n\n");
+    b.freeze()
+}
+
+impl Stream for ClientStream {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        loop {
+            match this.inner.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    if !this.include_usage && matches!(chunk.usage, UsageField::Present(_)) {
+                        // conclave asked for usage, the client did not.
+                        if chunk.choices == 0 {
+                            continue;
+                        }
+                        let data = strip_usage(&chunk.data).unwrap_or(chunk.data);
+                        return Poll::Ready(Some(Ok(frame(&data))));
+                    }
+                    return Poll::Ready(Some(Ok(frame(&chunk.data))));
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.done = true;
+                    this.guard.finish("stream_error");
+                    tracing::warn!(error = %e, "stream failed after it started");
+                    return Poll::Ready(Some(Ok(ApiError::from(e).sse_event())));
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    this.guard.finish("200");
+                    return Poll::Ready(Some(Ok(Bytes::from_static(DONE))));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! The config file: TOML in DESIGN.md's shape, read and validated once at
+//! start-up into a [`Config`] with every default filled in and every name
+//! checked. [`load`] collects *all* problems (file, key path, what is wrong)
+//! instead of stopping at the first, which is what `conclave check` prints.
+//!
+//! The raw serde types live in `raw`; cross-references and cycles are
+//! checked in `validate`; `graph` compiles the result into model nodes.
+
+mod raw;
+mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::de::DeserializeOwned;
+
+pub use raw::{Lane, OnExhausted, Price};
+
+use crate::mock::Behavior;
+
+/// A validated config: no `Option`s left for "filled in later".
+#[derive(Debug)]
+pub struct Config {
+    pub server: Server,
+    pub keys: Vec<Key>,
+    pub upstreams: IndexMap<String, Upstream>,
+    pub models: IndexMap<String, Model>,
+    pub routes: IndexMap<String, Route>,
+    /// Settings accepted but not acted on by this build.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct Server {
+    pub listen: SocketAddr,
+    pub request_timeout: Duration,
+    pub max_body_bytes: usize,
+    pub event_log: Option<PathBuf>,
+    pub state_path: Option<PathBuf>,
+    pub sse_keepalive: Option<Duration>,
+}
+
+/// A secret read from the environment; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[derive(Debug)]
+pub struct Key {
+    pub name: String,
+    pub secret: Secret,
+    /// `None`: every model (`"*"`).
+    pub models: Option<Vec<String>>,
+    pub admin: bool,
+}
+
+#[derive(Debug)]
+pub struct Upstream {
+    pub lane: Lane,
+    pub timeout: Duration,
+    pub kind: UpstreamKind,
+}
+
+#[derive(Debug)]
+pub enum UpstreamKind {
+    OpenAi {
+        base_url: String,
+        api_key: Option<Secret>,
+        llama_swap: Option<String>,
+    },
+    Mock {
+        swap_delay: Option<Duration>,
+        models: IndexMap<String, Behavior>,
+    },
+}
+
+impl UpstreamKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            UpstreamKind::OpenAi { .. } => "openai",
+            UpstreamKind::Mock { .. } => "mock",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Model {
+    pub upstream: String,
+    pub upstream_model: String,
+    pub price: Price,
+    pub json_mode: bool,
+}
+
+#[derive(Debug)]
+pub enum Route {
+    Passthrough { model: String },
+    Chain(Chain),
+}
+
+impl Route {
+    pub fn strategy(&self) -> &'static str {
+        match self {
+            Route::Passthrough { .. } => "passthrough",
+            Route::Chain(_) => "chain",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Chain {
+    pub tiers: Vec<String>,
+    pub verifier: Option<String>,
+    pub self_certify: Vec<String>,
+    pub verify: Vec<String>,
+    pub on_exhausted: OnExhausted,
+    pub ttft_timeout: Option<Duration>,
+    pub keepalive: Duration,
+}
+
+/// Default gap between SSE keep-alive comments while a chain verifies.
+pub const CHAIN_KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// One problem: where in the file, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+/// Every problem found in one config file.
+#[derive(Debug)]
+pub struct ConfigErrors {
+    pub file: String,
+    pub errors: Vec<ConfigError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            if e.path.is_empty() {
+                write!(f, "{}: {}", self.file, e.message)?;
+            } else {
+                write!(f, "{}: {}: {}", self.file, e.path, e.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Collects errors while a config is read.
+#[derive(Default)]
+pub(crate) struct Errors(Vec<ConfigError>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(ConfigError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Deserialises one table, reporting failures under `path`.
+    pub(crate) fn parse<T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        value: toml::Value,
+    ) -> Option<T> {
+        match serde_path_to_error::deserialize::<_, T>(value) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let inner = e.path().to_string();
+                let full = match inner.as_str() {
+                    "." | "" => path.to_owned(),
+                    _ if path.is_empty() => inner,
+                    _ => format!("{path}.{inner}"),
+                };
+                self.push(full, e.into_inner().message().to_owned());
+                None
+            }
+        }
+    }
+}
+
+/// Reads and validates the config at `path`, taking secrets from the
+/// process environment.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        file: file.clone(),
+        errors: vec![ConfigError {
+            path: String::new(),
+            message: format!("cannot read the file: {e}"),
+        }],
+    })?;
+    parse(&text, &file, &|name| std::env::var(name).ok())
+}
+
+/// Validates config text; `env` looks up environment variables.
+pub fn parse(
+    text: &str,
+    file: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigErrors> {
+    let mut errs = Errors::default();
+    let config = validate::validate(text, env, &mut errs);
+    match config {
+        Some(c) if errs.0.is_empty() => Ok(c),
+        _ => Err(ConfigErrors {
+            file: file.to_owned(),
+            errors: errs.0,
+        }),
+    }
+}
+
+/// The simulated models (and swap delay) of one `kind = "mock"` upstream
+/// of the config at `path`, for `conclave mock`: the first one, or `name`.
+pub fn mock_models(
+    path: &Path,
+    name: Option<&str>,
+) -> Result<(IndexMap<String, Behavior>, Option<Duration>), ConfigErrors> {
+    let file = path.display().to_string();
+    let fail = |path: String, message: String| ConfigErrors {
+        file: file.clone(),
+        errors: vec![ConfigError { path, message }],
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| fail(String::new(), format!("cannot read the file: {e}")))?;
+    let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        fail(
+            String::new(),
+            format!("invalid TOML: {}", e.to_string().trim_end()),
+        )
+    })?;
+    let upstreams = doc.get("upstreams").and_then(toml::Value::as_table);
+    let is_mock = |v: &toml::Value| v.get("kind").and_then(toml::Value::as_str) == Some("mock");
+    let found = upstreams.and_then(|u| match name {
+        Some(n) => u.get_key_value(n).filter(|(_, v)| is_mock(v)),
+        None => u.iter().find(|(_, v)| is_mock(v)),
+    });
+    let Some((key, value)) = found else {
+        let what = name.map_or("any".to_owned(), |n| format!("\"{n}\""));
+        return Err(fail(
+            "upstreams".into(),
+            format!("no kind = \"mock\" upstream matches {what}"),
+        ));
+    };
+    let at = format!("upstreams.{key}");
+    let mut errs = Errors::default();
+    let parsed = errs.parse::<raw::MockUpstream>(&at, value.clone());
+    if let Some(u) = &parsed {
+        for (model, b) in &u.models {
+            for (p, msg) in b.check() {
+                errs.push(format!("{at}.models.{model}.{p}"), msg);
+            }
+        }
+    }
+    match parsed {
+        Some(u) if errs.0.is_empty() => Ok((u.models, u.swap_delay)),
+        _ => Err(ConfigErrors {
+            file,
+            errors: errs.0,
+        }),
+    }
+}
+
+impl Config {
+    /// The resolved graph as `conclave check` prints it.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!("server: listen {}\n", self.server.listen));
+        out.push_str("upstreams:\n");
+        for (name, u) in &self.upstreams {
+            let lane = match u.lane {
+                Lane::Local => "local",
+                Lane::Cloud => "cloud",
+            };
+            let detail = match &u.kind {
+                UpstreamKind::OpenAi {
+                    base_url,
+                    llama_swap,
+                    ..
+                } => match llama_swap {
+                    Some(ls) => format!("{base_url} (llama-swap {ls})"),
+                    None => base_url.clone(),
+                },
+                UpstreamKind::Mock { models, .. } => format!("{} simulated models", models.len()),
+            };
+            out.push_str(&format!(
+                "  {name}: {} {lane} lane, {detail}\n",
+                u.kind.name()
+            ));
+        }
+        out.push_str("models:\n");
+        for (name, m) in &self.models {
+            out.push_str(&format!(
+                "  {name} -> {}/{}\n",
+                m.upstream, m.upstream_model
+            ));
+        }
+        out.push_str("routes:\n");
+        for (name, r) in &self.routes {
+            match r {
+                Route::Passthrough { model } => {
+                    out.push_str(&format!("  {name}: passthrough -> {model}\n"))
+                }
+                Route::Chain(c) => {
+                    let tiers: Vec<String> = c
+                        .tiers
+                        .iter()
+                        .map(|t| {
+                            let how = if c.verifier.is_none() {
+                                "fallback"
+                            } else if self.tier_is_verified(c, t) {
+                                "verified"
+                            } else {
+                                "self-certifies"
+                            };
+                            format!("{t} ({how})")
+                        })
+                        .collect();
+                    let verifier = c
+                        .verifier
+                        .as_deref()
+                        .unwrap_or("none: plain fallback chain");
+                    out.push_str(&format!(
+                        "  {name}: chain {} ; verifier {verifier}\n",
+                        tiers.join(" -> ")
+                    ));
+                }
+            }
+        }
+        for w in &self.warnings {
+            out.push_str(&format!("warning: {w}\n"));
+        }
+        out
+    }
+
+    /// Whether a chain's verifier checks this tier: local tiers are
+    /// verified and cloud tiers self-certify, unless the route says otherwise.
+    pub fn tier_is_verified(&self, chain: &Chain, tier: &str) -> bool {
+        if chain.verifier.is_none() || chain.self_certify.iter().any(|t| t == tier) {
+            return false;
+        }
+        if chain.verify.iter().any(|t| t == tier) {
+            return true;
+        }
+        self.models
+            .get(tier)
+            .and_then(|m| self.upstreams.get(&m.upstream))
+            .is_some_and(|u| u.lane == Lane::Local)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+//! The TOML file as serde reads it: one struct per table, every one
+//! `deny_unknown_fields`. `config::load` deserialises each table on its own
+//! so that one bad entry does not hide the errors in the others.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use crate::mock::Behavior;
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4000";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    #[serde(default = "default_request_timeout", with = "humantime_serde")]
+    pub request_timeout: Duration,
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    pub event_log: Option<PathBuf>,
+    pub state_path: Option<PathBuf>,
+    #[serde(default, with = "humantime_serde")]
+    pub sse_keepalive: Option<Duration>,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            listen: default_listen(),
+            request_timeout: default_request_timeout(),
+            max_body_bytes: default_max_body(),
+            event_log: None,
+            state_path: None,
+            sse_keepalive: None,
+        }
+    }
+}
+
+fn default_listen() -> String {
+    DEFAULT_LISTEN.to_owned()
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_max_body() -> usize {
+    8 * 1024 * 1024
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Key {
+    pub name: String,
+    pub key_env: String,
+    pub rpm: Option<u32>,
+    pub tpm: Option<u64>,
+    pub daily_tokens: Option<u64>,
+    pub daily_cost_usd: Option<f64>,
+    #[serde(default)]
+    pub models: Option<Vec<String>>,
+    #[serde(default)]
+    pub admin: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lane {
+    Local,
+    Cloud,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAiUpstream {
+    #[allow(dead_code)]
+    pub kind: String,
+    pub base_url: String,
+    pub api_key_env: Option<String>,
+    pub llama_swap: Option<String>,
+    pub lane: Option<Lane>,
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
+    pub rpm: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockUpstream {
+    #[allow(dead_code)]
+    pub kind: String,
+    pub lane: Option<Lane>,
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
+    pub rpm: Option<u32>,
+    /// Simulated llama-swap load time when the requested model is not the
+    /// loaded one; absent: no swap emulation, warm state unknown.
+    #[serde(default, with = "humantime_serde")]
+    pub swap_delay: Option<Duration>,
+    #[serde(default)]
+    pub models: IndexMap<String, Behavior>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    #[serde(default)]
+    pub input_per_mtok: f64,
+    #[serde(default)]
+    pub output_per_mtok: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Model {
+    pub upstream: String,
+    pub model: Option<String>,
+    #[serde(default)]
+    pub price: Price,
+    /// Whether the upstream honours `response_format = json_object`
+    /// (used for verifier calls). Default true.
+    pub json_mode: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Passthrough {
+    #[allow(dead_code)]
+    pub strategy: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExhausted {
+    #[default]
+    Error,
+    BestAttempt,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chain {
+    #[allow(dead_code)]
+    pub strategy: String,
+    pub tiers: Vec<String>,
+    pub verifier: Option<String>,
+    #[serde(default)]
+    pub self_certify: Vec<String>,
+    #[serde(default)]
+    pub verify: Vec<String>,
+    #[serde(default)]
+    pub on_exhausted: OnExhausted,
+    #[serde(default, with = "humantime_serde")]
+    pub ttft_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub keepalive: Option<Duration>,
+}

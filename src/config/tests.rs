@@ -1,0 +1,202 @@
+use super::*;
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "TEAM_A" => Some("sk-team-a".into()),
+        "OPENAI_KEY" => Some("sk-openai".into()),
+        _ => None,
+    }
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match parse(text, "t.toml", &env) {
+        Ok(_) => Vec::new(),
+        Err(e) => e
+            .errors
+            .iter()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect(),
+    }
+}
+
+const GOOD: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+request_timeout = "30s"
+
+[[keys]]
+name = "team-a"
+key_env = "TEAM_A"
+models = ["review"]
+
+[upstreams.local]
+kind = "openai"
+base_url = "http://127.0.0.1:8080/v1/"
+llama_swap = "http://127.0.0.1:8080"
+
+[upstreams.cloud]
+kind = "openai"
+base_url = "https://api.example.com/v1"
+api_key_env = "OPENAI_KEY"
+
+[upstreams.sim]
+kind = "mock"
+[upstreams.sim.models.judge]
+reply = { text = '{"accept": true}' }
+
+[models.small]
+upstream = "local"
+model = "qwen3"
+
+[models.big]
+upstream = "cloud"
+price = { input_per_mtok = 3.0, output_per_mtok = 15.0 }
+
+[models.judge]
+upstream = "sim"
+
+[routes.fast]
+strategy = "passthrough"
+model = "small"
+
+[routes.review]
+strategy = "chain"
+tiers = ["fast", "big"]
+verifier = "judge"
+verify = ["fast"]
+"#;
+
+#[test]
+fn a_good_config_resolves() {
+    let c = parse(GOOD, "t.toml", &env).unwrap();
+    assert_eq!(c.server.request_timeout, Duration::from_secs(30));
+    assert_eq!(c.keys[0].secret, Secret("sk-team-a".into()));
+    assert_eq!(c.upstreams["local"].lane, Lane::Local);
+    assert_eq!(c.upstreams["cloud"].lane, Lane::Cloud);
+    match &c.upstreams["local"].kind {
+        UpstreamKind::OpenAi { base_url, .. } => assert_eq!(base_url, "http://127.0.0.1:8080/v1"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.models["small"].upstream_model, "qwen3");
+    assert_eq!(c.models["big"].upstream_model, "big");
+    let Route::Chain(chain) = &c.routes["review"] else {
+        panic!("not a chain")
+    };
+    assert!(c.tier_is_verified(chain, "fast"));
+    assert!(!c.tier_is_verified(chain, "big"));
+    let d = c.describe();
+    assert!(
+        d.contains("review: chain fast (verified) -> big (self-certifies)"),
+        "{d}"
+    );
+    assert!(
+        !format!("{c:?}").contains("sk-team-a"),
+        "secrets must not be printed"
+    );
+}
+
+#[test]
+fn every_error_is_reported_with_its_path() {
+    let text = r#"
+[server]
+listen = "nowhere"
+colour = "blue"
+
+[upstreams.a]
+kind = "openai"
+base_url = "ftp://x"
+api_key_env = "MISSING_VAR"
+
+[upstreams.b]
+kind = "anthropic"
+
+[upstreams.c]
+kind = "mock"
+bogus = 1
+
+[models.m]
+upstream = "nope"
+
+[routes.review]
+strategy = "chain"
+tiers = ["m", "gemma5", "m"]
+verifier = "ghost"
+self_certify = ["other"]
+
+[routes.x]
+strategy = "judge"
+
+[routes.loop1]
+strategy = "passthrough"
+model = "loop2"
+
+[routes.loop2]
+strategy = "chain"
+tiers = ["loop1"]
+
+[extra]
+"#;
+    let errs = errors(text);
+    let expect = [
+        "server.colour: unknown field `colour`",
+        "upstreams.a.base_url: \"ftp://x\" is not an http(s) URL",
+        "upstreams.a.api_key_env: environment variable MISSING_VAR is not set",
+        "upstreams.b.kind: \"anthropic\" is not available",
+        "upstreams.c.bogus: unknown field `bogus`",
+        "models.m.upstream: unknown upstream \"nope\"",
+        "routes.review.tiers[1]: unknown model \"gemma5\"",
+        "routes.review.tiers[2]: \"m\" is already a tier",
+        "routes.review.verifier: unknown model \"ghost\"",
+        "routes.review.self_certify[0]: \"other\" is not a tier",
+        "routes.x.strategy: strategy \"judge\" is not available",
+        "routes.loop1: routes refer to each other in a cycle: loop1 -> loop2 -> loop1",
+        "extra: unknown top-level key",
+    ];
+    for e in expect {
+        assert!(
+            errs.iter().any(|g| g.starts_with(e)),
+            "missing {e:?} in {errs:#?}"
+        );
+    }
+}
+
+#[test]
+fn bad_listen_is_reported_after_table_errors() {
+    let errs = errors("[server]\nlisten = \"nowhere\"\n");
+    assert_eq!(errs.len(), 1);
+    assert!(errs[0].starts_with("server.listen:"), "{errs:?}");
+}
+
+#[test]
+fn wrong_types_name_the_field() {
+    let errs = errors("[server]\nmax_body_bytes = \"big\"\nrequest_timeout = \"soon\"\n");
+    assert!(
+        errs[0].starts_with("server.max_body_bytes:")
+            || errs[0].starts_with("server.request_timeout:"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn invalid_toml_is_one_error() {
+    let errs = errors("[server\nlisten=");
+    assert_eq!(errs.len(), 1);
+    assert!(errs[0].contains("invalid TOML"), "{errs:?}");
+}
+
+#[test]
+fn mock_behaviour_errors_have_paths() {
+    let errs = errors(
+        "[upstreams.s]\nkind = \"mock\"\n[upstreams.s.models.v]\nstatus = 42\n[[upstreams.s.models.v.rules]]\nthen = {}\n",
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("upstreams.s.models.v.status:")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("upstreams.s.models.v.rules[0]:")),
+        "{errs:?}"
+    );
+}

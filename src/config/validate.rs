@@ -1,0 +1,536 @@
+//! Turns config text into a [`Config`]: each table is read on its own, then
+//! names are resolved (models and routes share one namespace), references
+//! checked, and cycles between routes found.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+
+use super::raw;
+use super::{
+    CHAIN_KEEPALIVE, Chain, Config, Errors, Key, Lane, Model, Route, Secret, Server, Upstream,
+    UpstreamKind,
+};
+
+const STRATEGIES_HERE: &[&str] = &["passthrough", "chain"];
+const STRATEGIES_LATER: &[&str] = &["judge", "race", "arena", "oracle"];
+const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub(super) fn validate(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    errs: &mut Errors,
+) -> Option<Config> {
+    let mut doc: toml::Table = match text.parse() {
+        Ok(t) => t,
+        Err(e) => {
+            errs.push("", format!("invalid TOML: {}", e.to_string().trim_end()));
+            return None;
+        }
+    };
+    let mut warnings = Vec::new();
+    let server = server(doc.remove("server"), errs);
+    let keys = keys(doc.remove("keys"), env, errs, &mut warnings);
+    let upstreams = upstreams(doc.remove("upstreams"), env, errs, &mut warnings);
+    let models = models(doc.remove("models"), &upstreams, errs);
+    let routes = routes(doc.remove("routes"), errs);
+    for key in doc.keys() {
+        errs.push(
+            key.clone(),
+            "unknown top-level key (expected server, keys, upstreams, models, routes)",
+        );
+    }
+    check_names(&models, &routes, &keys, errs);
+    check_cycles(&routes, errs);
+    Some(Config {
+        server: server?,
+        keys,
+        upstreams,
+        models,
+        routes,
+        warnings,
+    })
+}
+
+fn table(v: Option<toml::Value>, path: &str, errs: &mut Errors) -> IndexMap<String, toml::Value> {
+    match v {
+        None => IndexMap::new(),
+        Some(toml::Value::Table(t)) => t.into_iter().collect(),
+        Some(_) => {
+            errs.push(path, "must be a table");
+            IndexMap::new()
+        }
+    }
+}
+
+fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
+    let raw: raw::Server = match v {
+        Some(v) => errs.parse("server", v)?,
+        None => raw::Server::default(),
+    };
+    let listen = match raw.listen.parse::<SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            errs.push(
+                "server.listen",
+                format!(
+                    "\"{}\" is not an address like \"127.0.0.1:4000\"",
+                    raw.listen
+                ),
+            );
+            None
+        }
+    };
+    if raw.max_body_bytes == 0 {
+        errs.push("server.max_body_bytes", "must be greater than 0");
+    }
+    if raw.request_timeout.is_zero() {
+        errs.push("server.request_timeout", "must be greater than 0");
+    }
+    if raw.sse_keepalive.is_some_and(|d| d.is_zero()) {
+        errs.push(
+            "server.sse_keepalive",
+            "must be greater than 0 (omit it to turn keep-alives off)",
+        );
+    }
+    Some(Server {
+        listen: listen?,
+        request_timeout: raw.request_timeout,
+        max_body_bytes: raw.max_body_bytes,
+        event_log: raw.event_log,
+        state_path: raw.state_path,
+        sse_keepalive: raw.sse_keepalive,
+    })
+}
+
+fn secret(
+    env: &dyn Fn(&str) -> Option<String>,
+    var: &str,
+    path: &str,
+    errs: &mut Errors,
+) -> Option<Secret> {
+    match env(var) {
+        Some(s) if !s.trim().is_empty() => Some(Secret(s.trim().to_owned())),
+        _ => {
+            errs.push(path, format!("environment variable {var} is not set"));
+            None
+        }
+    }
+}
+
+fn keys(
+    v: Option<toml::Value>,
+    env: &dyn Fn(&str) -> Option<String>,
+    errs: &mut Errors,
+    warnings: &mut Vec<String>,
+) -> Vec<Key> {
+    let list = match v {
+        None => return Vec::new(),
+        Some(toml::Value::Array(a)) => a,
+        Some(_) => {
+            errs.push("keys", "must be an array of tables ([[keys]])");
+            return Vec::new();
+        }
+    };
+    let mut out: Vec<Key> = Vec::new();
+    for (i, item) in list.into_iter().enumerate() {
+        let path = format!("keys[{i}]");
+        let Some(k) = errs.parse::<raw::Key>(&path, item) else {
+            continue;
+        };
+        if out.iter().any(|o| o.name == k.name) {
+            errs.push(
+                format!("{path}.name"),
+                format!("duplicate key name \"{}\"", k.name),
+            );
+        }
+        for (field, set) in [
+            ("rpm", k.rpm.is_some()),
+            ("tpm", k.tpm.is_some()),
+            ("daily_tokens", k.daily_tokens.is_some()),
+            ("daily_cost_usd", k.daily_cost_usd.is_some()),
+        ] {
+            if set {
+                warnings.push(format!(
+                    "{path}.{field}: governors are not enforced by this build yet"
+                ));
+            }
+        }
+        let Some(secret) = secret(env, &k.key_env, &format!("{path}.key_env"), errs) else {
+            continue;
+        };
+        if out.iter().any(|o| o.secret == secret) {
+            errs.push(format!("{path}.key_env"), "two keys have the same secret");
+        }
+        let models = match k.models {
+            None => None,
+            Some(m) if m.iter().any(|n| n == "*") => None,
+            Some(m) => Some(m),
+        };
+        out.push(Key {
+            name: k.name,
+            secret,
+            models,
+            admin: k.admin,
+        });
+    }
+    out
+}
+
+fn url(s: &str, path: &str, errs: &mut Errors) {
+    match reqwest::Url::parse(s) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {}
+        _ => errs.push(path, format!("\"{s}\" is not an http(s) URL")),
+    }
+}
+
+fn upstreams(
+    v: Option<toml::Value>,
+    env: &dyn Fn(&str) -> Option<String>,
+    errs: &mut Errors,
+    warnings: &mut Vec<String>,
+) -> IndexMap<String, Upstream> {
+    let mut out = IndexMap::new();
+    for (name, item) in table(v, "upstreams", errs) {
+        let path = format!("upstreams.{name}");
+        let kind = item.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
+        let upstream = match kind.as_deref() {
+            Some("openai") => errs.parse::<raw::OpenAiUpstream>(&path, item).map(|u| {
+                url(&u.base_url, &format!("{path}.base_url"), errs);
+                if let Some(ls) = &u.llama_swap {
+                    url(ls, &format!("{path}.llama_swap"), errs);
+                }
+                if u.rpm.is_some() {
+                    warnings.push(format!(
+                        "{path}.rpm: governors are not enforced by this build yet"
+                    ));
+                }
+                let api_key = u
+                    .api_key_env
+                    .as_deref()
+                    .and_then(|var| secret(env, var, &format!("{path}.api_key_env"), errs));
+                let lane = u.lane.unwrap_or(if u.llama_swap.is_some() {
+                    Lane::Local
+                } else {
+                    Lane::Cloud
+                });
+                Upstream {
+                    lane,
+                    timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
+                    kind: UpstreamKind::OpenAi {
+                        base_url: u.base_url.trim_end_matches('/').to_owned(),
+                        api_key,
+                        llama_swap: u.llama_swap.map(|s| s.trim_end_matches('/').to_owned()),
+                    },
+                }
+            }),
+            Some("mock") => errs.parse::<raw::MockUpstream>(&path, item).map(|u| {
+                for (model, b) in &u.models {
+                    for (at, msg) in b.check() {
+                        errs.push(format!("{path}.models.{model}.{at}"), msg);
+                    }
+                }
+                if u.rpm.is_some() {
+                    warnings.push(format!(
+                        "{path}.rpm: governors are not enforced by this build yet"
+                    ));
+                }
+                Upstream {
+                    lane: u.lane.unwrap_or(Lane::Cloud),
+                    timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
+                    kind: UpstreamKind::Mock {
+                        swap_delay: u.swap_delay,
+                        models: u.models,
+                    },
+                }
+            }),
+            Some("anthropic") => {
+                errs.push(
+                    format!("{path}.kind"),
+                    "\"anthropic\" is not available in this build yet; use kind = \"openai\" with \
+                     base_url = \"https://api.anthropic.com/v1\" (Anthropic's OpenAI-compatible endpoint)",
+                );
+                None
+            }
+            Some(other) => {
+                errs.push(
+                    format!("{path}.kind"),
+                    format!("unknown upstream kind \"{other}\" (expected \"openai\" or \"mock\")"),
+                );
+                None
+            }
+            None => {
+                errs.push(
+                    format!("{path}.kind"),
+                    "missing (expected \"openai\" or \"mock\")",
+                );
+                None
+            }
+        };
+        if let Some(u) = upstream {
+            if u.timeout.is_zero() {
+                errs.push(format!("{path}.timeout"), "must be greater than 0");
+            }
+            out.insert(name, u);
+        }
+    }
+    out
+}
+
+fn models(
+    v: Option<toml::Value>,
+    upstreams: &IndexMap<String, Upstream>,
+    errs: &mut Errors,
+) -> IndexMap<String, Model> {
+    let mut out = IndexMap::new();
+    for (name, item) in table(v, "models", errs) {
+        let path = format!("models.{name}");
+        let Some(m) = errs.parse::<raw::Model>(&path, item) else {
+            continue;
+        };
+        if !upstreams.contains_key(&m.upstream) {
+            errs.push(
+                format!("{path}.upstream"),
+                format!("unknown upstream \"{}\"", m.upstream),
+            );
+        }
+        for (field, v) in [
+            ("input_per_mtok", m.price.input_per_mtok),
+            ("output_per_mtok", m.price.output_per_mtok),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                errs.push(format!("{path}.price.{field}"), "must be a number >= 0");
+            }
+        }
+        out.insert(
+            name.clone(),
+            Model {
+                upstream: m.upstream,
+                upstream_model: m.model.unwrap_or(name),
+                price: m.price,
+                json_mode: m.json_mode.unwrap_or(true),
+            },
+        );
+    }
+    out
+}
+
+fn routes(v: Option<toml::Value>, errs: &mut Errors) -> IndexMap<String, Route> {
+    let mut out = IndexMap::new();
+    for (name, item) in table(v, "routes", errs) {
+        let path = format!("routes.{name}");
+        let strategy = item
+            .get("strategy")
+            .and_then(|s| s.as_str())
+            .map(str::to_owned);
+        let route = match strategy.as_deref() {
+            Some("passthrough") => errs
+                .parse::<raw::Passthrough>(&path, item)
+                .map(|p| Route::Passthrough { model: p.model }),
+            Some("chain") => errs
+                .parse::<raw::Chain>(&path, item)
+                .map(|c| chain(c, &path, errs)),
+            Some(s) if STRATEGIES_LATER.contains(&s) => {
+                errs.push(
+                    format!("{path}.strategy"),
+                    format!(
+                        "strategy \"{s}\" is not available in this build yet (available: {})",
+                        STRATEGIES_HERE.join(", ")
+                    ),
+                );
+                None
+            }
+            Some(s) => {
+                errs.push(
+                    format!("{path}.strategy"),
+                    format!(
+                        "unknown strategy \"{s}\" (expected one of {})",
+                        [STRATEGIES_HERE, STRATEGIES_LATER].concat().join(", ")
+                    ),
+                );
+                None
+            }
+            None => {
+                errs.push(
+                    format!("{path}.strategy"),
+                    format!("missing (expected one of {})", STRATEGIES_HERE.join(", ")),
+                );
+                None
+            }
+        };
+        if let Some(r) = route {
+            out.insert(name, r);
+        }
+    }
+    out
+}
+
+fn chain(c: raw::Chain, path: &str, errs: &mut Errors) -> Route {
+    if c.tiers.is_empty() {
+        errs.push(format!("{path}.tiers"), "a chain needs at least one tier");
+    }
+    for (i, t) in c.tiers.iter().enumerate() {
+        if c.tiers[..i].contains(t) {
+            errs.push(
+                format!("{path}.tiers[{i}]"),
+                format!("\"{t}\" is already a tier of this chain"),
+            );
+        }
+    }
+    for (field, list) in [("self_certify", &c.self_certify), ("verify", &c.verify)] {
+        for (i, t) in list.iter().enumerate() {
+            if !c.tiers.contains(t) {
+                errs.push(
+                    format!("{path}.{field}[{i}]"),
+                    format!("\"{t}\" is not a tier of this chain"),
+                );
+            }
+            if field == "verify" && c.self_certify.contains(t) {
+                errs.push(
+                    format!("{path}.{field}[{i}]"),
+                    format!("\"{t}\" cannot be in both verify and self_certify"),
+                );
+            }
+        }
+        if !list.is_empty() && c.verifier.is_none() {
+            errs.push(
+                format!("{path}.{field}"),
+                "has no effect without a verifier",
+            );
+        }
+    }
+    if c.ttft_timeout.is_some_and(|d| d.is_zero()) {
+        errs.push(format!("{path}.ttft_timeout"), "must be greater than 0");
+    }
+    if c.keepalive.is_some_and(|d| d.is_zero()) {
+        errs.push(format!("{path}.keepalive"), "must be greater than 0");
+    }
+    Route::Chain(Chain {
+        tiers: c.tiers,
+        verifier: c.verifier,
+        self_certify: c.self_certify,
+        verify: c.verify,
+        on_exhausted: c.on_exhausted,
+        ttft_timeout: c.ttft_timeout,
+        keepalive: c.keepalive.unwrap_or(CHAIN_KEEPALIVE),
+    })
+}
+
+/// The names a route refers to, with the key path of each reference.
+pub(super) fn references(name: &str, route: &Route) -> Vec<(String, String)> {
+    let path = format!("routes.{name}");
+    match route {
+        Route::Passthrough { model } => vec![(format!("{path}.model"), model.clone())],
+        Route::Chain(c) => {
+            let mut refs: Vec<(String, String)> = c
+                .tiers
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("{path}.tiers[{i}]"), t.clone()))
+                .collect();
+            if let Some(v) = &c.verifier {
+                refs.push((format!("{path}.verifier"), v.clone()));
+            }
+            refs
+        }
+    }
+}
+
+fn check_names(
+    models: &IndexMap<String, Model>,
+    routes: &IndexMap<String, Route>,
+    keys: &[Key],
+    errs: &mut Errors,
+) {
+    for name in routes.keys() {
+        if models.contains_key(name) {
+            errs.push(
+                format!("routes.{name}"),
+                format!("\"{name}\" is also a model name; models and routes share one namespace"),
+            );
+        }
+    }
+    let known = |n: &str| models.contains_key(n) || routes.contains_key(n);
+    for (name, route) in routes {
+        for (path, target) in references(name, route) {
+            if !known(&target) {
+                errs.push(path, format!("unknown model \"{target}\""));
+            }
+        }
+    }
+    for (i, k) in keys.iter().enumerate() {
+        for (j, m) in k.models.iter().flatten().enumerate() {
+            if !known(m) {
+                errs.push(
+                    format!("keys[{i}].models[{j}]"),
+                    format!("unknown model \"{m}\""),
+                );
+            }
+        }
+    }
+}
+
+/// Reports each cycle among routes once, as `a -> b -> a`.
+fn check_cycles(routes: &IndexMap<String, Route>, errs: &mut Errors) {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Active,
+        Done,
+    }
+    fn visit<'a>(
+        n: &'a str,
+        edges: &HashMap<&'a str, Vec<&'a str>>,
+        marks: &mut HashMap<&'a str, Mark>,
+        stack: &mut Vec<&'a str>,
+        found: &mut Vec<Vec<&'a str>>,
+    ) {
+        marks.insert(n, Mark::Active);
+        stack.push(n);
+        for &m in edges.get(n).into_iter().flatten() {
+            match marks.get(m).copied().unwrap_or(Mark::Done) {
+                Mark::New => visit(m, edges, marks, stack, found),
+                Mark::Active => {
+                    if let Some(pos) = stack.iter().position(|s| *s == m) {
+                        let mut cycle = stack[pos..].to_vec();
+                        cycle.push(m);
+                        found.push(cycle);
+                    }
+                }
+                Mark::Done => {}
+            }
+        }
+        stack.pop();
+        marks.insert(n, Mark::Done);
+    }
+    let refs: Vec<(&str, Vec<(String, String)>)> = routes
+        .iter()
+        .map(|(n, r)| (n.as_str(), references(n, r)))
+        .collect();
+    let mut edges: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (n, rs) in &refs {
+        let targets = rs
+            .iter()
+            .filter_map(|(_, t)| routes.get_key_value(t.as_str()).map(|(k, _)| k.as_str()))
+            .collect();
+        edges.insert(n, targets);
+    }
+    let mut marks: HashMap<&str, Mark> = routes.keys().map(|k| (k.as_str(), Mark::New)).collect();
+    let mut found = Vec::new();
+    for n in routes.keys() {
+        if marks.get(n.as_str()) == Some(&Mark::New) {
+            visit(n, &edges, &mut marks, &mut Vec::new(), &mut found);
+        }
+    }
+    for cycle in found {
+        errs.push(
+            format!("routes.{}", cycle[0]),
+            format!(
+                "routes refer to each other in a cycle: {}",
+                cycle.join(" -> ")
+            ),
+        );
+    }
+}

@@ -1,0 +1,137 @@
+//! `RequestCtx`: what one client request carries through every strategy and
+//! upstream call: its id, route, key, deadline, pin, telemetry sink, and the
+//! bookkeeping needed to count attempts and measure conclave's own overhead.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::telemetry::Telemetry;
+
+pub struct RequestCtx {
+    pub id: String,
+    /// The model name the client asked for: a route or a concrete model,
+    /// always a name from the config (a bounded label).
+    pub route: Arc<str>,
+    /// The strategy of that route (`passthrough` for a concrete model).
+    pub strategy: &'static str,
+    /// The API key's name, or `anonymous` when the gateway has no keys.
+    pub key: Arc<str>,
+    /// `x-conclave-pin`: the one model a chain must use.
+    pub pin: Option<String>,
+    pub started: Instant,
+    /// `server.request_timeout` after `started`; upstream calls end by then.
+    pub deadline: Instant,
+    pub telemetry: Arc<Telemetry>,
+    attempts: AtomicU32,
+    /// Intervals spent waiting on upstreams (end `None` while in flight).
+    /// A plain mutex: a handful of pushes per request, never held across
+    /// an await, so contention is nil.
+    waits: Mutex<Vec<(Instant, Option<Instant>)>>,
+}
+
+impl RequestCtx {
+    pub fn new(
+        id: String,
+        route: Arc<str>,
+        strategy: &'static str,
+        key: Arc<str>,
+        pin: Option<String>,
+        timeout: Duration,
+        telemetry: Arc<Telemetry>,
+    ) -> Self {
+        let started = Instant::now();
+        RequestCtx {
+            id,
+            route,
+            strategy,
+            key,
+            pin,
+            started,
+            deadline: started + timeout,
+            telemetry,
+            attempts: AtomicU32::new(0),
+            waits: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Numbers a new attempt (1-based) and opens its wait interval.
+    pub fn begin_attempt(&self, at: Instant) -> (u32, usize) {
+        let n = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut waits = self.waits.lock();
+        waits.push((at, None));
+        (n, waits.len() - 1)
+    }
+
+    pub fn end_wait(&self, slot: usize, at: Instant) {
+        if let Some(w) = self.waits.lock().get_mut(slot) {
+            w.1.get_or_insert(at);
+        }
+    }
+
+    /// How many upstream attempts this request has made so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+
+    /// The time spent waiting on at least one upstream, up to `now`
+    /// (the union of the attempts' intervals, so parallel calls count once).
+    pub fn upstream_wait(&self, now: Instant) -> Duration {
+        let mut spans: Vec<(Instant, Instant)> = self
+            .waits
+            .lock()
+            .iter()
+            .map(|&(s, e)| (s, e.unwrap_or(now).min(now)))
+            .collect();
+        spans.sort_by_key(|s| s.0);
+        let mut total = Duration::ZERO;
+        let mut cur: Option<(Instant, Instant)> = None;
+        for (s, e) in spans {
+            match cur {
+                Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
+                Some((cs, ce)) => {
+                    total += ce - cs;
+                    cur = Some((s, e));
+                }
+                None => cur = Some((s, e)),
+            }
+        }
+        if let Some((cs, ce)) = cur {
+            total += ce - cs;
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn union_of_waits_counts_overlap_once() {
+        let ctx = RequestCtx::new(
+            "r".into(),
+            "route".into(),
+            "chain",
+            "k".into(),
+            None,
+            Duration::from_secs(60),
+            Telemetry::for_tests(),
+        );
+        let t0 = Instant::now();
+        let (_, a) = ctx.begin_attempt(t0);
+        let (_, b) = ctx.begin_attempt(t0 + Duration::from_millis(5));
+        ctx.end_wait(a, t0 + Duration::from_millis(10));
+        ctx.end_wait(b, t0 + Duration::from_millis(12));
+        let (n, c) = ctx.begin_attempt(t0 + Duration::from_millis(20));
+        ctx.end_wait(c, t0 + Duration::from_millis(25));
+        assert_eq!(n, 3);
+        assert_eq!(
+            ctx.upstream_wait(t0 + Duration::from_millis(30)),
+            Duration::from_millis(17)
+        );
+    }
+}

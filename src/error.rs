@@ -1,0 +1,190 @@
+//! `ModelError`: everything that can go wrong while a model (an upstream or a
+//! strategy) answers a request. It says *which* upstream failed and how,
+//! never with a secret in it; `api::error` turns it into HTTP in one place.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Which deadline an upstream call missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutPhase {
+    /// No first stream event before the route's `ttft_timeout`.
+    FirstToken,
+    /// The upstream's `timeout` (or the request's deadline) ran out.
+    Total,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("upstream `{upstream}` is unreachable: {reason}")]
+    Connect {
+        upstream: Arc<str>,
+        reason: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+
+    #[error("upstream `{upstream}` timed out after {}", humantime::format_duration(*.after))]
+    Timeout {
+        upstream: Arc<str>,
+        phase: TimeoutPhase,
+        after: Duration,
+    },
+
+    #[error("upstream `{upstream}` answered HTTP {status}: {message}")]
+    Status {
+        upstream: Arc<str>,
+        status: u16,
+        message: String,
+        /// The upstream's own error `code`, e.g. `context_length_exceeded`.
+        code: Option<String>,
+        retry_after: Option<String>,
+    },
+
+    #[error("upstream `{upstream}` sent an invalid response: {detail}")]
+    Invalid { upstream: Arc<str>, detail: String },
+
+    #[error("upstream `{upstream}` stream broke off: {detail}")]
+    StreamCut { upstream: Arc<str>, detail: String },
+
+    #[error("upstream `{upstream}` reported an error in its stream: {message}")]
+    StreamError { upstream: Arc<str>, message: String },
+
+    #[error("the request could not be sent upstream: {0}")]
+    Encode(#[from] serde_json::Error),
+
+    /// A request header or field that only a strategy can judge, e.g. a pin.
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        param: Option<&'static str>,
+    },
+
+    #[error("all {} tiers of chain `{route}` failed", .attempts.len())]
+    Exhausted {
+        route: Arc<str>,
+        attempts: Vec<AttemptSummary>,
+    },
+}
+
+/// One line of a strategy's attempt trail, shown in an exhausted-chain error.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptSummary {
+    pub model: String,
+    pub verdict: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ModelError {
+    /// A short, bounded name for the `kind` label of
+    /// `conclave_upstream_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelError::Connect { .. } => "connect",
+            ModelError::Timeout { .. } => "timeout",
+            ModelError::Status { status: 429, .. } => "rate_limited",
+            ModelError::Status { status, .. } if *status >= 500 => "status_5xx",
+            ModelError::Status { .. } => "status_4xx",
+            ModelError::Invalid { .. } => "invalid_response",
+            ModelError::StreamCut { .. } => "stream_cut",
+            ModelError::StreamError { .. } => "stream_error",
+            ModelError::Encode(_) => "encode",
+            ModelError::BadRequest { .. } => "bad_request",
+            ModelError::Exhausted { .. } => "exhausted",
+        }
+    }
+
+    /// The upstream a failure belongs to, if it came from one.
+    pub fn upstream(&self) -> Option<&str> {
+        match self {
+            ModelError::Connect { upstream, .. }
+            | ModelError::Timeout { upstream, .. }
+            | ModelError::Status { upstream, .. }
+            | ModelError::Invalid { upstream, .. }
+            | ModelError::StreamCut { upstream, .. }
+            | ModelError::StreamError { upstream, .. } => Some(upstream),
+            _ => None,
+        }
+    }
+
+    /// Whether a fallback chain should try its next tier: provider trouble
+    /// (unreachable, timeout, 5xx, 429, auth, broken answers) and
+    /// context-length errors, but not a request every provider would reject.
+    pub fn is_failover(&self) -> bool {
+        match self {
+            ModelError::Status {
+                status: 400 | 413 | 422,
+                message,
+                code,
+                ..
+            } => is_context_length(code.as_deref(), message),
+            ModelError::BadRequest { .. } | ModelError::Encode(_) => false,
+            _ => true,
+        }
+    }
+}
+
+/// Upstreams word context-window overflows differently; these cover OpenAI,
+/// Anthropic, vLLM, llama.cpp and Ollama.
+fn is_context_length(code: Option<&str>, message: &str) -> bool {
+    if code == Some("context_length_exceeded") {
+        return true;
+    }
+    let m = message.to_ascii_lowercase();
+    [
+        "context length",
+        "context_length",
+        "maximum context",
+        "context window",
+        "too many tokens",
+        "prompt is too long",
+        "exceeds the available context",
+    ]
+    .iter()
+    .any(|p| m.contains(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(status: u16, message: &str, code: Option<&str>) -> ModelError {
+        ModelError::Status {
+            upstream: "u".into(),
+            status,
+            message: message.into(),
+            code: code.map(str::to_owned),
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn failover_classes() {
+        assert!(status(500, "boom", None).is_failover());
+        assert!(status(429, "slow down", None).is_failover());
+        assert!(status(401, "bad key", None).is_failover());
+        assert!(!status(400, "bad tool schema", None).is_failover());
+        assert!(status(400, "x", Some("context_length_exceeded")).is_failover());
+        assert!(
+            status(
+                400,
+                "This model's maximum context length is 8192 tokens",
+                None
+            )
+            .is_failover()
+        );
+        assert!(
+            ModelError::Timeout {
+                upstream: "u".into(),
+                phase: TimeoutPhase::FirstToken,
+                after: Duration::from_secs(1)
+            }
+            .is_failover()
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! Compiles a validated [`Config`] into the model graph: one
+//! `Arc<dyn ChatModel>` node per concrete model and per route, built once
+//! at start-up. Routes refer to their parts by `Arc`, so a request walks
+//! the graph without name lookups.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::config::{Config, Route};
+use crate::model::ChatModel;
+use crate::strategy::chain::{Chain, Tier};
+use crate::strategy::verifier::Verifier;
+use crate::telemetry::ModelInfo;
+use crate::upstream::{ConcreteModel, Upstream};
+
+/// A name a client can ask for.
+#[derive(Clone)]
+pub struct Node {
+    pub model: Arc<dyn ChatModel>,
+    /// `passthrough` for concrete models.
+    pub strategy: &'static str,
+    /// The name is a route (not a concrete model).
+    pub is_route: bool,
+}
+
+pub struct Graph {
+    /// Names in config order: models first, then routes.
+    pub names: Vec<Arc<str>>,
+    nodes: HashMap<Arc<str>, Node>,
+    pub upstreams: Vec<Arc<Upstream>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("upstream `{name}`: the HTTP client could not be built: {source}")]
+    Client {
+        name: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("`{0}` refers to a name that is not defined (the config was not validated)")]
+    Unresolved(String),
+}
+
+impl Graph {
+    pub fn build(config: &Config) -> Result<Graph, BuildError> {
+        let mut upstreams = HashMap::new();
+        for (name, u) in &config.upstreams {
+            let built = Upstream::from_config(name, u).map_err(|source| BuildError::Client {
+                name: name.clone(),
+                source,
+            })?;
+            upstreams.insert(name.as_str(), Arc::new(built));
+        }
+        let mut g = Graph {
+            names: Vec::new(),
+            nodes: HashMap::new(),
+            upstreams: upstreams.values().cloned().collect(),
+        };
+        for (name, m) in &config.models {
+            let upstream = upstreams
+                .get(m.upstream.as_str())
+                .cloned()
+                .ok_or_else(|| BuildError::Unresolved(m.upstream.clone()))?;
+            let info = Arc::new(ModelInfo {
+                name: name.as_str().into(),
+                upstream: upstream.name.clone(),
+                upstream_model: m.upstream_model.clone(),
+                input_per_mtok: m.price.input_per_mtok,
+                output_per_mtok: m.price.output_per_mtok,
+            });
+            g.insert(
+                name,
+                Node {
+                    model: Arc::new(ConcreteModel { info, upstream }),
+                    strategy: "passthrough",
+                    is_route: false,
+                },
+            );
+        }
+        for name in config.routes.keys() {
+            g.route(config, name)?;
+        }
+        Ok(g)
+    }
+
+    fn insert(&mut self, name: &str, node: Node) {
+        let key: Arc<str> = name.into();
+        self.names.push(key.clone());
+        self.nodes.insert(key, node);
+    }
+
+    /// The node for `name`, building routes depth-first (validation has
+    /// ruled out cycles).
+    fn route(&mut self, config: &Config, name: &str) -> Result<Arc<dyn ChatModel>, BuildError> {
+        if let Some(n) = self.nodes.get(name) {
+            return Ok(n.model.clone());
+        }
+        let route = config
+            .routes
+            .get(name)
+            .ok_or_else(|| BuildError::Unresolved(name.to_owned()))?;
+        let model: Arc<dyn ChatModel> = match route {
+            Route::Passthrough { model } => self.route(config, model)?,
+            Route::Chain(c) => {
+                let mut tiers = Vec::new();
+                for t in &c.tiers {
+                    tiers.push(Tier {
+                        name: t.as_str().into(),
+                        model: self.route(config, t)?,
+                        verified: config.tier_is_verified(c, t),
+                    });
+                }
+                let verifier = match &c.verifier {
+                    Some(v) => Some(Verifier {
+                        name: v.as_str().into(),
+                        model: self.route(config, v)?,
+                        json_mode: config.models.get(v).is_some_and(|m| m.json_mode),
+                    }),
+                    None => None,
+                };
+                Arc::new(Chain {
+                    name: name.into(),
+                    tiers,
+                    verifier,
+                    on_exhausted: c.on_exhausted,
+                    ttft_timeout: c.ttft_timeout,
+                    keepalive: c.keepalive,
+                })
+            }
+        };
+        self.insert(
+            name,
+            Node {
+                model: model.clone(),
+                strategy: route.strategy(),
+                is_route: true,
+            },
+        );
+        Ok(model)
+    }
+
+    pub fn get(&self, name: &str) -> Option<(&Arc<str>, &Node)> {
+        self.nodes.get_key_value(name)
+    }
+}

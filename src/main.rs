@@ -1,0 +1,190 @@
+//! The `conclave` command line: `serve`, `check` and `mock`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "conclave",
+    version,
+    about = "An OpenAI-compatible gateway that convenes several models behind one model name"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        #[arg(long, default_value = "config/conclave.toml")]
+        config: PathBuf,
+        /// Overrides `server.listen`.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+    /// Validate a config and print the resolved strategy graph.
+    Check {
+        #[arg(long, default_value = "config/conclave.toml")]
+        config: PathBuf,
+    },
+    /// Run a standalone simulated OpenAI-compatible + llama-swap server.
+    Mock {
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        listen: SocketAddr,
+        /// Take simulated models from a `kind = "mock"` upstream of this config.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Which mock upstream of the config (default: the first).
+        #[arg(long)]
+        upstream: Option<String>,
+        /// Simulated llama-swap load time when another model is requested.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        swap_delay: Option<Duration>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli.command))
+}
+
+/// Tells the launcher (and tests) where the server listens.
+fn announce(what: &str, addr: SocketAddr) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{what} listening on http://{addr}");
+    let _ = out.flush();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}
+
+async fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Serve { config, listen } => {
+            let cfg = match conclave::config::load(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            for w in &cfg.warnings {
+                tracing::warn!("{w}");
+            }
+            let addr = listen.unwrap_or(cfg.server.listen);
+            let listener = match TcpListener::bind(addr).await {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("cannot listen on {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Ok(a) = listener.local_addr() {
+                announce("conclave", a);
+            }
+            match conclave::serve(listener, cfg, shutdown_signal()).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Check { config } => match conclave::config::load(&config) {
+            Ok(c) => {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{}: ok", config.display());
+                let _ = write!(out, "{}", c.describe());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                eprintln!("{} error(s) in {}", e.errors.len(), config.display());
+                ExitCode::from(2)
+            }
+        },
+        Command::Mock {
+            listen,
+            config,
+            upstream,
+            swap_delay,
+        } => {
+            let (models, cfg_delay) = match &config {
+                Some(path) => match conclave::config::mock_models(path, upstream.as_deref()) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                None => Default::default(),
+            };
+            let sim = Arc::new(conclave::mock::Simulator::new(
+                models,
+                swap_delay.or(cfg_delay),
+            ));
+            let listener = match TcpListener::bind(listen).await {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("cannot listen on {listen}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Ok(a) = listener.local_addr() {
+                announce("conclave mock", a);
+            }
+            match conclave::mock::server::serve(listener, sim, shutdown_signal()).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! How a simulated model behaves: its reply, timing, usage and failure
+//! mode, configured per model under `[upstreams.NAME.models.MODEL]`, with
+//! `rules` that change the behaviour for requests containing some text or
+//! for the Nth call (a verifier that rejects drafts, a flaky upstream).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// One model's behaviour. Every field is optional; a rule's `then` table
+/// overrides only the fields it sets.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Behavior {
+    /// What the model answers (default: an echo of the last user message).
+    pub reply: Option<ReplySpec>,
+    /// Delay before the first token (streamed) or part of the total delay.
+    #[serde(default, with = "humantime_serde")]
+    pub ttft: Option<Duration>,
+    /// Generation speed; 0 or absent sends all tokens at once.
+    pub tokens_per_second: Option<f64>,
+    /// Usage figures to report (default: estimated from the text).
+    pub usage: Option<UsageSpec>,
+    /// Answer with this HTTP status and an OpenAI-shaped error body.
+    pub status: Option<u16>,
+    pub error_message: Option<String>,
+    /// `Retry-After` seconds sent with an error status.
+    pub retry_after: Option<u64>,
+    pub fail: Option<FailMode>,
+    /// Default `stop` (`tool_calls` for a tool call reply).
+    pub finish_reason: Option<String>,
+    /// Put usage on the last chunk that has choices (as llama.cpp and vLLM
+    /// do) instead of a separate usage-only chunk.
+    pub usage_in_final_chunk: Option<bool>,
+    /// Extra top-level fields added to every response and chunk.
+    pub extra: Option<Map<String, Value>>,
+    /// Behaviour overrides, first match wins.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Applies when any message's text contains this string.
+    pub when_contains: Option<String>,
+    /// Applies to these calls of the model (1-based, counted per model).
+    pub when_call: Option<Vec<u64>>,
+    pub then: Behavior,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ReplySpec {
+    /// The last user message, verbatim.
+    Echo,
+    /// Fixed text; `{last_user}` and `{model}` are filled in.
+    Text(String),
+    /// A JSON value, serialised as the message content.
+    Json(Value),
+    /// A single tool call instead of text.
+    ToolCall(ToolCallSpec),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallSpec {
+    pub name: String,
+    /// An object (serialised) or a string sent as is.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageSpec {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailMode {
+    /// Never answer: no status line, no body.
+    Hang,
+    /// Answer 200 with a body that is neither JSON nor an event stream.
+    Garbage,
+    /// Drop the connection halfway through the body.
+    Cut,
+    /// Streamed: an SSE `{"error": …}` event first. Whole: HTTP 500.
+    ErrorEvent,
+}
+
+/// A behaviour with every default filled in.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub reply: ReplySpec,
+    pub ttft: Duration,
+    pub tokens_per_second: f64,
+    pub usage: Option<UsageSpec>,
+    pub status: Option<u16>,
+    pub error_message: Option<String>,
+    pub retry_after: Option<u64>,
+    pub fail: Option<FailMode>,
+    pub finish_reason: Option<String>,
+    pub usage_in_final_chunk: bool,
+    pub extra: Map<String, Value>,
+}
+
+impl Behavior {
+    /// The behaviour for one call: the first matching rule over the base.
+    pub fn resolve(&self, request_text: &str, call: u64) -> Resolved {
+        let rule = self.rules.iter().find(|r| {
+            r.when_contains
+                .as_deref()
+                .is_none_or(|needle| request_text.contains(needle))
+                && r.when_call
+                    .as_ref()
+                    .is_none_or(|calls| calls.contains(&call))
+        });
+        let over = rule.map(|r| &r.then);
+        macro_rules! pick {
+            ($f:ident) => {
+                over.and_then(|o| o.$f.clone()).or_else(|| self.$f.clone())
+            };
+        }
+        Resolved {
+            reply: pick!(reply).unwrap_or(ReplySpec::Echo),
+            ttft: pick!(ttft).unwrap_or_default(),
+            tokens_per_second: pick!(tokens_per_second).unwrap_or(0.0),
+            usage: pick!(usage),
+            status: pick!(status),
+            error_message: pick!(error_message),
+            retry_after: pick!(retry_after),
+            fail: pick!(fail),
+            finish_reason: pick!(finish_reason),
+            usage_in_final_chunk: pick!(usage_in_final_chunk).unwrap_or(false),
+            extra: pick!(extra).unwrap_or_default(),
+        }
+    }
+
+    /// Problems a TOML parse cannot see, as (key path, message).
+    pub fn check(&self) -> Vec<(String, String)> {
+        let mut errs = Vec::new();
+        self.check_fields("", &mut errs);
+        for (i, rule) in self.rules.iter().enumerate() {
+            let at = format!("rules[{i}]");
+            if rule.when_contains.is_none() && rule.when_call.is_none() {
+                errs.push((
+                    at.clone(),
+                    "a rule needs `when_contains` or `when_call`".into(),
+                ));
+            }
+            if !rule.then.rules.is_empty() {
+                errs.push((format!("{at}.then.rules"), "rules cannot be nested".into()));
+            }
+            rule.then.check_fields(&format!("{at}.then."), &mut errs);
+        }
+        errs
+    }
+
+    fn check_fields(&self, at: &str, errs: &mut Vec<(String, String)>) {
+        if let Some(tps) = self.tokens_per_second
+            && !(tps.is_finite() && tps >= 0.0)
+        {
+            errs.push((
+                format!("{at}tokens_per_second"),
+                "must be a number >= 0".into(),
+            ));
+        }
+        if let Some(s) = self.status
+            && !(200..=599).contains(&s)
+        {
+            errs.push((format!("{at}status"), format!("{s} is not an HTTP status")));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_override_only_what_they_set() {
+        let b: Behavior = toml::from_str(
+            r#"
+            reply = { text = "yes" }
+            ttft = "20ms"
+            [[rules]]
+            when_contains = "draft"
+            then = { reply = { text = "no" } }
+            [[rules]]
+            when_call = [2]
+            then = { status = 503 }
+            "#,
+        )
+        .unwrap();
+        assert!(b.check().is_empty());
+        let r = b.resolve("a draft answer", 1);
+        assert!(matches!(r.reply, ReplySpec::Text(ref t) if t == "no"));
+        assert_eq!(r.ttft, Duration::from_millis(20));
+        let r = b.resolve("fine", 2);
+        assert_eq!(r.status, Some(503));
+        let r = b.resolve("fine", 3);
+        assert!(matches!(r.reply, ReplySpec::Text(ref t) if t == "yes"));
+        assert_eq!(r.status, None);
+    }
+
+    #[test]
+    fn rule_without_condition_is_an_error() {
+        let b: Behavior = toml::from_str("[[rules]]\nthen = { status = 500 }").unwrap();
+        assert_eq!(b.check()[0].0, "rules[0]");
+    }
+}

@@ -1,0 +1,102 @@
+//! `conclave mock`: the simulator as a standalone OpenAI-compatible server
+//! that also answers llama-swap's `GET /running`, plus two test hooks:
+//! `GET /mock/requests` (what it received) and `GET /mock/stats`
+//! (answers completed, and abandoned by a client that went away).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use super::Simulator;
+
+pub fn router(sim: Arc<Simulator>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/running", get(running))
+        .route("/health", get(|| async { "OK" }))
+        .route("/mock/requests", get(requests).delete(clear))
+        .route("/mock/stats", get(stats))
+        .with_state(sim)
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    sim: Arc<Simulator>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router(sim))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn chat(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let r = sim.respond(&body, auth).await;
+    let mut resp = Response::new(Body::from_stream(r.body));
+    *resp.status_mut() =
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(r.content_type),
+    );
+    if let Some(secs) = r.retry_after {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
+}
+
+async fn models(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
+    let data: Vec<_> = sim
+        .model_names()
+        .into_iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "conclave-mock"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data}))
+}
+
+async fn running(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
+    let running: Vec<_> = sim
+        .running()
+        .into_iter()
+        .map(|m| json!({"model": m, "state": "ready"}))
+        .collect();
+    axum::Json(json!({"running": running}))
+}
+
+async fn requests(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
+    axum::Json(json!({"requests": sim.recorded()}))
+}
+
+async fn clear(State(sim): State<Arc<Simulator>>) -> StatusCode {
+    sim.clear_recorded();
+    StatusCode::NO_CONTENT
+}
+
+async fn stats(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
+    let s = &sim.stats;
+    axum::Json(json!({
+        "requests": s.requests.load(Ordering::Relaxed),
+        "completed": s.completed.load(Ordering::Relaxed),
+        "cancelled": s.cancelled.load(Ordering::Relaxed),
+    }))
+}

@@ -1,0 +1,177 @@
+//! The one trait everything that answers a chat request implements
+//! ([`ChatModel`]: concrete upstream models and strategies alike), and the
+//! shapes it answers with: a whole completion or a stream of chunks.
+//!
+//! A [`Reply`] carrying a stream is *committed*: its first chunk has already
+//! arrived upstream, so a strategy or the HTTP layer can decide on a status
+//! code (and a fallback chain can still move on) before the client sees a byte.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+
+use crate::context::RequestCtx;
+use crate::error::ModelError;
+use crate::openai::{AssistantOutput, ChatRequest, Usage, UsageField};
+use crate::telemetry::Attempt;
+
+/// Anything that answers a chat request: a concrete model or a strategy.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// Answers `req` whole or streamed, as `req.stream` asks. Errors before
+    /// the first stream chunk come back as `Err`; later ones inside the stream.
+    async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError>;
+
+    /// How often the HTTP layer should send SSE keep-alive comments while
+    /// this model works on a streamed answer (e.g. a chain verifying a tier).
+    fn keepalive(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// The role a call plays in its strategy (a bounded metrics label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Direct,
+    Tier,
+    Verifier,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Direct => "direct",
+            Role::Tier => "tier",
+            Role::Verifier => "verifier",
+        }
+    }
+}
+
+/// One call into a model: the request's context plus what this call is for.
+#[derive(Clone)]
+pub struct Call {
+    pub ctx: Arc<RequestCtx>,
+    pub role: Role,
+    /// Longest wait for the first stream event before the call fails
+    /// (a fallback chain's `ttft_timeout`); `None` means only the upstream's
+    /// own timeout applies.
+    pub ttft_timeout: Option<Duration>,
+}
+
+impl Call {
+    pub fn new(ctx: Arc<RequestCtx>) -> Self {
+        Call {
+            ctx,
+            role: Role::Direct,
+            ttft_timeout: None,
+        }
+    }
+
+    pub fn with_role(&self, role: Role) -> Self {
+        Call {
+            role,
+            ..self.clone()
+        }
+    }
+
+    pub fn with_ttft_timeout(mut self, ttft: Option<Duration>) -> Self {
+        self.ttft_timeout = ttft.or(self.ttft_timeout);
+        self
+    }
+}
+
+/// One SSE `data:` payload from an upstream, kept as its own bytes.
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    pub data: Bytes,
+    pub usage: UsageField,
+    /// How many `choices` it carries (0: a usage-only chunk).
+    pub choices: usize,
+}
+
+/// A stream of chunks; ends after the upstream's `[DONE]`.
+pub struct ChunkStream {
+    inner: Pin<Box<dyn Stream<Item = Result<Chunk, ModelError>> + Send>>,
+}
+
+impl ChunkStream {
+    pub fn new(s: impl Stream<Item = Result<Chunk, ModelError>> + Send + 'static) -> Self {
+        ChunkStream { inner: Box::pin(s) }
+    }
+
+    /// A stream that plays back chunks received earlier.
+    pub fn replay(chunks: Vec<Chunk>) -> Self {
+        ChunkStream::new(futures::stream::iter(chunks.into_iter().map(Ok)))
+    }
+}
+
+impl Stream for ChunkStream {
+    type Item = Result<Chunk, ModelError>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// A whole (non-streamed) completion: the upstream's body, untouched.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub body: Bytes,
+    pub usage: Option<Usage>,
+}
+
+pub enum ReplyBody {
+    Whole(Completion),
+    Stream(ChunkStream),
+}
+
+/// A model's answer and who wrote it.
+pub struct Reply {
+    pub body: ReplyBody,
+    /// The concrete model (config name) that wrote the answer.
+    pub served_by: Arc<str>,
+    /// The attempt that produced the answer; strategies set its verdict.
+    pub attempt: Attempt,
+    /// A chain ran out of tiers and returned its best rejected answer.
+    pub exhausted: bool,
+}
+
+impl Reply {
+    /// Reads the whole answer. A stream is drained into a buffer that
+    /// replays it verbatim, so a strategy can judge an answer before it
+    /// streams it to the client.
+    pub async fn buffer(self) -> Result<(Reply, AssistantOutput), ModelError> {
+        match self.body {
+            ReplyBody::Whole(c) => {
+                let out =
+                    AssistantOutput::from_completion(&c.body).map_err(|e| ModelError::Invalid {
+                        upstream: self.served_by.clone(),
+                        detail: e.to_string(),
+                    })?;
+                let reply = Reply {
+                    body: ReplyBody::Whole(c),
+                    ..self
+                };
+                Ok((reply, out))
+            }
+            ReplyBody::Stream(mut s) => {
+                let mut out = AssistantOutput::default();
+                let mut chunks = Vec::new();
+                while let Some(chunk) = s.next().await {
+                    let chunk = chunk?;
+                    out.absorb_chunk(&chunk.data);
+                    chunks.push(chunk);
+                }
+                let reply = Reply {
+                    body: ReplyBody::Stream(ChunkStream::replay(chunks)),
+                    ..self
+                };
+                Ok((reply, out))
+            }
+        }
+    }
+}

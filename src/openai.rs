@@ -1,0 +1,394 @@
+//! OpenAI Chat Completions wire types: the few fields conclave reads, with
+//! every other field kept verbatim (`#[serde(flatten)]`) so it reaches the
+//! upstream, and the client, unchanged.
+//!
+//! Responses are not modelled as structs that get re-serialised: a whole
+//! response body and each stream chunk travel as the upstream's own bytes.
+//! This module only *inspects* them (usage, errors, the assistant's text).
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A `POST /v1/chat/completions` body as the client sent it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    /// Every field conclave does not read (sampling, tools, response_format,
+    /// vendor extensions): passed through untouched, in the client's order.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ChatRequest {
+    pub fn is_stream(&self) -> bool {
+        self.stream == Some(true)
+    }
+
+    /// Whether the client asked for the usage chunk at the end of a stream.
+    pub fn wants_stream_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false)
+    }
+
+    /// The text of the last `user` message (string content or text parts).
+    pub fn last_user_text(&self) -> String {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(Message::text)
+            .unwrap_or_default()
+    }
+
+    /// The body sent to an upstream: the same request under the upstream's
+    /// model name, always asking for usage when streaming so accounting
+    /// works even when the client did not ask for it.
+    pub fn to_upstream_body(&self, upstream_model: &str) -> Result<Bytes, serde_json::Error> {
+        let mut out = self.clone();
+        out.model = upstream_model.to_owned();
+        if out.is_stream() {
+            let opts = out
+                .stream_options
+                .get_or_insert_with(StreamOptions::default);
+            opts.include_usage = Some(true);
+        }
+        serde_json::to_vec(&out).map(Bytes::from)
+    }
+}
+
+/// One chat message; only `role` is read, the rest (content, name,
+/// tool_calls, tool_call_id, …) is kept exactly as sent, `null`s included.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+impl Message {
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        let mut rest = Map::new();
+        rest.insert("content".into(), Value::String(content.into()));
+        Message {
+            role: role.to_owned(),
+            rest,
+        }
+    }
+
+    pub fn content(&self) -> Option<&Value> {
+        self.rest.get("content")
+    }
+
+    /// The message's text: a string content, or its text parts joined.
+    pub fn text(&self) -> String {
+        content_text(self.content())
+    }
+
+    /// Appends a paragraph of text to this message's content, keeping its
+    /// shape (string content stays a string, parts get one more text part).
+    pub fn append_text(&mut self, note: &str) {
+        match self.rest.get_mut("content") {
+            Some(Value::String(s)) => {
+                if !s.is_empty() {
+                    s.push_str("\n\n");
+                }
+                s.push_str(note);
+            }
+            Some(Value::Array(parts)) => {
+                parts.push(serde_json::json!({"type": "text", "text": note}));
+            }
+            _ => {
+                self.rest
+                    .insert("content".into(), Value::String(note.to_owned()));
+            }
+        }
+    }
+}
+
+/// The text inside a `content` value: a string, or the `text` of its parts.
+pub fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct StreamOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_usage: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Token usage as upstreams report it; missing counts read as zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+/// What a stream chunk's `usage` field held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageField {
+    Absent,
+    Null,
+    Present(Usage),
+}
+
+/// The result of inspecting one SSE `data:` payload.
+#[derive(Debug)]
+pub struct ChunkInfo {
+    pub usage: UsageField,
+    /// Number of entries in `choices` (0 for a usage-only chunk).
+    pub choices: usize,
+    /// The first choice carries a `finish_reason`.
+    pub finished: bool,
+    /// The upstream reported an error in the stream (`{"error": …}`).
+    pub error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChunkProbe {
+    /// Outer `None`: no `usage` key; `Some(None)`: `"usage": null`.
+    #[serde(default, deserialize_with = "present")]
+    usage: Option<Option<Usage>>,
+    #[serde(default)]
+    choices: Option<Vec<ChoiceProbe>>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceProbe {
+    #[serde(default)]
+    finish_reason: Option<serde::de::IgnoredAny>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Usage>>, D::Error> {
+    Option::<Usage>::deserialize(d).map(Some)
+}
+
+/// Inspects one stream chunk without keeping a parsed copy of it.
+/// Fails when the payload is not a JSON object.
+pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
+    let probe: ChunkProbe = serde_json::from_slice(data)?;
+    let usage = match probe.usage {
+        None => UsageField::Absent,
+        Some(None) => UsageField::Null,
+        Some(Some(u)) => UsageField::Present(u),
+    };
+    let choices = probe.choices.unwrap_or_default();
+    Ok(ChunkInfo {
+        usage,
+        choices: choices.len(),
+        finished: choices.first().is_some_and(|c| c.finish_reason.is_some()),
+        error: probe.error.map(|e| error_message(&e)),
+    })
+}
+
+/// The human message inside an OpenAI-style error value (object or string).
+pub fn error_message(err: &Value) -> String {
+    match err {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => o
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| err.to_string()),
+        other => other.to_string(),
+    }
+}
+
+/// Removes `usage` from a chunk that also carries choices (for a client that
+/// did not ask for usage). Only such chunks are re-serialised.
+pub fn strip_usage(data: &[u8]) -> Result<Bytes, serde_json::Error> {
+    let mut obj: Map<String, Value> = serde_json::from_slice(data)?;
+    obj.remove("usage");
+    serde_json::to_vec(&obj).map(Bytes::from)
+}
+
+#[derive(Deserialize)]
+struct CompletionProbe {
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    choices: Option<serde::de::IgnoredAny>,
+}
+
+/// Validates a whole (non-streamed) response body and reads its usage.
+pub fn inspect_completion(body: &[u8]) -> Result<Option<Usage>, serde_json::Error> {
+    let probe: CompletionProbe = serde_json::from_slice(body)?;
+    Ok(probe.usage)
+}
+
+/// One tool call the assistant made, flattened for verifiers and summaries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ToolCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// What the assistant said: its text and any tool calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AssistantOutput {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+}
+
+impl AssistantOutput {
+    /// Reads `choices[0].message` of a whole response body.
+    pub fn from_completion(body: &[u8]) -> Result<Self, serde_json::Error> {
+        let v: Value = serde_json::from_slice(body)?;
+        let choice = v.get("choices").and_then(|c| c.get(0));
+        let msg = choice.and_then(|c| c.get("message"));
+        let mut out = AssistantOutput {
+            text: content_text(msg.and_then(|m| m.get("content"))),
+            finish_reason: choice
+                .and_then(|c| c.get("finish_reason"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            ..Default::default()
+        };
+        if let Some(calls) = msg
+            .and_then(|m| m.get("tool_calls"))
+            .and_then(Value::as_array)
+        {
+            for call in calls {
+                let f = call.get("function");
+                out.tool_calls.push(ToolCall {
+                    name: str_at(f, "name"),
+                    arguments: str_at(f, "arguments"),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds one stream chunk's `choices[0].delta` to the text so far.
+    pub fn absorb_chunk(&mut self, data: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<Value>(data) else {
+            return;
+        };
+        let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
+            return;
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        let Some(delta) = choice.get("delta") else {
+            return;
+        };
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            self.text.push_str(text);
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for call in calls {
+                let idx = call
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .and_then(|i| usize::try_from(i).ok())
+                    .unwrap_or(self.tool_calls.len().saturating_sub(1));
+                while self.tool_calls.len() <= idx {
+                    self.tool_calls.push(ToolCall::default());
+                }
+                let f = call.get("function");
+                if let Some(slot) = self.tool_calls.get_mut(idx) {
+                    slot.name.push_str(&str_at(f, "name"));
+                    slot.arguments.push_str(&str_at(f, "arguments"));
+                }
+            }
+        }
+    }
+
+    /// A one-line rendering: the text, then `name(arguments)` per tool call.
+    pub fn render(&self) -> String {
+        let mut out = self.text.clone();
+        for call in &self.tool_calls {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&format!("tool call: {}({})", call.name, call.arguments));
+        }
+        out
+    }
+}
+
+fn str_at(v: Option<&Value>, key: &str) -> String {
+    v.and_then(|v| v.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_round_trip_in_order() {
+        let raw = r#"{"model":"m","zeta":1,"messages":[{"role":"user","content":null,"x_weird":[1,2]}],"alpha":{"b":true},"stream":true}"#;
+        let req: ChatRequest = serde_json::from_str(raw).unwrap_or_else(|e| unreachable!("{e}"));
+        let v: Value = serde_json::to_value(&req).unwrap_or_default();
+        assert_eq!(v["zeta"], 1);
+        assert_eq!(v["alpha"]["b"], true);
+        assert_eq!(v["messages"][0]["content"], Value::Null);
+        assert_eq!(v["messages"][0]["x_weird"][1], 2);
+        let body = req.to_upstream_body("real").unwrap_or_default();
+        let up: Value = serde_json::from_slice(&body).unwrap_or_default();
+        assert_eq!(up["model"], "real");
+        assert_eq!(up["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn chunk_inspection_reads_usage_and_errors() {
+        let c =
+            inspect_chunk(br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#)
+                .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(
+            c.usage,
+            UsageField::Present(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 4
+            })
+        );
+        assert_eq!(c.choices, 0);
+        let c = inspect_chunk(br#"{"choices":[{}],"usage":null}"#)
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(c.usage, UsageField::Null);
+        let c = inspect_chunk(br#"{"error":{"message":"boom"}}"#)
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(c.error.as_deref(), Some("boom"));
+        assert!(inspect_chunk(b"not json").is_err());
+    }
+
+    #[test]
+    fn assistant_output_from_chunks() {
+        let mut out = AssistantOutput::default();
+        out.absorb_chunk(br#"{"choices":[{"delta":{"content":"Hel"}}]}"#);
+        out.absorb_chunk(br#"{"choices":[{"delta":{"content":"lo"}}]}"#);
+        out.absorb_chunk(br#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"a\""}}]}}]}"#);
+        out.absorb_chunk(br#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]},"finish_reason":"tool_calls"}]}"#);
+        assert_eq!(out.text, "Hello");
+        assert_eq!(out.tool_calls[0].name, "f");
+        assert_eq!(out.tool_calls[0].arguments, "{\"a\":1}");
+        assert_eq!(out.finish_reason.as_deref(), Some("tool_calls"));
+    }
+}

@@ -1,0 +1,201 @@
+//! `strategy = "chain"`: escalation. The cheapest tier answers first; a
+//! verified tier's answer goes to the verifier, which accepts it or sends
+//! the request on to the next tier with its feedback. Cloud tiers
+//! self-certify. Without a verifier the chain is a plain fallback chain that
+//! moves on only on provider failures.
+//!
+//! Streaming: a self-certifying (or fallback) tier streams live, committed
+//! only once its first chunk is in; a verified tier's stream is buffered,
+//! judged, and then replayed verbatim.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::verifier::{Decision, Verifier};
+use crate::config::OnExhausted;
+use crate::error::{AttemptSummary, ModelError};
+use crate::model::{Call, ChatModel, Reply, Role};
+use crate::openai::{ChatRequest, Message};
+use crate::telemetry::Verdict;
+
+pub struct Tier {
+    pub name: Arc<str>,
+    pub model: Arc<dyn ChatModel>,
+    /// The verifier checks this tier (a local tier, or listed in `verify`).
+    pub verified: bool,
+}
+
+pub struct Chain {
+    pub name: Arc<str>,
+    pub tiers: Vec<Tier>,
+    pub verifier: Option<Verifier>,
+    pub on_exhausted: OnExhausted,
+    pub ttft_timeout: Option<Duration>,
+    pub keepalive: Duration,
+}
+
+/// The request a later tier sees: the original plus the rejections so far,
+/// appended to the last user message (strict chat templates reject two
+/// user messages in a row) or as a new user message.
+fn with_feedback(req: &ChatRequest, notes: &[String]) -> ChatRequest {
+    let mut out = req.clone();
+    if notes.is_empty() {
+        return out;
+    }
+    let text = notes
+        .iter()
+        .map(|n| format!("A previous attempt was rejected: {n}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    match out.messages.last_mut() {
+        Some(last) if last.role == "user" => last.append_text(&text),
+        _ => out.messages.push(Message::new("user", text)),
+    }
+    out
+}
+
+impl Chain {
+    async fn pinned(&self, call: Call, req: ChatRequest, pin: &str) -> Result<Reply, ModelError> {
+        let Some(tier) = self.tiers.iter().find(|t| &*t.name == pin) else {
+            let names: Vec<&str> = self.tiers.iter().map(|t| &*t.name).collect();
+            return Err(ModelError::BadRequest {
+                message: format!(
+                    "x-conclave-pin: \"{pin}\" is not a tier of chain \"{}\" (tiers: {})",
+                    self.name,
+                    names.join(", ")
+                ),
+                param: None,
+            });
+        };
+        let reply = tier.model.chat(call.with_role(Role::Tier), req).await?;
+        reply.attempt.set_verdict(Verdict::Ok, None);
+        Ok(reply)
+    }
+}
+
+#[async_trait]
+impl ChatModel for Chain {
+    async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError> {
+        // A pin names a tier of the route the client asked for, not of a
+        // chain nested inside it.
+        if *call.ctx.route == *self.name
+            && let Some(pin) = call.ctx.pin.clone()
+        {
+            return self.pinned(call, req, &pin).await;
+        }
+        let mut notes: Vec<String> = Vec::new();
+        let mut trail: Vec<AttemptSummary> = Vec::new();
+        let mut best: Option<Reply> = None;
+        for tier in &self.tiers {
+            let tier_call = call
+                .with_role(Role::Tier)
+                .with_ttft_timeout(self.ttft_timeout);
+            let reply = match tier
+                .model
+                .chat(tier_call, with_feedback(&req, &notes))
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    trail.push(AttemptSummary {
+                        model: tier.name.to_string(),
+                        verdict: "error",
+                        feedback: None,
+                        error: Some(e.to_string()),
+                    });
+                    if self.verifier.is_none() && !e.is_failover() {
+                        return Err(e);
+                    }
+                    continue;
+                }
+            };
+            let verifier = match &self.verifier {
+                Some(v) if tier.verified => v,
+                _ => {
+                    reply.attempt.set_verdict(Verdict::Accept, None);
+                    return Ok(reply);
+                }
+            };
+            let served_by = reply.served_by.to_string();
+            let (reply, output) = match reply.buffer().await {
+                Ok(x) => x,
+                Err(e) => {
+                    trail.push(AttemptSummary {
+                        model: served_by,
+                        verdict: "error",
+                        feedback: None,
+                        error: Some(e.to_string()),
+                    });
+                    continue;
+                }
+            };
+            match verifier.verify(&call, &req, &output).await {
+                Decision::Accept => {
+                    reply.attempt.set_verdict(Verdict::Accept, None);
+                    return Ok(reply);
+                }
+                Decision::Escalate(feedback) => {
+                    reply
+                        .attempt
+                        .set_verdict(Verdict::Escalate, Some(feedback.clone()));
+                    trail.push(AttemptSummary {
+                        model: served_by,
+                        verdict: "escalate",
+                        feedback: Some(feedback.clone()),
+                        error: None,
+                    });
+                    notes.push(feedback);
+                    best = Some(reply);
+                }
+            }
+        }
+        match (self.on_exhausted, best) {
+            (OnExhausted::BestAttempt, Some(mut reply)) => {
+                reply.exhausted = true;
+                Ok(reply)
+            }
+            _ => Err(ModelError::Exhausted {
+                route: self.name.clone(),
+                attempts: trail,
+            }),
+        }
+    }
+
+    fn keepalive(&self) -> Option<Duration> {
+        (self.verifier.is_some() && self.tiers.iter().any(|t| t.verified)).then_some(self.keepalive)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn feedback_joins_the_last_user_message() {
+        let req: ChatRequest = serde_json::from_value(json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "Write a haiku"}]
+        }))
+        .unwrap();
+        let out = with_feedback(&req, &["too long".into()]);
+        assert_eq!(out.messages.len(), 1);
+        assert_eq!(
+            out.messages[0].text(),
+            "Write a haiku\n\nA previous attempt was rejected: too long"
+        );
+        let req: ChatRequest = serde_json::from_value(json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "42", "tool_call_id": "c"}]
+        }))
+        .unwrap();
+        let out = with_feedback(&req, &["a".into(), "b".into()]);
+        assert_eq!(out.messages.len(), 3);
+        assert_eq!(
+            out.messages[2].text(),
+            "A previous attempt was rejected: a\nA previous attempt was rejected: b"
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! The JSONL event log: one JSON object per line, written by a dedicated
+//! thread so that file I/O never runs on a request's task.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::thread::JoinHandle;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::context::RequestCtx;
+
+/// Events waiting for the writer; beyond this the log drops (and counts)
+/// events rather than slow requests down.
+const QUEUE: usize = 16_384;
+
+#[derive(Serialize)]
+pub struct Event {
+    ts: String,
+    request_id: String,
+    route: Arc<str>,
+    event: &'static str,
+    #[serde(flatten)]
+    body: EventBody,
+}
+
+impl Event {
+    /// An event stamped `at` (an attempt is stamped with its start).
+    pub fn new(ctx: &RequestCtx, event: &'static str, body: EventBody, at: SystemTime) -> Self {
+        Event {
+            ts: humantime::format_rfc3339_millis(at).to_string(),
+            request_id: ctx.id.clone(),
+            route: ctx.route.clone(),
+            event,
+            body,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum EventBody {
+    Attempt(Box<super::attempt::AttemptEvent>),
+    Fields(Map<String, Value>),
+}
+
+enum Msg {
+    Event(Event),
+    Close,
+}
+
+pub struct EventLog {
+    tx: SyncSender<Msg>,
+    dropped: AtomicU64,
+    /// Taken once by `close` to wait for the writer to flush.
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EventLog {
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let (tx, rx) = sync_channel(QUEUE);
+        let writer = std::thread::Builder::new()
+            .name("conclave-events".into())
+            .spawn(move || write_loop(rx, BufWriter::new(file)))?;
+        Ok(EventLog {
+            tx,
+            dropped: AtomicU64::new(0),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    pub fn send(&self, event: Event) {
+        match self.tx.try_send(Msg::Event(event)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_power_of_two() {
+                    tracing::warn!(dropped = n, "event log queue full; events dropped");
+                }
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    /// Flushes what is queued and stops the writer.
+    pub fn close(&self) {
+        let _ = self.tx.send(Msg::Close);
+        if let Some(h) = self.writer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn write_loop(rx: Receiver<Msg>, mut out: BufWriter<File>) {
+    while let Ok(msg) = rx.recv() {
+        let mut next = Some(msg);
+        // Drain whatever is queued, then flush once.
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Event(ev) => {
+                    if let Err(e) = serde_json::to_writer(&mut out, &ev)
+                        .and_then(|()| out.write_all(b"\n").map_err(serde_json::Error::io))
+                    {
+                        tracing::warn!("event log write failed: {e}");
+                    }
+                }
+                Msg::Close => {
+                    let _ = out.flush();
+                    return;
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        if let Err(e) = out.flush() {
+            tracing::warn!("event log flush failed: {e}");
+        }
+    }
+    let _ = out.flush();
+}

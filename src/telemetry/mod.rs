@@ -1,0 +1,225 @@
+//! Telemetry: the metric names (the contract the dashboards read), the
+//! Prometheus recorder, the JSONL event log, and the one place that records
+//! an upstream attempt ([`Attempt`]).
+//!
+//! Label values only ever come from the config (route, model and upstream
+//! names) or from small fixed sets (role, verdict, warm, status), so a model
+//! name a client makes up never becomes a time series.
+
+mod attempt;
+mod events;
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use dashmap::DashMap;
+use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::time::Instant;
+
+pub use attempt::{Attempt, ModelInfo, Verdict, Warm};
+pub use events::{Event, EventBody, EventLog};
+
+use crate::context::RequestCtx;
+
+pub const REQUESTS_TOTAL: &str = "conclave_requests_total";
+pub const REQUEST_DURATION: &str = "conclave_request_duration_seconds";
+pub const OVERHEAD: &str = "conclave_overhead_seconds";
+pub const ATTEMPTS_TOTAL: &str = "conclave_attempts_total";
+pub const ATTEMPT_DURATION: &str = "conclave_attempt_duration_seconds";
+pub const ATTEMPT_TTFT: &str = "conclave_attempt_ttft_seconds";
+pub const TOKENS_TOTAL: &str = "conclave_tokens_total";
+pub const COST_USD_TOTAL: &str = "conclave_cost_usd_total";
+pub const UPSTREAM_ERRORS_TOTAL: &str = "conclave_upstream_errors_total";
+pub const INFLIGHT_REQUESTS: &str = "conclave_inflight_requests";
+pub const LLAMA_SWAP_WARM: &str = "conclave_llama_swap_warm";
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+const OVERHEAD_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+];
+
+/// The process-wide Prometheus recorder. `metrics` has one global recorder,
+/// so every gateway in a process (tests start several) shares it.
+static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+fn prometheus() -> Option<&'static PrometheusHandle> {
+    PROMETHEUS
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(OVERHEAD.into()), OVERHEAD_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                });
+            let handle = match builder.and_then(|b| b.install_recorder()) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!("metrics disabled: {e}");
+                    return None;
+                }
+            };
+            describe();
+            let upkeep = handle.clone();
+            // Detached on purpose: upkeep lives as long as the process.
+            std::thread::spawn(move || {
+                loop {
+                    std::thread::sleep(Duration::from_secs(5));
+                    upkeep.run_upkeep();
+                }
+            });
+            Some(handle)
+        })
+        .as_ref()
+}
+
+fn describe() {
+    describe_counter!(
+        REQUESTS_TOTAL,
+        "Client requests by route, strategy and final status"
+    );
+    describe_histogram!(REQUEST_DURATION, Unit::Seconds, "Client request wall time");
+    describe_histogram!(
+        OVERHEAD,
+        Unit::Seconds,
+        "Request wall time minus the union of its upstream waits"
+    );
+    describe_counter!(
+        ATTEMPTS_TOTAL,
+        "Upstream calls by model, role, verdict and warm state"
+    );
+    describe_histogram!(ATTEMPT_DURATION, Unit::Seconds, "Upstream call duration");
+    describe_histogram!(
+        ATTEMPT_TTFT,
+        Unit::Seconds,
+        "Upstream time to first stream event"
+    );
+    describe_counter!(TOKENS_TOTAL, "Tokens by model and kind (input, output)");
+    describe_counter!(COST_USD_TOTAL, "Spend in US dollars by model and key");
+    describe_counter!(
+        UPSTREAM_ERRORS_TOTAL,
+        "Failed upstream calls by upstream and kind"
+    );
+    describe_gauge!(INFLIGHT_REQUESTS, "Client requests in flight by route");
+    describe_gauge!(
+        LLAMA_SWAP_WARM,
+        "1 when llama-swap reports the model loaded"
+    );
+}
+
+/// Shared by every request: the event log and the cost totals.
+pub struct Telemetry {
+    events: Option<EventLog>,
+    /// `metrics` counters are integers; dollars are not, so spend is summed
+    /// here and rendered as a counter next to the recorder's output.
+    cost: DashMap<(Arc<str>, Arc<str>), f64>,
+}
+
+impl Telemetry {
+    pub fn new(event_log: Option<&Path>) -> std::io::Result<Arc<Self>> {
+        prometheus();
+        let events = event_log.map(EventLog::open).transpose()?;
+        Ok(Arc::new(Telemetry {
+            events,
+            cost: DashMap::new(),
+        }))
+    }
+
+    /// Telemetry with no event log (unit tests).
+    pub fn for_tests() -> Arc<Self> {
+        Arc::new(Telemetry {
+            events: None,
+            cost: DashMap::new(),
+        })
+    }
+
+    pub fn events_enabled(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// Queues one event for the log; never blocks the request.
+    pub fn emit(&self, ctx: &RequestCtx, event: &'static str, body: EventBody, at: SystemTime) {
+        if let Some(log) = &self.events {
+            log.send(Event::new(ctx, event, body, at));
+        }
+    }
+
+    pub fn add_cost(&self, model: &Arc<str>, key: &Arc<str>, usd: f64) {
+        if usd > 0.0 {
+            *self.cost.entry((model.clone(), key.clone())).or_insert(0.0) += usd;
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = prometheus().map(|h| h.render()).unwrap_or_default();
+        if !self.cost.is_empty() {
+            out.push_str(&format!(
+                "# HELP {COST_USD_TOTAL} Spend in US dollars by model and key\n# TYPE {COST_USD_TOTAL} counter\n"
+            ));
+            for e in self.cost.iter() {
+                let (model, key) = e.key();
+                out.push_str(&format!(
+                    "{COST_USD_TOTAL}{{model=\"{}\",key=\"{}\"}} {}\n",
+                    escape_label(model),
+                    escape_label(key),
+                    e.value()
+                ));
+            }
+        }
+        out
+    }
+
+    /// Flushes and closes the event log.
+    pub fn shutdown(&self) {
+        if let Some(log) = &self.events {
+            log.close();
+        }
+    }
+}
+
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Records the end of one client request: count, duration and overhead.
+/// `status` is the HTTP status, `stream_error` when a started stream ended
+/// in an error event, or `499` when the client went away first.
+pub fn record_request(ctx: &RequestCtx, status: &'static str) {
+    let now = Instant::now();
+    let wall = now - ctx.started;
+    let overhead = wall.saturating_sub(ctx.upstream_wait(now));
+    let route = ctx.route.clone();
+    counter!(REQUESTS_TOTAL, "route" => route.clone(), "strategy" => ctx.strategy, "status" => status)
+        .increment(1);
+    histogram!(REQUEST_DURATION, "route" => route.clone(), "strategy" => ctx.strategy)
+        .record(wall.as_secs_f64());
+    histogram!(OVERHEAD, "route" => route, "strategy" => ctx.strategy)
+        .record(overhead.as_secs_f64());
+}
+
+/// Maps an HTTP status to a `'static` label value.
+pub fn status_label(code: u16) -> &'static str {
+    match code {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        413 => "413",
+        422 => "422",
+        429 => "429",
+        499 => "499",
+        500 => "500",
+        502 => "502",
+        503 => "503",
+        504 => "504",
+        c if c < 300 => "2xx",
+        c if c < 500 => "4xx",
+        _ => "5xx",
+    }
+}

@@ -1,0 +1,94 @@
+//! Upstreams: where concrete models live. A [`Transport`] moves request
+//! bytes to a server and hands back its raw response (`openai` over
+//! reqwest, `mock` in-process); [`decode`] turns any raw response into a
+//! completion or a committed chunk stream; [`ConcreteModel`] is the one
+//! decorator that makes an upstream model a [`crate::model::ChatModel`] and
+//! records every call as an attempt.
+
+mod concrete;
+pub mod decode;
+mod llama_swap;
+mod mock;
+mod openai;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+
+pub use concrete::ConcreteModel;
+
+use crate::config::{self, Lane, UpstreamKind};
+use crate::telemetry::Warm;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response body as it arrives from the server.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, BoxError>> + Send>>;
+
+/// An upstream's raw HTTP answer.
+pub struct RawResponse {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub body: BodyStream,
+}
+
+/// No response arrived (refused, reset, DNS, TLS).
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct TransportError {
+    pub reason: String,
+    #[source]
+    pub source: Option<BoxError>,
+}
+
+/// Moves a chat completion request to one server.
+#[async_trait]
+pub trait Transport: Send + Sync {
+    /// POSTs a chat completion body and returns once the status line is in.
+    async fn send(&self, body: Bytes, request_id: &str) -> Result<RawResponse, TransportError>;
+
+    /// Whether `model` is loaded right now (llama-swap), if that is known.
+    async fn warm(&self, _model: &str) -> Warm {
+        Warm::Unknown
+    }
+
+    /// `Ok` when the server answers at all.
+    async fn ready(&self) -> Result<(), String>;
+}
+
+/// One configured upstream.
+pub struct Upstream {
+    pub name: Arc<str>,
+    pub lane: Lane,
+    pub timeout: Duration,
+    pub transport: Box<dyn Transport>,
+}
+
+impl Upstream {
+    pub fn from_config(name: &str, cfg: &config::Upstream) -> Result<Self, reqwest::Error> {
+        let transport: Box<dyn Transport> = match &cfg.kind {
+            UpstreamKind::OpenAi {
+                base_url,
+                api_key,
+                llama_swap,
+            } => Box::new(openai::OpenAiTransport::new(
+                base_url,
+                api_key.as_ref(),
+                llama_swap.as_deref(),
+            )?),
+            UpstreamKind::Mock { swap_delay, models } => {
+                Box::new(mock::MockTransport::new(models.clone(), *swap_delay))
+            }
+        };
+        Ok(Upstream {
+            name: name.into(),
+            lane: cfg.lane,
+            timeout: cfg.timeout,
+            transport,
+        })
+    }
+}

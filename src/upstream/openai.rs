@@ -1,0 +1,126 @@
+//! `kind = "openai"`: any OpenAI-compatible server, over one pooled reqwest
+//! client per upstream with `TCP_NODELAY`. The API key becomes an
+//! `Authorization: Bearer` header marked sensitive, so it is never printed.
+
+use std::error::Error as _;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::TryStreamExt;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+
+use super::llama_swap::LlamaSwapProbe;
+use super::{BoxError, RawResponse, Transport, TransportError};
+use crate::config::Secret;
+use crate::telemetry::Warm;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const READY_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub struct OpenAiTransport {
+    client: reqwest::Client,
+    chat_url: String,
+    models_url: String,
+    auth: Option<HeaderValue>,
+    llama_swap: Option<LlamaSwapProbe>,
+}
+
+impl OpenAiTransport {
+    pub fn new(
+        base_url: &str,
+        api_key: Option<&Secret>,
+        llama_swap: Option<&str>,
+    ) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()?;
+        let auth = api_key.and_then(|k| {
+            let mut v = HeaderValue::from_str(&format!("Bearer {}", k.0)).ok()?;
+            v.set_sensitive(true);
+            Some(v)
+        });
+        Ok(OpenAiTransport {
+            llama_swap: llama_swap.map(|u| LlamaSwapProbe::new(client.clone(), u)),
+            client,
+            chat_url: format!("{base_url}/chat/completions"),
+            models_url: format!("{base_url}/models"),
+            auth,
+        })
+    }
+}
+
+/// Says why no response arrived, without URLs or internals.
+fn describe(e: &reqwest::Error) -> String {
+    let mut src = e.source();
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+                std::io::ErrorKind::ConnectionReset => "connection reset".into(),
+                std::io::ErrorKind::TimedOut => "connect timed out".into(),
+                _ => format!("connection failed ({})", io.kind()),
+            };
+        }
+        src = s.source();
+    }
+    if e.is_timeout() {
+        "connect timed out".into()
+    } else if e.is_connect() {
+        "could not connect".into()
+    } else {
+        "the connection failed before a response".into()
+    }
+}
+
+#[async_trait]
+impl Transport for OpenAiTransport {
+    async fn send(&self, body: Bytes, request_id: &str) -> Result<RawResponse, TransportError> {
+        let mut req = self
+            .client
+            .post(&self.chat_url)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(body);
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        if let Ok(id) = HeaderValue::from_str(request_id) {
+            req = req.header("x-request-id", id);
+        }
+        let resp = req.send().await.map_err(|e| TransportError {
+            reason: describe(&e),
+            source: Some(Box::new(e.without_url())),
+        })?;
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Ok(RawResponse {
+            status: resp.status().as_u16(),
+            retry_after,
+            body: Box::pin(
+                resp.bytes_stream()
+                    .map_err(|e| Box::new(e.without_url()) as BoxError),
+            ),
+        })
+    }
+
+    async fn warm(&self, model: &str) -> Warm {
+        match &self.llama_swap {
+            Some(p) => p.warm(model).await,
+            None => Warm::Unknown,
+        }
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        let mut req = self.client.get(&self.models_url).timeout(READY_TIMEOUT);
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        // Any HTTP answer, even 401, means the server is there.
+        req.send().await.map(|_| ()).map_err(|e| describe(&e))
+    }
+}
