@@ -223,6 +223,30 @@ pub fn strip_usage(data: &[u8]) -> Result<Bytes, serde_json::Error> {
     serde_json::to_vec(&obj).map(Bytes::from)
 }
 
+/// Removes `"usage": null` from a chunk (upstreams add it to every chunk
+/// once usage is requested). Compact JSON is edited in place: in it,
+/// `,"usage":null` can only be a key, since a quote inside a string is
+/// escaped. Other layouts are re-serialised.
+pub fn strip_null_usage(data: &Bytes) -> Bytes {
+    const KEY: &[u8] = b"\"usage\":null";
+    if let Some(at) = memchr::memmem::find(data, KEY) {
+        let end = at + KEY.len();
+        if at > 0 && data.get(at - 1) == Some(&b',') {
+            let mut out = Vec::with_capacity(data.len());
+            out.extend_from_slice(&data[..at - 1]);
+            out.extend_from_slice(&data[end..]);
+            return Bytes::from(out);
+        }
+        if at > 0 && data.get(at - 1) == Some(&b'{') && data.get(end) == Some(&b',') {
+            let mut out = Vec::with_capacity(data.len());
+            out.extend_from_slice(&data[..at]);
+            out.extend_from_slice(&data[end + 1..]);
+            return Bytes::from(out);
+        }
+    }
+    strip_usage(data).unwrap_or_else(|_| data.clone())
+}
+
 #[derive(Deserialize)]
 struct CompletionProbe {
     #[serde(default)]
@@ -377,6 +401,26 @@ mod tests {
             .unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(c.error.as_deref(), Some("boom"));
         assert!(inspect_chunk(b"not json").is_err());
+    }
+
+    #[test]
+    fn null_usage_is_removed_exactly() {
+        let cases = [
+            (
+                r#"{"id":"x","choices":[],"usage":null}"#,
+                r#"{"id":"x","choices":[]}"#,
+            ),
+            (r#"{"usage":null,"id":"x"}"#, r#"{"id":"x"}"#),
+            (
+                r#"{"c":"a\",\"usage\":null","usage":null}"#,
+                r#"{"c":"a\",\"usage\":null"}"#,
+            ),
+            (r#"{"id": "x", "usage": null}"#, r#"{"id":"x"}"#),
+        ];
+        for (input, want) in cases {
+            let got = strip_null_usage(&Bytes::from(input));
+            assert_eq!(std::str::from_utf8(&got).unwrap(), want, "{input}");
+        }
     }
 
     #[test]

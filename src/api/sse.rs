@@ -27,7 +27,7 @@ use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::graph::Node;
 use crate::model::{Call, ChunkStream, Reply, ReplyBody};
-use crate::openai::{ChatRequest, UsageField, strip_usage};
+use crate::openai::{ChatRequest, UsageField, strip_null_usage, strip_usage};
 use crate::telemetry::status_label;
 
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
@@ -189,15 +189,17 @@ impl Stream for ClientStream {
         loop {
             match this.inner.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
-                    if !this.include_usage && matches!(chunk.usage, UsageField::Present(_)) {
-                        // conclave asked for usage, the client did not.
-                        if chunk.choices == 0 {
-                            continue;
-                        }
-                        let data = strip_usage(&chunk.data).unwrap_or(chunk.data);
-                        return Poll::Ready(Some(Ok(frame(&data))));
+                    if this.include_usage {
+                        return Poll::Ready(Some(Ok(frame(&chunk.data))));
                     }
-                    return Poll::Ready(Some(Ok(frame(&chunk.data))));
+                    // conclave asked for usage, the client did not: hide it.
+                    let data = match chunk.usage {
+                        UsageField::Absent => chunk.data,
+                        UsageField::Null => strip_null_usage(&chunk.data),
+                        UsageField::Present(_) if chunk.choices == 0 => continue,
+                        UsageField::Present(_) => strip_usage(&chunk.data).unwrap_or(chunk.data),
+                    };
+                    return Poll::Ready(Some(Ok(frame(&data))));
                 }
                 Poll::Ready(Some(Err(e))) => {
                     this.done = true;

@@ -1,0 +1,258 @@
+//! Black-box test harness: starts the real `conclave` binary (`serve` or
+//! `mock`) on 127.0.0.1:0 with a temporary config, and talks HTTP to it.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A running `conclave` process; killed when dropped.
+pub struct Proc {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Proc {
+    /// `conclave serve` with `toml` (`{dir}` is replaced by a temp dir).
+    pub fn gateway(toml: &str) -> Proc {
+        Proc::gateway_env(toml, &[])
+    }
+
+    pub fn gateway_env(toml: &str, env: &[(&str, &str)]) -> Proc {
+        Proc::start(&["serve", "--listen", "127.0.0.1:0"], toml, env)
+    }
+
+    /// `conclave mock` serving the `kind = "mock"` upstream in `toml`.
+    pub fn mock(toml: &str) -> Proc {
+        Proc::start(&["mock", "--listen", "127.0.0.1:0"], toml, &[])
+    }
+
+    fn start(args: &[&str], toml: &str, env: &[(&str, &str)]) -> Proc {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("conclave.toml");
+        let text = toml.replace("{dir}", &dir.path().display().to_string());
+        std::fs::write(&config, text).unwrap();
+        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_conclave"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "conclave=debug,warn")
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let Some(base) = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .filter(|b| b.starts_with("http://"))
+        else {
+            let _ = child.wait();
+            let err = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+            panic!("conclave {args:?} did not start: {line}\n{err}");
+        };
+        Proc {
+            base: base.to_owned(),
+            child,
+            dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The OpenAI base URL (`…/v1`).
+    pub fn v1(&self) -> String {
+        self.url("/v1")
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.path("stderr.log")).unwrap_or_default()
+    }
+
+    /// The JSONL event log at `{dir}/events.jsonl`, once `n` lines are in.
+    pub async fn events(&self, n: usize) -> Vec<Value> {
+        for _ in 0..200 {
+            let text = std::fs::read_to_string(self.path("events.jsonl")).unwrap_or_default();
+            let lines: Vec<Value> = text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            if lines.len() >= n {
+                return lines;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "fewer than {n} events in the log:\n{}",
+            std::fs::read_to_string(self.path("events.jsonl")).unwrap_or_default()
+        );
+    }
+
+    /// `GET /metrics` as text.
+    pub async fn metrics(&self) -> String {
+        client()
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// What a mock server received (`GET /mock/requests`).
+    pub async fn received(&self) -> Vec<Value> {
+        let v: Value = client()
+            .get(self.url("/mock/requests"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["requests"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// A mock server's counters (`GET /mock/stats`).
+    pub async fn stats(&self) -> Value {
+        client()
+            .get(self.url("/mock/stats"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// A response read whole: status, headers and body.
+pub struct Resp {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The SSE `data:` payloads, in order (comments skipped).
+    pub fn data_events(&self) -> Vec<String> {
+        sse_data(&self.text)
+    }
+}
+
+pub fn sse_data(text: &str) -> Vec<String> {
+    text.split("\n\n")
+        .filter_map(|ev| {
+            let data: Vec<&str> = ev
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .collect();
+            (!data.is_empty()).then(|| data.join("\n"))
+        })
+        .collect()
+}
+
+/// POSTs raw bytes to `/v1/chat/completions` with extra headers.
+pub async fn post_raw(
+    base: &str,
+    body: impl Into<reqwest::Body>,
+    headers: &[(&str, &str)],
+) -> Resp {
+    let mut req = client()
+        .post(format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.unwrap();
+    Resp {
+        status: r.status().as_u16(),
+        headers: r.headers().clone(),
+        text: r.text().await.unwrap_or_default(),
+    }
+}
+
+pub async fn post(base: &str, body: &Value) -> Resp {
+    post_raw(base, body.to_string(), &[]).await
+}
+
+pub async fn post_with(base: &str, body: &Value, headers: &[(&str, &str)]) -> Resp {
+    post_raw(base, body.to_string(), headers).await
+}
+
+/// A chat request for `model` with one user message.
+pub fn chat(model: &str, text: &str) -> Value {
+    serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]})
+}
+
+pub fn chat_stream(model: &str, text: &str) -> Value {
+    let mut v = chat(model, text);
+    v["stream"] = Value::Bool(true);
+    v
+}
+
+/// Polls `check` until it holds, for up to `secs` seconds.
+pub async fn eventually<F, Fut>(secs: u64, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A config for a gateway in front of the mock at `mock_v1`, with the
+/// models `names` (same name upstream) and an event log in `{dir}`.
+pub fn front_of(mock_v1: &str, names: &[&str], extra: &str) -> String {
+    let mut t = format!(
+        "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n[upstreams.up]\nkind = \"openai\"\nbase_url = \"{mock_v1}\"\ntimeout = \"5s\"\n\n"
+    );
+    for n in names {
+        t.push_str(&format!("[models.{n}]\nupstream = \"up\"\n\n"));
+    }
+    t.push_str(extra);
+    t
+}
