@@ -2,7 +2,7 @@
 //! names are resolved (models and routes share one namespace), references
 //! checked, and cycles between routes found.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -34,15 +34,18 @@ pub(super) fn validate(
     let server = server(doc.remove("server"), errs);
     let keys = keys(doc.remove("keys"), env, errs, &mut warnings);
     let upstreams = upstreams(doc.remove("upstreams"), env, errs, &mut warnings);
-    let models = models(doc.remove("models"), &upstreams, errs);
-    let routes = routes(doc.remove("routes"), errs);
+    // Names whose tables failed to parse still count as defined, so one
+    // bad table does not cascade into "unknown model" errors elsewhere.
+    let mut broken = HashSet::new();
+    let models = models(doc.remove("models"), &upstreams, errs, &mut broken);
+    let routes = routes(doc.remove("routes"), errs, &mut broken);
     for key in doc.keys() {
         errs.push(
             key.clone(),
             "unknown top-level key (expected server, keys, upstreams, models, routes)",
         );
     }
-    check_names(&models, &routes, &keys, errs);
+    check_names(&models, &routes, &broken, &keys, errs);
     check_cycles(&routes, errs);
     Some(Config {
         server: server?,
@@ -283,11 +286,13 @@ fn models(
     v: Option<toml::Value>,
     upstreams: &IndexMap<String, Upstream>,
     errs: &mut Errors,
+    broken: &mut HashSet<String>,
 ) -> IndexMap<String, Model> {
     let mut out = IndexMap::new();
     for (name, item) in table(v, "models", errs) {
         let path = format!("models.{name}");
         let Some(m) = errs.parse::<raw::Model>(&path, item) else {
+            broken.insert(name);
             continue;
         };
         if !upstreams.contains_key(&m.upstream) {
@@ -317,7 +322,11 @@ fn models(
     out
 }
 
-fn routes(v: Option<toml::Value>, errs: &mut Errors) -> IndexMap<String, Route> {
+fn routes(
+    v: Option<toml::Value>,
+    errs: &mut Errors,
+    broken: &mut HashSet<String>,
+) -> IndexMap<String, Route> {
     let mut out = IndexMap::new();
     for (name, item) in table(v, "routes", errs) {
         let path = format!("routes.{name}");
@@ -360,8 +369,13 @@ fn routes(v: Option<toml::Value>, errs: &mut Errors) -> IndexMap<String, Route> 
                 None
             }
         };
-        if let Some(r) = route {
-            out.insert(name, r);
+        match route {
+            Some(r) => {
+                out.insert(name, r);
+            }
+            None => {
+                broken.insert(name);
+            }
         }
     }
     out
@@ -441,6 +455,7 @@ pub(super) fn references(name: &str, route: &Route) -> Vec<(String, String)> {
 fn check_names(
     models: &IndexMap<String, Model>,
     routes: &IndexMap<String, Route>,
+    broken: &HashSet<String>,
     keys: &[Key],
     errs: &mut Errors,
 ) {
@@ -452,7 +467,7 @@ fn check_names(
             );
         }
     }
-    let known = |n: &str| models.contains_key(n) || routes.contains_key(n);
+    let known = |n: &str| models.contains_key(n) || routes.contains_key(n) || broken.contains(n);
     for (name, route) in routes {
         for (path, target) in references(name, route) {
             if !known(&target) {

@@ -1,0 +1,20 @@
+# Build: docker build -t conclave .
+# Run:   docker run -p 4000:4000 -v $PWD/config/conclave.toml:/etc/conclave/conclave.toml conclave
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin conclave \
+    && strip target/release/conclave
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /var/lib/conclave --create-home conclave
+COPY --from=build /src/target/release/conclave /usr/local/bin/conclave
+COPY config/demo.toml config/example.toml /etc/conclave/
+USER conclave
+WORKDIR /var/lib/conclave
+EXPOSE 4000
+ENTRYPOINT ["conclave"]
+CMD ["serve", "--config", "/etc/conclave/conclave.toml", "--listen", "0.0.0.0:4000"]

@@ -1,0 +1,116 @@
+//! The command line: `conclave check` prints the graph or every error.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Command;
+
+fn conclave(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_conclave"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_accepts_the_demo_and_prints_the_graph() {
+    let (code, out, err) = conclave(&["check", "--config", "config/demo.toml"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("config/demo.toml: ok"), "{out}");
+    assert!(
+        out.contains("review: chain qwen-small (verified) -> gemma-large (verified) -> frontier (self-certifies) ; verifier verifier"),
+        "{out}"
+    );
+    assert!(
+        out.contains("failover: chain flaky (fallback) -> frontier (fallback)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_accepts_the_example_once_its_secrets_are_set() {
+    let env = [
+        ("CONCLAVE_KEY_TEAM_A", "k-a"),
+        ("CONCLAVE_KEY_OPS", "k-ops"),
+        ("OPENAI_API_KEY", "sk-o"),
+        ("ANTHROPIC_API_KEY", "sk-a"),
+    ];
+    let (code, out, err) = conclave(&["check", "--config", "config/example.toml"], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        !out.contains("sk-o") && !out.contains("k-ops"),
+        "secrets printed: {out}"
+    );
+    // Without them, every missing variable is named.
+    let (code, _, err) = conclave(&["check", "--config", "config/example.toml"], &[]);
+    assert_eq!(code, 2);
+    for var in [
+        "CONCLAVE_KEY_TEAM_A",
+        "CONCLAVE_KEY_OPS",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+    ] {
+        assert!(
+            err.contains(&format!("environment variable {var} is not set")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn check_lists_every_error_with_its_key_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        r#"
+[upstreams.sim]
+kind = "mock"
+
+[models.qwen]
+upstream = "sim"
+temperature = 0.2
+
+[routes.review]
+strategy = "chain"
+tiers = ["qwen", "gemma4", "gemma5"]
+verifier = "sonnet"
+"#,
+    )
+    .unwrap();
+    let p = path.display().to_string();
+    let (code, out, err) = conclave(&["check", "--config", &p], &[]);
+    assert_eq!(code, 2, "{out}");
+    for line in [
+        format!("{p}: models.qwen.temperature: unknown field `temperature`"),
+        format!("{p}: routes.review.tiers[1]: unknown model \"gemma4\""),
+        format!("{p}: routes.review.tiers[2]: unknown model \"gemma5\""),
+        format!("{p}: routes.review.verifier: unknown model \"sonnet\""),
+    ] {
+        assert!(err.contains(&line), "missing {line:?} in:\n{err}");
+    }
+    assert!(err.contains("4 error(s)"), "{err}");
+
+    // `serve` refuses the same file with the same messages.
+    let (code, _, err2) = conclave(&["serve", "--config", &p], &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err2.contains("routes.review.tiers[2]: unknown model \"gemma5\""),
+        "{err2}"
+    );
+}
+
+#[test]
+fn a_missing_config_file_is_a_clear_error() {
+    let (code, _, err) = conclave(&["check", "--config", "no/such/file.toml"], &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no/such/file.toml: cannot read the file"),
+        "{err}"
+    );
+}

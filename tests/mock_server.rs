@@ -1,0 +1,147 @@
+//! `conclave mock`: the standalone simulated OpenAI + llama-swap server.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+const MOCK: &str = r#"
+[upstreams.sim]
+kind = "mock"
+swap_delay = "200ms"
+
+[upstreams.sim.models.a]
+reply = "echo"
+
+[upstreams.sim.models.b]
+reply = { json = { accept = true, score = 0.5 } }
+
+[upstreams.sim.models.tool]
+reply = { tool_call = { name = "lookup", arguments = { q = "weather" } } }
+
+[upstreams.sim.models.flaky]
+reply = { text = "fine" }
+[[upstreams.sim.models.flaky.rules]]
+when_call = [1]
+then = { status = 503, error_message = "warming up", retry_after = 2 }
+[[upstreams.sim.models.flaky.rules]]
+when_contains = "secret word"
+then = { reply = { text = "you said it" } }
+
+[upstreams.sim.models.junk]
+fail = "garbage"
+"#;
+
+async fn running(mock: &Proc) -> Value {
+    client()
+        .get(mock.url("/running"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn one_model_is_loaded_at_a_time_and_swaps_take_time() {
+    let mock = Proc::mock(MOCK);
+    assert_eq!(running(&mock).await, json!({"running": []}));
+    let t = std::time::Instant::now();
+    assert_eq!(post(&mock.base, &chat("a", "x")).await.status, 200);
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "the first load swaps"
+    );
+    assert_eq!(
+        running(&mock).await,
+        json!({"running": [{"model": "a", "state": "ready"}]})
+    );
+    let t = std::time::Instant::now();
+    post(&mock.base, &chat("a", "x")).await;
+    assert!(
+        t.elapsed() < Duration::from_millis(150),
+        "a loaded model answers at once"
+    );
+    post(&mock.base, &chat("b", "x")).await;
+    assert_eq!(running(&mock).await["running"][0]["model"], "b");
+}
+
+#[tokio::test]
+async fn replies_rules_and_failures() {
+    let mock = Proc::mock(MOCK);
+    let r = post(&mock.base, &chat("a", "say this back")).await;
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "say this back"
+    );
+
+    let r = post(&mock.base, &chat("b", "x")).await;
+    let content: Value = serde_json::from_str(
+        r.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(content, json!({"accept": true, "score": 0.5}));
+
+    let r = post(&mock.base, &chat("tool", "x")).await.json();
+    assert_eq!(r["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(
+        r["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        "lookup"
+    );
+    assert_eq!(
+        r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        r#"{"q":"weather"}"#
+    );
+
+    let r = post(&mock.base, &chat("flaky", "x")).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("2"));
+    assert_eq!(r.json()["error"]["message"], "warming up");
+    let r = post(&mock.base, &chat("flaky", "x")).await;
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "fine");
+    let r = post(&mock.base, &chat("flaky", "the secret word")).await;
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "you said it");
+
+    let r = post(&mock.base, &chat("junk", "x")).await;
+    assert_eq!(r.status, 200);
+    assert!(serde_json::from_str::<Value>(&r.text).is_err());
+
+    let models: Value = client()
+        .get(mock.url("/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"].as_array().unwrap().len(), 5);
+    let received = mock.received().await;
+    assert_eq!(received.len(), 7);
+    assert_eq!(
+        received[0]["body"]["messages"][0]["content"],
+        "say this back"
+    );
+}
+
+#[tokio::test]
+async fn streamed_tool_calls_arrive_in_pieces() {
+    let mock = Proc::mock(MOCK);
+    let r = post(&mock.base, &chat_stream("tool", "x")).await;
+    let events = r.data_events();
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let mut args = String::new();
+    for e in &events[..events.len() - 1] {
+        let v: Value = serde_json::from_str(e).unwrap();
+        if let Some(a) = v["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str()
+        {
+            args.push_str(a);
+        }
+    }
+    assert_eq!(args, r#"{"q":"weather"}"#);
+}
