@@ -20,8 +20,6 @@ pub struct RequestCtx {
     pub strategy: &'static str,
     /// The API key's name, or `anonymous` when the gateway has no keys.
     pub key: Arc<str>,
-    /// `x-conclave-pin`: the one model a chain must use.
-    pub pin: Option<String>,
     pub started: Instant,
     /// `server.request_timeout` after `started`; upstream calls end by then.
     pub deadline: Instant,
@@ -39,7 +37,6 @@ impl RequestCtx {
         route: Arc<str>,
         strategy: &'static str,
         key: Arc<str>,
-        pin: Option<String>,
         timeout: Duration,
         telemetry: Arc<Telemetry>,
     ) -> Self {
@@ -49,7 +46,6 @@ impl RequestCtx {
             route,
             strategy,
             key,
-            pin,
             started,
             deadline: started + timeout,
             telemetry,
@@ -117,7 +113,6 @@ mod tests {
             "route".into(),
             "chain",
             "k".into(),
-            None,
             Duration::from_secs(60),
             Telemetry::for_tests(),
         );

@@ -115,7 +115,10 @@ impl Graph {
                     Some(v) => Some(Verifier {
                         name: v.as_str().into(),
                         model: self.route(config, v)?,
-                        json_mode: config.models.get(v).is_some_and(|m| m.json_mode),
+                        json_mode: config
+                            .models
+                            .get(config.resolve_alias(v))
+                            .is_some_and(|m| m.json_mode),
                     }),
                     None => None,
                 };

@@ -61,15 +61,23 @@ pub struct Call {
     /// (a fallback chain's `ttft_timeout`); `None` means only the upstream's
     /// own timeout applies.
     pub ttft_timeout: Option<Duration>,
+    /// `x-conclave-pin`, until the first chain on the way down takes it.
+    pub pin: Option<Arc<str>>,
 }
 
 impl Call {
-    pub fn new(ctx: Arc<RequestCtx>) -> Self {
+    pub fn new(ctx: Arc<RequestCtx>, pin: Option<Arc<str>>) -> Self {
         Call {
             ctx,
             role: Role::Direct,
             ttft_timeout: None,
+            pin,
         }
+    }
+
+    pub fn without_pin(mut self) -> Self {
+        self.pin = None;
+        self
     }
 
     pub fn with_role(&self, role: Role) -> Self {

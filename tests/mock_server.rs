@@ -50,7 +50,7 @@ async fn running(mock: &Proc) -> Value {
 async fn one_model_is_loaded_at_a_time_and_swaps_take_time() {
     let mock = Proc::mock(MOCK);
     assert_eq!(running(&mock).await, json!({"running": []}));
-    let t = std::time::Instant::now();
+    let t = tokio::time::Instant::now();
     assert_eq!(post(&mock.base, &chat("a", "x")).await.status, 200);
     assert!(
         t.elapsed() >= Duration::from_millis(200),
@@ -60,7 +60,7 @@ async fn one_model_is_loaded_at_a_time_and_swaps_take_time() {
         running(&mock).await,
         json!({"running": [{"model": "a", "state": "ready"}]})
     );
-    let t = std::time::Instant::now();
+    let t = tokio::time::Instant::now();
     post(&mock.base, &chat("a", "x")).await;
     assert!(
         t.elapsed() < Duration::from_millis(150),

@@ -138,32 +138,34 @@ async fn handle(
     let pin = headers
         .get(PIN)
         .and_then(|v| v.to_str().ok())
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty());
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(Arc::from);
     let ctx = Arc::new(RequestCtx::new(
         id.to_owned(),
         route.clone(),
         node.strategy,
         caller.name,
-        pin,
         app.request_timeout,
         app.telemetry.clone(),
     ));
     let guard = RequestGuard::new(ctx.clone());
+    let call = Call::new(ctx.clone(), pin);
     if req.is_stream() {
-        Ok(sse::respond(app, node, ctx, req, guard).await)
+        Ok(sse::respond(app, node, call, req, guard).await)
     } else {
-        whole(node, ctx, req, guard).await
+        whole(node, call, req, guard).await
     }
 }
 
 async fn whole(
     node: &Node,
-    ctx: Arc<RequestCtx>,
+    call: Call,
     req: ChatRequest,
     mut guard: RequestGuard,
 ) -> Result<Response, ApiError> {
-    let result = timeout_at(ctx.deadline, node.model.chat(Call::new(ctx.clone()), req)).await;
+    let ctx = call.ctx.clone();
+    let result = timeout_at(ctx.deadline, node.model.chat(call, req)).await;
     let reply = match result {
         Err(_) => Err(ApiError::Timeout {
             after: ctx.deadline - ctx.started,

@@ -65,13 +65,13 @@ fn keepalive_for(app: &AppState, node: &Node) -> Option<Duration> {
 pub async fn respond(
     app: &Arc<AppState>,
     node: &Node,
-    ctx: Arc<RequestCtx>,
+    call: Call,
     req: ChatRequest,
     mut guard: RequestGuard,
 ) -> Response {
     let include_usage = req.wants_stream_usage();
     let model = node.model.clone();
-    let call = Call::new(ctx.clone());
+    let ctx = call.ctx.clone();
     let deadline = ctx.deadline;
     let mut work = Box::pin(async move { timeout_at(deadline, model.chat(call, req)).await });
     let keepalive = keepalive_for(app, node);

@@ -358,9 +358,21 @@ impl Config {
             return true;
         }
         self.models
-            .get(tier)
+            .get(self.resolve_alias(tier))
             .and_then(|m| self.upstreams.get(&m.upstream))
             .is_some_and(|u| u.lane == Lane::Local)
+    }
+
+    /// Follows passthrough routes down to the name they stand for.
+    pub fn resolve_alias<'a>(&'a self, mut name: &'a str) -> &'a str {
+        // Bounded: validation rejects cycles, but never loop forever.
+        for _ in 0..=self.routes.len() {
+            match self.routes.get(name) {
+                Some(Route::Passthrough { model }) => name = model,
+                _ => break,
+            }
+        }
+        name
     }
 }
 

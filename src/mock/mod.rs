@@ -173,13 +173,15 @@ impl Simulator {
         if stream {
             stream_response(b, answer, include_usage, guard)
         } else {
-            let delay = b.ttft + answer.generation_time(&b);
-            tokio::time::sleep(delay).await;
+            pause(b.ttft + answer.generation_time(&b)).await;
             whole_response(&b, &answer, guard)
         }
     }
 
     async fn swap_to(&self, model: &str) {
+        if self.running.lock().as_deref() == Some(model) {
+            return;
+        }
         let mut loaded = self.loaded.lock().await;
         if loaded.as_deref() != Some(model) {
             if let Some(delay) = self.swap_delay {
@@ -191,6 +193,18 @@ impl Simulator {
         }
     }
 }
+
+/// Sleeps, unless there is nothing to wait for: a zero sleep still waits
+/// for the timer's next millisecond tick.
+async fn pause(d: Duration) {
+    if !d.is_zero() {
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// How long a dropped connection waits after its last bytes, so they are
+/// flushed to the peer before the connection is cut.
+const CUT_GRACE: Duration = Duration::from_millis(20);
 
 /// Counts an answer as completed, or as cancelled if dropped unfinished.
 struct Finish {
@@ -419,6 +433,7 @@ fn whole_response(b: &Resolved, a: &Answer, mut guard: Finish) -> MockResponse {
         let s = async_stream::stream! {
             yield Ok(half);
             guard.complete();
+            tokio::time::sleep(CUT_GRACE).await;
             yield Err(MockCut);
         };
         return MockResponse {
@@ -443,7 +458,7 @@ fn sse(v: &Value) -> Bytes {
 
 fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finish) -> MockResponse {
     let body = async_stream::stream! {
-        tokio::time::sleep(b.ttft).await;
+        pause(b.ttft).await;
         match b.fail {
             Some(FailMode::Garbage) => {
                 yield Ok(Bytes::from_static(b"data: <html>this is not json</html>\n\n"));
@@ -483,6 +498,7 @@ fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finis
         for (i, delta) in pieces.into_iter().enumerate() {
             if cut_at == Some(i) {
                 guard.complete();
+                tokio::time::sleep(CUT_GRACE).await;
                 yield Err(MockCut);
                 return;
             }
@@ -493,6 +509,7 @@ fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finis
         }
         if cut_at.is_some() {
             guard.complete();
+            tokio::time::sleep(CUT_GRACE).await;
             yield Err(MockCut);
             return;
         }

@@ -78,13 +78,12 @@ impl Chain {
 #[async_trait]
 impl ChatModel for Chain {
     async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError> {
-        // A pin names a tier of the route the client asked for, not of a
-        // chain nested inside it.
-        if *call.ctx.route == *self.name
-            && let Some(pin) = call.ctx.pin.clone()
-        {
-            return self.pinned(call, req, &pin).await;
+        // A pin names a tier of the outermost chain of the route the
+        // client asked for; chains nested inside it never see it.
+        if let Some(pin) = call.pin.clone() {
+            return self.pinned(call.without_pin(), req, &pin).await;
         }
+        let call = call.without_pin();
         let mut notes: Vec<String> = Vec::new();
         let mut trail: Vec<AttemptSummary> = Vec::new();
         let mut best: Option<Reply> = None;
@@ -164,7 +163,15 @@ impl ChatModel for Chain {
     }
 
     fn keepalive(&self) -> Option<Duration> {
-        (self.verifier.is_some() && self.tiers.iter().any(|t| t.verified)).then_some(self.keepalive)
+        // This chain holds answers back while it verifies; so may a chain
+        // nested as one of its tiers.
+        let own = (self.verifier.is_some() && self.tiers.iter().any(|t| t.verified))
+            .then_some(self.keepalive);
+        self.tiers
+            .iter()
+            .filter_map(|t| t.model.keepalive())
+            .chain(own)
+            .min()
     }
 }
 

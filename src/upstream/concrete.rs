@@ -44,6 +44,12 @@ impl ConcreteModel {
         };
         let resp = match timeout_at(first, up.transport.send(body, &call.ctx.id)).await {
             Err(_) => return Err(d.timeout(d.first_phase())),
+            Ok(Err(e)) if e.connected => {
+                return Err(ModelError::StreamCut {
+                    upstream: up.name.clone(),
+                    detail: e.reason,
+                });
+            }
             Ok(Err(e)) => {
                 return Err(ModelError::Connect {
                     upstream: up.name.clone(),

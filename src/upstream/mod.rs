@@ -36,11 +36,13 @@ pub struct RawResponse {
     pub body: BodyStream,
 }
 
-/// No response arrived (refused, reset, DNS, TLS).
+/// No response arrived (refused, reset, DNS, TLS, closed mid-request).
 #[derive(Debug, thiserror::Error)]
 #[error("{reason}")]
 pub struct TransportError {
     pub reason: String,
+    /// The connection was up: the server went away before answering.
+    pub connected: bool,
     #[source]
     pub source: Option<BoxError>,
 }

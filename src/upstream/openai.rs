@@ -71,7 +71,7 @@ fn describe(e: &reqwest::Error) -> String {
     } else if e.is_connect() {
         "could not connect".into()
     } else {
-        "the connection failed before a response".into()
+        "the connection closed before a response".into()
     }
 }
 
@@ -91,6 +91,7 @@ impl Transport for OpenAiTransport {
         }
         let resp = req.send().await.map_err(|e| TransportError {
             reason: describe(&e),
+            connected: !e.is_connect() && !e.is_timeout(),
             source: Some(Box::new(e.without_url())),
         })?;
         let retry_after = resp
