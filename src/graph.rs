@@ -136,7 +136,14 @@ impl Graph {
             name,
             Node {
                 model: model.clone(),
-                strategy: route.strategy(),
+                // An alias of a route runs that route's strategy.
+                strategy: match route {
+                    Route::Passthrough { model } => self
+                        .nodes
+                        .get(model.as_str())
+                        .map_or("passthrough", |n| n.strategy),
+                    _ => route.strategy(),
+                },
                 is_route: true,
             },
         );

@@ -1223,7 +1223,27 @@ async fn pins_choose_one_tier_or_are_refused() {
             },
         )
         .pin("l-good"),
+        case(
+            "pin through a passthrough alias of the chain",
+            "[routes.r]\nstrategy = \"passthrough\"\nmodel = \"inner\"\n\n".to_owned()
+                + &route("inner", &["l-bad", "l-good"], v, ""),
+            &["l-good"],
+            served("l-good", 1),
+        )
+        .pin("l-good"),
     ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tier_that_aliases_a_local_model_is_verified() {
+    run_table(vec![case(
+        "alias of a local draft: verified, rejected, escalated",
+        r(&["alias"], Some("v"), BEST)
+            + "[routes.alias]\nstrategy = \"passthrough\"\nmodel = \"l-bad\"\n\n",
+        &["l-bad", "v"],
+        best("l-bad", 2),
+    )])
     .await;
 }
 
