@@ -32,11 +32,11 @@ pub struct Graph {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("upstream `{name}`: the HTTP client could not be built: {source}")]
+    #[error("upstream `{name}`: {source}")]
     Client {
         name: String,
         #[source]
-        source: reqwest::Error,
+        source: crate::upstream::openai::BuildError,
     },
     #[error("`{0}` refers to a name that is not defined (the config was not validated)")]
     Unresolved(String),

@@ -8,8 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use mimalloc::MiMalloc;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
+
+/// A gateway allocates many small, short-lived buffers per request;
+/// mimalloc serves them with far less CPU than the system allocator.
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
 
 #[derive(Parser)]
 #[command(

@@ -9,7 +9,7 @@ mod concrete;
 pub mod decode;
 mod llama_swap;
 mod mock;
-mod openai;
+pub mod openai;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -71,7 +71,7 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn from_config(name: &str, cfg: &config::Upstream) -> Result<Self, reqwest::Error> {
+    pub fn from_config(name: &str, cfg: &config::Upstream) -> Result<Self, openai::BuildError> {
         let transport: Box<dyn Transport> = match &cfg.kind {
             UpstreamKind::OpenAi {
                 base_url,

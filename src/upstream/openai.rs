@@ -15,13 +15,23 @@ use super::{BoxError, RawResponse, Transport, TransportError};
 use crate::config::Secret;
 use crate::telemetry::Warm;
 
+/// The transport could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("the HTTP client could not be built: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("invalid URL {0}")]
+    Url(String),
+}
+
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READY_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub struct OpenAiTransport {
     client: reqwest::Client,
-    chat_url: String,
-    models_url: String,
+    /// Parsed once: reqwest would parse a string URL on every request.
+    chat_url: reqwest::Url,
+    models_url: reqwest::Url,
     auth: Option<HeaderValue>,
     llama_swap: Option<LlamaSwapProbe>,
 }
@@ -31,7 +41,7 @@ impl OpenAiTransport {
         base_url: &str,
         api_key: Option<&Secret>,
         llama_swap: Option<&str>,
-    ) -> Result<Self, reqwest::Error> {
+    ) -> Result<Self, BuildError> {
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .connect_timeout(CONNECT_TIMEOUT)
@@ -45,11 +55,15 @@ impl OpenAiTransport {
         Ok(OpenAiTransport {
             llama_swap: llama_swap.map(|u| LlamaSwapProbe::new(client.clone(), u)),
             client,
-            chat_url: format!("{base_url}/chat/completions"),
-            models_url: format!("{base_url}/models"),
+            chat_url: parse_url(&format!("{base_url}/chat/completions"))?,
+            models_url: parse_url(&format!("{base_url}/models"))?,
             auth,
         })
     }
+}
+
+fn parse_url(s: &str) -> Result<reqwest::Url, BuildError> {
+    reqwest::Url::parse(s).map_err(|e| BuildError::Url(format!("{s}: {e}")))
 }
 
 /// Says why no response arrived, without URLs or internals.
@@ -80,7 +94,7 @@ impl Transport for OpenAiTransport {
     async fn send(&self, body: Bytes, request_id: &str) -> Result<RawResponse, TransportError> {
         let mut req = self
             .client
-            .post(&self.chat_url)
+            .post(self.chat_url.clone())
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(body);
         if let Some(auth) = &self.auth {
@@ -117,7 +131,10 @@ impl Transport for OpenAiTransport {
     }
 
     async fn ready(&self) -> Result<(), String> {
-        let mut req = self.client.get(&self.models_url).timeout(READY_TIMEOUT);
+        let mut req = self
+            .client
+            .get(self.models_url.clone())
+            .timeout(READY_TIMEOUT);
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth.clone());
         }
