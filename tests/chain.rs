@@ -241,20 +241,7 @@ async fn world_with(routes: &str, http: reqwest::Client) -> World {
 
 impl World {
     async fn send(&self, base: &str, body: &Value, headers: &[(&str, &str)]) -> Resp {
-        let mut req = self
-            .http
-            .post(format!("{base}/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let r = req.send().await.unwrap();
-        Resp {
-            status: r.status().as_u16(),
-            headers: r.headers().clone(),
-            text: r.text().await.unwrap_or_default(),
-        }
+        post_via(&self.http, base, body.to_string(), headers).await
     }
 
     /// Asks the gateway.
@@ -269,15 +256,7 @@ impl World {
 
     /// What the mock received.
     async fn received(&self) -> Vec<Value> {
-        let v: Value = self
-            .http
-            .get(self.mock.url("/mock/requests"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = get_json(&self.http, &self.mock.url("/mock/requests")).await;
         v["requests"].as_array().cloned().unwrap_or_default()
     }
 

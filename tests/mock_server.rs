@@ -36,14 +36,7 @@ fail = "garbage"
 "#;
 
 async fn running(mock: &Proc) -> Value {
-    client()
-        .get(mock.url("/running"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_json(&client(), &mock.url("/running")).await
 }
 
 #[tokio::test]
@@ -112,14 +105,7 @@ async fn replies_rules_and_failures() {
     assert_eq!(r.status, 200);
     assert!(serde_json::from_str::<Value>(&r.text).is_err());
 
-    let models: Value = client()
-        .get(mock.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models = get_json(&client(), &mock.url("/v1/models")).await;
     assert_eq!(models["data"].as_array().unwrap().len(), 5);
     let received = mock.received().await;
     assert_eq!(received.len(), 7);

@@ -135,14 +135,7 @@ async fn the_event_log_has_one_attempt_per_upstream_call() {
 #[tokio::test]
 async fn models_health_and_readiness() {
     let gw = Proc::gateway(GATEWAY);
-    let models: serde_json::Value = client()
-        .get(gw.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models = get_json(&client(), &gw.url("/v1/models")).await;
     assert_eq!(models["object"], "list");
     let ids: Vec<&str> = models["data"]
         .as_array()

@@ -119,27 +119,13 @@ impl Proc {
 
     /// What a mock server received (`GET /mock/requests`).
     pub async fn received(&self) -> Vec<Value> {
-        let v: Value = client()
-            .get(self.url("/mock/requests"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = get_json(&client(), &self.url("/mock/requests")).await;
         v["requests"].as_array().cloned().unwrap_or_default()
     }
 
     /// A mock server's counters (`GET /mock/stats`).
     pub async fn stats(&self) -> Value {
-        client()
-            .get(self.url("/mock/stats"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        get_json(&client(), &self.url("/mock/stats")).await
     }
 }
 
@@ -188,13 +174,28 @@ pub fn sse_data(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// `GET url` as JSON.
+pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 /// POSTs raw bytes to `/v1/chat/completions` with extra headers.
 pub async fn post_raw(
     base: &str,
     body: impl Into<reqwest::Body>,
     headers: &[(&str, &str)],
 ) -> Resp {
-    let mut req = client()
+    post_via(&client(), base, body, headers).await
+}
+
+/// `post_raw` with a given HTTP client.
+pub async fn post_via(
+    http: &reqwest::Client,
+    base: &str,
+    body: impl Into<reqwest::Body>,
+    headers: &[(&str, &str)],
+) -> Resp {
+    let mut req = http
         .post(format!("{base}/v1/chat/completions"))
         .header("content-type", "application/json")
         .body(body);
