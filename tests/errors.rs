@@ -404,6 +404,9 @@ async fn upstream_failures_map_to_statuses_and_never_leak_the_key() {
         }
         let msg = e["message"].as_str().unwrap();
         assert!(msg.contains(upstream), "{model}: {msg}");
+        // A request that reached its route says which route and how many calls.
+        assert_eq!(r.header("x-conclave-route"), Some(model), "{model}");
+        assert_eq!(r.header("x-conclave-attempts"), Some("1"), "{model}");
         assert!(!msg.contains("127.0.0.1"), "{model}: internal URL: {msg}");
         assert_no_secret(&r);
         assert!(

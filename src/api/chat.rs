@@ -154,16 +154,11 @@ async fn handle(
     if req.is_stream() {
         Ok(sse::respond(app, node, call, req, guard).await)
     } else {
-        whole(node, call, req, guard).await
+        Ok(whole(node, call, req, guard).await)
     }
 }
 
-async fn whole(
-    node: &Node,
-    call: Call,
-    req: ChatRequest,
-    mut guard: RequestGuard,
-) -> Result<Response, ApiError> {
+async fn whole(node: &Node, call: Call, req: ChatRequest, mut guard: RequestGuard) -> Response {
     let ctx = call.ctx.clone();
     let result = timeout_at(ctx.deadline, node.model.chat(call, req)).await;
     let reply = match result {
@@ -174,41 +169,57 @@ async fn whole(
     };
     let reply = match reply {
         Ok(r) => r,
-        Err(e) => {
-            guard.finish(status_label(e.status().as_u16()));
-            return Err(e);
-        }
+        Err(e) => return failed(e, &ctx, node, guard),
     };
     let ReplyBody::Whole(completion) = &reply.body else {
-        guard.finish("500");
-        return Err(ApiError::Internal(
-            "the strategy answered a whole request with a stream".into(),
-        ));
+        let e = ApiError::Internal("the strategy answered a whole request with a stream".into());
+        return failed(e, &ctx, node, guard);
     };
     let mut resp = Response::new(Body::from(completion.body.clone()));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    answer_headers(resp.headers_mut(), &ctx, node, Some(&reply));
+    answer_headers(resp.headers_mut(), &ctx, node, Known::Answer(&reply));
     guard.finish("200");
-    Ok(resp)
+    resp
 }
 
-/// `x-conclave-*` headers; `reply` is `None` when the status was committed
-/// (keep-alives sent) before the answer was known.
-pub fn answer_headers(h: &mut HeaderMap, ctx: &RequestCtx, node: &Node, reply: Option<&Reply>) {
+/// The error response of a request that reached its route.
+pub fn failed(e: ApiError, ctx: &RequestCtx, node: &Node, mut guard: RequestGuard) -> Response {
+    guard.finish(status_label(e.status().as_u16()));
+    let mut resp = e.into_response();
+    answer_headers(resp.headers_mut(), ctx, node, Known::Failed);
+    resp
+}
+
+/// What is known about the answer when the response headers go out.
+pub enum Known<'a> {
+    /// Keep-alives were sent before any answer existed.
+    Committed,
+    Answer(&'a Reply),
+    Failed,
+}
+
+/// The `x-conclave-*` response headers.
+pub fn answer_headers(h: &mut HeaderMap, ctx: &RequestCtx, node: &Node, known: Known<'_>) {
     if let Ok(v) = HeaderValue::from_str(&ctx.route) {
         h.insert(ROUTE, v);
     }
     h.insert(STRATEGY, HeaderValue::from_static(node.strategy));
-    if let Some(reply) = reply {
-        if let Ok(v) = HeaderValue::from_str(&reply.served_by) {
-            h.insert(SERVED_BY, v);
+    match known {
+        Known::Committed => {}
+        Known::Failed => {
+            h.insert(ATTEMPTS, HeaderValue::from(ctx.attempts()));
         }
-        h.insert(ATTEMPTS, HeaderValue::from(ctx.attempts()));
-        if reply.exhausted {
-            h.insert(EXHAUSTED, HeaderValue::from_static("true"));
+        Known::Answer(reply) => {
+            if let Ok(v) = HeaderValue::from_str(&reply.served_by) {
+                h.insert(SERVED_BY, v);
+            }
+            h.insert(ATTEMPTS, HeaderValue::from(ctx.attempts()));
+            if reply.exhausted {
+                h.insert(EXHAUSTED, HeaderValue::from_static("true"));
+            }
         }
     }
 }

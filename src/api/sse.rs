@@ -15,20 +15,19 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use tokio::time::{Instant, error::Elapsed, timeout_at};
 
 use super::AppState;
-use super::chat::{RequestGuard, answer_headers};
+use super::chat::{Known, RequestGuard, answer_headers, failed};
 use super::error::ApiError;
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::graph::Node;
 use crate::model::{Call, ChunkStream, Reply, ReplyBody};
 use crate::openai::{ChatRequest, UsageField, strip_null_usage, strip_usage};
-use crate::telemetry::status_label;
 
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 const DONE: &[u8] = b"data: [DONE]\n\n";
@@ -119,26 +118,21 @@ pub async fn respond(
         };
         let mut resp = Response::new(Body::from_stream(body));
         sse_headers(resp.headers_mut());
-        answer_headers(resp.headers_mut(), &ctx, node, None);
+        answer_headers(resp.headers_mut(), &ctx, node, Known::Committed);
         return resp;
     };
     let reply = match outcome(result, &ctx) {
         Ok(r) => r,
-        Err(e) => {
-            guard.finish(status_label(e.status().as_u16()));
-            return e.into_response();
-        }
+        Err(e) => return failed(e, &ctx, node, guard),
     };
     let mut headers = HeaderMap::new();
-    answer_headers(&mut headers, &ctx, node, Some(&reply));
+    answer_headers(&mut headers, &ctx, node, Known::Answer(&reply));
     let stream = match reply.body {
         ReplyBody::Stream(s) => s,
         ReplyBody::Whole(_) => {
-            guard.finish("500");
-            return ApiError::Internal(
-                "the strategy answered a stream with a whole response".into(),
-            )
-            .into_response();
+            let e =
+                ApiError::Internal("the strategy answered a stream with a whole response".into());
+            return failed(e, &ctx, node, guard);
         }
     };
     let mut resp = Response::new(Body::from_stream(ClientStream::new(
