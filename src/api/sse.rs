@@ -60,66 +60,33 @@ fn keepalive_for(app: &AppState, node: &Node) -> Option<Duration> {
     }
 }
 
+type Work =
+    Pin<Box<dyn std::future::Future<Output = Result<Result<Reply, ModelError>, Elapsed>> + Send>>;
+
 /// Answers a streamed request.
 pub async fn respond(
     app: &Arc<AppState>,
     node: &Node,
     call: Call,
     req: ChatRequest,
-    mut guard: RequestGuard,
+    guard: RequestGuard,
 ) -> Response {
     let include_usage = req.wants_stream_usage();
     let model = node.model.clone();
     let ctx = call.ctx.clone();
     let deadline = ctx.deadline;
-    let mut work = Box::pin(async move { timeout_at(deadline, model.chat(call, req)).await });
-    let keepalive = keepalive_for(app, node);
-    let first = match keepalive {
-        None => Some(work.as_mut().await),
+    let mut work: Work = Box::pin(async move { timeout_at(deadline, model.chat(call, req)).await });
+    let result = match keepalive_for(app, node) {
+        None => work.as_mut().await,
         Some(gap) => tokio::select! {
-            r = work.as_mut() => Some(r),
-            () = tokio::time::sleep(gap) => None,
-        },
-    };
-    let Some(result) = first else {
-        // The model is still working: commit to a stream of keep-alives.
-        let gap = keepalive.unwrap_or(Duration::from_secs(5));
-        let ctx2 = ctx.clone();
-        let body = async_stream::stream! {
-            yield Ok::<Bytes, Infallible>(Bytes::from_static(KEEPALIVE));
-            let mut tick = tokio::time::interval_at(Instant::now() + gap, gap);
-            let result = loop {
-                let r = tokio::select! {
-                    r = work.as_mut() => Some(r),
-                    _ = tick.tick() => None,
-                };
-                match r {
-                    Some(r) => break r,
-                    None => yield Ok(Bytes::from_static(KEEPALIVE)),
-                }
-            };
-            match outcome(result, &ctx2).map(|r| r.body) {
-                Ok(ReplyBody::Stream(s)) => {
-                    let mut relay = ClientStream::new(s, include_usage, guard);
-                    while let Some(b) = relay.next().await {
-                        yield b;
-                    }
-                }
-                Ok(ReplyBody::Whole(_)) => {
-                    guard.finish("500");
-                    yield Ok(ApiError::Internal("the strategy answered a stream with a whole response".into()).sse_event());
-                }
-                Err(e) => {
-                    tracing::warn!(request_id = %ctx2.id, error = %e, "streamed request failed");
-                    guard.finish("stream_error");
-                    yield Ok(e.sse_event());
-                }
+            r = work.as_mut() => r,
+            () = tokio::time::sleep(gap) => {
+                let mut resp = Response::new(Body::from_stream(committed(work, gap, ctx.clone(), include_usage, guard)));
+                sse_headers(resp.headers_mut());
+                answer_headers(resp.headers_mut(), &ctx, node, Known::Committed);
+                return resp;
             }
-        };
-        let mut resp = Response::new(Body::from_stream(body));
-        sse_headers(resp.headers_mut());
-        answer_headers(resp.headers_mut(), &ctx, node, Known::Committed);
-        return resp;
+        },
     };
     let reply = match outcome(result, &ctx) {
         Ok(r) => r,
@@ -143,6 +110,48 @@ pub async fn respond(
     sse_headers(resp.headers_mut());
     resp.headers_mut().extend(headers);
     resp
+}
+
+/// The body of a stream committed (status 200) while the model still
+/// works: keep-alive comments until the answer or the error is there.
+fn committed(
+    mut work: Work,
+    gap: Duration,
+    ctx: Arc<RequestCtx>,
+    include_usage: bool,
+    mut guard: RequestGuard,
+) -> impl Stream<Item = Result<Bytes, Infallible>> {
+    async_stream::stream! {
+        yield Ok(Bytes::from_static(KEEPALIVE));
+        let mut tick = tokio::time::interval_at(Instant::now() + gap, gap);
+        let result = loop {
+            let r = tokio::select! {
+                r = work.as_mut() => Some(r),
+                _ = tick.tick() => None,
+            };
+            match r {
+                Some(r) => break r,
+                None => yield Ok(Bytes::from_static(KEEPALIVE)),
+            }
+        };
+        match outcome(result, &ctx).map(|r| r.body) {
+            Ok(ReplyBody::Stream(s)) => {
+                let mut relay = ClientStream::new(s, include_usage, guard);
+                while let Some(b) = relay.next().await {
+                    yield b;
+                }
+            }
+            Ok(ReplyBody::Whole(_)) => {
+                guard.finish("500");
+                yield Ok(ApiError::Internal("the strategy answered a stream with a whole response".into()).sse_event());
+            }
+            Err(e) => {
+                tracing::warn!(request_id = %ctx.id, error = %e, "streamed request failed");
+                guard.finish("stream_error");
+                yield Ok(e.sse_event());
+            }
+        }
+    }
 }
 
 /// The SSE body sent to the client.
