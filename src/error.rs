@@ -99,19 +99,6 @@ impl ModelError {
         }
     }
 
-    /// The upstream a failure belongs to, if it came from one.
-    pub fn upstream(&self) -> Option<&str> {
-        match self {
-            ModelError::Connect { upstream, .. }
-            | ModelError::Timeout { upstream, .. }
-            | ModelError::Status { upstream, .. }
-            | ModelError::Invalid { upstream, .. }
-            | ModelError::StreamCut { upstream, .. }
-            | ModelError::StreamError { upstream, .. } => Some(upstream),
-            _ => None,
-        }
-    }
-
     /// Whether a fallback chain should try its next tier: provider trouble
     /// (unreachable, timeout, 5xx, 429, auth, broken answers) and
     /// context-length errors, but not a request every provider would reject.

@@ -38,16 +38,6 @@ impl ChatRequest {
             .unwrap_or(false)
     }
 
-    /// The text of the last `user` message (string content or text parts).
-    pub fn last_user_text(&self) -> String {
-        self.messages
-            .iter()
-            .rev()
-            .find(|m| m.role == "user")
-            .map(Message::text)
-            .unwrap_or_default()
-    }
-
     /// The body sent to an upstream: the same request under the upstream's
     /// model name, always asking for usage when streaming so accounting
     /// works even when the client did not ask for it.

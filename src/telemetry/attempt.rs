@@ -157,10 +157,6 @@ impl Attempt {
         }))
     }
 
-    pub fn model(&self) -> &Arc<ModelInfo> {
-        &self.0.model
-    }
-
     pub fn set_warm(&self, warm: Warm) {
         self.0.state.lock().warm = warm;
         if warm != Warm::Unknown {
