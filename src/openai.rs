@@ -221,17 +221,16 @@ pub fn strip_null_usage(data: &Bytes) -> Bytes {
     const KEY: &[u8] = b"\"usage\":null";
     if let Some(at) = memchr::memmem::find(data, KEY) {
         let end = at + KEY.len();
-        if at > 0 && data.get(at - 1) == Some(&b',') {
+        let cut = |from: usize, to: usize| {
             let mut out = Vec::with_capacity(data.len());
-            out.extend_from_slice(&data[..at - 1]);
-            out.extend_from_slice(&data[end..]);
-            return Bytes::from(out);
-        }
-        if at > 0 && data.get(at - 1) == Some(&b'{') && data.get(end) == Some(&b',') {
-            let mut out = Vec::with_capacity(data.len());
-            out.extend_from_slice(&data[..at]);
-            out.extend_from_slice(&data[end + 1..]);
-            return Bytes::from(out);
+            out.extend_from_slice(&data[..from]);
+            out.extend_from_slice(&data[to..]);
+            Bytes::from(out)
+        };
+        match (at.checked_sub(1).and_then(|i| data.get(i)), data.get(end)) {
+            (Some(b','), _) => return cut(at - 1, end),
+            (Some(b'{'), Some(b',')) => return cut(at, end + 1),
+            _ => {}
         }
     }
     strip_usage(data).unwrap_or_else(|_| data.clone())

@@ -44,6 +44,16 @@ fn outcome(
     }
 }
 
+/// The stream of a streamed request's reply (strategies answer in kind).
+fn stream_of(body: ReplyBody) -> Result<ChunkStream, ApiError> {
+    match body {
+        ReplyBody::Stream(s) => Ok(s),
+        ReplyBody::Whole(_) => Err(ApiError::Internal(
+            "the strategy answered a stream with a whole response".into(),
+        )),
+    }
+}
+
 fn sse_headers(h: &mut HeaderMap) {
     h.insert(
         header::CONTENT_TYPE,
@@ -94,13 +104,9 @@ pub async fn respond(
     };
     let mut headers = HeaderMap::new();
     answer_headers(&mut headers, &ctx, node, Known::Answer(&reply));
-    let stream = match reply.body {
-        ReplyBody::Stream(s) => s,
-        ReplyBody::Whole(_) => {
-            let e =
-                ApiError::Internal("the strategy answered a stream with a whole response".into());
-            return failed(e, &ctx, node, guard);
-        }
+    let stream = match stream_of(reply.body) {
+        Ok(s) => s,
+        Err(e) => return failed(e, &ctx, node, guard),
     };
     let mut resp = Response::new(Body::from_stream(ClientStream::new(
         stream,
@@ -134,16 +140,12 @@ fn committed(
                 None => yield Ok(Bytes::from_static(KEEPALIVE)),
             }
         };
-        match outcome(result, &ctx).map(|r| r.body) {
-            Ok(ReplyBody::Stream(s)) => {
+        match outcome(result, &ctx).and_then(|r| stream_of(r.body)) {
+            Ok(s) => {
                 let mut relay = ClientStream::new(s, include_usage, guard);
                 while let Some(b) = relay.next().await {
                     yield b;
                 }
-            }
-            Ok(ReplyBody::Whole(_)) => {
-                guard.finish("500");
-                yield Ok(ApiError::Internal("the strategy answered a stream with a whole response".into()).sse_event());
             }
             Err(e) => {
                 tracing::warn!(request_id = %ctx.id, error = %e, "streamed request failed");
