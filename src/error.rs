@@ -14,6 +14,21 @@ pub enum TimeoutPhase {
     FirstToken,
     /// The upstream's `timeout` (or the request's deadline) ran out.
     Total,
+    /// A stream sent nothing for `stream_idle_timeout` after an event.
+    Idle,
+}
+
+impl TimeoutPhase {
+    fn describe(self, after: Duration) -> String {
+        let after = humantime::format_duration(after);
+        match self {
+            TimeoutPhase::FirstToken => format!("timed out waiting for its first token ({after})"),
+            TimeoutPhase::Total => format!("timed out after {after}"),
+            TimeoutPhase::Idle => {
+                format!("timed out: its stream stalled, no event for {after} after the last one")
+            }
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +41,7 @@ pub enum ModelError {
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
 
-    #[error("upstream `{upstream}` timed out after {}", humantime::format_duration(*.after))]
+    #[error("upstream `{upstream}` {}", .phase.describe(*.after))]
     Timeout {
         upstream: Arc<str>,
         phase: TimeoutPhase,
@@ -49,8 +64,14 @@ pub enum ModelError {
     #[error("upstream `{upstream}` stream broke off: {detail}")]
     StreamCut { upstream: Arc<str>, detail: String },
 
-    #[error("upstream `{upstream}` reported an error in its stream: {message}")]
-    StreamError { upstream: Arc<str>, message: String },
+    /// An `{"error": …}` object where an answer should be: a stream event,
+    /// or a whole body sent with a success status.
+    #[error("upstream `{upstream}` reported an error{}: {message}", if *.streamed { " in its stream" } else { "" })]
+    Reported {
+        upstream: Arc<str>,
+        message: String,
+        streamed: bool,
+    },
 
     #[error("the request could not be sent upstream: {0}")]
     Encode(#[from] serde_json::Error),
@@ -69,7 +90,9 @@ pub enum ModelError {
     },
 }
 
-/// One line of a strategy's attempt trail, shown in an exhausted-chain error.
+/// One line of a strategy's attempt trail, shown in an exhausted-chain
+/// error. Built only through [`AttemptSummary::failed`] and
+/// [`AttemptSummary::rejected`], so every trail renders errors one way.
 #[derive(Debug, Clone, Serialize)]
 pub struct AttemptSummary {
     pub model: String,
@@ -79,6 +102,33 @@ pub struct AttemptSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
+
+impl AttemptSummary {
+    /// A call to `model` that failed with `e`.
+    pub fn failed(model: &str, e: &ModelError) -> Self {
+        AttemptSummary {
+            model: model.to_owned(),
+            verdict: "error",
+            feedback: None,
+            error: Some(e.to_string()),
+        }
+    }
+
+    /// An answer from `model` that a strategy turned down.
+    pub fn rejected(model: &str, verdict: &'static str, feedback: &str) -> Self {
+        AttemptSummary {
+            model: model.to_owned(),
+            verdict,
+            feedback: Some(feedback.to_owned()),
+            error: None,
+        }
+    }
+}
+
+/// What an upstream's 401/403 message is replaced with: it may quote part
+/// of the key (`Incorrect API key provided: sk-abc*****xyz`), so it is
+/// never stored, logged or passed on.
+pub const WITHHELD: &str = "(message withheld: it may quote the gateway's credentials)";
 
 impl ModelError {
     /// A short, bounded name for the `kind` label of
@@ -92,7 +142,8 @@ impl ModelError {
             ModelError::Status { .. } => "status_4xx",
             ModelError::Invalid { .. } => "invalid_response",
             ModelError::StreamCut { .. } => "stream_cut",
-            ModelError::StreamError { .. } => "stream_error",
+            ModelError::Reported { streamed: true, .. } => "stream_error",
+            ModelError::Reported { .. } => "error_body",
             ModelError::Encode(_) => "encode",
             ModelError::BadRequest { .. } => "bad_request",
             ModelError::Exhausted { .. } => "exhausted",

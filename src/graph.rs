@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use crate::config::{Config, Route};
 use crate::model::ChatModel;
+use crate::redact::Redactor;
 use crate::strategy::chain::{Chain, Tier};
+use crate::strategy::passthrough::Passthrough;
 use crate::strategy::verifier::Verifier;
 use crate::telemetry::ModelInfo;
 use crate::upstream::{ConcreteModel, Upstream};
@@ -52,6 +54,7 @@ impl Graph {
             })?;
             upstreams.insert(name.as_str(), Arc::new(built));
         }
+        let redactor = Arc::new(Redactor::new(config.secrets()));
         let mut g = Graph {
             names: Vec::new(),
             nodes: HashMap::new(),
@@ -68,6 +71,7 @@ impl Graph {
                 upstream_model: m.upstream_model.clone(),
                 input_per_mtok: m.price.input_per_mtok,
                 output_per_mtok: m.price.output_per_mtok,
+                redactor: redactor.clone(),
             });
             g.insert(
                 name,
@@ -101,7 +105,17 @@ impl Graph {
             .get(name)
             .ok_or_else(|| BuildError::Unresolved(name.to_owned()))?;
         let model: Arc<dyn ChatModel> = match route {
-            Route::Passthrough { model } => self.route(config, model)?,
+            Route::Passthrough {
+                model,
+                stream_idle_timeout: None,
+            } => self.route(config, model)?,
+            Route::Passthrough {
+                model,
+                stream_idle_timeout,
+            } => Arc::new(Passthrough {
+                model: self.route(config, model)?,
+                stream_idle_timeout: *stream_idle_timeout,
+            }),
             Route::Chain(c) => {
                 let mut tiers = Vec::new();
                 for t in &c.tiers {
@@ -129,6 +143,7 @@ impl Graph {
                     on_exhausted: c.on_exhausted,
                     ttft_timeout: c.ttft_timeout,
                     keepalive: c.keepalive,
+                    stream_idle_timeout: c.stream_idle_timeout,
                 })
             }
         };
@@ -138,7 +153,7 @@ impl Graph {
                 model: model.clone(),
                 // An alias of a route runs that route's strategy.
                 strategy: match route {
-                    Route::Passthrough { model } => self
+                    Route::Passthrough { model, .. } => self
                         .nodes
                         .get(model.as_str())
                         .map_or("passthrough", |n| n.strategy),

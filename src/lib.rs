@@ -30,6 +30,7 @@ pub mod graph;
 pub mod mock;
 pub mod model;
 pub mod openai;
+pub mod redact;
 pub mod strategy;
 pub mod telemetry;
 pub mod upstream;

@@ -19,6 +19,7 @@ use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::openai::{AssistantOutput, ChatRequest, Usage, UsageField};
 use crate::telemetry::Attempt;
+use crate::upstream::decode::{MAX_RESPONSE, unreadable};
 
 /// Anything that answers a chat request: a concrete model or a strategy.
 #[async_trait]
@@ -63,6 +64,8 @@ pub struct Call {
     pub ttft_timeout: Option<Duration>,
     /// `x-conclave-pin`, until the first chain on the way down takes it.
     pub pin: Option<Arc<str>>,
+    /// A route's `stream_idle_timeout`, overriding the upstream's.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Call {
@@ -72,6 +75,7 @@ impl Call {
             role: Role::Direct,
             ttft_timeout: None,
             pin,
+            idle_timeout: None,
         }
     }
 
@@ -89,6 +93,12 @@ impl Call {
 
     pub fn with_ttft_timeout(mut self, ttft: Option<Duration>) -> Self {
         self.ttft_timeout = ttft.or(self.ttft_timeout);
+        self
+    }
+
+    /// The innermost route that sets `stream_idle_timeout` wins.
+    pub fn with_idle_timeout(mut self, idle: Option<Duration>) -> Self {
+        self.idle_timeout = idle.or(self.idle_timeout);
         self
     }
 }
@@ -155,11 +165,8 @@ impl Reply {
     pub async fn buffer(self) -> Result<(Reply, AssistantOutput), ModelError> {
         match self.body {
             ReplyBody::Whole(c) => {
-                let out =
-                    AssistantOutput::from_completion(&c.body).map_err(|e| ModelError::Invalid {
-                        upstream: self.served_by.clone(),
-                        detail: e.to_string(),
-                    })?;
+                let out = AssistantOutput::from_completion(&c.body)
+                    .map_err(|e| unreadable(&self.served_by, &e))?;
                 let reply = Reply {
                     body: ReplyBody::Whole(c),
                     ..self
@@ -169,9 +176,20 @@ impl Reply {
             ReplyBody::Stream(mut s) => {
                 let mut out = AssistantOutput::default();
                 let mut chunks = Vec::new();
+                let mut bytes = 0;
                 while let Some(chunk) = s.next().await {
                     let chunk = chunk?;
-                    out.absorb_chunk(&chunk.data);
+                    bytes += chunk.data.len();
+                    if bytes > MAX_RESPONSE {
+                        return Err(ModelError::Invalid {
+                            upstream: self.served_by.clone(),
+                            detail: format!(
+                                "the streamed answer is larger than {MAX_RESPONSE} bytes"
+                            ),
+                        });
+                    }
+                    out.absorb_chunk(&chunk.data)
+                        .map_err(|e| unreadable(&self.served_by, &e))?;
                     chunks.push(chunk);
                 }
                 let reply = Reply {

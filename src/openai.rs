@@ -141,6 +141,38 @@ pub enum UsageField {
     Present(Usage),
 }
 
+/// At most this many `choices` in one answer or chunk (OpenAI caps `n` at 128).
+pub const MAX_CHOICES: usize = 128;
+/// At most this many tool calls in one assembled answer (`tool_calls[].index`).
+pub const MAX_TOOL_CALLS: usize = 256;
+
+/// Why an upstream payload is not an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum NotAnAnswer {
+    #[error("it is not valid UTF-8")]
+    Utf8,
+    #[error("it is not a JSON object")]
+    NotObject,
+    #[error("it is not valid JSON ({0})")]
+    Json(#[from] serde_json::Error),
+    #[error("it has no `choices`")]
+    NoChoices,
+    #[error("it has {0} choices (at most {MAX_CHOICES} are accepted)")]
+    TooManyChoices(usize),
+    #[error("a tool call index of {0} is out of range (at most {MAX_TOOL_CALLS} tool calls)")]
+    ToolCallIndex(u64),
+}
+
+/// A payload must be a UTF-8 JSON object before it is read further
+/// (serde would read `[]` as a struct with every field defaulted).
+fn object_bytes(data: &[u8]) -> Result<(), NotAnAnswer> {
+    std::str::from_utf8(data).map_err(|_| NotAnAnswer::Utf8)?;
+    match data.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(NotAnAnswer::NotObject),
+    }
+}
+
 /// The result of inspecting one SSE `data:` payload.
 #[derive(Debug)]
 pub struct ChunkInfo {
@@ -174,21 +206,39 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Usage
     Option::<Usage>::deserialize(d).map(Some)
 }
 
-/// Inspects one stream chunk without keeping a parsed copy of it.
-/// Fails when the payload is not a JSON object.
-pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, serde_json::Error> {
+/// Inspects one stream chunk without keeping a parsed copy of it. A chunk
+/// is a JSON object with a `choices` array (possibly empty, for the usage
+/// chunk), a usage-only object, or an error object; anything else is not
+/// part of an answer.
+pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, NotAnAnswer> {
+    object_bytes(data)?;
     let probe: ChunkProbe = serde_json::from_slice(data)?;
     let usage = match probe.usage {
         None => UsageField::Absent,
         Some(None) => UsageField::Null,
         Some(Some(u)) => UsageField::Present(u),
     };
-    let choices = probe.choices.unwrap_or_default();
+    if let Some(e) = probe.error.filter(|e| !e.is_null()) {
+        return Ok(ChunkInfo {
+            usage,
+            choices: 0,
+            finished: false,
+            error: Some(error_message(&e)),
+        });
+    }
+    let choices = match probe.choices {
+        Some(c) => c,
+        None if matches!(usage, UsageField::Present(_)) => Vec::new(),
+        None => return Err(NotAnAnswer::NoChoices),
+    };
+    if choices.len() > MAX_CHOICES {
+        return Err(NotAnAnswer::TooManyChoices(choices.len()));
+    }
     Ok(ChunkInfo {
         usage,
         choices: choices.len(),
         finished: choices.first().is_some_and(|c| c.finish_reason.is_some()),
-        error: probe.error.map(|e| error_message(&e)),
+        error: None,
     })
 }
 
@@ -241,14 +291,33 @@ struct CompletionProbe {
     #[serde(default)]
     usage: Option<Usage>,
     #[serde(default)]
-    #[allow(dead_code)]
-    choices: Option<serde::de::IgnoredAny>,
+    choices: Option<Vec<serde::de::IgnoredAny>>,
+    #[serde(default)]
+    error: Option<Value>,
 }
 
-/// Validates a whole (non-streamed) response body and reads its usage.
-pub fn inspect_completion(body: &[u8]) -> Result<Option<Usage>, serde_json::Error> {
+/// What a whole (non-streamed) 200 response turned out to be.
+#[derive(Debug)]
+pub enum WholeBody {
+    /// A completion with at least one choice, and its usage if reported.
+    Answer(Option<Usage>),
+    /// An `{"error": …}` object sent with a success status.
+    Error(String),
+}
+
+/// Validates a whole response body and reads its usage.
+pub fn inspect_completion(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
+    object_bytes(body)?;
     let probe: CompletionProbe = serde_json::from_slice(body)?;
-    Ok(probe.usage)
+    if let Some(e) = probe.error.filter(|e| !e.is_null()) {
+        return Ok(WholeBody::Error(error_message(&e)));
+    }
+    match probe.choices {
+        None => Err(NotAnAnswer::NoChoices),
+        Some(c) if c.is_empty() => Err(NotAnAnswer::NoChoices),
+        Some(c) if c.len() > MAX_CHOICES => Err(NotAnAnswer::TooManyChoices(c.len())),
+        Some(_) => Ok(WholeBody::Answer(probe.usage)),
+    }
 }
 
 /// One tool call the assistant made, flattened for verifiers and summaries.
@@ -268,7 +337,7 @@ pub struct AssistantOutput {
 
 impl AssistantOutput {
     /// Reads `choices[0].message` of a whole response body.
-    pub fn from_completion(body: &[u8]) -> Result<Self, serde_json::Error> {
+    pub fn from_completion(body: &[u8]) -> Result<Self, NotAnAnswer> {
         let v: Value = serde_json::from_slice(body)?;
         let choice = v.get("choices").and_then(|c| c.get(0));
         let msg = choice.and_then(|c| c.get("message"));
@@ -286,6 +355,9 @@ impl AssistantOutput {
         {
             for call in calls {
                 let f = call.get("function");
+                if out.tool_calls.len() >= MAX_TOOL_CALLS {
+                    return Err(NotAnAnswer::ToolCallIndex(out.tool_calls.len() as u64));
+                }
                 out.tool_calls.push(ToolCall {
                     name: str_at(f, "name"),
                     arguments: str_at(f, "arguments"),
@@ -296,29 +368,33 @@ impl AssistantOutput {
     }
 
     /// Adds one stream chunk's `choices[0].delta` to the text so far.
-    pub fn absorb_chunk(&mut self, data: &[u8]) {
+    /// A tool call index past [`MAX_TOOL_CALLS`] is refused, so an
+    /// upstream cannot make the answer reserve memory it never sends.
+    pub fn absorb_chunk(&mut self, data: &[u8]) -> Result<(), NotAnAnswer> {
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
-            return;
+            return Ok(());
         };
         let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
-            return;
+            return Ok(());
         };
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
             self.finish_reason = Some(reason.to_owned());
         }
         let Some(delta) = choice.get("delta") else {
-            return;
+            return Ok(());
         };
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             self.text.push_str(text);
         }
         if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
             for call in calls {
-                let idx = call
-                    .get("index")
-                    .and_then(Value::as_u64)
-                    .and_then(|i| usize::try_from(i).ok())
-                    .unwrap_or(self.tool_calls.len().saturating_sub(1));
+                let idx = match call.get("index").and_then(Value::as_u64) {
+                    Some(i) if i >= MAX_TOOL_CALLS as u64 => {
+                        return Err(NotAnAnswer::ToolCallIndex(i));
+                    }
+                    Some(i) => i as usize,
+                    None => self.tool_calls.len().saturating_sub(1),
+                };
                 while self.tool_calls.len() <= idx {
                     self.tool_calls.push(ToolCall::default());
                 }
@@ -329,6 +405,7 @@ impl AssistantOutput {
                 }
             }
         }
+        Ok(())
     }
 
     /// A one-line rendering: the text, then `name(arguments)` per tool call.
@@ -415,13 +492,55 @@ mod tests {
     #[test]
     fn assistant_output_from_chunks() {
         let mut out = AssistantOutput::default();
-        out.absorb_chunk(br#"{"choices":[{"delta":{"content":"Hel"}}]}"#);
-        out.absorb_chunk(br#"{"choices":[{"delta":{"content":"lo"}}]}"#);
-        out.absorb_chunk(br#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"a\""}}]}}]}"#);
-        out.absorb_chunk(br#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]},"finish_reason":"tool_calls"}]}"#);
+        out.absorb_chunk(br#"{"choices":[{"delta":{"content":"Hel"}}]}"#)
+            .unwrap();
+        out.absorb_chunk(br#"{"choices":[{"delta":{"content":"lo"}}]}"#)
+            .unwrap();
+        out.absorb_chunk(br#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"a\""}}]}}]}"#).unwrap();
+        out.absorb_chunk(br#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]},"finish_reason":"tool_calls"}]}"#).unwrap();
         assert_eq!(out.text, "Hello");
         assert_eq!(out.tool_calls[0].name, "f");
         assert_eq!(out.tool_calls[0].arguments, "{\"a\":1}");
         assert_eq!(out.finish_reason.as_deref(), Some("tool_calls"));
+        let huge = br#"{"choices":[{"delta":{"tool_calls":[{"index":4000000000,"function":{"name":"f"}}]}}]}"#;
+        assert!(matches!(
+            out.absorb_chunk(huge),
+            Err(NotAnAnswer::ToolCallIndex(4000000000))
+        ));
+        assert_eq!(out.tool_calls.len(), 1);
+    }
+
+    #[test]
+    fn a_success_status_is_not_an_answer_by_itself() {
+        for body in [
+            &b"{}"[..],
+            b"[]",
+            b"{\"choices\":[]}",
+            b"\"x\"",
+            b"{\"choices\":[{\"message\":{\"content\":\"\xff\"}}]}",
+        ] {
+            assert!(
+                inspect_completion(body).is_err(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert!(matches!(
+            inspect_completion(br#"{"error":{"message":"nope"}}"#),
+            Ok(WholeBody::Error(m)) if m == "nope"
+        ));
+        assert!(matches!(
+            inspect_completion(br#"{"choices":[{"message":{}}]}"#),
+            Ok(WholeBody::Answer(None))
+        ));
+        for chunk in [&b"{}"[..], b"[]", b"[{\"choices\":[]}]", b"{\"id\":\"x\"}"] {
+            assert!(
+                inspect_chunk(chunk).is_err(),
+                "{}",
+                String::from_utf8_lossy(chunk)
+            );
+        }
+        assert!(inspect_chunk(br#"{"choices":[],"usage":{"prompt_tokens":1}}"#).is_ok());
+        assert!(inspect_chunk(br#"{"usage":{"prompt_tokens":1}}"#).is_ok());
     }
 }

@@ -213,7 +213,7 @@ fn model_shape(e: &ModelError) -> Shape {
             "upstream_error",
             "upstream_stream_cut",
         ),
-        ModelError::StreamError { .. } => {
+        ModelError::Reported { .. } => {
             upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "upstream_error")
         }
         ModelError::Encode(_) => upstream_err(

@@ -66,6 +66,8 @@ pub struct Key {
 pub struct Upstream {
     pub lane: Lane,
     pub timeout: Duration,
+    /// Longest gap between two events of a streamed answer.
+    pub stream_idle_timeout: Duration,
     pub kind: UpstreamKind,
 }
 
@@ -101,7 +103,11 @@ pub struct Model {
 
 #[derive(Debug)]
 pub enum Route {
-    Passthrough { model: String },
+    Passthrough {
+        model: String,
+        /// Overrides the upstream's `stream_idle_timeout` for this route.
+        stream_idle_timeout: Option<Duration>,
+    },
     Chain(Chain),
 }
 
@@ -123,6 +129,7 @@ pub struct Chain {
     pub on_exhausted: OnExhausted,
     pub ttft_timeout: Option<Duration>,
     pub keepalive: Duration,
+    pub stream_idle_timeout: Option<Duration>,
 }
 
 /// Default gap between SSE keep-alive comments while a chain verifies.
@@ -313,7 +320,7 @@ impl Config {
         out.push_str("routes:\n");
         for (name, r) in &self.routes {
             match r {
-                Route::Passthrough { model } => {
+                Route::Passthrough { model, .. } => {
                     out.push_str(&format!("  {name}: passthrough -> {model}\n"))
                 }
                 Route::Chain(c) => {
@@ -363,12 +370,24 @@ impl Config {
             .is_some_and(|u| u.lane == Lane::Local)
     }
 
+    /// Every secret the config holds (upstream keys and API keys), which
+    /// nothing an upstream says may repeat.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        let upstream = self.upstreams.values().filter_map(|u| match &u.kind {
+            UpstreamKind::OpenAi {
+                api_key: Some(k), ..
+            } => Some(k.0.as_str()),
+            _ => None,
+        });
+        upstream.chain(self.keys.iter().map(|k| k.secret.0.as_str()))
+    }
+
     /// Follows passthrough routes down to the name they stand for.
     pub fn resolve_alias<'a>(&'a self, mut name: &'a str) -> &'a str {
         // Bounded: validation rejects cycles, but never loop forever.
         for _ in 0..=self.routes.len() {
             match self.routes.get(name) {
-                Some(Route::Passthrough { model }) => name = model,
+                Some(Route::Passthrough { model, .. }) => name = model,
                 _ => break,
             }
         }

@@ -83,6 +83,8 @@ pub struct OpenAiUpstream {
     pub lane: Option<Lane>,
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub stream_idle_timeout: Option<Duration>,
     pub rpm: Option<u32>,
 }
 
@@ -94,6 +96,8 @@ pub struct MockUpstream {
     pub lane: Option<Lane>,
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub stream_idle_timeout: Option<Duration>,
     pub rpm: Option<u32>,
     /// Simulated llama-swap load time when the requested model is not the
     /// loaded one; absent: no swap emulation, warm state unknown.
@@ -130,6 +134,8 @@ pub struct Passthrough {
     #[allow(dead_code)]
     pub strategy: String,
     pub model: String,
+    #[serde(default, with = "humantime_serde")]
+    pub stream_idle_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -157,4 +163,6 @@ pub struct Chain {
     pub ttft_timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub keepalive: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub stream_idle_timeout: Option<Duration>,
 }

@@ -17,6 +17,14 @@ use super::{
 const STRATEGIES_HERE: &[&str] = &["passthrough", "chain"];
 const STRATEGIES_LATER: &[&str] = &["judge", "race", "arena", "oracle"];
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
+const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
+
+/// Reports a duration that is set to zero.
+fn positive(d: Option<Duration>, path: &str, errs: &mut Errors) {
+    if d.is_some_and(|d| d.is_zero()) {
+        errs.push(path, "must be greater than 0");
+    }
+}
 
 pub(super) fn validate(
     text: &str,
@@ -219,9 +227,15 @@ fn upstreams(
                 } else {
                     Lane::Cloud
                 });
+                positive(
+                    u.stream_idle_timeout,
+                    &format!("{path}.stream_idle_timeout"),
+                    errs,
+                );
                 Upstream {
                     lane,
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
+                    stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::OpenAi {
                         base_url: u.base_url.trim_end_matches('/').to_owned(),
                         api_key,
@@ -240,9 +254,15 @@ fn upstreams(
                         "{path}.rpm: governors are not enforced by this build yet"
                     ));
                 }
+                positive(
+                    u.stream_idle_timeout,
+                    &format!("{path}.stream_idle_timeout"),
+                    errs,
+                );
                 Upstream {
                     lane: u.lane.unwrap_or(Lane::Cloud),
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
+                    stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::Mock {
                         swap_delay: u.swap_delay,
                         models: u.models,
@@ -335,9 +355,17 @@ fn routes(
             .and_then(|s| s.as_str())
             .map(str::to_owned);
         let route = match strategy.as_deref() {
-            Some("passthrough") => errs
-                .parse::<raw::Passthrough>(&path, item)
-                .map(|p| Route::Passthrough { model: p.model }),
+            Some("passthrough") => errs.parse::<raw::Passthrough>(&path, item).map(|p| {
+                positive(
+                    p.stream_idle_timeout,
+                    &format!("{path}.stream_idle_timeout"),
+                    errs,
+                );
+                Route::Passthrough {
+                    model: p.model,
+                    stream_idle_timeout: p.stream_idle_timeout,
+                }
+            }),
             Some("chain") => errs
                 .parse::<raw::Chain>(&path, item)
                 .map(|c| chain(c, &path, errs)),
@@ -415,12 +443,13 @@ fn chain(c: raw::Chain, path: &str, errs: &mut Errors) -> Route {
             );
         }
     }
-    if c.ttft_timeout.is_some_and(|d| d.is_zero()) {
-        errs.push(format!("{path}.ttft_timeout"), "must be greater than 0");
-    }
-    if c.keepalive.is_some_and(|d| d.is_zero()) {
-        errs.push(format!("{path}.keepalive"), "must be greater than 0");
-    }
+    positive(c.ttft_timeout, &format!("{path}.ttft_timeout"), errs);
+    positive(c.keepalive, &format!("{path}.keepalive"), errs);
+    positive(
+        c.stream_idle_timeout,
+        &format!("{path}.stream_idle_timeout"),
+        errs,
+    );
     Route::Chain(Chain {
         tiers: c.tiers,
         verifier: c.verifier,
@@ -429,6 +458,7 @@ fn chain(c: raw::Chain, path: &str, errs: &mut Errors) -> Route {
         on_exhausted: c.on_exhausted,
         ttft_timeout: c.ttft_timeout,
         keepalive: c.keepalive.unwrap_or(CHAIN_KEEPALIVE),
+        stream_idle_timeout: c.stream_idle_timeout,
     })
 }
 
@@ -436,7 +466,7 @@ fn chain(c: raw::Chain, path: &str, errs: &mut Errors) -> Route {
 pub(super) fn references(name: &str, route: &Route) -> Vec<(String, String)> {
     let path = format!("routes.{name}");
     match route {
-        Route::Passthrough { model } => vec![(format!("{path}.model"), model.clone())],
+        Route::Passthrough { model, .. } => vec![(format!("{path}.model"), model.clone())],
         Route::Chain(c) => {
             let mut refs: Vec<(String, String)> = c
                 .tiers

@@ -34,6 +34,7 @@ pub struct Chain {
     pub on_exhausted: OnExhausted,
     pub ttft_timeout: Option<Duration>,
     pub keepalive: Duration,
+    pub stream_idle_timeout: Option<Duration>,
 }
 
 /// The request a later tier sees: the original plus the rejections so far,
@@ -81,9 +82,14 @@ impl ChatModel for Chain {
         // A pin names a tier of the outermost chain of the route the
         // client asked for; chains nested inside it never see it.
         if let Some(pin) = call.pin.clone() {
-            return self.pinned(call.without_pin(), req, &pin).await;
+            let call = call
+                .without_pin()
+                .with_idle_timeout(self.stream_idle_timeout);
+            return self.pinned(call, req, &pin).await;
         }
-        let call = call.without_pin();
+        let call = call
+            .without_pin()
+            .with_idle_timeout(self.stream_idle_timeout);
         let mut notes: Vec<String> = Vec::new();
         let mut trail: Vec<AttemptSummary> = Vec::new();
         let mut best: Option<Reply> = None;
@@ -98,12 +104,7 @@ impl ChatModel for Chain {
             {
                 Ok(r) => r,
                 Err(e) => {
-                    trail.push(AttemptSummary {
-                        model: tier.name.to_string(),
-                        verdict: "error",
-                        feedback: None,
-                        error: Some(e.to_string()),
-                    });
+                    trail.push(AttemptSummary::failed(&tier.name, &e));
                     if self.verifier.is_none() && !e.is_failover() {
                         return Err(e);
                     }
@@ -121,12 +122,7 @@ impl ChatModel for Chain {
             let (reply, output) = match reply.buffer().await {
                 Ok(x) => x,
                 Err(e) => {
-                    trail.push(AttemptSummary {
-                        model: served_by,
-                        verdict: "error",
-                        feedback: None,
-                        error: Some(e.to_string()),
-                    });
+                    trail.push(AttemptSummary::failed(&served_by, &e));
                     continue;
                 }
             };
@@ -139,12 +135,7 @@ impl ChatModel for Chain {
                     reply
                         .attempt
                         .set_verdict(Verdict::Escalate, Some(feedback.clone()));
-                    trail.push(AttemptSummary {
-                        model: served_by,
-                        verdict: "escalate",
-                        feedback: Some(feedback.clone()),
-                        error: None,
-                    });
+                    trail.push(AttemptSummary::rejected(&served_by, "escalate", &feedback));
                     notes.push(feedback);
                     best = Some(reply);
                 }

@@ -7,4 +7,5 @@
 //! model's node (see `graph`).
 
 pub mod chain;
+pub mod passthrough;
 pub mod verifier;

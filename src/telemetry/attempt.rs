@@ -20,6 +20,7 @@ use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::model::Role;
 use crate::openai::Usage;
+use crate::redact::Redactor;
 
 /// Output summaries in the event log stop at this many characters.
 pub const SUMMARY_CHARS: usize = 200;
@@ -34,6 +35,9 @@ pub struct ModelInfo {
     pub upstream_model: String,
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    /// The config's secrets, kept out of everything this model's upstream
+    /// says (errors are redacted where they are made, summaries here).
+    pub redactor: Arc<Redactor>,
 }
 
 impl ModelInfo {
@@ -194,29 +198,28 @@ impl Attempt {
 
     /// The upstream answered completely.
     pub fn finish(&self) {
-        self.end(Outcome::Done);
+        self.end(Outcome::Done, None);
     }
 
     /// The call failed; the error is counted against its upstream.
     pub fn fail(&self, err: &ModelError) {
-        {
-            let mut s = self.0.state.lock();
-            s.error = Some((err.kind(), err.to_string()));
-        }
-        self.end(Outcome::Failed);
+        self.end(Outcome::Failed, Some(err));
     }
 
     /// The caller stopped listening before the upstream finished.
     pub fn cancel(&self) {
-        self.end(Outcome::Cancelled);
+        self.end(Outcome::Cancelled, None);
     }
 
-    fn end(&self, outcome: Outcome) {
+    /// Sets the outcome once: whatever ends the attempt first is what is
+    /// recorded, and later calls change nothing.
+    fn end(&self, outcome: Outcome, err: Option<&ModelError>) {
         let now = Instant::now();
         let mut s = self.0.state.lock();
         if s.outcome == Outcome::Pending {
             s.outcome = outcome;
             s.ended = Some(now);
+            s.error = err.map(|e| (e.kind(), e.to_string()));
             self.0.ctx.end_wait(self.0.wait_slot, now);
         }
     }
@@ -314,7 +317,7 @@ impl Drop for Cell {
                 input_tokens: s.usage.map(|u| u.prompt_tokens),
                 output_tokens: s.usage.map(|u| u.completion_tokens),
                 cost_usd: cost,
-                output_summary: std::mem::take(&mut s.summary),
+                output_summary: m.redactor.clean(&s.summary),
             };
             ctx.telemetry.emit(
                 ctx,

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tokio::time::{Instant, timeout_at};
 
 use super::Upstream;
-use super::decode::{self, Deadlines};
+use super::decode::{self, Exchange};
 use crate::error::ModelError;
 use crate::model::{Call, ChatModel, Reply, ReplyBody};
 use crate::openai::ChatRequest;
@@ -36,38 +36,35 @@ impl ConcreteModel {
             (true, Some(t)) => total.min(started + t),
             _ => total,
         };
-        let d = Deadlines {
+        let x = Exchange {
             upstream: up.name.clone(),
             started,
             first,
             total,
+            idle: call.idle_timeout.unwrap_or(up.stream_idle_timeout),
+            redactor: self.info.redactor.clone(),
         };
         let resp = match timeout_at(first, up.transport.send(body, &call.ctx.id)).await {
-            Err(_) => return Err(d.timeout(d.first_phase())),
-            Ok(Err(e)) if e.connected => {
-                return Err(ModelError::StreamCut {
-                    upstream: up.name.clone(),
-                    detail: e.reason,
-                });
-            }
+            Err(_) => return Err(x.timeout(x.first_phase())),
+            Ok(Err(e)) if e.connected => return Err(x.cut(&e.reason)),
             Ok(Err(e)) => {
                 return Err(ModelError::Connect {
                     upstream: up.name.clone(),
-                    reason: e.reason.clone(),
+                    reason: x.redactor.clean(&e.reason),
                     source: Some(Box::new(e)),
                 });
             }
             Ok(Ok(r)) => r,
         };
         if !(200..300).contains(&resp.status) {
-            return Err(decode::status_error(resp, &d).await);
+            return Err(decode::status_error(resp, &x).await);
         }
         if req.is_stream() {
-            decode::stream(resp, &d, attempt)
+            decode::stream(resp, x, attempt)
                 .await
                 .map(ReplyBody::Stream)
         } else {
-            decode::whole(resp, &d, attempt).await.map(ReplyBody::Whole)
+            decode::whole(resp, &x, attempt).await.map(ReplyBody::Whole)
         }
     }
 }

@@ -1,9 +1,13 @@
 //! Turns an upstream's raw response into a [`Completion`] or a committed
-//! [`ChunkStream`], enforcing the attempt's deadlines and keeping its
-//! [`Attempt`] up to date (first token, usage, end, failure).
+//! [`ChunkStream`], enforcing the attempt's deadlines and bounds and keeping
+//! its [`Attempt`] up to date (first token, usage, end, failure).
 //!
-//! Stream events are relayed one by one as they arrive; each payload is
-//! inspected once (usage, errors, validity) and passed on as its own bytes.
+//! Nothing an upstream sends is trusted: a body or an event past its size
+//! bound, a 200 that is not an answer (`{}`, `[]`, invalid UTF-8), and a
+//! stream that stalls between events are failures of the attempt, and
+//! every string the upstream wrote is redacted ([`Exchange`]) before it
+//! becomes part of an error. Stream events are relayed one by one as they
+//! arrive, each as its own bytes.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,44 +15,57 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use eventsource_stream::{EventStream, Eventsource};
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 use tokio::time::{Instant, Sleep, sleep_until, timeout_at};
 
+use super::sse::SseParser;
 use super::{BodyStream, RawResponse};
-use crate::error::{ModelError, TimeoutPhase};
+use crate::error::{ModelError, TimeoutPhase, WITHHELD};
 use crate::model::{Chunk, ChunkStream, Completion};
 use crate::openai::{
-    AssistantOutput, UsageField, error_message, inspect_chunk, inspect_completion,
+    AssistantOutput, NotAnAnswer, UsageField, WholeBody, error_message, inspect_chunk,
+    inspect_completion,
 };
+use crate::redact::Redactor;
 use crate::telemetry::Attempt;
 
-/// Largest whole response body accepted from an upstream.
-const MAX_RESPONSE: usize = 64 * 1024 * 1024;
+/// Largest whole response body accepted from an upstream, and the most a
+/// strategy buffers of a streamed answer.
+pub const MAX_RESPONSE: usize = 64 * 1024 * 1024;
+/// Largest single SSE line or event accepted from an upstream.
+pub const MAX_EVENT: usize = 4 * 1024 * 1024;
 /// Largest error body read to find the upstream's message.
 const MAX_ERROR_BODY: usize = 64 * 1024;
+/// The longest upstream message quoted in an error.
+const MAX_MESSAGE_CHARS: usize = 1000;
 
-/// Where and by when one upstream call must finish.
-pub struct Deadlines {
+/// One upstream call: where it goes, by when each phase must end, and the
+/// secrets nothing it says may repeat. Every error built from upstream
+/// text is built here.
+pub struct Exchange {
     pub upstream: Arc<str>,
     pub started: Instant,
     /// The first stream event must arrive by then.
     pub first: Instant,
     /// The whole answer must be in by then.
     pub total: Instant,
+    /// Longest gap between two stream events.
+    pub idle: Duration,
+    pub redactor: Arc<Redactor>,
 }
 
-impl Deadlines {
+impl Exchange {
     pub fn timeout(&self, phase: TimeoutPhase) -> ModelError {
-        let at = match phase {
-            TimeoutPhase::FirstToken => self.first,
-            TimeoutPhase::Total => self.total,
+        let after = match phase {
+            TimeoutPhase::FirstToken => self.first.saturating_duration_since(self.started),
+            TimeoutPhase::Total => self.total.saturating_duration_since(self.started),
+            TimeoutPhase::Idle => self.idle,
         };
         ModelError::Timeout {
             upstream: self.upstream.clone(),
             phase,
-            after: round_ms(at.saturating_duration_since(self.started)),
+            after: round_ms(after),
         }
     }
 
@@ -60,6 +77,37 @@ impl Deadlines {
             TimeoutPhase::Total
         }
     }
+
+    /// Upstream text, bounded and without secrets.
+    fn clean(&self, text: &str) -> String {
+        let text = self.redactor.redact(text);
+        match text.char_indices().nth(MAX_MESSAGE_CHARS) {
+            Some((at, _)) => format!("{}…", &text[..at]),
+            None => text.into_owned(),
+        }
+    }
+
+    pub fn invalid(&self, detail: &str) -> ModelError {
+        ModelError::Invalid {
+            upstream: self.upstream.clone(),
+            detail: self.clean(detail),
+        }
+    }
+
+    pub fn cut(&self, detail: &str) -> ModelError {
+        ModelError::StreamCut {
+            upstream: self.upstream.clone(),
+            detail: self.clean(detail),
+        }
+    }
+
+    fn reported(&self, message: &str, streamed: bool) -> ModelError {
+        ModelError::Reported {
+            upstream: self.upstream.clone(),
+            message: self.clean(message),
+            streamed,
+        }
+    }
 }
 
 fn round_ms(d: Duration) -> Duration {
@@ -69,83 +117,85 @@ fn round_ms(d: Duration) -> Duration {
 enum ReadError {
     Cut(String),
     TooLarge,
+    Late,
 }
 
-async fn read_body(mut body: BodyStream, limit: usize) -> Result<Bytes, ReadError> {
+/// Reads a body up to `limit` bytes, checking `by` as data arrives (an
+/// upstream that never pauses still meets its deadline).
+async fn read_body(mut body: BodyStream, limit: usize, by: Instant) -> Result<Bytes, ReadError> {
     let mut buf = BytesMut::new();
-    while let Some(part) = body.next().await {
+    while let Some(part) = timeout_at(by, body.next())
+        .await
+        .map_err(|_| ReadError::Late)?
+    {
         let part = part.map_err(|e| ReadError::Cut(e.to_string()))?;
         if buf.len() + part.len() > limit {
             return Err(ReadError::TooLarge);
         }
         buf.extend_from_slice(&part);
+        if Instant::now() >= by {
+            return Err(ReadError::Late);
+        }
     }
     Ok(buf.freeze())
 }
 
 /// The error for a non-2xx answer, with the upstream's own message.
-pub async fn status_error(resp: RawResponse, d: &Deadlines) -> ModelError {
-    let body = match timeout_at(d.total, read_body(resp.body, MAX_ERROR_BODY)).await {
-        Ok(Ok(b)) => b,
-        _ => Bytes::new(),
-    };
+pub async fn status_error(resp: RawResponse, x: &Exchange) -> ModelError {
+    let body = read_body(resp.body, MAX_ERROR_BODY, x.total)
+        .await
+        .unwrap_or_default();
     let parsed: Option<Value> = serde_json::from_slice(&body).ok();
     let err = parsed.as_ref().and_then(|v| v.get("error").or(Some(v)));
     let message = match err {
-        Some(e @ Value::Object(o)) if o.contains_key("message") => error_message(e),
-        Some(Value::String(s)) => s.clone(),
+        _ if matches!(resp.status, 401 | 403) => WITHHELD.to_owned(),
+        Some(e @ Value::Object(o)) if o.contains_key("message") => x.clean(&error_message(e)),
+        Some(Value::String(s)) => x.clean(s),
         _ => {
             let text = String::from_utf8_lossy(&body);
             let snippet: String = text.trim().chars().take(300).collect();
             if snippet.is_empty() {
                 "(empty body)".into()
             } else {
-                snippet
+                x.clean(&snippet)
             }
         }
     };
     let code = err.and_then(|e| e.get("code")).and_then(|c| match c {
-        Value::String(s) => Some(s.clone()),
+        Value::String(s) => Some(x.clean(s)),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     });
     ModelError::Status {
-        upstream: d.upstream.clone(),
+        upstream: x.upstream.clone(),
         status: resp.status,
         message,
         code,
-        retry_after: resp.retry_after,
+        retry_after: resp.retry_after.map(|r| x.clean(&r)),
     }
 }
 
 /// Reads a whole (non-streamed) answer.
 pub async fn whole(
     resp: RawResponse,
-    d: &Deadlines,
+    x: &Exchange,
     attempt: &Attempt,
 ) -> Result<Completion, ModelError> {
-    let body = match timeout_at(d.total, read_body(resp.body, MAX_RESPONSE)).await {
-        Err(_) => return Err(d.timeout(TimeoutPhase::Total)),
-        Ok(Err(ReadError::Cut(detail))) => {
-            return Err(ModelError::StreamCut {
-                upstream: d.upstream.clone(),
-                detail,
-            });
+    let body = match read_body(resp.body, MAX_RESPONSE, x.total).await {
+        Err(ReadError::Late) => return Err(x.timeout(TimeoutPhase::Total)),
+        Err(ReadError::Cut(detail)) => return Err(x.cut(&detail)),
+        Err(ReadError::TooLarge) => {
+            return Err(x.invalid(&format!(
+                "the response body is larger than {MAX_RESPONSE} bytes"
+            )));
         }
-        Ok(Err(ReadError::TooLarge)) => {
-            return Err(ModelError::Invalid {
-                upstream: d.upstream.clone(),
-                detail: format!("response body larger than {MAX_RESPONSE} bytes"),
-            });
-        }
-        Ok(Ok(b)) => b,
+        Ok(b) => b,
     };
-    let invalid = |detail: String| ModelError::Invalid {
-        upstream: d.upstream.clone(),
-        detail,
+    let usage = match inspect_completion(&body) {
+        Ok(WholeBody::Answer(usage)) => usage,
+        Ok(WholeBody::Error(message)) => return Err(x.reported(&message, false)),
+        Err(e) => return Err(x.invalid(&format!("the body is not a chat completion: {e}"))),
     };
-    let usage = inspect_completion(&body)
-        .map_err(|e| invalid(format!("the body is not a chat completion ({e})")))?;
     if let Some(u) = usage {
         attempt.set_usage(u);
     }
@@ -162,30 +212,26 @@ pub async fn whole(
 /// the stream comes back committed (or the call fails before any output).
 pub async fn stream(
     resp: RawResponse,
-    d: &Deadlines,
+    x: Exchange,
     attempt: &Attempt,
 ) -> Result<ChunkStream, ModelError> {
+    let first_by = x.first;
+    let first_phase = x.first_phase();
     let mut relay = Relay {
-        events: resp.body.eventsource(),
-        deadline: Box::pin(sleep_until(d.total)),
-        total_after: round_ms(d.total.saturating_duration_since(d.started)),
-        upstream: d.upstream.clone(),
+        body: resp.body,
+        parser: SseParser::new(MAX_EVENT),
+        body_ended: false,
+        timer: Box::pin(sleep_until(x.total)),
+        last_event: None,
+        x,
         attempt: attempt.clone(),
         open: true,
+        relayed: false,
         finished_choice: false,
     };
-    let first = match timeout_at(d.first, relay.next()).await {
-        Err(_) => {
-            let e = d.timeout(d.first_phase());
-            attempt.fail(&e);
-            return Err(e);
-        }
-        Ok(None) => {
-            return Err(ModelError::Invalid {
-                upstream: d.upstream.clone(),
-                detail: "the stream ended before its first event".into(),
-            });
-        }
+    let first = match timeout_at(first_by, relay.next()).await {
+        Err(_) => return Err(relay.fail_now(first_phase)),
+        Ok(None) => return Err(relay.x.invalid("the stream ended before its first event")),
         Ok(Some(Err(e))) => return Err(e),
         Ok(Some(Ok(c))) => c,
     };
@@ -195,43 +241,58 @@ pub async fn stream(
     ))
 }
 
-/// Relays SSE events as chunks until `[DONE]`, an error or the deadline.
+/// Relays SSE events as chunks until `[DONE]`, an error or a deadline.
 struct Relay {
-    events: EventStream<BodyStream>,
-    deadline: Pin<Box<Sleep>>,
-    /// How long after the call's start the total deadline falls.
-    total_after: Duration,
-    upstream: Arc<str>,
+    body: BodyStream,
+    parser: SseParser,
+    body_ended: bool,
+    /// Fires at the total deadline, or at the idle deadline after the
+    /// last event, whichever is first (re-armed lazily, not per event).
+    timer: Pin<Box<Sleep>>,
+    last_event: Option<Instant>,
+    x: Exchange,
     attempt: Attempt,
     open: bool,
+    /// At least one chunk went out: `[DONE]` before any is not an answer.
+    relayed: bool,
     /// A chunk with a `finish_reason` went by: an end without `[DONE]`
     /// after it is a clean end, not a cut.
     finished_choice: bool,
 }
 
+type Next = Poll<Option<Result<Chunk, ModelError>>>;
+
 impl Relay {
-    fn fail(&mut self, e: ModelError) -> Poll<Option<Result<Chunk, ModelError>>> {
+    fn fail(&mut self, e: ModelError) -> Next {
         self.open = false;
         self.attempt.fail(&e);
         Poll::Ready(Some(Err(e)))
     }
 
-    fn done(&mut self) -> Poll<Option<Result<Chunk, ModelError>>> {
+    /// Fails the relay with a timeout from outside (the first-token wait).
+    fn fail_now(&mut self, phase: TimeoutPhase) -> ModelError {
+        let e = self.x.timeout(phase);
+        self.open = false;
+        self.attempt.fail(&e);
+        e
+    }
+
+    fn done(&mut self) -> Next {
+        if !self.relayed {
+            return self.fail(self.x.invalid("the stream ended before its first event"));
+        }
         self.open = false;
         self.attempt.finish();
         Poll::Ready(None)
     }
 
-    fn chunk(&mut self, data: String) -> Result<Chunk, ModelError> {
-        let info = inspect_chunk(data.as_bytes()).map_err(|e| ModelError::Invalid {
-            upstream: self.upstream.clone(),
-            detail: format!("a stream event is not JSON ({e})"),
+    fn chunk(&mut self, data: Bytes) -> Result<Chunk, ModelError> {
+        let info = inspect_chunk(&data).map_err(|e| {
+            self.x
+                .invalid(&format!("a stream event is not a chunk: {e}"))
         })?;
         if let Some(message) = info.error {
-            return Err(ModelError::StreamError {
-                upstream: self.upstream.clone(),
-                message,
-            });
+            return Err(self.x.reported(&message, true));
         }
         if let UsageField::Present(u) = info.usage {
             self.attempt.set_usage(u);
@@ -239,62 +300,90 @@ impl Relay {
         self.finished_choice |= info.finished;
         if self.attempt.wants_summary() {
             let mut out = AssistantOutput::default();
-            out.absorb_chunk(data.as_bytes());
-            self.attempt.add_summary(&out.render());
+            if out.absorb_chunk(&data).is_ok() {
+                self.attempt.add_summary(&out.render());
+            }
         }
+        self.relayed = true;
         Ok(Chunk {
-            data: Bytes::from(data),
+            data,
             usage: info.usage,
             choices: info.choices,
         })
+    }
+
+    /// Which deadline, if any, has passed at `now`.
+    fn overdue(&self, now: Instant) -> Option<TimeoutPhase> {
+        if now >= self.x.total {
+            return Some(TimeoutPhase::Total);
+        }
+        let last = self.last_event?;
+        (now.saturating_duration_since(last) >= self.x.idle).then_some(TimeoutPhase::Idle)
+    }
+
+    fn next_deadline(&self) -> Instant {
+        match self.last_event {
+            Some(last) => self.x.total.min(last + self.x.idle),
+            None => self.x.total,
+        }
     }
 }
 
 impl Stream for Relay {
     type Item = Result<Chunk, ModelError>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Next {
         let this = &mut *self;
         if !this.open {
             return Poll::Ready(None);
         }
         loop {
-            match this.events.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(ev))) => {
-                    if ev.data.is_empty() {
+            match this.parser.next_event() {
+                Err(e) => return this.fail(this.x.invalid(&e.to_string())),
+                Ok(Some(data)) => {
+                    let now = Instant::now();
+                    if this.last_event.replace(now).is_none() {
+                        // From the first event on, the idle deadline applies.
+                        let at = this.next_deadline();
+                        this.timer.as_mut().reset(at);
+                    }
+                    if data.is_empty() {
                         continue;
                     }
-                    if ev.data == "[DONE]" {
+                    if &data[..] == b"[DONE]" {
                         return this.done();
                     }
-                    return match this.chunk(ev.data) {
+                    return match this.chunk(data) {
                         Ok(c) => Poll::Ready(Some(Ok(c))),
                         Err(e) => this.fail(e),
                     };
                 }
-                Poll::Ready(Some(Err(e))) => {
-                    let upstream = this.upstream.clone();
-                    return this.fail(ModelError::StreamCut {
-                        upstream,
-                        detail: e.to_string(),
-                    });
+                Ok(None) => {}
+            }
+            if this.body_ended {
+                if this.finished_choice {
+                    return this.done();
                 }
-                Poll::Ready(None) if this.finished_choice => return this.done(),
-                Poll::Ready(None) => {
-                    let upstream = this.upstream.clone();
-                    return this.fail(ModelError::StreamCut {
-                        upstream,
-                        detail: "the stream ended without [DONE]".into(),
-                    });
+                return this.fail(this.x.cut("the stream ended without [DONE]"));
+            }
+            match this.body.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(bytes))) => {
+                    this.parser.push(&bytes);
+                    // Checked as data arrives too: an upstream that never
+                    // pauses must still meet its deadline.
+                    if Instant::now() >= this.x.total {
+                        return this.fail(this.x.timeout(TimeoutPhase::Total));
+                    }
                 }
+                Poll::Ready(Some(Err(e))) => return this.fail(this.x.cut(&e.to_string())),
+                Poll::Ready(None) => this.body_ended = true,
                 Poll::Pending => {
-                    if this.deadline.as_mut().poll(cx).is_ready() {
-                        let e = ModelError::Timeout {
-                            upstream: this.upstream.clone(),
-                            phase: TimeoutPhase::Total,
-                            after: this.total_after,
-                        };
-                        return this.fail(e);
+                    while this.timer.as_mut().poll(cx).is_ready() {
+                        if let Some(phase) = this.overdue(Instant::now()) {
+                            return this.fail(this.x.timeout(phase));
+                        }
+                        let at = this.next_deadline();
+                        this.timer.as_mut().reset(at);
                     }
                     return Poll::Pending;
                 }
@@ -308,5 +397,13 @@ impl Drop for Relay {
         if self.open {
             self.attempt.cancel();
         }
+    }
+}
+
+/// A `NotAnAnswer` from a strategy's own reading of an answer.
+pub fn unreadable(upstream: &Arc<str>, e: &NotAnAnswer) -> ModelError {
+    ModelError::Invalid {
+        upstream: upstream.clone(),
+        detail: e.to_string(),
     }
 }

@@ -10,6 +10,7 @@ pub mod decode;
 mod llama_swap;
 mod mock;
 pub mod openai;
+pub mod sse;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -67,6 +68,7 @@ pub struct Upstream {
     pub name: Arc<str>,
     pub lane: Lane,
     pub timeout: Duration,
+    pub stream_idle_timeout: Duration,
     pub transport: Box<dyn Transport>,
 }
 
@@ -90,6 +92,7 @@ impl Upstream {
             name: name.into(),
             lane: cfg.lane,
             timeout: cfg.timeout,
+            stream_idle_timeout: cfg.stream_idle_timeout,
             transport,
         })
     }

@@ -1,0 +1,30 @@
+//! `strategy = "passthrough"`: another name for one model. A route that
+//! sets no options of its own is the very node it names (see `graph`); one
+//! that does is this thin node, which applies them to the call and
+//! delegates.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::ModelError;
+use crate::model::{Call, ChatModel, Reply};
+use crate::openai::ChatRequest;
+
+pub struct Passthrough {
+    pub model: Arc<dyn ChatModel>,
+    pub stream_idle_timeout: Option<Duration>,
+}
+
+#[async_trait]
+impl ChatModel for Passthrough {
+    async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError> {
+        let call = call.with_idle_timeout(self.stream_idle_timeout);
+        self.model.chat(call, req).await
+    }
+
+    fn keepalive(&self) -> Option<Duration> {
+        self.model.keepalive()
+    }
+}
