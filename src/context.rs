@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::Telemetry;
 
@@ -24,6 +25,8 @@ pub struct RequestCtx {
     /// `server.request_timeout` after `started`; upstream calls end by then.
     pub deadline: Instant,
     pub telemetry: Arc<Telemetry>,
+    /// Cancelled when shutdown's grace period is over: the request ends.
+    pub shutdown: CancellationToken,
     attempts: AtomicU32,
     /// Intervals spent waiting on upstreams (end `None` while in flight).
     /// A plain mutex: a handful of pushes per request, never held across
@@ -39,6 +42,7 @@ impl RequestCtx {
         key: Arc<str>,
         timeout: Duration,
         telemetry: Arc<Telemetry>,
+        shutdown: CancellationToken,
     ) -> Self {
         let started = Instant::now();
         RequestCtx {
@@ -49,6 +53,7 @@ impl RequestCtx {
             started,
             deadline: started + timeout,
             telemetry,
+            shutdown,
             attempts: AtomicU32::new(0),
             waits: Mutex::new(Vec::new()),
         }
@@ -115,6 +120,7 @@ mod tests {
             "k".into(),
             Duration::from_secs(60),
             Telemetry::for_tests(),
+            CancellationToken::new(),
         );
         let t0 = Instant::now();
         let (_, a) = ctx.begin_attempt(t0);

@@ -15,6 +15,10 @@
 //! - [`strategy`]: models made of models (chain, with more to come).
 //! - [`api`]: the axum router, auth, SSE relaying and the single mapping of
 //!   errors to OpenAI-shaped HTTP responses.
+//! - [`server`]: the accept loop: connection cap, header and idle
+//!   timeouts, graceful shutdown.
+//! - `reload`: SIGHUP, a new config for new requests.
+//! - [`redact`]: keeps the config's secrets out of what upstreams say.
 //! - [`telemetry`]: metric names, the Prometheus recorder, the JSONL event
 //!   log and the attempt record.
 //! - [`context`]: the per-request context (id, route, key, deadline).
@@ -31,20 +35,21 @@ pub mod mock;
 pub mod model;
 pub mod openai;
 pub mod redact;
+mod reload;
+pub mod server;
 pub mod strategy;
 pub mod telemetry;
 pub mod upstream;
 
-use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 
-use crate::api::{AppState, Keys};
+use crate::api::{AppState, Gateway};
 use crate::config::Config;
-use crate::graph::{BuildError, Graph};
+use crate::graph::BuildError;
 use crate::telemetry::Telemetry;
 
 #[derive(Debug, thiserror::Error)]
@@ -57,49 +62,58 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
-    #[error("server error: {0}")]
-    Io(#[from] std::io::Error),
 }
 
-/// Runs the gateway on `listener` until `shutdown` resolves, then drains
-/// in-flight requests and flushes the event log.
+/// What the process asks of a running gateway (from signals, in `main`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Re-read the config file and reopen the event log (SIGHUP).
+    Reload,
+    /// Stop accepting, drain within the grace period, flush, return.
+    Shutdown,
+}
+
+/// Runs the gateway on `listener` until `control` says `Shutdown` (or is
+/// closed), then drains in-flight requests and flushes the event log.
+/// `source` is the config file that `Reload` re-reads.
 pub async fn serve(
     listener: TcpListener,
     config: Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    source: Option<PathBuf>,
+    mut control: mpsc::UnboundedReceiver<Control>,
 ) -> Result<(), ServeError> {
-    let telemetry = Telemetry::new(config.server.event_log.as_deref()).map_err(|source| {
-        ServeError::EventLog {
-            path: config
-                .server
-                .event_log
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            source,
-        }
-    })?;
-    let graph = Graph::build(&config)?;
-    let state = Arc::new(AppState {
-        graph,
-        keys: Keys::new(&config.keys),
-        request_timeout: config.server.request_timeout,
-        sse_keepalive: config.server.sse_keepalive,
-        max_body_bytes: config.server.max_body_bytes,
-        telemetry: telemetry.clone(),
-        started_at: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
+    let log_path = config.server.event_log.clone();
+    let telemetry = Telemetry::new(log_path.as_deref()).map_err(|source| ServeError::EventLog {
+        path: log_path
+            .as_ref()
+            .map(|p| p.display().to_string())
             .unwrap_or_default(),
-    });
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY not set: {e}");
+        source,
+    })?;
+    let started_at = api::unix_now();
+    let gateway = Arc::new(Gateway::new(AppState::new(
+        &config,
+        telemetry.clone(),
+        started_at,
+    )?));
+    let server = tokio::spawn(server::run(
+        listener,
+        api::router(gateway.clone()),
+        config.server.limits,
+        gateway.stop.clone(),
+        gateway.hard.clone(),
+    ));
+    let mut running = config;
+    while let Some(Control::Reload) = control.recv().await {
+        if let Some(path) = &source {
+            running = reload::reload(path, running, &gateway, &telemetry, started_at);
         }
-    });
-    let result = axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(shutdown)
-        .await;
-    telemetry.shutdown();
-    result.map_err(ServeError::from)
+    }
+    tracing::info!("shutting down: no new connections; draining requests in flight");
+    gateway.stop.cancel();
+    if let Err(e) = server.await {
+        tracing::warn!("the server task failed: {e}");
+    }
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    Ok(())
 }

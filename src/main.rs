@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use conclave::Control;
 use mimalloc::MiMalloc;
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tracing_subscriber::EnvFilter;
 
 /// A gateway allocates many small, short-lived buffers per request;
@@ -109,6 +111,60 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
+/// Turns signals into [`Control`]s for the gateway: SIGHUP reloads, the
+/// first SIGTERM or SIGINT shuts down gracefully, a second one exits at once.
+#[cfg(unix)]
+async fn signals(tx: mpsc::UnboundedSender<Control>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the config");
+                let _ = tx.send(Control::Reload);
+                continue;
+            }
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        if stopping {
+            tracing::warn!("second stop signal: exiting now");
+            std::process::exit(130);
+        }
+        stopping = true;
+        let _ = tx.send(Control::Shutdown);
+    }
+}
+
+#[cfg(not(unix))]
+async fn signals(tx: mpsc::UnboundedSender<Control>) {
+    let _ = tokio::signal::ctrl_c().await;
+    let _ = tx.send(Control::Shutdown);
+    let _ = tokio::signal::ctrl_c().await;
+    std::process::exit(130);
+}
+
+/// Raises the open-file limit to what the system allows (as Go's runtime
+/// does): every client connection and every upstream call holds one.
+fn raise_fd_limit(max_connections: usize) {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) if limit < 2 * max_connections as u64 + 64 => tracing::warn!(
+            "the open-file limit is {limit}: too low for server.max_connections = {max_connections} \
+             (each connection and each upstream call holds a file descriptor); raise it with ulimit -n"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!("open-file limit unchanged: {e}"),
+    }
+}
+
 async fn run(command: Command) -> ExitCode {
     match command {
         Command::Serve { config, listen } => {
@@ -133,7 +189,10 @@ async fn run(command: Command) -> ExitCode {
             if let Ok(a) = listener.local_addr() {
                 announce("conclave", a);
             }
-            match conclave::serve(listener, cfg, shutdown_signal()).await {
+            raise_fd_limit(cfg.server.limits.max_connections);
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(signals(tx));
+            match conclave::serve(listener, cfg, Some(config), rx).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");

@@ -6,16 +6,13 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use metrics::{counter, gauge};
 use tokio::time::timeout_at;
 
-use super::AppState;
 use super::error::ApiError;
-use super::sse;
+use super::{Gateway, body, sse};
 use crate::context::RequestCtx;
 use crate::graph::Node;
 use crate::model::{Call, Reply, ReplyBody};
@@ -31,12 +28,12 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const PIN: &str = "x-conclave-pin";
 
 pub async fn chat_completions(
-    State(app): State<Arc<AppState>>,
+    State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let id = request_id(&headers);
-    let mut resp = match handle(&app, &headers, body, &id).await {
+    let mut resp = match handle(&gw, &headers, body, &id).await {
         Ok(r) => r,
         Err(e) => {
             counter!(REQUESTS_TOTAL, "route" => "unknown", "strategy" => "none", "status" => status_label(e.status().as_u16()))
@@ -62,7 +59,7 @@ fn request_id(headers: &HeaderMap) -> String {
 
 /// Reads the body as a `ChatRequest`, with OpenAI-style messages that say
 /// which field is wrong.
-fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let syntax = |inner: serde_json::Error| ApiError::BadRequest {
         message: format!("We could not parse the JSON body of your request ({inner})."),
         param: None,
@@ -108,22 +105,21 @@ fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
 }
 
 async fn handle(
-    app: &Arc<AppState>,
+    gw: &Arc<Gateway>,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
     id: &str,
 ) -> Result<Response, ApiError> {
+    let app = gw.state();
     let caller = app.keys.authenticate(headers)?;
-    let body = body.map_err(|rej| match rej.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge {
-            limit: app.max_body_bytes,
-        },
-        _ => ApiError::BadRequest {
-            message: rej.body_text(),
-            param: None,
-            code: None,
-        },
-    })?;
+    let body = body::read(
+        body,
+        headers,
+        app.max_body_bytes,
+        app.body_read_timeout,
+        &gw.stop,
+    )
+    .await?;
     let req = parse(&body)?;
     drop(body);
     let (route, node) = app
@@ -148,26 +144,35 @@ async fn handle(
         caller.name,
         app.request_timeout,
         app.telemetry.clone(),
+        gw.hard.clone(),
     ));
     let guard = RequestGuard::new(ctx.clone());
     let call = Call::new(ctx.clone(), pin);
     if req.is_stream() {
-        Ok(sse::respond(app, node, call, req, guard).await)
+        Ok(sse::respond(&app, node, call, req, guard).await)
     } else {
         Ok(whole(node, call, req, guard).await)
     }
 }
 
-async fn whole(node: &Node, call: Call, req: ChatRequest, mut guard: RequestGuard) -> Response {
+/// Runs the model under the request's deadline, until shutdown's grace
+/// period ends it.
+pub async fn answer(node: &Node, call: Call, req: ChatRequest) -> Result<Reply, ApiError> {
     let ctx = call.ctx.clone();
-    let result = timeout_at(ctx.deadline, node.model.chat(call, req)).await;
-    let reply = match result {
-        Err(_) => Err(ApiError::Timeout {
-            after: ctx.deadline - ctx.started,
-        }),
-        Ok(r) => r.map_err(ApiError::from),
-    };
-    let reply = match reply {
+    tokio::select! {
+        r = timeout_at(ctx.deadline, node.model.chat(call, req)) => match r {
+            Err(_) => Err(ApiError::Timeout {
+                after: ctx.deadline - ctx.started,
+            }),
+            Ok(r) => r.map_err(ApiError::from),
+        },
+        () = ctx.shutdown.cancelled() => Err(ApiError::ShuttingDown),
+    }
+}
+
+async fn whole(node: &Node, call: Call, req: ChatRequest, guard: RequestGuard) -> Response {
+    let ctx = call.ctx.clone();
+    let reply = match answer(node, call, req).await {
         Ok(r) => r,
         Err(e) => return failed(e, &ctx, node, guard),
     };
@@ -181,6 +186,7 @@ async fn whole(node: &Node, call: Call, req: ChatRequest, mut guard: RequestGuar
         HeaderValue::from_static("application/json"),
     );
     answer_headers(resp.headers_mut(), &ctx, node, Known::Answer(&reply));
+    let mut guard = guard;
     guard.finish("200");
     resp
 }
@@ -235,6 +241,10 @@ impl RequestGuard {
     fn new(ctx: Arc<RequestCtx>) -> Self {
         gauge!(INFLIGHT_REQUESTS, "route" => ctx.route.clone()).increment(1.0);
         RequestGuard { ctx, status: None }
+    }
+
+    pub fn ctx(&self) -> &Arc<RequestCtx> {
+        &self.ctx
     }
 
     pub fn finish(&mut self, status: &'static str) {

@@ -30,6 +30,10 @@ pub enum ApiError {
     TooLarge { limit: usize },
     #[error("The request timed out after {}.", humantime::format_duration(*.after))]
     Timeout { after: Duration },
+    #[error("The request body did not arrive within {}.", humantime::format_duration(*.after))]
+    BodyTimeout { after: Duration },
+    #[error("The gateway is shutting down; retry the request.")]
+    ShuttingDown,
     #[error("Unknown request URL: {method} {path}.")]
     UnknownUrl { method: String, path: String },
     #[error("Method not allowed for this URL.")]
@@ -97,6 +101,19 @@ impl ApiError {
             ApiError::Timeout { .. } => {
                 plain(StatusCode::GATEWAY_TIMEOUT, "timeout_error", "timeout")
             }
+            ApiError::BodyTimeout { .. } => plain(
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                "request_body_timeout",
+            ),
+            ApiError::ShuttingDown => Shape {
+                retry_after: Some("1".into()),
+                ..plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "server_shutting_down",
+                )
+            },
             ApiError::UnknownUrl { .. } => plain(
                 StatusCode::NOT_FOUND,
                 "invalid_request_error",

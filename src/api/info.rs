@@ -9,13 +9,14 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use super::AppState;
+use super::Gateway;
 use super::error::ApiError;
 
 pub async fn models(
-    State(app): State<Arc<AppState>>,
+    State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
+    let app = gw.state();
     let caller = app.keys.authenticate(&headers)?;
     let data: Vec<Value> = app
         .graph
@@ -39,8 +40,8 @@ pub async fn models(
     Ok(Json(json!({"object": "list", "data": data})))
 }
 
-pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
-    let mut resp = app.telemetry.render().into_response();
+pub async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    let mut resp = gw.state().telemetry.render().into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -53,7 +54,8 @@ pub async fn healthz() -> Json<Value> {
 }
 
 /// Ready when every upstream answers (any HTTP status counts).
-pub async fn readyz(State(app): State<Arc<AppState>>) -> Response {
+pub async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
+    let app = gw.state();
     let checks = app.graph.upstreams.iter().map(|u| async move {
         let r = u.transport.ready().await;
         (u.name.clone(), r)

@@ -1,39 +1,103 @@
 //! The HTTP surface: the axum router, shared state, auth, the chat handler,
 //! SSE relaying, and the OpenAI error mapping (`error`).
+//!
+//! [`Gateway`] holds the current [`AppState`] behind an atomic swap, so a
+//! config reload (SIGHUP) changes what new requests see while requests in
+//! flight keep the state they started with.
 
 mod auth;
+mod body;
 mod chat;
 pub mod error;
 mod info;
 mod sse;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwap;
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
+use tokio_util::sync::CancellationToken;
 
-use crate::graph::Graph;
+use crate::config::Config;
+use crate::graph::{BuildError, Graph};
 use crate::telemetry::Telemetry;
 pub use auth::Keys;
+pub use chat::parse as parse_chat_request;
 use error::ApiError;
 
-/// What every handler shares; built once, read-only afterwards.
+/// What every handler shares for one generation of the config; read-only.
 pub struct AppState {
     pub graph: Graph,
     pub keys: Keys,
     pub request_timeout: Duration,
     pub sse_keepalive: Option<Duration>,
     pub max_body_bytes: usize,
+    pub body_read_timeout: Duration,
     pub telemetry: Arc<Telemetry>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
-    let chat = post(chat::chat_completions).layer(DefaultBodyLimit::max(state.max_body_bytes));
+impl AppState {
+    pub fn new(
+        config: &Config,
+        telemetry: Arc<Telemetry>,
+        started_at: u64,
+    ) -> Result<Self, BuildError> {
+        Ok(AppState {
+            graph: Graph::build(config)?,
+            keys: Keys::new(&config.keys),
+            request_timeout: config.server.request_timeout,
+            sse_keepalive: config.server.sse_keepalive,
+            max_body_bytes: config.server.max_body_bytes,
+            body_read_timeout: config.server.body_read_timeout,
+            telemetry,
+            started_at,
+        })
+    }
+}
+
+/// The running gateway: the current state and the shutdown signals.
+pub struct Gateway {
+    /// Swapped whole on reload; a request loads it once and keeps its `Arc`.
+    current: ArcSwap<AppState>,
+    /// Shutdown began: bodies still being read are refused with a 503.
+    pub stop: CancellationToken,
+    /// The grace period is over: requests still running end now.
+    pub hard: CancellationToken,
+}
+
+impl Gateway {
+    pub fn new(state: AppState) -> Self {
+        Gateway {
+            current: ArcSwap::from_pointee(state),
+            stop: CancellationToken::new(),
+            hard: CancellationToken::new(),
+        }
+    }
+
+    pub fn state(&self) -> Arc<AppState> {
+        self.current.load_full()
+    }
+
+    pub fn replace(&self, state: AppState) {
+        self.current.store(Arc::new(state));
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    let chat = post(chat::chat_completions);
     Router::new()
         .route("/v1/chat/completions", chat.clone())
         .route("/chat/completions", chat)
@@ -44,7 +108,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(info::readyz))
         .fallback(unknown_url)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .with_state(state)
+        .with_state(gateway)
 }
 
 async fn unknown_url(method: Method, uri: Uri) -> ApiError {

@@ -8,6 +8,7 @@
 //! the status to 200, so a later failure becomes the SSE error event.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -18,31 +19,19 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use tokio::time::{Instant, error::Elapsed, timeout_at};
+use tokio::time::Instant;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::AppState;
-use super::chat::{Known, RequestGuard, answer_headers, failed};
+use super::chat::{Known, RequestGuard, answer, answer_headers, failed};
 use super::error::ApiError;
 use crate::context::RequestCtx;
-use crate::error::ModelError;
 use crate::graph::Node;
 use crate::model::{Call, ChunkStream, Reply, ReplyBody};
 use crate::openai::{ChatRequest, UsageField, strip_null_usage, strip_usage};
 
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 const DONE: &[u8] = b"data: [DONE]\n\n";
-
-fn outcome(
-    result: Result<Result<Reply, ModelError>, Elapsed>,
-    ctx: &RequestCtx,
-) -> Result<Reply, ApiError> {
-    match result {
-        Err(_) => Err(ApiError::Timeout {
-            after: ctx.deadline - ctx.started,
-        }),
-        Ok(r) => r.map_err(ApiError::from),
-    }
-}
 
 /// The stream of a streamed request's reply (strategies answer in kind).
 fn stream_of(body: ReplyBody) -> Result<ChunkStream, ApiError> {
@@ -70,8 +59,7 @@ fn keepalive_for(app: &AppState, node: &Node) -> Option<Duration> {
     }
 }
 
-type Work =
-    Pin<Box<dyn std::future::Future<Output = Result<Result<Reply, ModelError>, Elapsed>> + Send>>;
+type Work = Pin<Box<dyn std::future::Future<Output = Result<Reply, ApiError>> + Send>>;
 
 /// Answers a streamed request.
 pub async fn respond(
@@ -82,10 +70,9 @@ pub async fn respond(
     guard: RequestGuard,
 ) -> Response {
     let include_usage = req.wants_stream_usage();
-    let model = node.model.clone();
     let ctx = call.ctx.clone();
-    let deadline = ctx.deadline;
-    let mut work: Work = Box::pin(async move { timeout_at(deadline, model.chat(call, req)).await });
+    let run = node.clone();
+    let mut work: Work = Box::pin(async move { answer(&run, call, req).await });
     let result = match keepalive_for(app, node) {
         None => work.as_mut().await,
         Some(gap) => tokio::select! {
@@ -98,7 +85,7 @@ pub async fn respond(
             }
         },
     };
-    let reply = match outcome(result, &ctx) {
+    let reply = match result {
         Ok(r) => r,
         Err(e) => return failed(e, &ctx, node, guard),
     };
@@ -140,7 +127,7 @@ fn committed(
                 None => yield Ok(Bytes::from_static(KEEPALIVE)),
             }
         };
-        match outcome(result, &ctx).and_then(|r| stream_of(r.body)) {
+        match result.and_then(|r| stream_of(r.body)) {
             Ok(s) => {
                 let mut relay = ClientStream::new(s, include_usage, guard);
                 while let Some(b) = relay.next().await {
@@ -160,6 +147,9 @@ fn committed(
 struct ClientStream {
     inner: ChunkStream,
     include_usage: bool,
+    /// Fires when shutdown's grace period is over: the stream ends with
+    /// an error event.
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     guard: RequestGuard,
     done: bool,
 }
@@ -169,6 +159,7 @@ impl ClientStream {
         ClientStream {
             inner,
             include_usage,
+            shutdown: Box::pin(guard.ctx().shutdown.clone().cancelled_owned()),
             guard,
             done: false,
         }
@@ -190,6 +181,11 @@ impl Stream for ClientStream {
         let this = &mut *self;
         if this.done {
             return Poll::Ready(None);
+        }
+        if this.shutdown.as_mut().poll(cx).is_ready() {
+            this.done = true;
+            this.guard.finish("stream_error");
+            return Poll::Ready(Some(Ok(ApiError::ShuttingDown.sse_event())));
         }
         loop {
             match this.inner.poll_next_unpin(cx) {

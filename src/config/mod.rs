@@ -41,6 +41,9 @@ pub struct Server {
     pub event_log: Option<PathBuf>,
     pub state_path: Option<PathBuf>,
     pub sse_keepalive: Option<Duration>,
+    pub body_read_timeout: Duration,
+    /// Connection limits, fixed for the life of the process.
+    pub limits: crate::server::Limits,
 }
 
 /// A secret read from the environment; never printed.

@@ -25,6 +25,16 @@ pub struct Server {
     pub state_path: Option<PathBuf>,
     #[serde(default, with = "humantime_serde")]
     pub sse_keepalive: Option<Duration>,
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    #[serde(default = "default_header_read_timeout", with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    #[serde(default = "default_body_read_timeout", with = "humantime_serde")]
+    pub body_read_timeout: Duration,
+    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Server {
@@ -36,6 +46,11 @@ impl Default for Server {
             event_log: None,
             state_path: None,
             sse_keepalive: None,
+            max_connections: default_max_connections(),
+            header_read_timeout: default_header_read_timeout(),
+            body_read_timeout: default_body_read_timeout(),
+            idle_timeout: default_idle_timeout(),
+            shutdown_grace: default_shutdown_grace(),
         }
     }
 }
@@ -48,6 +63,21 @@ fn default_request_timeout() -> Duration {
 }
 fn default_max_body() -> usize {
     8 * 1024 * 1024
+}
+fn default_max_connections() -> usize {
+    1024
+}
+fn default_header_read_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_body_read_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(30)
 }
 
 #[derive(Debug, Deserialize)]

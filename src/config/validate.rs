@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
+use crate::server::Limits;
+
 use super::raw;
 use super::{
     CHAIN_KEEPALIVE, Chain, Config, Errors, Key, Lane, Model, Route, Secret, Server, Upstream,
@@ -100,6 +102,16 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
     if raw.request_timeout.is_zero() {
         errs.push("server.request_timeout", "must be greater than 0");
     }
+    for (key, d) in [
+        ("header_read_timeout", raw.header_read_timeout),
+        ("body_read_timeout", raw.body_read_timeout),
+        ("idle_timeout", raw.idle_timeout),
+    ] {
+        positive(Some(d), &format!("server.{key}"), errs);
+    }
+    if raw.max_connections == 0 {
+        errs.push("server.max_connections", "must be greater than 0");
+    }
     if raw.sse_keepalive.is_some_and(|d| d.is_zero()) {
         errs.push(
             "server.sse_keepalive",
@@ -113,6 +125,13 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
         event_log: raw.event_log,
         state_path: raw.state_path,
         sse_keepalive: raw.sse_keepalive,
+        body_read_timeout: raw.body_read_timeout,
+        limits: Limits {
+            max_connections: raw.max_connections,
+            header_read_timeout: raw.header_read_timeout,
+            idle_timeout: raw.idle_timeout,
+            shutdown_grace: raw.shutdown_grace,
+        },
     })
 }
 

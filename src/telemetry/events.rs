@@ -1,9 +1,11 @@
 //! The JSONL event log: one JSON object per line, written by a dedicated
-//! thread so that file I/O never runs on a request's task.
+//! thread so that file I/O never runs on a request's task. `reopen` starts
+//! a new file handle at the same path (after log rotation moved the old
+//! one) without losing or tearing a line.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
@@ -52,10 +54,12 @@ pub enum EventBody {
 
 enum Msg {
     Event(Event),
+    Reopen,
     Close,
 }
 
 pub struct EventLog {
+    pub path: PathBuf,
     tx: SyncSender<Msg>,
     dropped: AtomicU64,
     /// Taken once by `close` to wait for the writer to flush.
@@ -64,12 +68,14 @@ pub struct EventLog {
 
 impl EventLog {
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let file = append(path)?;
         let (tx, rx) = sync_channel(QUEUE);
+        let at = path.to_owned();
         let writer = std::thread::Builder::new()
             .name("conclave-events".into())
-            .spawn(move || write_loop(rx, BufWriter::new(file)))?;
+            .spawn(move || write_loop(rx, BufWriter::new(file), &at))?;
         Ok(EventLog {
+            path: path.to_owned(),
             tx,
             dropped: AtomicU64::new(0),
             writer: Mutex::new(Some(writer)),
@@ -89,6 +95,12 @@ impl EventLog {
         }
     }
 
+    /// Writes what is queued to the current file, then continues in a new
+    /// file at the same path.
+    pub fn reopen(&self) {
+        let _ = self.tx.send(Msg::Reopen);
+    }
+
     /// Flushes what is queued and stops the writer.
     pub fn close(&self) {
         let _ = self.tx.send(Msg::Close);
@@ -98,7 +110,11 @@ impl EventLog {
     }
 }
 
-fn write_loop(rx: Receiver<Msg>, mut out: BufWriter<File>) {
+fn append(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+fn write_loop(rx: Receiver<Msg>, mut out: BufWriter<File>, path: &Path) {
     while let Ok(msg) = rx.recv() {
         let mut next = Some(msg);
         // Drain whatever is queued, then flush once.
@@ -109,6 +125,16 @@ fn write_loop(rx: Receiver<Msg>, mut out: BufWriter<File>) {
                         .and_then(|()| out.write_all(b"\n").map_err(serde_json::Error::io))
                     {
                         tracing::warn!("event log write failed: {e}");
+                    }
+                }
+                Msg::Reopen => {
+                    let _ = out.flush();
+                    match append(path) {
+                        Ok(f) => out = BufWriter::new(f),
+                        Err(e) => tracing::warn!(
+                            "cannot reopen the event log {}: {e}; still writing to the old file",
+                            path.display()
+                        ),
                     }
                 }
                 Msg::Close => {

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
+use arc_swap::ArcSwapOption;
 use dashmap::DashMap;
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -109,9 +110,11 @@ fn describe() {
     );
 }
 
-/// Shared by every request: the event log and the cost totals.
+/// Shared by every request, and kept across config reloads: the event log
+/// and the cost totals.
 pub struct Telemetry {
-    events: Option<EventLog>,
+    /// Swapped when a reload names another file (or none).
+    events: ArcSwapOption<EventLog>,
     /// `metrics` counters are integers; dollars are not, so spend is summed
     /// here and rendered as a counter next to the recorder's output.
     cost: DashMap<(Arc<str>, Arc<str>), f64>,
@@ -122,7 +125,7 @@ impl Telemetry {
         prometheus();
         let events = event_log.map(EventLog::open).transpose()?;
         Ok(Arc::new(Telemetry {
-            events,
+            events: ArcSwapOption::from_pointee(events),
             cost: DashMap::new(),
         }))
     }
@@ -130,20 +133,41 @@ impl Telemetry {
     /// Telemetry with no event log (unit tests).
     pub fn for_tests() -> Arc<Self> {
         Arc::new(Telemetry {
-            events: None,
+            events: ArcSwapOption::empty(),
             cost: DashMap::new(),
         })
     }
 
     pub fn events_enabled(&self) -> bool {
-        self.events.is_some()
+        self.events.load().is_some()
     }
 
     /// Queues one event for the log; never blocks the request.
     pub fn emit(&self, ctx: &RequestCtx, event: &'static str, body: EventBody, at: SystemTime) {
-        if let Some(log) = &self.events {
+        if let Some(log) = self.events.load().as_ref() {
             log.send(Event::new(ctx, event, body, at));
         }
+    }
+
+    /// Points the event log at `path` (SIGHUP): the same path is reopened
+    /// (log rotation), another one replaces the old log, which is flushed.
+    pub fn set_event_log(&self, path: Option<&Path>) -> std::io::Result<()> {
+        let current = self.events.load_full();
+        match (&current, path) {
+            (Some(log), Some(p)) if log.path == p => {
+                log.reopen();
+                return Ok(());
+            }
+            (None, None) => return Ok(()),
+            _ => {}
+        }
+        let next = path.map(EventLog::open).transpose()?;
+        self.events.store(next.map(Arc::new));
+        if let Some(old) = current {
+            // Joining the writer blocks: not on a runtime thread.
+            std::thread::spawn(move || old.close());
+        }
+        Ok(())
     }
 
     pub fn add_cost(&self, model: &Arc<str>, key: &Arc<str>, usd: f64) {
@@ -174,7 +198,7 @@ impl Telemetry {
 
     /// Flushes and closes the event log.
     pub fn shutdown(&self) {
-        if let Some(log) = &self.events {
+        if let Some(log) = self.events.swap(None) {
             log.close();
         }
     }
@@ -210,6 +234,7 @@ pub fn status_label(code: u16) -> &'static str {
         401 => "401",
         403 => "403",
         404 => "404",
+        408 => "408",
         413 => "413",
         422 => "422",
         429 => "429",
