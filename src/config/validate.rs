@@ -57,14 +57,47 @@ pub(super) fn validate(
     }
     check_names(&models, &routes, &broken, &keys, errs);
     check_cycles(&routes, errs);
-    Some(Config {
+    let config = Config {
         server: server?,
         keys,
         upstreams,
         models,
         routes,
         warnings,
-    })
+    };
+    Some(warn_hung_tiers(config))
+}
+
+/// A tier that is not the last of its chain, on an upstream whose
+/// `timeout` is not shorter than the request's: one hung call there spends
+/// the whole request's time and the later tiers never get a turn.
+fn warn_hung_tiers(mut config: Config) -> Config {
+    let mut warnings = Vec::new();
+    for (name, route) in &config.routes {
+        let Route::Chain(c) = route else { continue };
+        let Some((_, earlier)) = c.tiers.split_last() else {
+            continue;
+        };
+        for (i, tier) in earlier.iter().enumerate() {
+            let upstream = config
+                .models
+                .get(config.resolve_alias(tier))
+                .and_then(|m| config.upstreams.get_key_value(&m.upstream));
+            if let Some((up, u)) = upstream
+                && u.timeout >= config.server.request_timeout
+            {
+                warnings.push(format!(
+                    "routes.{name}.tiers[{i}]: upstream \"{up}\" has timeout = {} but \
+                     server.request_timeout is {}: a hung call to \"{tier}\" uses up the whole \
+                     request and the later tiers never run; set upstreams.{up}.timeout shorter",
+                    humantime::format_duration(u.timeout),
+                    humantime::format_duration(config.server.request_timeout),
+                ));
+            }
+        }
+    }
+    config.warnings.extend(warnings);
+    config
 }
 
 fn table(v: Option<toml::Value>, path: &str, errs: &mut Errors) -> IndexMap<String, toml::Value> {
