@@ -61,21 +61,6 @@ async fn cancelled(mock: &Proc) -> u64 {
     mock.stats().await["cancelled"].as_u64().unwrap_or(0)
 }
 
-/// The samples of `name` whose labels include every `labels` pair.
-fn samples(metrics: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
-    metrics
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
-            let (lbls, value) = rest.rsplit_once("} ")?;
-            labels
-                .iter()
-                .all(|(k, v)| lbls.contains(&format!("{k}=\"{v}\"")))
-                .then(|| value.trim().parse().ok())?
-        })
-        .collect()
-}
-
 /// Waits until the gateway's metrics show the route's request as 499 and
 /// its attempt as cancelled.
 async fn assert_recorded_as_abandoned(gw: &Proc, route: &str, model: &str) {

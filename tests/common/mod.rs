@@ -2,6 +2,8 @@
 //! `mock`) on 127.0.0.1:0 with a temporary config, and talks HTTP to it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod evil;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -66,6 +68,39 @@ impl Proc {
             child,
             dir,
         }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// How many file descriptors the process has open.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// Sends a signal (`HUP`, `TERM`, `INT`, …) to the process.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -{name} failed");
+    }
+
+    /// Waits up to `secs` for the process to exit; its exit code.
+    pub fn wait_exit(&mut self, secs: u64) -> Option<i32> {
+        for _ in 0..secs * 50 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code().or(Some(-1));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -216,6 +251,21 @@ pub async fn post(base: &str, body: &Value) -> Resp {
 
 pub async fn post_with(base: &str, body: &Value, headers: &[(&str, &str)]) -> Resp {
     post_raw(base, body.to_string(), headers).await
+}
+
+/// The samples of `name` whose labels include every `labels` pair.
+pub fn samples(metrics: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    metrics
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+            let (lbls, value) = rest.rsplit_once("} ")?;
+            labels
+                .iter()
+                .all(|(k, v)| lbls.contains(&format!("{k}=\"{v}\"")))
+                .then(|| value.trim().parse().ok())?
+        })
+        .collect()
 }
 
 /// A chat request for `model` with one user message.

@@ -1,0 +1,272 @@
+//! The fault matrix: every hostile-upstream fault, through a passthrough
+//! route and a fallback chain, whole and streamed. For each case it checks
+//! what the client sees, the attempt record, that the upstream's key
+//! appears nowhere (responses, event log, stderr), and at the end that no
+//! request or connection was left behind.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::evil::{self, FAULTS, leaks};
+use common::*;
+use futures::StreamExt;
+use serde_json::Value;
+
+const KEY: &str = "sk-conclave-SECRET-0123456789abcdef";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Want {
+    /// An HTTP error before any byte of an answer: status and `code`
+    /// (`None`: the upstream's own code, redacted, is passed on).
+    Http(u16, Option<&'static str>),
+    /// 200, some chunks, then one SSE error event with this code.
+    Event(&'static str),
+    /// An answer, from the fault model itself or (chains) from `ok`.
+    Answer,
+}
+
+/// What a client sees for `fault` through a passthrough route.
+fn direct(fault: &str, stream: bool) -> Want {
+    use Want::*;
+    match fault {
+        "echo-500" | "echo-error-body" => Http(502, Some("upstream_error")),
+        "echo-400" => Http(400, None),
+        "echo-413" => Http(413, None),
+        "echo-422" => Http(422, None),
+        "echo-429" => Http(429, Some("rate_limit_exceeded")),
+        "echo-401" | "echo-403" => Http(502, Some("upstream_auth_failed")),
+        "hang" => Http(504, Some("upstream_timeout")),
+        "trickle-forever" | "stall-after-first" if stream => Event("upstream_timeout"),
+        "trickle-forever" | "stall-after-first" => Http(504, Some("upstream_timeout")),
+        "huge-tool-index" => Answer,
+        _ => Http(502, Some("upstream_invalid_response")),
+    }
+}
+
+/// What a client sees through a fallback chain `[fault, ok]`: plain 4xx
+/// come straight back, a stream that already started stays with its tier,
+/// everything else falls over to `ok`.
+fn chained(fault: &str, stream: bool) -> Want {
+    match direct(fault, stream) {
+        w @ (Want::Http(400 | 413 | 422, _) | Want::Event(_)) => w,
+        _ => Want::Answer,
+    }
+}
+
+fn config(evil_v1: &str) -> String {
+    let mut t = format!(
+        r#"
+[server]
+event_log = "{{dir}}/events.jsonl"
+request_timeout = "10s"
+
+[upstreams.evil]
+kind = "openai"
+base_url = "{evil_v1}"
+api_key_env = "EVIL_KEY"
+timeout = "1s"
+stream_idle_timeout = "300ms"
+
+[models.ok]
+upstream = "evil"
+"#
+    );
+    for f in FAULTS {
+        t.push_str(&format!(
+            "\n[models.{f}]\nupstream = \"evil\"\n\n[routes.p-{f}]\nstrategy = \"passthrough\"\nmodel = \"{f}\"\n\n[routes.c-{f}]\nstrategy = \"chain\"\ntiers = [\"{f}\", \"ok\"]\n"
+        ));
+    }
+    t
+}
+
+struct Case {
+    fault: &'static str,
+    chain: bool,
+    stream: bool,
+}
+
+impl Case {
+    fn route(&self) -> String {
+        format!("{}-{}", if self.chain { "c" } else { "p" }, self.fault)
+    }
+    fn want(&self) -> Want {
+        if self.chain {
+            chained(self.fault, self.stream)
+        } else {
+            direct(self.fault, self.stream)
+        }
+    }
+    fn tag(&self) -> String {
+        format!(
+            "{} {}",
+            self.route(),
+            if self.stream { "streamed" } else { "whole" }
+        )
+    }
+}
+
+/// Runs one case; returns its request id and what went wrong.
+async fn run(gw: &Proc, http: &reqwest::Client, c: &Case) -> (String, Vec<String>) {
+    let body = if c.stream {
+        chat_stream(&c.route(), "hello")
+    } else {
+        chat(&c.route(), "hello")
+    };
+    let r = post_via(http, &gw.base, body.to_string(), &[]).await;
+    let mut errs = Vec::new();
+    let mut fail = |m: String| {
+        errs.push(format!(
+            "{}: {m}\n    got {} {}",
+            c.tag(),
+            r.status,
+            r.text.chars().take(300).collect::<String>()
+        ))
+    };
+    let headers = format!("{:?}", r.headers);
+    if leaks(&r.text, KEY) || leaks(&headers, KEY) {
+        fail("the upstream's key reached the client".into());
+    }
+    match c.want() {
+        Want::Http(status, code) => {
+            let v: Value = serde_json::from_str(&r.text).unwrap_or(Value::Null);
+            let got_code = v["error"]["code"].as_str();
+            if r.status != status || v["error"]["message"].as_str().is_none() {
+                fail(format!("want HTTP {status} with an OpenAI error body"));
+            } else if let Some(code) = code
+                && got_code != Some(code)
+            {
+                fail(format!("want code {code}"));
+            }
+        }
+        Want::Event(code) => {
+            let ev = r.data_events();
+            let last: Value = ev
+                .last()
+                .and_then(|e| serde_json::from_str(e).ok())
+                .unwrap_or(Value::Null);
+            if r.status != 200
+                || ev.len() < 2
+                || last["error"]["code"] != code
+                || r.text.contains("[DONE]")
+            {
+                fail(format!(
+                    "want 200, chunks, then one error event {code} and no [DONE]"
+                ));
+            }
+        }
+        Want::Answer => {
+            let ok = if c.stream {
+                r.status == 200 && r.text.contains("data: [DONE]") && !r.text.contains("\"error\"")
+            } else {
+                r.status == 200 && r.json()["choices"].is_array()
+            };
+            if !ok {
+                fail("want an answer".into());
+            }
+        }
+    }
+    let id = r.header("x-request-id").unwrap_or_default().to_owned();
+    (id, errs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_upstream_fault_is_contained() {
+    let evil_v1 = evil::start().await;
+    let gw = Proc::gateway_env(&config(&evil_v1), &[("EVIL_KEY", KEY)]);
+    let http = client();
+    // Warm up: the process's baseline of open files and pooled connections.
+    for _ in 0..4 {
+        post_via(&http, &gw.base, chat("ok", "hi").to_string(), &[]).await;
+    }
+    let fds_before = gw.open_fds();
+
+    let mut cases = Vec::new();
+    for &fault in FAULTS {
+        for chain in [false, true] {
+            for stream in [false, true] {
+                cases.push(Case {
+                    fault,
+                    chain,
+                    stream,
+                });
+            }
+        }
+    }
+    let results: Vec<(&Case, (String, Vec<String>))> = futures::stream::iter(cases.iter())
+        .map(|c| {
+            let (gw, http) = (&gw, &http);
+            async move { (c, run(gw, http, c).await) }
+        })
+        .buffer_unordered(6)
+        .collect()
+        .await;
+    let mut errs: Vec<String> = Vec::new();
+    let mut ids = Vec::new();
+    for (c, (id, e)) in results {
+        errs.extend(e);
+        ids.push((id, c));
+    }
+
+    // The attempt record: the fault model's one attempt per request, with
+    // verdict `error` unless the fault still made an answer.
+    let n_events = cases.len(); // at least one attempt line per request
+    let events = gw.events(n_events).await;
+    for (id, c) in &ids {
+        let attempts: Vec<&Value> = events
+            .iter()
+            .filter(|e| {
+                e["request_id"] == id.as_str() && e["event"] == "attempt" && e["model"] == c.fault
+            })
+            .collect();
+        let want_verdict = match c.want() {
+            Want::Answer if c.fault == "huge-tool-index" => {
+                if c.chain {
+                    "accept"
+                } else {
+                    "ok"
+                }
+            }
+            _ => "error",
+        };
+        if attempts.len() != 1 || attempts[0]["verdict"] != want_verdict {
+            errs.push(format!(
+                "{}: want one attempt of {} with verdict {want_verdict}, got {attempts:?}",
+                c.tag(),
+                c.fault
+            ));
+        }
+    }
+
+    // Nothing left behind: no request in flight, no extra descriptors.
+    let settled = eventually(10, || async {
+        let m = gw.metrics().await;
+        samples(&m, "conclave_inflight_requests", &[])
+            .iter()
+            .all(|v| *v == 0.0)
+    })
+    .await;
+    if !settled {
+        errs.push("requests still in flight after the matrix".into());
+    }
+    let fds_after = gw.open_fds();
+    if fds_after > fds_before + 8 {
+        errs.push(format!(
+            "open file descriptors grew from {fds_before} to {fds_after}"
+        ));
+    }
+
+    // The key is nowhere: not in the event log, not on stderr.
+    let log = std::fs::read_to_string(gw.path("events.jsonl")).unwrap();
+    if leaks(&log, KEY) {
+        errs.push("the upstream's key is in the event log".into());
+    }
+    if leaks(&gw.stderr(), KEY) {
+        errs.push("the upstream's key is on stderr".into());
+    }
+    assert!(
+        errs.is_empty(),
+        "{} problems:\n{}",
+        errs.len(),
+        errs.join("\n")
+    );
+}
