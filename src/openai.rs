@@ -447,6 +447,19 @@ mod tests {
         assert_eq!(up["stream_options"]["include_usage"], true);
     }
 
+    /// Found by `tests/fuzz.rs`: without serde_json's `float_roundtrip`,
+    /// some floats a client sends reached the upstream changed in their
+    /// last digit.
+    #[test]
+    fn floats_reach_the_upstream_exactly() {
+        let raw = r#"{"model":"m","messages":[{"role":"user","content":[2.0860424783616484e-234]}],"x":0.1}"#;
+        let req: ChatRequest = serde_json::from_str(raw).unwrap_or_else(|e| unreachable!("{e}"));
+        let body = req.to_upstream_body("m").unwrap_or_default();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("2.0860424783616484e-234"), "{text}");
+        assert!(text.contains("\"x\":0.1"), "{text}");
+    }
+
     #[test]
     fn chunk_inspection_reads_usage_and_errors() {
         let c =
