@@ -40,7 +40,13 @@ impl Proc {
         let text = toml.replace("{dir}", &dir.path().display().to_string());
         std::fs::write(&config, text).unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_conclave"))
+        // Capped at 4 GiB of address space, so a regression that makes the
+        // gateway allocate without bound fails its test instead of taking
+        // the machine's memory (`sh` execs the binary: same pid).
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -v 4194304 && exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_conclave"))
             .args(args)
             .arg("--config")
             .arg(&config)
@@ -74,11 +80,18 @@ impl Proc {
         self.child.id()
     }
 
-    /// How many file descriptors the process has open.
+    /// How many file descriptors the process has open; panics when it has
+    /// exited (a dead process must not pass a "nothing leaked" check).
     pub fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+        let pid = self.pid();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit(") ").next().and_then(|r| r.chars().next());
+        if matches!(state, None | Some('Z' | 'X')) {
+            panic!("conclave (pid {pid}) has exited:\n{}", self.stderr());
+        }
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|d| d.count())
-            .unwrap_or(0)
+            .unwrap_or_else(|e| panic!("cannot read the open files of pid {pid}: {e}"))
     }
 
     /// Sends a signal (`HUP`, `TERM`, `INT`, …) to the process.
@@ -237,7 +250,18 @@ pub async fn post_via(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let r = req.send().await.unwrap();
+    // A broken connection is a result to report, not a panic that hides
+    // every other finding of a table-driven test.
+    let r = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            return Resp {
+                status: 0,
+                headers: reqwest::header::HeaderMap::new(),
+                text: format!("transport error: {e:?}"),
+            };
+        }
+    };
     Resp {
         status: r.status().as_u16(),
         headers: r.headers().clone(),
