@@ -114,3 +114,45 @@ fn a_missing_config_file_is_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn check_warns_when_a_hung_early_tier_would_use_up_the_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiers.toml");
+    std::fs::write(
+        &path,
+        r#"
+[server]
+request_timeout = "60s"
+
+[upstreams.slow]
+kind = "mock"
+timeout = "60s"
+
+[upstreams.quick]
+kind = "mock"
+timeout = "10s"
+
+[models.a]
+upstream = "slow"
+[models.b]
+upstream = "quick"
+[models.c]
+upstream = "slow"
+
+[routes.r]
+strategy = "chain"
+tiers = ["a", "b", "c"]
+"#,
+    )
+    .unwrap();
+    let (code, out, err) = conclave(&["check", "--config", &path.display().to_string()], &[]);
+    assert_eq!(code, 0, "{err}");
+    let warnings: Vec<&str> = out.lines().filter(|l| l.starts_with("warning:")).collect();
+    // Only the first tier: the second's upstream is quick, the last may hang.
+    assert_eq!(warnings.len(), 1, "{out}");
+    assert!(
+        warnings[0].contains("routes.r.tiers[0]") && warnings[0].contains("upstreams.slow.timeout"),
+        "{out}"
+    );
+}

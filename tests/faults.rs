@@ -76,6 +76,9 @@ upstream = "evil"
             "\n[models.{f}]\nupstream = \"evil\"\n\n[routes.p-{f}]\nstrategy = \"passthrough\"\nmodel = \"{f}\"\n\n[routes.c-{f}]\nstrategy = \"chain\"\ntiers = [\"{f}\", \"ok\"]\n"
         ));
     }
+    t.push_str(
+        "\n[routes.impatient]\nstrategy = \"passthrough\"\nmodel = \"stall-after-first\"\nstream_idle_timeout = \"100ms\"\n",
+    );
     t
 }
 
@@ -269,4 +272,17 @@ async fn every_upstream_fault_is_contained() {
         errs.len(),
         errs.join("\n")
     );
+}
+
+/// A route's `stream_idle_timeout` overrides its upstream's (300 ms here).
+#[tokio::test]
+async fn a_route_sets_its_own_stream_idle_timeout() {
+    let evil_v1 = evil::start().await;
+    let gw = Proc::gateway_env(&config(&evil_v1), &[("EVIL_KEY", KEY)]);
+    let r = post(&gw.base, &chat_stream("impatient", "hi")).await;
+    let events = r.data_events();
+    let last = events.last().cloned().unwrap_or_default();
+    assert!(last.contains("no event for 100ms"), "{}", r.text);
+    let r = post(&gw.base, &chat_stream("p-stall-after-first", "hi")).await;
+    assert!(r.text.contains("no event for 300ms"), "{}", r.text);
 }
