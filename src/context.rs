@@ -14,6 +14,10 @@ use crate::telemetry::Telemetry;
 
 pub struct RequestCtx {
     pub id: String,
+    /// The `x-request-id` sent upstream: `id` when it is a UUID (some
+    /// servers, llama-cpp-python among them, reject anything else), else
+    /// a new one.
+    pub upstream_id: String,
     /// The model name the client asked for: a route or a concrete model,
     /// always a name from the config (a bounded label).
     pub route: Arc<str>,
@@ -45,8 +49,13 @@ impl RequestCtx {
         shutdown: CancellationToken,
     ) -> Self {
         let started = Instant::now();
+        let upstream_id = match uuid::Uuid::try_parse(&id) {
+            Ok(u) => u.hyphenated().to_string(),
+            Err(_) => uuid::Uuid::new_v4().hyphenated().to_string(),
+        };
         RequestCtx {
             id,
+            upstream_id,
             route,
             strategy,
             key,

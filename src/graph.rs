@@ -133,6 +133,8 @@ impl Graph {
                             .models
                             .get(config.resolve_alias(v))
                             .is_some_and(|m| m.json_mode),
+                        max_tokens: c.verifier_max_tokens,
+                        timeout: c.verifier_timeout,
                     }),
                     None => None,
                 };

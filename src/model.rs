@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use tokio::time::Instant;
 
 use crate::context::RequestCtx;
 use crate::error::ModelError;
@@ -66,6 +67,9 @@ pub struct Call {
     pub pin: Option<Arc<str>>,
     /// A route's `stream_idle_timeout`, overriding the upstream's.
     pub idle_timeout: Option<Duration>,
+    /// A call conclave makes on its own behalf (a verifier) ends by then,
+    /// before the request's own deadline.
+    pub deadline: Option<Instant>,
 }
 
 impl Call {
@@ -76,6 +80,7 @@ impl Call {
             ttft_timeout: None,
             pin,
             idle_timeout: None,
+            deadline: None,
         }
     }
 
@@ -93,6 +98,13 @@ impl Call {
 
     pub fn with_ttft_timeout(mut self, ttft: Option<Duration>) -> Self {
         self.ttft_timeout = ttft.or(self.ttft_timeout);
+        self
+    }
+
+    /// Limits this call (and what it calls) to `limit` from now.
+    pub fn with_timeout(mut self, limit: Duration) -> Self {
+        let at = Instant::now() + limit;
+        self.deadline = Some(self.deadline.map_or(at, |d| d.min(at)));
         self
     }
 

@@ -124,6 +124,9 @@ then = { reply = { text = "Verdict follows: {\"accept\": \"no\", \"feedback\": \
 [upstreams.sim.models.v-garbage]
 reply = { text = "Looks good to me, ship it!" }
 
+[upstreams.sim.models.v-caps]
+reply = { text = "{\"Accept\": \"YES\"}" }
+
 [upstreams.sim.models.v-down]
 status = 503
 error_message = "verifier overloaded"
@@ -156,7 +159,7 @@ fn gateway_toml(mock_v1: &str, routes: &str) -> String {
     }
     models.push(("l-refused".into(), "deadloc", ""));
     models.push(("c-refused".into(), "dead", ""));
-    for v in ["v", "v-slow", "v-prose", "v-garbage", "v-down"] {
+    for v in ["v", "v-slow", "v-prose", "v-garbage", "v-down", "v-caps"] {
         models.push((v.into(), "cld", ""));
     }
     models.push(("v-refused".into(), "dead", ""));
@@ -1296,7 +1299,16 @@ async fn feedback_reaches_the_next_tier_and_never_the_client() {
     let w = world(
         &(r(&["l-bad", "l-meh", "c-good"], Some("v"), "")
             + &route("plain", &["l-good"], Some("v-nojson"), "")
-            + &route("errfirst", &["l-down", "c-good"], Some("v"), "")),
+            + &route("errfirst", &["l-down", "c-good"], Some("v"), "")
+            + &route("unreadable", &["l-bad", "c-good"], Some("v-garbage"), "")
+            + &route("vdown", &["l-bad", "c-good"], Some("v-down"), "")
+            + &route("caps", &["l-bad", "c-good"], Some("v-caps"), "")
+            + &route(
+                "hasty",
+                &["l-good", "c-good"],
+                Some("v-slow"),
+                "verifier_timeout = \"100ms\"",
+            )),
     )
     .await;
     let original = json!([
@@ -1345,6 +1357,7 @@ async fn feedback_reaches_the_next_tier_and_never_the_client() {
         ] {
             let vb = &got[i]["body"];
             assert_eq!(vb["response_format"], json!({"type": "json_object"}));
+            assert_eq!(vb["max_tokens"], 256, "the verifier call is capped");
             assert!(vb.get("stream").is_none_or(|s| s != true), "{vb}");
             let msgs = vb["messages"].as_array().unwrap();
             assert_eq!(msgs[0]["role"], "system");
@@ -1370,6 +1383,37 @@ async fn feedback_reaches_the_next_tier_and_never_the_client() {
     assert_eq!(got[1]["body"]["messages"], original);
 
     // json_mode = false: no response_format for the verifier.
+    // (Below.) First: a verifier that fails or cannot be read leaves no
+    // note either: conclave's own words never reach a model.
+    for route in ["unreadable", "vdown"] {
+        w.clear().await;
+        let resp = w.ask(&json!({"model": route, "messages": original})).await;
+        assert_eq!(resp.status, 200, "{}", resp.text);
+        assert_eq!(resp.header("x-conclave-served-by"), Some("c-good"));
+        let got = w.received().await;
+        assert_eq!(got[2]["model"], "c-good", "{got:?}");
+        assert_eq!(got[2]["body"]["messages"], original, "{route}");
+    }
+
+    // A verdict in another case and wording is still read.
+    w.clear().await;
+    let resp = w.ask(&chat("caps", "hi")).await;
+    assert_eq!(
+        resp.header("x-conclave-served-by"),
+        Some("l-bad"),
+        "{}",
+        resp.text
+    );
+
+    // A verifier slower than verifier_timeout counts as failed: escalate.
+    let resp = w.ask(&chat("hasty", "hi")).await;
+    assert_eq!(
+        resp.header("x-conclave-served-by"),
+        Some("c-good"),
+        "{}",
+        resp.text
+    );
+
     w.clear().await;
     let resp = w.ask(&chat("plain", "hi")).await;
     assert_eq!(resp.status, 200, "{}", resp.text);

@@ -106,11 +106,35 @@ async fn async_openai_whole_answer_is_what_the_upstream_sent() {
     assert_eq!(raw_gw.header("x-conclave-strategy"), Some("passthrough"));
     assert_eq!(raw_gw.header("x-conclave-served-by"), Some("echo"));
     assert_eq!(raw_gw.header("x-conclave-attempts"), Some("1"));
+    let id = raw_gw.header("x-request-id").unwrap_or_default();
+    assert!(uuid::Uuid::try_parse(id).is_ok(), "{id}");
+}
+
+/// Upstreams get a UUID as `x-request-id` (llama-cpp-python rejects any
+/// other); the client keeps its own id in the response.
+#[tokio::test]
+async fn the_upstream_request_id_is_always_a_uuid() {
+    let mock = Proc::mock(MOCK);
+    let gw = gateway_for(&mock);
+    let sent = |r: &Value| r["request_id"].as_str().unwrap_or_default().to_owned();
+    let own = post_with(
+        &gw.base,
+        &chat("fast", "a"),
+        &[("x-request-id", "my-trace-42")],
+    )
+    .await;
+    assert_eq!(own.header("x-request-id"), Some("my-trace-42"));
+    let uuid = "0b3c7a52-8f0e-4a8e-9a57-4f1f3c1d2e10";
+    let same = post_with(&gw.base, &chat("fast", "b"), &[("x-request-id", uuid)]).await;
+    assert_eq!(same.header("x-request-id"), Some(uuid));
+    let got = mock.received().await;
+    let ids: Vec<String> = got.iter().map(sent).collect();
+    assert_eq!(ids.len(), 2, "{got:?}");
     assert!(
-        raw_gw
-            .header("x-request-id")
-            .is_some_and(|id| id.starts_with("req_"))
+        uuid::Uuid::try_parse(&ids[0]).is_ok() && ids[0] != "my-trace-42",
+        "{ids:?}"
     );
+    assert_eq!(ids[1], uuid);
 }
 
 #[tokio::test]

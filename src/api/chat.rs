@@ -47,14 +47,14 @@ pub async fn chat_completions(
     resp
 }
 
-/// The client's `x-request-id` when it is a sane token, else a new one.
+/// The client's `x-request-id` when it is a sane token, else a new UUID.
 fn request_id(headers: &HeaderMap) -> String {
     headers
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
         .map(str::to_owned)
-        .unwrap_or_else(|| format!("req_{}", uuid::Uuid::new_v4().simple()))
+        .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string())
 }
 
 /// Reads the body as a `ChatRequest`, with OpenAI-style messages that say

@@ -133,6 +133,8 @@ pub struct Chain {
     pub ttft_timeout: Option<Duration>,
     pub keepalive: Duration,
     pub stream_idle_timeout: Option<Duration>,
+    pub verifier_max_tokens: u32,
+    pub verifier_timeout: Duration,
 }
 
 /// Default gap between SSE keep-alive comments while a chain verifies.

@@ -195,4 +195,17 @@ pub struct Chain {
     pub keepalive: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub stream_idle_timeout: Option<Duration>,
+    /// Output cap of each verifier call (`max_tokens`).
+    #[serde(default = "default_verifier_max_tokens")]
+    pub verifier_max_tokens: u32,
+    /// Time limit of each verifier call.
+    #[serde(default = "default_verifier_timeout", with = "humantime_serde")]
+    pub verifier_timeout: Duration,
+}
+
+fn default_verifier_max_tokens() -> u32 {
+    256
+}
+fn default_verifier_timeout() -> Duration {
+    Duration::from_secs(30)
 }

@@ -502,6 +502,17 @@ fn chain(c: raw::Chain, path: &str, errs: &mut Errors) -> Route {
         &format!("{path}.stream_idle_timeout"),
         errs,
     );
+    positive(
+        Some(c.verifier_timeout),
+        &format!("{path}.verifier_timeout"),
+        errs,
+    );
+    if c.verifier_max_tokens == 0 {
+        errs.push(
+            format!("{path}.verifier_max_tokens"),
+            "must be greater than 0",
+        );
+    }
     Route::Chain(Chain {
         tiers: c.tiers,
         verifier: c.verifier,
@@ -511,6 +522,8 @@ fn chain(c: raw::Chain, path: &str, errs: &mut Errors) -> Route {
         ttft_timeout: c.ttft_timeout,
         keepalive: c.keepalive.unwrap_or(CHAIN_KEEPALIVE),
         stream_idle_timeout: c.stream_idle_timeout,
+        verifier_max_tokens: c.verifier_max_tokens,
+        verifier_timeout: c.verifier_timeout,
     })
 }
 

@@ -49,6 +49,8 @@ pub struct MockResponse {
 pub struct Recorded {
     pub model: String,
     pub authorization: Option<String>,
+    /// The `x-request-id` header the request carried.
+    pub request_id: Option<String>,
     pub body: Value,
 }
 
@@ -108,7 +110,12 @@ impl Simulator {
     }
 
     /// Answers one chat completion request body.
-    pub async fn respond(&self, body: &[u8], authorization: Option<String>) -> MockResponse {
+    pub async fn respond(
+        &self,
+        body: &[u8],
+        authorization: Option<String>,
+        request_id: Option<String>,
+    ) -> MockResponse {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let guard = Finish::new(self.stats.clone());
         let req: Value = match serde_json::from_slice(body) {
@@ -132,6 +139,7 @@ impl Simulator {
             log.push_back(Recorded {
                 model: model.clone(),
                 authorization,
+                request_id,
                 body: req.clone(),
             });
         }
@@ -562,6 +570,7 @@ mod tests {
             sim.respond(
                 br#"{"model":"m","messages":[{"role":"user","content":"hi there"}]}"#,
                 None,
+                None,
             )
             .await,
         )
@@ -574,6 +583,7 @@ mod tests {
         let (_, body) = collect(
             sim.respond(
                 br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a b c"}]}"#,
+                None,
                 None,
             )
             .await,

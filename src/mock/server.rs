@@ -50,7 +50,11 @@ async fn chat(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let r = sim.respond(&body, auth).await;
+    let request_id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let r = sim.respond(&body, auth, request_id).await;
     let mut resp = Response::new(Body::from_stream(r.body));
     *resp.status_mut() =
         StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

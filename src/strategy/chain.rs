@@ -134,9 +134,19 @@ impl ChatModel for Chain {
                 Decision::Escalate(feedback) => {
                     reply
                         .attempt
-                        .set_verdict(Verdict::Escalate, Some(feedback.clone()));
-                    trail.push(AttemptSummary::rejected(&served_by, "escalate", &feedback));
-                    notes.push(feedback);
+                        .set_verdict(Verdict::Escalate, feedback.clone());
+                    let said = feedback.as_deref().unwrap_or("rejected without feedback");
+                    trail.push(AttemptSummary::rejected(&served_by, "escalate", said));
+                    // Only the verifier's own words reach the next tier.
+                    notes.extend(feedback);
+                    best = Some(reply);
+                }
+                Decision::Failed(why) => {
+                    // The event log says why; the next tier hears nothing.
+                    reply
+                        .attempt
+                        .set_verdict(Verdict::Escalate, Some(why.clone()));
+                    trail.push(AttemptSummary::rejected(&served_by, "escalate", &why));
                     best = Some(reply);
                 }
             }

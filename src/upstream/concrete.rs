@@ -31,7 +31,11 @@ impl ConcreteModel {
         attempt.set_warm(up.transport.warm(&self.info.upstream_model).await);
         let body = req.to_upstream_body(&self.info.upstream_model)?;
         let started = Instant::now();
-        let total = call.ctx.deadline.min(started + up.timeout);
+        let total = call
+            .ctx
+            .deadline
+            .min(started + up.timeout)
+            .min(call.deadline.unwrap_or(call.ctx.deadline));
         let first = match (req.is_stream(), call.ttft_timeout) {
             (true, Some(t)) => total.min(started + t),
             _ => total,
@@ -44,7 +48,7 @@ impl ConcreteModel {
             idle: call.idle_timeout.unwrap_or(up.stream_idle_timeout),
             redactor: self.info.redactor.clone(),
         };
-        let resp = match timeout_at(first, up.transport.send(body, &call.ctx.id)).await {
+        let resp = match timeout_at(first, up.transport.send(body, &call.ctx.upstream_id)).await {
             Err(_) => return Err(x.timeout(x.first_phase())),
             Ok(Err(e)) if e.connected => return Err(x.cut(&e.reason)),
             Ok(Err(e)) => {

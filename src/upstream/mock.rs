@@ -30,8 +30,11 @@ impl MockTransport {
 
 #[async_trait]
 impl Transport for MockTransport {
-    async fn send(&self, body: Bytes, _request_id: &str) -> Result<RawResponse, TransportError> {
-        let r = self.sim.respond(&body, None).await;
+    async fn send(&self, body: Bytes, request_id: &str) -> Result<RawResponse, TransportError> {
+        let r = self
+            .sim
+            .respond(&body, None, Some(request_id.to_owned()))
+            .await;
         Ok(RawResponse {
             status: r.status,
             retry_after: r.retry_after.map(|s| s.to_string()),
