@@ -12,6 +12,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::Telemetry;
 
+/// A request's running usage over all its attempts.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    /// At least one attempt's usage was estimated.
+    pub estimated: bool,
+}
+
 pub struct RequestCtx {
     pub id: String,
     /// The `x-request-id` sent upstream: `id` when it is a UUID (some
@@ -32,6 +42,11 @@ pub struct RequestCtx {
     /// Cancelled when shutdown's grace period is over: the request ends.
     pub shutdown: CancellationToken,
     attempts: AtomicU32,
+    /// Tokens and cost over every attempt so far (nested, parallel and
+    /// cancelled ones included), readable while the request runs.
+    totals: Mutex<Totals>,
+    /// Log one access line when the request ends (`server.access_log`).
+    pub access_log: bool,
     /// Intervals spent waiting on upstreams (end `None` while in flight).
     /// A plain mutex: a handful of pushes per request, never held across
     /// an await, so contention is nil.
@@ -64,8 +79,29 @@ impl RequestCtx {
             telemetry,
             shutdown,
             attempts: AtomicU32::new(0),
+            totals: Mutex::new(Totals::default()),
+            access_log: false,
             waits: Mutex::new(Vec::new()),
         }
+    }
+
+    pub fn with_access_log(mut self, on: bool) -> Self {
+        self.access_log = on;
+        self
+    }
+
+    /// Adds an attempt's usage (or a correction of it) to the totals.
+    pub fn add_usage(&self, input: i64, output: i64, cost: f64, estimated: bool) {
+        let mut t = self.totals.lock();
+        t.input_tokens = t.input_tokens.saturating_add_signed(input);
+        t.output_tokens = t.output_tokens.saturating_add_signed(output);
+        t.cost_usd += cost;
+        t.estimated |= estimated;
+    }
+
+    /// Tokens and cost of every attempt so far.
+    pub fn totals(&self) -> Totals {
+        *self.totals.lock()
     }
 
     /// Numbers a new attempt (1-based) and opens its wait interval.

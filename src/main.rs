@@ -1,8 +1,8 @@
 //! The `conclave` command line: `serve`, `check` and `mock`.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,33 +23,51 @@ static GLOBAL: MiMalloc = MiMalloc;
 #[command(
     name = "conclave",
     version,
-    about = "An OpenAI-compatible gateway that convenes several models behind one model name"
+    about = "An OpenAI-compatible gateway that convenes several models behind one model name",
+    after_help = "Start with the built-in demo (simulated models, no keys, no network):\n  conclave serve --config config/demo.toml"
 )]
 struct Cli {
+    /// Log format on stderr: `text` (coloured only on a terminal) or `json`
+    /// (one object per line, for log shippers). `RUST_LOG` sets the level.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+const DEFAULT_CONFIG: &str = "config/conclave.toml";
+
 #[derive(Subcommand)]
 enum Command {
-    /// Run the gateway.
+    /// Run the gateway. SIGHUP reloads the config, SIGTERM drains and stops.
     Serve {
-        #[arg(long, default_value = "config/conclave.toml")]
+        /// The config file (TOML; see docs/configuration.md).
+        #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
-        /// Overrides `server.listen`.
+        /// Where to listen, overriding `server.listen` (e.g. 127.0.0.1:0).
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
-    /// Validate a config and print the resolved strategy graph.
+    /// Validate a config: print the resolved strategy graph and warnings, or
+    /// every error with its key path (exit status 2).
     Check {
-        #[arg(long, default_value = "config/conclave.toml")]
+        /// The config file to check.
+        #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
     /// Run a standalone simulated OpenAI-compatible + llama-swap server.
     Mock {
+        /// Where to listen.
         #[arg(long, default_value = "127.0.0.1:8081")]
         listen: SocketAddr,
-        /// Take simulated models from a `kind = "mock"` upstream of this config.
+        /// Serve the simulated models of a `kind = "mock"` upstream of this
+        /// config (others get 404); without it every model name echoes.
         #[arg(long)]
         config: Option<PathBuf>,
         /// Which mock upstream of the config (default: the first).
@@ -58,17 +76,26 @@ enum Command {
         /// Simulated llama-swap load time when another model is requested.
         #[arg(long, value_parser = humantime::parse_duration)]
         swap_delay: Option<Duration>,
+        /// With --config: answer models the config does not list by echoing.
+        #[arg(long)]
+        echo_unknown: bool,
     },
 }
 
+fn init_logs(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    init_logs(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -168,6 +195,15 @@ fn raise_fd_limit(max_connections: usize) {
 async fn run(command: Command) -> ExitCode {
     match command {
         Command::Serve { config, listen } => {
+            if config == Path::new(DEFAULT_CONFIG) && !config.exists() {
+                eprintln!(
+                    "no config file at {DEFAULT_CONFIG}.\n\
+                     Try the built-in demo (simulated models, no keys, no network):\n  \
+                     conclave serve --config config/demo.toml\n\
+                     or write your own from config/example.toml and docs/configuration.md."
+                );
+                return ExitCode::from(2);
+            }
             let cfg = match conclave::config::load(&config) {
                 Ok(c) => c,
                 Err(e) => {
@@ -188,6 +224,7 @@ async fn run(command: Command) -> ExitCode {
             };
             if let Ok(a) = listener.local_addr() {
                 announce("conclave", a);
+                tracing::info!("{}", cfg.summary(a));
             }
             raise_fd_limit(cfg.server.limits.max_connections);
             let (tx, rx) = mpsc::unbounded_channel();
@@ -218,6 +255,7 @@ async fn run(command: Command) -> ExitCode {
             config,
             upstream,
             swap_delay,
+            echo_unknown,
         } => {
             let (models, cfg_delay) = match &config {
                 Some(path) => match conclave::config::mock_models(path, upstream.as_deref()) {
@@ -232,6 +270,7 @@ async fn run(command: Command) -> ExitCode {
             let sim = Arc::new(conclave::mock::Simulator::new(
                 models,
                 swap_delay.or(cfg_delay),
+                echo_unknown || config.is_none(),
             ));
             let listener = match TcpListener::bind(listen).await {
                 Ok(l) => l,

@@ -6,6 +6,8 @@
 //! response body and each stream chunk travel as the upstream's own bytes.
 //! This module only *inspects* them (usage, errors, the assistant's text).
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -36,6 +38,35 @@ impl ChatRequest {
             .as_ref()
             .and_then(|o| o.include_usage)
             .unwrap_or(false)
+    }
+
+    /// Bytes of text in the messages (content and tool-call arguments),
+    /// for estimating input tokens when an upstream reports none.
+    pub fn text_bytes(&self) -> usize {
+        self.messages
+            .iter()
+            .map(|m| {
+                let calls: usize = m
+                    .rest
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.pointer("/function/arguments")?.as_str())
+                    .map(str::len)
+                    .sum();
+                let text = match m.content() {
+                    Some(Value::String(s)) => s.len(),
+                    Some(Value::Array(parts)) => parts
+                        .iter()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                        .map(str::len)
+                        .sum(),
+                    _ => 0,
+                };
+                text + calls
+            })
+            .sum()
     }
 
     /// The body sent to an upstream: the same request under the upstream's
@@ -131,6 +162,26 @@ pub struct Usage {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+    /// conclave estimated it: the upstream reported none.
+    #[serde(skip)]
+    pub estimated: bool,
+}
+
+/// The one rule for estimating tokens when an upstream reports no usage:
+/// UTF-8 bytes of text divided by 4, rounded up.
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4)
+}
+
+impl Usage {
+    /// An estimate from the request's text and the answer's text.
+    pub fn estimate(input_bytes: usize, output_bytes: usize) -> Self {
+        Usage {
+            prompt_tokens: estimate_tokens(input_bytes),
+            completion_tokens: estimate_tokens(output_bytes),
+            estimated: true,
+        }
+    }
 }
 
 /// What a stream chunk's `usage` field held.
@@ -181,25 +232,63 @@ pub struct ChunkInfo {
     pub choices: usize,
     /// The first choice carries a `finish_reason`.
     pub finished: bool,
+    /// Bytes of answer text in the first choice's delta (content and
+    /// tool-call arguments), for estimating usage.
+    pub text_bytes: usize,
     /// The upstream reported an error in the stream (`{"error": …}`).
     pub error: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct ChunkProbe {
+struct ChunkProbe<'a> {
     /// Outer `None`: no `usage` key; `Some(None)`: `"usage": null`.
     #[serde(default, deserialize_with = "present")]
     usage: Option<Option<Usage>>,
-    #[serde(default)]
-    choices: Option<Vec<ChoiceProbe>>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<ChoiceProbe<'a>>>,
     #[serde(default)]
     error: Option<Value>,
 }
 
 #[derive(Deserialize)]
-struct ChoiceProbe {
+struct ChoiceProbe<'a> {
     #[serde(default)]
     finish_reason: Option<serde::de::IgnoredAny>,
+    #[serde(default, borrow)]
+    delta: Option<DeltaProbe<'a>>,
+}
+
+#[derive(Deserialize)]
+struct DeltaProbe<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolDeltaProbe<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolDeltaProbe<'a> {
+    #[serde(default, borrow)]
+    function: Option<FunctionProbe<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionProbe<'a> {
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+impl DeltaProbe<'_> {
+    fn text_bytes(&self) -> usize {
+        let args: usize = self
+            .tool_calls
+            .iter()
+            .flatten()
+            .filter_map(|t| t.function.as_ref()?.arguments.as_ref())
+            .map(|a| a.len())
+            .sum();
+        self.content.as_ref().map_or(0, |c| c.len()) + args
+    }
 }
 
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Usage>>, D::Error> {
@@ -223,6 +312,7 @@ pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, NotAnAnswer> {
             usage,
             choices: 0,
             finished: false,
+            text_bytes: 0,
             error: Some(error_message(&e)),
         });
     }
@@ -238,6 +328,10 @@ pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, NotAnAnswer> {
         usage,
         choices: choices.len(),
         finished: choices.first().is_some_and(|c| c.finish_reason.is_some()),
+        text_bytes: choices
+            .first()
+            .and_then(|c| c.delta.as_ref())
+            .map_or(0, DeltaProbe::text_bytes),
         error: None,
     })
 }
@@ -469,7 +563,8 @@ mod tests {
             c.usage,
             UsageField::Present(Usage {
                 prompt_tokens: 3,
-                completion_tokens: 4
+                completion_tokens: 4,
+                estimated: false,
             })
         );
         assert_eq!(c.choices, 0);

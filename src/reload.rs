@@ -103,6 +103,7 @@ fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
             old.server.sse_keepalive != new.server.sse_keepalive,
         ),
         ("event_log", old.server.event_log != new.server.event_log),
+        ("access_log", old.server.access_log != new.server.access_log),
     ];
     for (key, changed) in scalars {
         if changed {

@@ -156,3 +156,87 @@ tiers = ["a", "b", "c"]
         "{out}"
     );
 }
+
+#[test]
+fn check_reports_every_error_of_every_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many.toml");
+    std::fs::write(
+        &path,
+        r#"
+[server]
+listne = "127.0.0.1:4000"
+request_timout = "5s"
+max_body_bytes = "big"
+
+[upstreams.m]
+kind = "mock"
+timeout = 30
+
+[models.qwen]
+upstream = "m"
+temperature = 0.2
+price = { input_per_mtok = "free" }
+
+[routes.r]
+strategy = "chain"
+tiers = ["qwen"]
+keepalive = "soon"
+"#,
+    )
+    .unwrap();
+    let p = path.display().to_string();
+    let (code, _, err) = conclave(&["check", "--config", &p], &[]);
+    assert_eq!(code, 2);
+    for want in [
+        "server.listne: unknown field `listne`",
+        "server.request_timout: unknown field `request_timout`",
+        "server.max_body_bytes: invalid type",
+        "upstreams.m.timeout: invalid type: integer `30`, expected a duration (a duration is a string like \"200ms\", \"30s\" or \"5m\")",
+        "models.qwen.temperature: unknown field",
+        "models.qwen.price.input_per_mtok: invalid type",
+        "routes.r.keepalive: invalid value: string \"soon\", expected a duration (a duration is",
+    ] {
+        assert!(
+            err.contains(&format!("{p}: {want}")),
+            "missing {want:?} in:\n{err}"
+        );
+    }
+    // A table with errors still defines its name: no follow-on errors.
+    assert!(!err.contains("unknown upstream"), "{err}");
+    assert!(!err.contains("unknown model"), "{err}");
+    assert!(err.contains("7 error(s)"), "{err}");
+}
+
+#[test]
+fn serve_without_a_config_says_how_to_start_the_demo() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_conclave"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("conclave serve --config config/demo.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_warns_about_a_verifier_that_is_never_called() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.toml");
+    std::fs::write(
+        &path,
+        "[upstreams.c]\nkind = \"mock\"\n[models.a]\nupstream = \"c\"\n[models.v]\nupstream = \"c\"\n[routes.r]\nstrategy = \"chain\"\ntiers = [\"a\"]\nverifier = \"v\"\n",
+    )
+    .unwrap();
+    let (code, out, _) = conclave(&["check", "--config", &path.display().to_string()], &[]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("warning: routes.r.verifier: every tier self-certifies"),
+        "{out}"
+    );
+}

@@ -137,15 +137,18 @@ async fn handle(
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(Arc::from);
-    let ctx = Arc::new(RequestCtx::new(
-        id.to_owned(),
-        route.clone(),
-        node.strategy,
-        caller.name,
-        app.request_timeout,
-        app.telemetry.clone(),
-        gw.hard.clone(),
-    ));
+    let ctx = Arc::new(
+        RequestCtx::new(
+            id.to_owned(),
+            route.clone(),
+            node.strategy,
+            caller.name,
+            app.request_timeout,
+            app.telemetry.clone(),
+            gw.hard.clone(),
+        )
+        .with_access_log(app.access_log),
+    );
     let guard = RequestGuard::new(ctx.clone());
     let call = Call::new(ctx.clone(), pin);
     if req.is_stream() {

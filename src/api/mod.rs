@@ -36,6 +36,7 @@ pub struct AppState {
     pub sse_keepalive: Option<Duration>,
     pub max_body_bytes: usize,
     pub body_read_timeout: Duration,
+    pub access_log: bool,
     pub telemetry: Arc<Telemetry>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
@@ -54,6 +55,7 @@ impl AppState {
             sse_keepalive: config.server.sse_keepalive,
             max_body_bytes: config.server.max_body_bytes,
             body_read_timeout: config.server.body_read_timeout,
+            access_log: config.server.access_log,
             telemetry,
             started_at,
         })

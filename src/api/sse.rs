@@ -19,13 +19,14 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::AppState;
 use super::chat::{Known, RequestGuard, answer, answer_headers, failed};
 use super::error::ApiError;
-use crate::context::RequestCtx;
+use crate::context::{RequestCtx, Totals};
 use crate::graph::Node;
 use crate::model::{Call, ChunkStream, Reply, ReplyBody};
 use crate::openai::{ChatRequest, UsageField, strip_null_usage, strip_usage};
@@ -151,7 +152,36 @@ struct ClientStream {
     /// an error event.
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     guard: RequestGuard,
+    /// A chunk with usage went out (or there is nothing to send).
+    usage_sent: bool,
+    /// The last chunk relayed to an `include_usage` client: the model of
+    /// an estimated usage chunk copies its `id`, `created` and `model`.
+    last: Option<Bytes>,
+    /// The upstream ended; `[DONE]` follows the estimated usage chunk.
+    ending: bool,
     done: bool,
+}
+
+/// The usage chunk for an `include_usage` client whose upstream reported
+/// none: the request's totals, marked `"estimated": true`.
+fn estimated_usage(last: Option<&Bytes>, totals: Totals) -> Bytes {
+    let like: Value = last
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or(Value::Null);
+    let chunk = json!({
+        "id": like.get("id").cloned().unwrap_or(Value::Null),
+        "object": "chat.completion.chunk",
+        "created": like.get("created").cloned().unwrap_or(Value::Null),
+        "model": like.get("model").cloned().unwrap_or(Value::Null),
+        "choices": [],
+        "usage": {
+            "prompt_tokens": totals.input_tokens,
+            "completion_tokens": totals.output_tokens,
+            "total_tokens": totals.input_tokens + totals.output_tokens,
+            "estimated": true,
+        },
+    });
+    frame(chunk.to_string().as_bytes())
 }
 
 impl ClientStream {
@@ -161,6 +191,9 @@ impl ClientStream {
             include_usage,
             shutdown: Box::pin(guard.ctx().shutdown.clone().cancelled_owned()),
             guard,
+            usage_sent: !include_usage,
+            last: None,
+            ending: false,
             done: false,
         }
     }
@@ -182,6 +215,11 @@ impl Stream for ClientStream {
         if this.done {
             return Poll::Ready(None);
         }
+        if this.ending {
+            this.done = true;
+            this.guard.finish("200");
+            return Poll::Ready(Some(Ok(Bytes::from_static(DONE))));
+        }
         if this.shutdown.as_mut().poll(cx).is_ready() {
             this.done = true;
             this.guard.finish("stream_error");
@@ -191,7 +229,12 @@ impl Stream for ClientStream {
             match this.inner.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     if this.include_usage {
-                        return Poll::Ready(Some(Ok(frame(&chunk.data))));
+                        if matches!(chunk.usage, UsageField::Present(_)) {
+                            this.usage_sent = true;
+                        }
+                        let out = frame(&chunk.data);
+                        this.last = Some(chunk.data);
+                        return Poll::Ready(Some(Ok(out)));
                     }
                     // conclave asked for usage, the client did not: hide it.
                     let data = match chunk.usage {
@@ -207,6 +250,11 @@ impl Stream for ClientStream {
                     this.guard.finish("stream_error");
                     tracing::warn!(error = %e, "stream failed after it started");
                     return Poll::Ready(Some(Ok(ApiError::from(e).sse_event())));
+                }
+                Poll::Ready(None) if !this.usage_sent => {
+                    this.ending = true;
+                    let totals = this.guard.ctx().totals();
+                    return Poll::Ready(Some(Ok(estimated_usage(this.last.as_ref(), totals))));
                 }
                 Poll::Ready(None) => {
                     this.done = true;

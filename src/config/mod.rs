@@ -42,6 +42,7 @@ pub struct Server {
     pub state_path: Option<PathBuf>,
     pub sse_keepalive: Option<Duration>,
     pub body_read_timeout: Duration,
+    pub access_log: bool,
     /// Connection limits, fixed for the life of the process.
     pub limits: crate::server::Limits,
 }
@@ -184,25 +185,171 @@ impl Errors {
         });
     }
 
-    /// Deserialises one table, reporting failures under `path`.
+    /// Deserialises one table, reporting *every* failure under `path`:
+    /// serde stops at the first, so after each one the offending key is
+    /// taken out (unknown keys) or stood in for by a placeholder value
+    /// (bad types and values, missing keys) and the table is read again.
     pub(crate) fn parse<T: DeserializeOwned>(
         &mut self,
         path: &str,
         value: toml::Value,
     ) -> Option<T> {
-        match serde_path_to_error::deserialize::<_, T>(value) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                let inner = e.path().to_string();
-                let full = match inner.as_str() {
-                    "." | "" => path.to_owned(),
-                    _ if path.is_empty() => inner,
-                    _ => format!("{path}.{inner}"),
-                };
-                self.push(full, e.into_inner().message().to_owned());
-                None
+        let mut value = value;
+        let mut failed = false;
+        // The key currently holding a placeholder, and which one.
+        let mut stand_in: Option<(Vec<Seg>, usize)> = None;
+        for _ in 0..MAX_ROUNDS {
+            let err = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+                Ok(v) => return (!failed).then_some(v),
+                Err(e) => e,
+            };
+            let at = segments(&err.path().to_string());
+            let message = hint(err.into_inner().message());
+            failed = true;
+            if let Some((key, i)) = &mut stand_in
+                && *key == at
+            {
+                // The placeholder did not fit either: try the next one.
+                *i += 1;
+                let Some(p) = PLACEHOLDERS.get(*i) else { break };
+                put(&mut value, key, p());
+                continue;
+            }
+            self.push(join(path, &at), message.clone());
+            if let Some(field) = missing_field(&message) {
+                let mut key = at;
+                key.push(Seg::Key(field));
+                put(&mut value, &key, PLACEHOLDERS[0]());
+                stand_in = Some((key, 0));
+            } else if message.starts_with("unknown field") {
+                if !remove(&mut value, &at) {
+                    break;
+                }
+            } else if put(&mut value, &at, PLACEHOLDERS[0]()) {
+                stand_in = Some((at, 0));
+            } else {
+                break;
             }
         }
+        None
+    }
+}
+
+/// How many errors one table may report before the rest is left unread.
+const MAX_ROUNDS: usize = 64;
+
+/// Values tried in place of a bad one until the table reads.
+const PLACEHOLDERS: &[fn() -> toml::Value] = &[
+    || toml::Value::String(String::new()),
+    || toml::Value::Integer(0),
+    || toml::Value::Boolean(false),
+    || toml::Value::Array(Vec::new()),
+    || toml::Value::Table(toml::Table::new()),
+    || toml::Value::String("1s".into()),
+    || toml::Value::String("text".into()),
+];
+
+/// One step of a key path: a table key or an array index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// `a.b[2].c` as segments (`.` alone is the table itself).
+fn segments(path: &str) -> Vec<Seg> {
+    let mut out = Vec::new();
+    if path == "." || path.is_empty() {
+        return out;
+    }
+    for part in path.split('.') {
+        let (key, rest) = part.split_once('[').unwrap_or((part, ""));
+        if !key.is_empty() {
+            out.push(Seg::Key(key.to_owned()));
+        }
+        for idx in rest.split('[') {
+            if let Ok(i) = idx.trim_end_matches(']').parse() {
+                out.push(Seg::Index(i));
+            }
+        }
+    }
+    out
+}
+
+fn join(path: &str, at: &[Seg]) -> String {
+    let mut out = path.to_owned();
+    for s in at {
+        match s {
+            Seg::Key(k) if out.is_empty() => out.push_str(k),
+            Seg::Key(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+fn parent<'v>(value: &'v mut toml::Value, at: &[Seg]) -> Option<&'v mut toml::Value> {
+    let mut cur = value;
+    for s in at {
+        cur = match (s, cur) {
+            (Seg::Key(k), toml::Value::Table(t)) => t.get_mut(k)?,
+            (Seg::Index(i), toml::Value::Array(a)) => a.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// Removes the key at `at`; false when there is nothing to remove.
+fn remove(value: &mut toml::Value, at: &[Seg]) -> bool {
+    let Some((Seg::Key(last), init)) = at.split_last() else {
+        return false;
+    };
+    match parent(value, init) {
+        Some(toml::Value::Table(t)) => t.remove(last).is_some(),
+        _ => false,
+    }
+}
+
+/// Sets the value at `at`; false when its parent is not there.
+fn put(value: &mut toml::Value, at: &[Seg], new: toml::Value) -> bool {
+    let Some((last, init)) = at.split_last() else {
+        return false;
+    };
+    match (last, parent(value, init)) {
+        (Seg::Key(k), Some(toml::Value::Table(t))) => {
+            t.insert(k.clone(), new);
+            true
+        }
+        (Seg::Index(i), Some(toml::Value::Array(a))) if *i < a.len() => {
+            a[*i] = new;
+            true
+        }
+        _ => false,
+    }
+}
+
+fn missing_field(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("missing field `")?;
+    Some(rest.split('`').next()?.to_owned())
+}
+
+/// A duration error says what a good duration looks like.
+fn hint(message: &str) -> String {
+    const DURATION: &[&str] = &[
+        "expected a duration",
+        "time unit",
+        "expected number at",
+        "invalid character at",
+        "value was empty",
+    ];
+    if DURATION.iter().any(|d| message.contains(d)) {
+        format!("{message} (a duration is a string like \"200ms\", \"30s\" or \"5m\")")
+    } else {
+        message.to_owned()
     }
 }
 
@@ -358,6 +505,55 @@ impl Config {
             out.push_str(&format!("warning: {w}\n"));
         }
         out
+    }
+
+    /// The one start-up line: where it listens, what it serves, through
+    /// which upstreams, whether auth is on, where events go.
+    pub fn summary(&self, listening: SocketAddr) -> String {
+        let mut strategies: IndexMap<&str, usize> = IndexMap::new();
+        for r in self.routes.values() {
+            *strategies.entry(r.strategy()).or_default() += 1;
+        }
+        let routes: Vec<String> = strategies.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        let upstreams: Vec<String> = self
+            .upstreams
+            .iter()
+            .map(|(name, u)| {
+                let lane = match u.lane {
+                    Lane::Local => "local lane",
+                    Lane::Cloud => "cloud lane",
+                };
+                let swap = match &u.kind {
+                    UpstreamKind::OpenAi {
+                        llama_swap: Some(_),
+                        ..
+                    } => ", llama-swap",
+                    _ => "",
+                };
+                format!("{name} ({}, {lane}{swap})", u.kind.name())
+            })
+            .collect();
+        let auth = if self.keys.is_empty() {
+            "off (no [[keys]])".to_owned()
+        } else {
+            format!("on ({} keys)", self.keys.len())
+        };
+        let events = self
+            .server
+            .event_log
+            .as_ref()
+            .map_or("off".to_owned(), |p| p.display().to_string());
+        format!(
+            "listening on {listening}: {} models, {} routes ({}); upstreams: {}; auth {auth}; event log {events}",
+            self.models.len(),
+            self.routes.len(),
+            if routes.is_empty() {
+                "none".to_owned()
+            } else {
+                routes.join(", ")
+            },
+            upstreams.join(", "),
+        )
     }
 
     /// Whether a chain's verifier checks this tier: local tiers are

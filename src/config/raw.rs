@@ -35,6 +35,8 @@ pub struct Server {
     pub idle_timeout: Duration,
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    #[serde(default)]
+    pub access_log: bool,
 }
 
 impl Default for Server {
@@ -51,6 +53,7 @@ impl Default for Server {
             body_read_timeout: default_body_read_timeout(),
             idle_timeout: default_idle_timeout(),
             shutdown_grace: default_shutdown_grace(),
+            access_log: false,
         }
     }
 }

@@ -75,6 +75,14 @@ fn warn_hung_tiers(mut config: Config) -> Config {
     let mut warnings = Vec::new();
     for (name, route) in &config.routes {
         let Route::Chain(c) = route else { continue };
+        if let Some(v) = &c.verifier
+            && !c.tiers.iter().any(|t| config.tier_is_verified(c, t))
+        {
+            warnings.push(format!(
+                "routes.{name}.verifier: every tier self-certifies (cloud upstreams, or listed in \
+                 self_certify), so \"{v}\" is never called; list tiers in verify = [...] or drop the verifier"
+            ));
+        }
         let Some((_, earlier)) = c.tiers.split_last() else {
             continue;
         };
@@ -159,6 +167,7 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
         state_path: raw.state_path,
         sse_keepalive: raw.sse_keepalive,
         body_read_timeout: raw.body_read_timeout,
+        access_log: raw.access_log,
         limits: Limits {
             max_connections: raw.max_connections,
             header_read_timeout: raw.header_read_timeout,

@@ -33,6 +33,9 @@ pub struct Behavior {
     /// Put usage on the last chunk that has choices (as llama.cpp and vLLM
     /// do) instead of a separate usage-only chunk.
     pub usage_in_final_chunk: Option<bool>,
+    /// Ignore `stream_options.include_usage` and never report usage in a
+    /// stream, as llama-cpp-python and several other servers do.
+    pub omit_usage: Option<bool>,
     /// Extra top-level fields added to every response and chunk.
     pub extra: Option<Map<String, Value>>,
     /// Behaviour overrides, first match wins.
@@ -105,6 +108,7 @@ pub struct Resolved {
     pub fail: Option<FailMode>,
     pub finish_reason: Option<String>,
     pub usage_in_final_chunk: bool,
+    pub omit_usage: bool,
     pub extra: Map<String, Value>,
 }
 
@@ -136,6 +140,7 @@ impl Behavior {
             fail: pick!(fail),
             finish_reason: pick!(finish_reason),
             usage_in_final_chunk: pick!(usage_in_final_chunk).unwrap_or(false),
+            omit_usage: pick!(omit_usage).unwrap_or(false),
             extra: pick!(extra).unwrap_or_default(),
         }
     }

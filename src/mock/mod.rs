@@ -66,6 +66,8 @@ pub struct Stats {
 pub struct Simulator {
     models: IndexMap<String, Behavior>,
     swap_delay: Option<Duration>,
+    /// Answer models it does not list (echo) instead of 404.
+    echo_unknown: bool,
     /// Per-model call counters for `when_call` rules.
     calls: Mutex<HashMap<String, u64>>,
     /// The loaded model (llama-swap emulation). An async mutex: a swap
@@ -79,10 +81,17 @@ pub struct Simulator {
 }
 
 impl Simulator {
-    pub fn new(models: IndexMap<String, Behavior>, swap_delay: Option<Duration>) -> Self {
+    /// A simulator of `models`; with `echo_unknown` any other model name
+    /// echoes, without it gets a 404 `model_not_found`.
+    pub fn new(
+        models: IndexMap<String, Behavior>,
+        swap_delay: Option<Duration>,
+        echo_unknown: bool,
+    ) -> Self {
         Simulator {
             models,
             swap_delay,
+            echo_unknown,
             calls: Mutex::new(HashMap::new()),
             loaded: tokio::sync::Mutex::new(None),
             running: Mutex::new(None),
@@ -111,7 +120,7 @@ impl Simulator {
 
     /// Answers one chat completion request body.
     pub async fn respond(
-        &self,
+        self: &Arc<Self>,
         body: &[u8],
         authorization: Option<String>,
         request_id: Option<String>,
@@ -150,11 +159,18 @@ impl Simulator {
             *n
         };
         let text = request_text(&req);
-        let b = self
-            .models
-            .get(&model)
-            .map(|b| b.resolve(&text, call))
-            .unwrap_or_else(|| Behavior::default().resolve(&text, call));
+        let b = match self.models.get(&model) {
+            Some(b) => b.resolve(&text, call),
+            None if self.echo_unknown => Behavior::default().resolve(&text, call),
+            None => {
+                let msg = format!("mock: the model `{model}` does not exist");
+                let mut resp = error_response(404, &msg, None);
+                resp.body = once(Bytes::from(
+                    json!({"error": {"message": msg, "type": "invalid_request_error", "param": "model", "code": "model_not_found"}}).to_string(),
+                ));
+                return guard.done(resp);
+            }
+        };
         self.swap_to(&model).await;
 
         if b.fail == Some(FailMode::Hang) {
@@ -168,10 +184,11 @@ impl Simulator {
             return guard.done(error_response(status, &msg, b.retry_after));
         }
         let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let include_usage = req
-            .pointer("/stream_options/include_usage")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let include_usage = !b.omit_usage
+            && req
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
         let answer = Answer::new(
             &b,
             &req,
@@ -186,19 +203,29 @@ impl Simulator {
         }
     }
 
-    async fn swap_to(&self, model: &str) {
+    /// Loads `model` as llama-swap would. The swap runs as its own task,
+    /// so a client that goes away mid-swap does not stop it (llama-swap
+    /// finishes loading too), and `/running` always names what would
+    /// answer warm.
+    async fn swap_to(self: &Arc<Self>, model: &str) {
         if self.running.lock().as_deref() == Some(model) {
             return;
         }
-        let mut loaded = self.loaded.lock().await;
-        if loaded.as_deref() != Some(model) {
-            if let Some(delay) = self.swap_delay {
-                *self.running.lock() = None;
-                tokio::time::sleep(delay).await;
+        let this = self.clone();
+        let model = model.to_owned();
+        // Detached on purpose: the swap outlives a cancelled request.
+        let swap = tokio::spawn(async move {
+            let mut loaded = this.loaded.lock().await;
+            if loaded.as_deref() != Some(model.as_str()) {
+                if let Some(delay) = this.swap_delay {
+                    *this.running.lock() = None;
+                    tokio::time::sleep(delay).await;
+                }
+                *loaded = Some(model);
             }
-            *loaded = Some(model.to_owned());
-            *self.running.lock() = Some(model.to_owned());
-        }
+            *this.running.lock() = loaded.clone();
+        });
+        let _ = swap.await;
     }
 }
 
@@ -565,7 +592,7 @@ mod tests {
 
     #[tokio::test]
     async fn echo_whole_and_streamed() {
-        let sim = Simulator::new(IndexMap::new(), None);
+        let sim = Arc::new(Simulator::new(IndexMap::new(), None, true));
         let (status, body) = collect(
             sim.respond(
                 br#"{"model":"m","messages":[{"role":"user","content":"hi there"}]}"#,

@@ -177,8 +177,25 @@ impl Attempt {
         }
     }
 
+    /// Records the call's usage (the last report wins) and adds it to
+    /// the request's totals.
     pub fn set_usage(&self, usage: Usage) {
-        self.0.state.lock().usage = Some(usage);
+        let old = self.0.state.lock().usage.replace(usage).unwrap_or_default();
+        let m = &self.0.model;
+        let delta = |new: u64, old: u64| {
+            i64::try_from(new).unwrap_or(i64::MAX) - i64::try_from(old).unwrap_or(i64::MAX)
+        };
+        self.0.ctx.add_usage(
+            delta(usage.prompt_tokens, old.prompt_tokens),
+            delta(usage.completion_tokens, old.completion_tokens),
+            m.cost(&usage) - m.cost(&old),
+            usage.estimated,
+        );
+    }
+
+    /// Whether the upstream (or an estimate) gave this call's usage.
+    pub fn has_usage(&self) -> bool {
+        self.0.state.lock().usage.is_some()
     }
 
     /// Whether the summary still wants text (only when events are logged).
@@ -249,6 +266,7 @@ pub struct AttemptEvent {
     error: Option<String>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
+    usage_estimated: bool,
     cost_usd: Option<f64>,
     output_summary: String,
 }
@@ -316,6 +334,7 @@ impl Drop for Cell {
                 error: s.error.take().map(|e| e.1),
                 input_tokens: s.usage.map(|u| u.prompt_tokens),
                 output_tokens: s.usage.map(|u| u.completion_tokens),
+                usage_estimated: s.usage.is_some_and(|u| u.estimated),
                 cost_usd: cost,
                 output_summary: m.redactor.clean(&s.summary),
             };

@@ -224,6 +224,23 @@ pub fn record_request(ctx: &RequestCtx, status: &'static str) {
         .record(wall.as_secs_f64());
     histogram!(OVERHEAD, "route" => route, "strategy" => ctx.strategy)
         .record(overhead.as_secs_f64());
+    if ctx.access_log {
+        let t = ctx.totals();
+        tracing::info!(
+            target: "conclave::access",
+            request_id = %ctx.id,
+            key = %ctx.key,
+            route = %ctx.route,
+            strategy = ctx.strategy,
+            status,
+            attempts = ctx.attempts(),
+            duration_ms = (wall.as_secs_f64() * 1e4).round() / 10.0,
+            input_tokens = t.input_tokens,
+            output_tokens = t.output_tokens,
+            tokens_estimated = t.estimated,
+            "request"
+        );
+    }
 }
 
 /// Maps an HTTP status to a `'static` label value.

@@ -46,6 +46,7 @@ impl ConcreteModel {
             first,
             total,
             idle: call.idle_timeout.unwrap_or(up.stream_idle_timeout),
+            input_bytes: req.text_bytes(),
             redactor: self.info.redactor.clone(),
         };
         let resp = match timeout_at(first, up.transport.send(body, &call.ctx.upstream_id)).await {

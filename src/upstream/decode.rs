@@ -24,7 +24,7 @@ use super::{BodyStream, RawResponse};
 use crate::error::{ModelError, TimeoutPhase, WITHHELD};
 use crate::model::{Chunk, ChunkStream, Completion};
 use crate::openai::{
-    AssistantOutput, NotAnAnswer, UsageField, WholeBody, error_message, inspect_chunk,
+    AssistantOutput, NotAnAnswer, Usage, UsageField, WholeBody, error_message, inspect_chunk,
     inspect_completion,
 };
 use crate::redact::Redactor;
@@ -52,6 +52,8 @@ pub struct Exchange {
     pub total: Instant,
     /// Longest gap between two stream events.
     pub idle: Duration,
+    /// Bytes of text in the request, for a usage estimate.
+    pub input_bytes: usize,
     pub redactor: Arc<Redactor>,
 }
 
@@ -199,9 +201,17 @@ pub async fn whole(
     if let Some(u) = usage {
         attempt.set_usage(u);
     }
-    if attempt.wants_summary()
-        && let Ok(out) = AssistantOutput::from_completion(&body)
-    {
+    if usage.is_none() || attempt.wants_summary() {
+        let out = AssistantOutput::from_completion(&body).unwrap_or_default();
+        if usage.is_none() {
+            let output = out.text.len()
+                + out
+                    .tool_calls
+                    .iter()
+                    .map(|t| t.arguments.len())
+                    .sum::<usize>();
+            attempt.set_usage(Usage::estimate(x.input_bytes, output));
+        }
         attempt.add_summary(&out.render());
     }
     attempt.finish();
@@ -227,6 +237,7 @@ pub async fn stream(
         attempt: attempt.clone(),
         open: true,
         relayed: false,
+        output_bytes: 0,
         finished_choice: false,
     };
     let first = match timeout_at(first_by, relay.next()).await {
@@ -255,6 +266,8 @@ struct Relay {
     open: bool,
     /// At least one chunk went out: `[DONE]` before any is not an answer.
     relayed: bool,
+    /// Answer text seen so far, for a usage estimate.
+    output_bytes: usize,
     /// A chunk with a `finish_reason` went by: an end without `[DONE]`
     /// after it is a clean end, not a cut.
     finished_choice: bool,
@@ -282,6 +295,11 @@ impl Relay {
             return self.fail(self.x.invalid("the stream ended before its first event"));
         }
         self.open = false;
+        if !self.attempt.has_usage() {
+            // The upstream ignored `include_usage`: estimate, and say so.
+            let estimate = Usage::estimate(self.x.input_bytes, self.output_bytes);
+            self.attempt.set_usage(estimate);
+        }
         self.attempt.finish();
         Poll::Ready(None)
     }
@@ -298,6 +316,7 @@ impl Relay {
             self.attempt.set_usage(u);
         }
         self.finished_choice |= info.finished;
+        self.output_bytes += info.text_bytes;
         if self.attempt.wants_summary() {
             let mut out = AssistantOutput::default();
             if out.absorb_chunk(&data).is_ok() {

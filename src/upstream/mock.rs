@@ -22,7 +22,7 @@ pub struct MockTransport {
 impl MockTransport {
     pub fn new(models: IndexMap<String, Behavior>, swap_delay: Option<Duration>) -> Self {
         MockTransport {
-            sim: Arc::new(Simulator::new(models, swap_delay)),
+            sim: Arc::new(Simulator::new(models, swap_delay, true)),
             swaps: swap_delay.is_some(),
         }
     }

@@ -34,7 +34,7 @@ impl Proc {
         Proc::start(&["mock", "--listen", "127.0.0.1:0"], toml, &[])
     }
 
-    fn start(args: &[&str], toml: &str, env: &[(&str, &str)]) -> Proc {
+    pub fn start(args: &[&str], toml: &str, env: &[(&str, &str)]) -> Proc {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("conclave.toml");
         let text = toml.replace("{dir}", &dir.path().display().to_string());
