@@ -23,6 +23,9 @@ pub struct Node {
     pub strategy: &'static str,
     /// The name is a route (not a concrete model).
     pub is_route: bool,
+    /// The concrete model behind the name (itself, or what a passthrough
+    /// route names): what `/v1/completions` and `/v1/embeddings` relay to.
+    pub concrete: Option<Arc<ConcreteModel>>,
 }
 
 pub struct Graph {
@@ -73,12 +76,14 @@ impl Graph {
                 output_per_mtok: m.price.output_per_mtok,
                 redactor: redactor.clone(),
             });
+            let concrete = Arc::new(ConcreteModel { info, upstream });
             g.insert(
                 name,
                 Node {
-                    model: Arc::new(ConcreteModel { info, upstream }),
+                    model: concrete.clone(),
                     strategy: "passthrough",
                     is_route: false,
+                    concrete: Some(concrete),
                 },
             );
         }
@@ -149,19 +154,22 @@ impl Graph {
                 })
             }
         };
+        let (strategy, concrete) = match route {
+            // An alias of a route runs that route's strategy, and reaches
+            // the concrete model that route reaches, if any.
+            Route::Passthrough { model, .. } => self
+                .nodes
+                .get(model.as_str())
+                .map_or(("passthrough", None), |n| (n.strategy, n.concrete.clone())),
+            _ => (route.strategy(), None),
+        };
         self.insert(
             name,
             Node {
                 model: model.clone(),
-                // An alias of a route runs that route's strategy.
-                strategy: match route {
-                    Route::Passthrough { model, .. } => self
-                        .nodes
-                        .get(model.as_str())
-                        .map_or("passthrough", |n| n.strategy),
-                    _ => route.strategy(),
-                },
+                strategy,
                 is_route: true,
+                concrete,
             },
         );
         Ok(model)

@@ -22,7 +22,8 @@
 //! - [`telemetry`]: metric names, the Prometheus recorder, the JSONL event
 //!   log and the attempt record.
 //! - [`context`]: the per-request context (id, route, key, deadline).
-//! - [`openai`]: wire types that keep unknown fields.
+//! - [`wire`]: OpenAI wire types that keep unknown fields, and the
+//!   bounded inspection of what upstreams send.
 //! - [`mock`]: the simulator and the standalone `conclave mock` server.
 //! - [`error`]: `ModelError`, what can go wrong while a model answers.
 
@@ -33,13 +34,13 @@ pub mod error;
 pub mod graph;
 pub mod mock;
 pub mod model;
-pub mod openai;
 pub mod redact;
 mod reload;
 pub mod server;
 pub mod strategy;
 pub mod telemetry;
 pub mod upstream;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;

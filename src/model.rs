@@ -18,9 +18,9 @@ use tokio::time::Instant;
 
 use crate::context::RequestCtx;
 use crate::error::ModelError;
-use crate::openai::{AssistantOutput, ChatRequest, Usage, UsageField};
 use crate::telemetry::Attempt;
 use crate::upstream::decode::{MAX_RESPONSE, unreadable};
+use crate::wire::{AssistantOutput, ChatRequest, Usage, UsageField};
 
 /// Anything that answers a chat request: a concrete model or a strategy.
 #[async_trait]

@@ -333,7 +333,7 @@ async fn unknown_model_url_and_method() {
 
     let r = send(client().get(gw.url("/v1/nothing/here"))).await;
     openai_error(&r, 404);
-    let r = send(client().post(gw.url("/v1/completions")).body("{}")).await;
+    let r = send(client().post(gw.url("/v1/images/generations")).body("{}")).await;
     openai_error(&r, 404);
     let r = send(client().get(gw.url("/v1/chat/completions"))).await;
     openai_error(&r, 405);

@@ -131,3 +131,45 @@ async fn streamed_tool_calls_arrive_in_pieces() {
     }
     assert_eq!(args, r#"{"q":"weather"}"#);
 }
+
+/// A client that gives up during a swap does not leave the simulator
+/// confused: the swap finishes (as llama-swap's does) and `/running` names
+/// the model that now answers warm.
+#[tokio::test]
+async fn a_cancelled_swap_completes_and_running_stays_true() {
+    let mock = Proc::mock(MOCK);
+    assert_eq!(post(&mock.base, &chat("a", "x")).await.status, 200);
+    // Ask for b and give up half-way through its 200 ms load.
+    let r = client()
+        .post(mock.url("/v1/chat/completions"))
+        .json(&chat("b", "x"))
+        .timeout(Duration::from_millis(80))
+        .send()
+        .await;
+    assert!(r.is_err(), "the request should have been cut off");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(
+        running(&mock).await,
+        json!({"running": [{"model": "b", "state": "ready"}]})
+    );
+    // b answers warm now, a needs a swap back.
+    let t = tokio::time::Instant::now();
+    assert_eq!(post(&mock.base, &chat("b", "x")).await.status, 200);
+    assert!(t.elapsed() < Duration::from_millis(150));
+}
+
+#[tokio::test]
+async fn with_a_config_only_its_models_answer_unless_echo_unknown() {
+    let mock = Proc::mock(MOCK);
+    let r = post(&mock.base, &chat("not-in-the-config", "x")).await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert_eq!(r.json()["error"]["code"], "model_not_found");
+    let echo = Proc::start(
+        &["mock", "--listen", "127.0.0.1:0", "--echo-unknown"],
+        MOCK,
+        &[],
+    );
+    let r = post(&echo.base, &chat("not-in-the-config", "echo me")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "echo me");
+}

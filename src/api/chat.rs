@@ -2,6 +2,8 @@
 //! the model name to a graph node, run it under the request's deadline, and
 //! answer whole or as SSE with conclave's response headers.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -14,10 +16,11 @@ use tokio::time::timeout_at;
 use super::error::ApiError;
 use super::{Gateway, body, sse};
 use crate::context::RequestCtx;
+use crate::error::ModelError;
 use crate::graph::Node;
 use crate::model::{Call, Reply, ReplyBody};
-use crate::openai::ChatRequest;
 use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, record_request, status_label};
+use crate::wire::ChatRequest;
 
 pub const ROUTE: HeaderName = HeaderName::from_static("x-conclave-route");
 pub const STRATEGY: HeaderName = HeaderName::from_static("x-conclave-strategy");
@@ -33,7 +36,14 @@ pub async fn chat_completions(
     body: Body,
 ) -> Response {
     let id = request_id(&headers);
-    let mut resp = match handle(&gw, &headers, body, &id).await {
+    let resp = handle(&gw, &headers, body, &id).await;
+    finish_response(resp, &id)
+}
+
+/// The response of a handler that may have failed before its route was
+/// known (counted under `route="unknown"`), with the request id.
+pub fn finish_response(resp: Result<Response, ApiError>, id: &str) -> Response {
+    let mut resp = match resp {
         Ok(r) => r,
         Err(e) => {
             counter!(REQUESTS_TOTAL, "route" => "unknown", "strategy" => "none", "status" => status_label(e.status().as_u16()))
@@ -41,14 +51,14 @@ pub async fn chat_completions(
             e.into_response()
         }
     };
-    if let Ok(v) = HeaderValue::from_str(&id) {
+    if let Ok(v) = HeaderValue::from_str(id) {
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     resp
 }
 
 /// The client's `x-request-id` when it is a sane token, else a new UUID.
-fn request_id(headers: &HeaderMap) -> String {
+pub fn request_id(headers: &HeaderMap) -> String {
     headers
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
@@ -151,19 +161,32 @@ async fn handle(
     );
     let guard = RequestGuard::new(ctx.clone());
     let call = Call::new(ctx.clone(), pin);
-    if req.is_stream() {
-        Ok(sse::respond(&app, node, call, req, guard).await)
+    let include_usage = req.wants_stream_usage();
+    let stream = req.is_stream();
+    let model = node.model.clone();
+    let work: Work = Box::pin(bounded(
+        ctx.clone(),
+        async move { model.chat(call, req).await },
+    ));
+    if stream {
+        let keepalive = sse::keepalive_for(&app, node);
+        Ok(sse::respond(keepalive, node, &ctx, work, include_usage, guard).await)
     } else {
-        Ok(whole(node, call, req, guard).await)
+        Ok(whole(node, &ctx, work, guard).await)
     }
 }
 
-/// Runs the model under the request's deadline, until shutdown's grace
-/// period ends it.
-pub async fn answer(node: &Node, call: Call, req: ChatRequest) -> Result<Reply, ApiError> {
-    let ctx = call.ctx.clone();
+/// A model's answer in the making, bounded by its request (see [`bounded`]).
+pub type Work = Pin<Box<dyn Future<Output = Result<Reply, ApiError>> + Send>>;
+
+/// Runs a model's work under the request's deadline, until shutdown's
+/// grace period ends it.
+pub async fn bounded(
+    ctx: Arc<RequestCtx>,
+    work: impl Future<Output = Result<Reply, ModelError>>,
+) -> Result<Reply, ApiError> {
     tokio::select! {
-        r = timeout_at(ctx.deadline, node.model.chat(call, req)) => match r {
+        r = timeout_at(ctx.deadline, work) => match r {
             Err(_) => Err(ApiError::Timeout {
                 after: ctx.deadline - ctx.started,
             }),
@@ -173,23 +196,22 @@ pub async fn answer(node: &Node, call: Call, req: ChatRequest) -> Result<Reply, 
     }
 }
 
-async fn whole(node: &Node, call: Call, req: ChatRequest, guard: RequestGuard) -> Response {
-    let ctx = call.ctx.clone();
-    let reply = match answer(node, call, req).await {
+/// Answers with a whole JSON body.
+pub async fn whole(node: &Node, ctx: &RequestCtx, work: Work, mut guard: RequestGuard) -> Response {
+    let reply = match work.await {
         Ok(r) => r,
-        Err(e) => return failed(e, &ctx, node, guard),
+        Err(e) => return failed(e, ctx, node, guard),
     };
     let ReplyBody::Whole(completion) = &reply.body else {
-        let e = ApiError::Internal("the strategy answered a whole request with a stream".into());
-        return failed(e, &ctx, node, guard);
+        let e = ApiError::Internal("the model answered a whole request with a stream".into());
+        return failed(e, ctx, node, guard);
     };
     let mut resp = Response::new(Body::from(completion.body.clone()));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    answer_headers(resp.headers_mut(), &ctx, node, Known::Answer(&reply));
-    let mut guard = guard;
+    answer_headers(resp.headers_mut(), ctx, node, Known::Answer(&reply));
     guard.finish("200");
     resp
 }
@@ -241,7 +263,7 @@ pub struct RequestGuard {
 }
 
 impl RequestGuard {
-    fn new(ctx: Arc<RequestCtx>) -> Self {
+    pub fn new(ctx: Arc<RequestCtx>) -> Self {
         gauge!(INFLIGHT_REQUESTS, "route" => ctx.route.clone()).increment(1.0);
         RequestGuard { ctx, status: None }
     }

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::Gateway;
 use super::error::ApiError;
+use crate::graph::Node;
 
 pub async fn models(
     State(gw): State<Arc<Gateway>>,
@@ -24,20 +25,36 @@ pub async fn models(
         .iter()
         .filter(|n| caller.may_use(n))
         .filter_map(|n| app.graph.get(n))
-        .map(|(name, node)| {
-            json!({
-                "id": name.as_ref(),
-                "object": "model",
-                "created": app.started_at,
-                "owned_by": "conclave",
-                "conclave": {
-                    "strategy": node.strategy,
-                    "route": node.is_route,
-                }
-            })
-        })
+        .map(|(name, node)| entry(name, node, app.started_at))
         .collect();
     Ok(Json(json!({"object": "list", "data": data})))
+}
+
+/// `GET /v1/models/{id}`: one model or route the caller may use.
+pub async fn model(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let app = gw.state();
+    let caller = app.keys.authenticate(&headers)?;
+    match app.graph.get(&id) {
+        Some((name, node)) if caller.may_use(name) => Ok(Json(entry(name, node, app.started_at))),
+        _ => Err(ApiError::NotFound { model: id }),
+    }
+}
+
+fn entry(name: &str, node: &Node, created: u64) -> Value {
+    json!({
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "conclave",
+        "conclave": {
+            "strategy": node.strategy,
+            "route": node.is_route,
+        }
+    })
 }
 
 pub async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {

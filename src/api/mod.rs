@@ -9,6 +9,7 @@ mod auth;
 mod body;
 mod chat;
 pub mod error;
+mod forward;
 mod info;
 mod sse;
 
@@ -103,8 +104,16 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     Router::new()
         .route("/v1/chat/completions", chat.clone())
         .route("/chat/completions", chat)
+        .route("/v1/completions", post(forward::completions))
+        .route("/completions", post(forward::completions))
+        .route("/v1/embeddings", post(forward::embeddings))
+        .route("/embeddings", post(forward::embeddings))
+        .route("/v1/responses", post(forward::responses))
+        .route("/responses", post(forward::responses))
         .route("/v1/models", get(info::models))
         .route("/models", get(info::models))
+        .route("/v1/models/{id}", get(info::model))
+        .route("/models/{id}", get(info::model))
         .route("/metrics", get(info::metrics))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))

@@ -24,12 +24,12 @@ use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::AppState;
-use super::chat::{Known, RequestGuard, answer, answer_headers, failed};
+use super::chat::{Known, RequestGuard, Work, answer_headers, failed};
 use super::error::ApiError;
 use crate::context::{RequestCtx, Totals};
 use crate::graph::Node;
-use crate::model::{Call, ChunkStream, Reply, ReplyBody};
-use crate::openai::{ChatRequest, UsageField, strip_null_usage, strip_usage};
+use crate::model::{ChunkStream, ReplyBody};
+use crate::wire::{UsageField, strip_null_usage, strip_usage};
 
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 const DONE: &[u8] = b"data: [DONE]\n\n";
@@ -53,48 +53,44 @@ fn sse_headers(h: &mut HeaderMap) {
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
 }
 
-fn keepalive_for(app: &AppState, node: &Node) -> Option<Duration> {
+pub fn keepalive_for(app: &AppState, node: &Node) -> Option<Duration> {
     match (node.model.keepalive(), app.sse_keepalive) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
 }
 
-type Work = Pin<Box<dyn std::future::Future<Output = Result<Reply, ApiError>> + Send>>;
-
-/// Answers a streamed request.
+/// Answers a streamed request with the reply `work` produces, sending
+/// keep-alive comments every `keepalive` while it has none yet.
 pub async fn respond(
-    app: &Arc<AppState>,
+    keepalive: Option<Duration>,
     node: &Node,
-    call: Call,
-    req: ChatRequest,
+    ctx: &Arc<RequestCtx>,
+    mut work: Work,
+    include_usage: bool,
     guard: RequestGuard,
 ) -> Response {
-    let include_usage = req.wants_stream_usage();
-    let ctx = call.ctx.clone();
-    let run = node.clone();
-    let mut work: Work = Box::pin(async move { answer(&run, call, req).await });
-    let result = match keepalive_for(app, node) {
+    let result = match keepalive {
         None => work.as_mut().await,
         Some(gap) => tokio::select! {
             r = work.as_mut() => r,
             () = tokio::time::sleep(gap) => {
                 let mut resp = Response::new(Body::from_stream(committed(work, gap, ctx.clone(), include_usage, guard)));
                 sse_headers(resp.headers_mut());
-                answer_headers(resp.headers_mut(), &ctx, node, Known::Committed);
+                answer_headers(resp.headers_mut(), ctx, node, Known::Committed);
                 return resp;
             }
         },
     };
     let reply = match result {
         Ok(r) => r,
-        Err(e) => return failed(e, &ctx, node, guard),
+        Err(e) => return failed(e, ctx, node, guard),
     };
     let mut headers = HeaderMap::new();
-    answer_headers(&mut headers, &ctx, node, Known::Answer(&reply));
+    answer_headers(&mut headers, ctx, node, Known::Answer(&reply));
     let stream = match stream_of(reply.body) {
         Ok(s) => s,
-        Err(e) => return failed(e, &ctx, node, guard),
+        Err(e) => return failed(e, ctx, node, guard),
     };
     let mut resp = Response::new(Body::from_stream(ClientStream::new(
         stream,

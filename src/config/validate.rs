@@ -2,7 +2,7 @@
 //! names are resolved (models and routes share one namespace), references
 //! checked, and cycles between routes found.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,11 +10,11 @@ use indexmap::IndexMap;
 
 use crate::server::Limits;
 
-use super::raw;
 use super::{
     CHAIN_KEEPALIVE, Chain, Config, Errors, Key, Lane, Model, Route, Secret, Server, Upstream,
     UpstreamKind,
 };
+use super::{names, raw, warnings};
 
 const STRATEGIES_HERE: &[&str] = &["passthrough", "chain"];
 const STRATEGIES_LATER: &[&str] = &["judge", "race", "arena", "oracle"];
@@ -55,8 +55,8 @@ pub(super) fn validate(
             "unknown top-level key (expected server, keys, upstreams, models, routes)",
         );
     }
-    check_names(&models, &routes, &broken, &keys, errs);
-    check_cycles(&routes, errs);
+    names::check_names(&models, &routes, &broken, &keys, errs);
+    names::check_cycles(&routes, errs);
     let config = Config {
         server: server?,
         keys,
@@ -65,47 +65,7 @@ pub(super) fn validate(
         routes,
         warnings,
     };
-    Some(warn_hung_tiers(config))
-}
-
-/// A tier that is not the last of its chain, on an upstream whose
-/// `timeout` is not shorter than the request's: one hung call there spends
-/// the whole request's time and the later tiers never get a turn.
-fn warn_hung_tiers(mut config: Config) -> Config {
-    let mut warnings = Vec::new();
-    for (name, route) in &config.routes {
-        let Route::Chain(c) = route else { continue };
-        if let Some(v) = &c.verifier
-            && !c.tiers.iter().any(|t| config.tier_is_verified(c, t))
-        {
-            warnings.push(format!(
-                "routes.{name}.verifier: every tier self-certifies (cloud upstreams, or listed in \
-                 self_certify), so \"{v}\" is never called; list tiers in verify = [...] or drop the verifier"
-            ));
-        }
-        let Some((_, earlier)) = c.tiers.split_last() else {
-            continue;
-        };
-        for (i, tier) in earlier.iter().enumerate() {
-            let upstream = config
-                .models
-                .get(config.resolve_alias(tier))
-                .and_then(|m| config.upstreams.get_key_value(&m.upstream));
-            if let Some((up, u)) = upstream
-                && u.timeout >= config.server.request_timeout
-            {
-                warnings.push(format!(
-                    "routes.{name}.tiers[{i}]: upstream \"{up}\" has timeout = {} but \
-                     server.request_timeout is {}: a hung call to \"{tier}\" uses up the whole \
-                     request and the later tiers never run; set upstreams.{up}.timeout shorter",
-                    humantime::format_duration(u.timeout),
-                    humantime::format_duration(config.server.request_timeout),
-                ));
-            }
-        }
-    }
-    config.warnings.extend(warnings);
-    config
+    Some(warnings::warn(config))
 }
 
 fn table(v: Option<toml::Value>, path: &str, errs: &mut Errors) -> IndexMap<String, toml::Value> {
@@ -534,122 +494,4 @@ fn chain(c: raw::Chain, path: &str, errs: &mut Errors) -> Route {
         verifier_max_tokens: c.verifier_max_tokens,
         verifier_timeout: c.verifier_timeout,
     })
-}
-
-/// The names a route refers to, with the key path of each reference.
-pub(super) fn references(name: &str, route: &Route) -> Vec<(String, String)> {
-    let path = format!("routes.{name}");
-    match route {
-        Route::Passthrough { model, .. } => vec![(format!("{path}.model"), model.clone())],
-        Route::Chain(c) => {
-            let mut refs: Vec<(String, String)> = c
-                .tiers
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (format!("{path}.tiers[{i}]"), t.clone()))
-                .collect();
-            if let Some(v) = &c.verifier {
-                refs.push((format!("{path}.verifier"), v.clone()));
-            }
-            refs
-        }
-    }
-}
-
-fn check_names(
-    models: &IndexMap<String, Model>,
-    routes: &IndexMap<String, Route>,
-    broken: &HashSet<String>,
-    keys: &[Key],
-    errs: &mut Errors,
-) {
-    for name in routes.keys() {
-        if models.contains_key(name) {
-            errs.push(
-                format!("routes.{name}"),
-                format!("\"{name}\" is also a model name; models and routes share one namespace"),
-            );
-        }
-    }
-    let known = |n: &str| models.contains_key(n) || routes.contains_key(n) || broken.contains(n);
-    for (name, route) in routes {
-        for (path, target) in references(name, route) {
-            if !known(&target) {
-                errs.push(path, format!("unknown model \"{target}\""));
-            }
-        }
-    }
-    for (i, k) in keys.iter().enumerate() {
-        for (j, m) in k.models.iter().flatten().enumerate() {
-            if !known(m) {
-                errs.push(
-                    format!("keys[{i}].models[{j}]"),
-                    format!("unknown model \"{m}\""),
-                );
-            }
-        }
-    }
-}
-
-/// Reports each cycle among routes once, as `a -> b -> a`.
-fn check_cycles(routes: &IndexMap<String, Route>, errs: &mut Errors) {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Mark {
-        New,
-        Active,
-        Done,
-    }
-    fn visit<'a>(
-        n: &'a str,
-        edges: &HashMap<&'a str, Vec<&'a str>>,
-        marks: &mut HashMap<&'a str, Mark>,
-        stack: &mut Vec<&'a str>,
-        found: &mut Vec<Vec<&'a str>>,
-    ) {
-        marks.insert(n, Mark::Active);
-        stack.push(n);
-        for &m in edges.get(n).into_iter().flatten() {
-            match marks.get(m).copied().unwrap_or(Mark::Done) {
-                Mark::New => visit(m, edges, marks, stack, found),
-                Mark::Active => {
-                    if let Some(pos) = stack.iter().position(|s| *s == m) {
-                        let mut cycle = stack[pos..].to_vec();
-                        cycle.push(m);
-                        found.push(cycle);
-                    }
-                }
-                Mark::Done => {}
-            }
-        }
-        stack.pop();
-        marks.insert(n, Mark::Done);
-    }
-    let refs: Vec<(&str, Vec<(String, String)>)> = routes
-        .iter()
-        .map(|(n, r)| (n.as_str(), references(n, r)))
-        .collect();
-    let mut edges: HashMap<&str, Vec<&str>> = HashMap::new();
-    for (n, rs) in &refs {
-        let targets = rs
-            .iter()
-            .filter_map(|(_, t)| routes.get_key_value(t.as_str()).map(|(k, _)| k.as_str()))
-            .collect();
-        edges.insert(n, targets);
-    }
-    let mut marks: HashMap<&str, Mark> = routes.keys().map(|k| (k.as_str(), Mark::New)).collect();
-    let mut found = Vec::new();
-    for n in routes.keys() {
-        if marks.get(n.as_str()) == Some(&Mark::New) {
-            visit(n, &edges, &mut marks, &mut Vec::new(), &mut found);
-        }
-    }
-    for cycle in found {
-        errs.push(
-            format!("routes.{}", cycle[0]),
-            format!(
-                "routes refer to each other in a cycle: {}",
-                cycle.join(" -> ")
-            ),
-        );
-    }
 }

@@ -7,25 +7,27 @@
 //! upstream, and `conclave mock` ([`server`]) serves it over HTTP together
 //! with llama-swap's `GET /running` (one model loaded at a time).
 
+mod answer;
 mod behavior;
+mod embeddings;
 pub mod server;
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
 use indexmap::IndexMap;
 use parking_lot::Mutex;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
 
-use crate::openai::content_text;
+use crate::wire::{Endpoint, content_text};
 
 /// Requests kept for `GET /mock/requests`.
 const RECORDED: usize = 1000;
@@ -118,9 +120,10 @@ impl Simulator {
         self.log.lock().clear();
     }
 
-    /// Answers one chat completion request body.
+    /// Answers one request body for `endpoint`.
     pub async fn respond(
         self: &Arc<Self>,
+        endpoint: Endpoint,
         body: &[u8],
         authorization: Option<String>,
         request_id: Option<String>,
@@ -189,17 +192,16 @@ impl Simulator {
                 .pointer("/stream_options/include_usage")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-        let answer = Answer::new(
-            &b,
-            &req,
-            &model,
-            self.next_id.fetch_add(1, Ordering::Relaxed),
-        );
-        if stream {
-            stream_response(b, answer, include_usage, guard)
-        } else {
-            pause(b.ttft + answer.generation_time(&b)).await;
-            whole_response(&b, &answer, guard)
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        match endpoint {
+            Endpoint::Embeddings => {
+                pause(b.ttft).await;
+                guard.done(embeddings::respond(&req, &model))
+            }
+            Endpoint::Chat | Endpoint::Completions => {
+                let legacy = endpoint == Endpoint::Completions;
+                answer::respond(b, &req, &model, n, legacy, stream, include_usage, guard).await
+            }
         }
     }
 
@@ -271,29 +273,39 @@ impl Drop for Finish {
     }
 }
 
-/// All message text of a request, for `when_contains` rules.
+/// All text of a request (messages, or a Completions `prompt`, or an
+/// Embeddings `input`), for `when_contains` rules.
 fn request_text(req: &Value) -> String {
+    if let Some(ms) = req.get("messages").and_then(Value::as_array) {
+        return ms
+            .iter()
+            .map(|m| content_text(m.get("content")))
+            .collect::<Vec<_>>()
+            .join("\n");
+    }
+    match req.get("prompt").or_else(|| req.get("input")) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The last user message (or the whole prompt of a Completions request).
+fn last_user(req: &Value) -> String {
     req.get("messages")
         .and_then(Value::as_array)
         .map(|ms| {
             ms.iter()
-                .map(|m| content_text(m.get("content")))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
-
-fn last_user(req: &Value) -> String {
-    req.get("messages")
-        .and_then(Value::as_array)
-        .and_then(|ms| {
-            ms.iter()
                 .rev()
                 .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+                .map(|m| content_text(m.get("content")))
+                .unwrap_or_default()
         })
-        .map(|m| content_text(m.get("content")))
-        .unwrap_or_default()
+        .unwrap_or_else(|| request_text(req))
 }
 
 fn error_response(status: u16, message: &str, retry_after: Option<u64>) -> MockResponse {
@@ -315,258 +327,6 @@ fn once(b: Bytes) -> MockBody {
     Box::pin(futures::stream::once(async move { Ok(b) }))
 }
 
-/// The content of one simulated answer.
-struct Answer {
-    id: String,
-    model: String,
-    created: u64,
-    /// Text split into tokens (each word with its leading whitespace).
-    tokens: Vec<String>,
-    tool_call: Option<(String, String)>,
-    finish_reason: String,
-    usage: UsageSpec,
-}
-
-impl Answer {
-    fn new(b: &Resolved, req: &Value, model: &str, n: u64) -> Self {
-        let fill = |t: &str| {
-            t.replace("{last_user}", &last_user(req))
-                .replace("{model}", model)
-        };
-        let (text, tool_call) = match &b.reply {
-            ReplySpec::Echo => (last_user(req), None),
-            ReplySpec::Text(t) => (fill(t), None),
-            ReplySpec::Json(v) => (v.to_string(), None),
-            ReplySpec::ToolCall(tc) => {
-                let args = match &tc.arguments {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(v) => v.to_string(),
-                    None => "{}".into(),
-                };
-                (String::new(), Some((tc.name.clone(), args)))
-            }
-        };
-        let tokens = split_tokens(&text);
-        let default_finish = if tool_call.is_some() {
-            "tool_calls"
-        } else {
-            "stop"
-        };
-        let completion = tokens
-            .len()
-            .max(tool_call.as_ref().map_or(0, |t| split_tokens(&t.1).len()))
-            as u64;
-        let usage = b.usage.unwrap_or(UsageSpec {
-            prompt_tokens: (request_text(req).len() as u64).div_ceil(4),
-            completion_tokens: completion,
-        });
-        Answer {
-            id: format!("chatcmpl-mock-{n}"),
-            model: model.to_owned(),
-            created: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or_default(),
-            tokens,
-            tool_call,
-            finish_reason: b
-                .finish_reason
-                .clone()
-                .unwrap_or_else(|| default_finish.to_owned()),
-            usage,
-        }
-    }
-
-    fn generation_time(&self, b: &Resolved) -> Duration {
-        if b.tokens_per_second > 0.0 {
-            Duration::from_secs_f64(
-                self.tokens.len().saturating_sub(1) as f64 / b.tokens_per_second,
-            )
-        } else {
-            Duration::ZERO
-        }
-    }
-
-    fn usage_json(&self) -> Value {
-        json!({
-            "prompt_tokens": self.usage.prompt_tokens,
-            "completion_tokens": self.usage.completion_tokens,
-            "total_tokens": self.usage.prompt_tokens + self.usage.completion_tokens,
-        })
-    }
-
-    fn envelope(&self, object: &str, extra: &Map<String, Value>) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("id".into(), json!(self.id));
-        m.insert("object".into(), json!(object));
-        m.insert("created".into(), json!(self.created));
-        m.insert("model".into(), json!(self.model));
-        m.insert("system_fingerprint".into(), json!("fp_conclave_mock"));
-        for (k, v) in extra {
-            m.insert(k.clone(), v.clone());
-        }
-        m
-    }
-}
-
-fn split_tokens(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    for c in text.chars() {
-        if c.is_whitespace() && !cur.trim().is_empty() {
-            out.push(std::mem::take(&mut cur));
-        }
-        cur.push(c);
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
-fn whole_response(b: &Resolved, a: &Answer, mut guard: Finish) -> MockResponse {
-    match b.fail {
-        Some(FailMode::Garbage) => {
-            guard.complete();
-            return MockResponse {
-                status: 200,
-                content_type: "text/html",
-                retry_after: None,
-                body: once(Bytes::from_static(
-                    b"<html><body>502 Bad Gateway</body></html>",
-                )),
-            };
-        }
-        Some(FailMode::ErrorEvent) => {
-            return guard.done(error_response(500, "mock: simulated server error", None));
-        }
-        _ => {}
-    }
-    let mut message = Map::new();
-    message.insert("role".into(), json!("assistant"));
-    match &a.tool_call {
-        Some((name, args)) => {
-            message.insert("content".into(), Value::Null);
-            message.insert(
-                "tool_calls".into(),
-                json!([{"id": "call_mock_1", "type": "function", "function": {"name": name, "arguments": args}}]),
-            );
-        }
-        None => {
-            message.insert("content".into(), json!(a.tokens.concat()));
-        }
-    }
-    let mut m = a.envelope("chat.completion", &b.extra);
-    m.insert(
-        "choices".into(),
-        json!([{"index": 0, "message": message, "logprobs": null, "finish_reason": a.finish_reason}]),
-    );
-    m.insert("usage".into(), a.usage_json());
-    let body = Bytes::from(Value::Object(m).to_string());
-    if b.fail == Some(FailMode::Cut) {
-        let half = body.slice(..body.len() / 2);
-        let s = async_stream::stream! {
-            yield Ok(half);
-            guard.complete();
-            tokio::time::sleep(CUT_GRACE).await;
-            yield Err(MockCut);
-        };
-        return MockResponse {
-            status: 200,
-            content_type: "application/json",
-            retry_after: None,
-            body: Box::pin(s),
-        };
-    }
-    guard.complete();
-    MockResponse {
-        status: 200,
-        content_type: "application/json",
-        retry_after: None,
-        body: once(body),
-    }
-}
-
-fn sse(v: &Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
-}
-
-fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finish) -> MockResponse {
-    let body = async_stream::stream! {
-        pause(b.ttft).await;
-        match b.fail {
-            Some(FailMode::Garbage) => {
-                yield Ok(Bytes::from_static(b"data: <html>this is not json</html>\n\n"));
-                guard.complete();
-                return;
-            }
-            Some(FailMode::ErrorEvent) => {
-                yield Ok(sse(&json!({"error": {"message": "mock: simulated error event", "type": "server_error"}})));
-                guard.complete();
-                return;
-            }
-            _ => {}
-        }
-        let chunk = |delta: Value, finish: Value, usage: Option<Value>| {
-            let mut m = a.envelope("chat.completion.chunk", &b.extra);
-            m.insert("choices".into(), json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]));
-            if include_usage {
-                m.insert("usage".into(), usage.unwrap_or(Value::Null));
-            }
-            sse(&Value::Object(m))
-        };
-        let gap = if b.tokens_per_second > 0.0 {
-            Some(Duration::from_secs_f64(1.0 / b.tokens_per_second))
-        } else {
-            None
-        };
-        yield Ok(chunk(json!({"role": "assistant", "content": ""}), Value::Null, None));
-        let pieces: Vec<Value> = match &a.tool_call {
-            Some((name, args)) => {
-                let mut v = vec![json!({"tool_calls": [{"index": 0, "id": "call_mock_1", "type": "function", "function": {"name": name, "arguments": ""}}]})];
-                v.extend(split_tokens(args).into_iter().map(|p| json!({"tool_calls": [{"index": 0, "function": {"arguments": p}}]})));
-                v
-            }
-            None => a.tokens.iter().map(|t| json!({"content": t})).collect(),
-        };
-        let cut_at = if b.fail == Some(FailMode::Cut) { Some(pieces.len() / 2) } else { None };
-        for (i, delta) in pieces.into_iter().enumerate() {
-            if cut_at == Some(i) {
-                guard.complete();
-                tokio::time::sleep(CUT_GRACE).await;
-                yield Err(MockCut);
-                return;
-            }
-            if i > 0 && let Some(gap) = gap {
-                tokio::time::sleep(gap).await;
-            }
-            yield Ok(chunk(delta, Value::Null, None));
-        }
-        if cut_at.is_some() {
-            guard.complete();
-            tokio::time::sleep(CUT_GRACE).await;
-            yield Err(MockCut);
-            return;
-        }
-        let usage_here = include_usage && b.usage_in_final_chunk;
-        yield Ok(chunk(json!({}), json!(a.finish_reason), usage_here.then(|| a.usage_json())));
-        if include_usage && !b.usage_in_final_chunk {
-            let mut m = a.envelope("chat.completion.chunk", &b.extra);
-            m.insert("choices".into(), json!([]));
-            m.insert("usage".into(), a.usage_json());
-            yield Ok(sse(&Value::Object(m)));
-        }
-        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
-        guard.complete();
-    };
-    MockResponse {
-        status: 200,
-        content_type: "text/event-stream",
-        retry_after: None,
-        body: Box::pin(body),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -581,20 +341,12 @@ mod tests {
         (r.status, String::from_utf8_lossy(&out).into_owned())
     }
 
-    #[test]
-    fn tokens_keep_their_whitespace() {
-        assert_eq!(
-            split_tokens("Hello  big world"),
-            vec!["Hello", "  big", " world"]
-        );
-        assert_eq!(split_tokens("").len(), 0);
-    }
-
     #[tokio::test]
     async fn echo_whole_and_streamed() {
         let sim = Arc::new(Simulator::new(IndexMap::new(), None, true));
         let (status, body) = collect(
             sim.respond(
+                Endpoint::Chat,
                 br#"{"model":"m","messages":[{"role":"user","content":"hi there"}]}"#,
                 None,
                 None,
@@ -609,6 +361,7 @@ mod tests {
 
         let (_, body) = collect(
             sim.respond(
+                Endpoint::Chat,
                 br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a b c"}]}"#,
                 None,
                 None,

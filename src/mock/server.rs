@@ -18,11 +18,16 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use super::Simulator;
+use crate::wire::Endpoint;
 
 pub fn router(sim: Arc<Simulator>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/running", get(running))
         .route("/health", get(|| async { "OK" }))
@@ -46,6 +51,31 @@ pub async fn serve(
 }
 
 async fn chat(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(Endpoint::Chat, &sim, &headers, &body).await
+}
+
+async fn completions(
+    State(sim): State<Arc<Simulator>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(Endpoint::Completions, &sim, &headers, &body).await
+}
+
+async fn embeddings(
+    State(sim): State<Arc<Simulator>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(Endpoint::Embeddings, &sim, &headers, &body).await
+}
+
+async fn answer(
+    endpoint: Endpoint,
+    sim: &Arc<Simulator>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -54,7 +84,7 @@ async fn chat(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let r = sim.respond(&body, auth, request_id).await;
+    let r = sim.respond(endpoint, body, auth, request_id).await;
     let mut resp = Response::new(Body::from_stream(r.body));
     *resp.status_mut() =
         StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

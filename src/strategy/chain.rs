@@ -17,8 +17,8 @@ use super::verifier::{Decision, Verifier};
 use crate::config::OnExhausted;
 use crate::error::{AttemptSummary, ModelError};
 use crate::model::{Call, ChatModel, Reply, Role};
-use crate::openai::{ChatRequest, Message};
 use crate::telemetry::Verdict;
+use crate::wire::{ChatRequest, Message};
 
 pub struct Tier {
     pub name: Arc<str>,

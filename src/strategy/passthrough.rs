@@ -10,7 +10,7 @@ use async_trait::async_trait;
 
 use crate::error::ModelError;
 use crate::model::{Call, ChatModel, Reply};
-use crate::openai::ChatRequest;
+use crate::wire::ChatRequest;
 
 pub struct Passthrough {
     pub model: Arc<dyn ChatModel>,

@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::model::{Call, ChatModel, Role};
-use crate::openai::{AssistantOutput, ChatRequest, Message};
 use crate::telemetry::Verdict;
+use crate::wire::{AssistantOutput, ChatRequest, Message};
 
 const SYSTEM: &str = "You are a strict reviewer. You see a conversation and a candidate reply \
 written by another model. Decide whether the candidate correctly and completely answers the \

@@ -19,8 +19,8 @@ use super::{
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::model::Role;
-use crate::openai::Usage;
 use crate::redact::Redactor;
+use crate::wire::Usage;
 
 /// Output summaries in the event log stop at this many characters.
 pub const SUMMARY_CHARS: usize = 200;

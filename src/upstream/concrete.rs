@@ -6,37 +6,100 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::{Map, Value};
 use tokio::time::{Instant, timeout_at};
 
 use super::Upstream;
 use super::decode::{self, Exchange};
 use crate::error::ModelError;
 use crate::model::{Call, ChatModel, Reply, ReplyBody};
-use crate::openai::ChatRequest;
 use crate::telemetry::{Attempt, ModelInfo};
+use crate::wire::{ChatRequest, Endpoint};
 
 pub struct ConcreteModel {
     pub info: Arc<ModelInfo>,
     pub upstream: Arc<Upstream>,
 }
 
+/// One request on its way upstream.
+struct Outgoing {
+    endpoint: Endpoint,
+    body: Bytes,
+    stream: bool,
+    /// Bytes of text in the request, for a usage estimate.
+    input_bytes: usize,
+}
+
 impl ConcreteModel {
+    /// Relays a Completions or Embeddings body (a JSON object) to this
+    /// model: `model` becomes the upstream's name, a stream asks for usage,
+    /// and the call is recorded as an attempt like any chat call.
+    pub async fn forward(
+        &self,
+        call: Call,
+        endpoint: Endpoint,
+        mut body: Map<String, Value>,
+    ) -> Result<Reply, ModelError> {
+        body.insert(
+            "model".into(),
+            Value::String(self.info.upstream_model.clone()),
+        );
+        let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+        if stream {
+            let opts = body
+                .entry("stream_options")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(o) = opts {
+                o.insert("include_usage".into(), Value::Bool(true));
+            }
+        }
+        let input_bytes = ["prompt", "input"]
+            .iter()
+            .filter_map(|k| body.get(*k))
+            .map(|v| v.to_string().len())
+            .sum();
+        let out = Outgoing {
+            endpoint,
+            body: Bytes::from(serde_json::to_vec(&body)?),
+            stream,
+            input_bytes,
+        };
+        self.call(call, out).await
+    }
+
+    async fn call(&self, call: Call, out: Outgoing) -> Result<Reply, ModelError> {
+        let attempt = Attempt::start(&call.ctx, &self.info, call.role);
+        match self.exchange(&call, out, &attempt).await {
+            Ok(body) => Ok(Reply {
+                body,
+                served_by: self.info.name.clone(),
+                attempt,
+                exhausted: false,
+            }),
+            Err(e) => {
+                tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, error = %e, "upstream call failed");
+                attempt.fail(&e);
+                Err(e)
+            }
+        }
+    }
+
     async fn exchange(
         &self,
         call: &Call,
-        req: &ChatRequest,
+        out: Outgoing,
         attempt: &Attempt,
     ) -> Result<ReplyBody, ModelError> {
         let up = &self.upstream;
         attempt.set_warm(up.transport.warm(&self.info.upstream_model).await);
-        let body = req.to_upstream_body(&self.info.upstream_model)?;
         let started = Instant::now();
         let total = call
             .ctx
             .deadline
             .min(started + up.timeout)
             .min(call.deadline.unwrap_or(call.ctx.deadline));
-        let first = match (req.is_stream(), call.ttft_timeout) {
+        let first = match (out.stream, call.ttft_timeout) {
             (true, Some(t)) => total.min(started + t),
             _ => total,
         };
@@ -46,10 +109,16 @@ impl ConcreteModel {
             first,
             total,
             idle: call.idle_timeout.unwrap_or(up.stream_idle_timeout),
-            input_bytes: req.text_bytes(),
+            input_bytes: out.input_bytes,
             redactor: self.info.redactor.clone(),
         };
-        let resp = match timeout_at(first, up.transport.send(body, &call.ctx.upstream_id)).await {
+        let resp = match timeout_at(
+            first,
+            up.transport
+                .send(out.endpoint, out.body, &call.ctx.upstream_id),
+        )
+        .await
+        {
             Err(_) => return Err(x.timeout(x.first_phase())),
             Ok(Err(e)) if e.connected => return Err(x.cut(&e.reason)),
             Ok(Err(e)) => {
@@ -64,12 +133,14 @@ impl ConcreteModel {
         if !(200..300).contains(&resp.status) {
             return Err(decode::status_error(resp, &x).await);
         }
-        if req.is_stream() {
+        if out.stream {
             decode::stream(resp, x, attempt)
                 .await
                 .map(ReplyBody::Stream)
         } else {
-            decode::whole(resp, &x, attempt).await.map(ReplyBody::Whole)
+            decode::whole(resp, &x, out.endpoint, attempt)
+                .await
+                .map(ReplyBody::Whole)
         }
     }
 }
@@ -77,19 +148,12 @@ impl ConcreteModel {
 #[async_trait]
 impl ChatModel for ConcreteModel {
     async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError> {
-        let attempt = Attempt::start(&call.ctx, &self.info, call.role);
-        match self.exchange(&call, &req, &attempt).await {
-            Ok(body) => Ok(Reply {
-                body,
-                served_by: self.info.name.clone(),
-                attempt,
-                exhausted: false,
-            }),
-            Err(e) => {
-                tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, error = %e, "upstream call failed");
-                attempt.fail(&e);
-                Err(e)
-            }
-        }
+        let out = Outgoing {
+            endpoint: Endpoint::Chat,
+            body: req.to_upstream_body(&self.info.upstream_model)?,
+            stream: req.is_stream(),
+            input_bytes: req.text_bytes(),
+        };
+        self.call(call, out).await
     }
 }

@@ -23,12 +23,12 @@ use super::sse::SseParser;
 use super::{BodyStream, RawResponse};
 use crate::error::{ModelError, TimeoutPhase, WITHHELD};
 use crate::model::{Chunk, ChunkStream, Completion};
-use crate::openai::{
-    AssistantOutput, NotAnAnswer, Usage, UsageField, WholeBody, error_message, inspect_chunk,
-    inspect_completion,
-};
 use crate::redact::Redactor;
 use crate::telemetry::Attempt;
+use crate::wire::{
+    AssistantOutput, Endpoint, NotAnAnswer, Usage, UsageField, WholeBody, error_message,
+    inspect_chunk, inspect_completion,
+};
 
 /// Largest whole response body accepted from an upstream, and the most a
 /// strategy buffers of a streamed answer.
@@ -181,6 +181,7 @@ pub async fn status_error(resp: RawResponse, x: &Exchange) -> ModelError {
 pub async fn whole(
     resp: RawResponse,
     x: &Exchange,
+    endpoint: Endpoint,
     attempt: &Attempt,
 ) -> Result<Completion, ModelError> {
     let body = match read_body(resp.body, MAX_RESPONSE, x.total).await {
@@ -193,10 +194,10 @@ pub async fn whole(
         }
         Ok(b) => b,
     };
-    let usage = match inspect_completion(&body) {
+    let usage = match inspect_completion(&body, endpoint) {
         Ok(WholeBody::Answer(usage)) => usage,
         Ok(WholeBody::Error(message)) => return Err(x.reported(&message, false)),
-        Err(e) => return Err(x.invalid(&format!("the body is not a chat completion: {e}"))),
+        Err(e) => return Err(x.invalid(&format!("the body is not an answer: {e}"))),
     };
     if let Some(u) = usage {
         attempt.set_usage(u);

@@ -12,6 +12,7 @@ use indexmap::IndexMap;
 use super::{BoxError, RawResponse, Transport, TransportError};
 use crate::mock::{Behavior, Simulator};
 use crate::telemetry::Warm;
+use crate::wire::Endpoint;
 
 pub struct MockTransport {
     sim: Arc<Simulator>,
@@ -30,10 +31,15 @@ impl MockTransport {
 
 #[async_trait]
 impl Transport for MockTransport {
-    async fn send(&self, body: Bytes, request_id: &str) -> Result<RawResponse, TransportError> {
+    async fn send(
+        &self,
+        endpoint: Endpoint,
+        body: Bytes,
+        request_id: &str,
+    ) -> Result<RawResponse, TransportError> {
         let r = self
             .sim
-            .respond(&body, None, Some(request_id.to_owned()))
+            .respond(endpoint, &body, None, Some(request_id.to_owned()))
             .await;
         Ok(RawResponse {
             status: r.status,

@@ -24,6 +24,7 @@ pub use concrete::ConcreteModel;
 
 use crate::config::{self, Lane, UpstreamKind};
 use crate::telemetry::Warm;
+use crate::wire::Endpoint;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -51,8 +52,13 @@ pub struct TransportError {
 /// Moves a chat completion request to one server.
 #[async_trait]
 pub trait Transport: Send + Sync {
-    /// POSTs a chat completion body and returns once the status line is in.
-    async fn send(&self, body: Bytes, request_id: &str) -> Result<RawResponse, TransportError>;
+    /// POSTs a body to `endpoint` and returns once the status line is in.
+    async fn send(
+        &self,
+        endpoint: Endpoint,
+        body: Bytes,
+        request_id: &str,
+    ) -> Result<RawResponse, TransportError>;
 
     /// Whether `model` is loaded right now (llama-swap), if that is known.
     async fn warm(&self, _model: &str) -> Warm {

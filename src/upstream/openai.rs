@@ -14,6 +14,7 @@ use super::llama_swap::LlamaSwapProbe;
 use super::{BoxError, RawResponse, Transport, TransportError};
 use crate::config::Secret;
 use crate::telemetry::Warm;
+use crate::wire::Endpoint;
 
 /// The transport could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,8 @@ pub struct OpenAiTransport {
     client: reqwest::Client,
     /// Parsed once: reqwest would parse a string URL on every request.
     chat_url: reqwest::Url,
+    completions_url: reqwest::Url,
+    embeddings_url: reqwest::Url,
     models_url: reqwest::Url,
     auth: Option<HeaderValue>,
     llama_swap: Option<LlamaSwapProbe>,
@@ -55,7 +58,9 @@ impl OpenAiTransport {
         Ok(OpenAiTransport {
             llama_swap: llama_swap.map(|u| LlamaSwapProbe::new(client.clone(), u)),
             client,
-            chat_url: parse_url(&format!("{base_url}/chat/completions"))?,
+            chat_url: parse_url(&format!("{base_url}{}", Endpoint::Chat.path()))?,
+            completions_url: parse_url(&format!("{base_url}{}", Endpoint::Completions.path()))?,
+            embeddings_url: parse_url(&format!("{base_url}{}", Endpoint::Embeddings.path()))?,
             models_url: parse_url(&format!("{base_url}/models"))?,
             auth,
         })
@@ -91,10 +96,20 @@ fn describe(e: &reqwest::Error) -> String {
 
 #[async_trait]
 impl Transport for OpenAiTransport {
-    async fn send(&self, body: Bytes, request_id: &str) -> Result<RawResponse, TransportError> {
+    async fn send(
+        &self,
+        endpoint: Endpoint,
+        body: Bytes,
+        request_id: &str,
+    ) -> Result<RawResponse, TransportError> {
+        let url = match endpoint {
+            Endpoint::Chat => &self.chat_url,
+            Endpoint::Completions => &self.completions_url,
+            Endpoint::Embeddings => &self.embeddings_url,
+        };
         let mut req = self
             .client
-            .post(self.chat_url.clone())
+            .post(url.clone())
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(body);
         if let Some(auth) = &self.auth {

@@ -1,0 +1,133 @@
+//! `POST /v1/completions` and `POST /v1/embeddings`: relayed to a concrete
+//! model (or a passthrough route that names one) exactly as chat
+//! completions are: the same auth and key model lists, `model` rewritten
+//! to the upstream's name, one recorded attempt, errors mapped in one
+//! place, Completions streams relayed event by event. A strategy route is
+//! a 400: strategies answer chat completions only.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value};
+
+use super::chat::{RequestGuard, Work, bounded, finish_response, request_id, whole};
+use super::error::ApiError;
+use super::{Gateway, body, sse};
+use crate::context::RequestCtx;
+use crate::model::Call;
+use crate::wire::Endpoint;
+
+pub async fn completions(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let id = request_id(&headers);
+    let resp = forward(&gw, &headers, body, &id, Endpoint::Completions).await;
+    finish_response(resp, &id)
+}
+
+pub async fn embeddings(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let id = request_id(&headers);
+    let resp = forward(&gw, &headers, body, &id, Endpoint::Embeddings).await;
+    finish_response(resp, &id)
+}
+
+/// `POST /v1/responses`: not served, and says what to use instead.
+pub async fn responses() -> Response {
+    ApiError::BadRequest {
+        message: "The Responses API (/v1/responses) is not served by this gateway yet; \
+                  use POST /v1/chat/completions."
+            .into(),
+        param: None,
+        code: Some("unsupported_endpoint"),
+    }
+    .into_response()
+}
+
+async fn forward(
+    gw: &Arc<Gateway>,
+    headers: &HeaderMap,
+    body: Body,
+    id: &str,
+    endpoint: Endpoint,
+) -> Result<Response, ApiError> {
+    let app = gw.state();
+    let caller = app.keys.authenticate(headers)?;
+    let bytes = body::read(
+        body,
+        headers,
+        app.max_body_bytes,
+        app.body_read_timeout,
+        &gw.stop,
+    )
+    .await?;
+    let req: Map<String, Value> =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest {
+            message: format!("We could not parse the JSON body of your request ({e})."),
+            param: None,
+            code: Some("invalid_json"),
+        })?;
+    let model = match req.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => {
+            return Err(ApiError::BadRequest {
+                message: "`model` must be a non-empty string.".into(),
+                param: Some("model".into()),
+                code: Some("invalid_request_body"),
+            });
+        }
+    };
+    let (route, node) = app.graph.get(&model).ok_or_else(|| ApiError::NotFound {
+        model: model.clone(),
+    })?;
+    if !caller.may_use(route) {
+        return Err(ApiError::Forbidden { model });
+    }
+    let Some(concrete) = node.concrete.clone() else {
+        return Err(ApiError::BadRequest {
+            message: format!(
+                "`{model}` is a {} route, which serves chat completions only (POST /v1/chat/completions).",
+                node.strategy
+            ),
+            param: Some("model".into()),
+            code: Some("unsupported_model"),
+        });
+    };
+    let stream = endpoint == Endpoint::Completions
+        && req.get("stream").and_then(Value::as_bool) == Some(true);
+    let include_usage = req
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    let ctx = Arc::new(
+        RequestCtx::new(
+            id.to_owned(),
+            route.clone(),
+            node.strategy,
+            caller.name,
+            app.request_timeout,
+            app.telemetry.clone(),
+            gw.hard.clone(),
+        )
+        .with_access_log(app.access_log),
+    );
+    let guard = RequestGuard::new(ctx.clone());
+    let call = Call::new(ctx.clone(), None);
+    let work: Work = Box::pin(bounded(ctx.clone(), async move {
+        concrete.forward(call, endpoint, req).await
+    }));
+    Ok(if stream {
+        sse::respond(app.sse_keepalive, node, &ctx, work, include_usage, guard).await
+    } else {
+        whole(node, &ctx, work, guard).await
+    })
+}

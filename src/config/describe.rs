@@ -1,0 +1,130 @@
+//! How a config reads to a person: the resolved graph `conclave check`
+//! prints, and the one summary line `conclave serve` logs at start-up.
+
+use std::net::SocketAddr;
+
+use indexmap::IndexMap;
+
+use super::{Config, Lane, Route, UpstreamKind};
+
+impl Config {
+    /// The resolved graph as `conclave check` prints it.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!("server: listen {}\n", self.server.listen));
+        out.push_str("upstreams:\n");
+        for (name, u) in &self.upstreams {
+            let lane = match u.lane {
+                Lane::Local => "local",
+                Lane::Cloud => "cloud",
+            };
+            let detail = match &u.kind {
+                UpstreamKind::OpenAi {
+                    base_url,
+                    llama_swap,
+                    ..
+                } => match llama_swap {
+                    Some(ls) => format!("{base_url} (llama-swap {ls})"),
+                    None => base_url.clone(),
+                },
+                UpstreamKind::Mock { models, .. } => format!("{} simulated models", models.len()),
+            };
+            out.push_str(&format!(
+                "  {name}: {} {lane} lane, {detail}\n",
+                u.kind.name()
+            ));
+        }
+        out.push_str("models:\n");
+        for (name, m) in &self.models {
+            out.push_str(&format!(
+                "  {name} -> {}/{}\n",
+                m.upstream, m.upstream_model
+            ));
+        }
+        out.push_str("routes:\n");
+        for (name, r) in &self.routes {
+            match r {
+                Route::Passthrough { model, .. } => {
+                    out.push_str(&format!("  {name}: passthrough -> {model}\n"))
+                }
+                Route::Chain(c) => {
+                    let tiers: Vec<String> = c
+                        .tiers
+                        .iter()
+                        .map(|t| {
+                            let how = if c.verifier.is_none() {
+                                "fallback"
+                            } else if self.tier_is_verified(c, t) {
+                                "verified"
+                            } else {
+                                "self-certifies"
+                            };
+                            format!("{t} ({how})")
+                        })
+                        .collect();
+                    let verifier = c
+                        .verifier
+                        .as_deref()
+                        .unwrap_or("none: plain fallback chain");
+                    out.push_str(&format!(
+                        "  {name}: chain {} ; verifier {verifier}\n",
+                        tiers.join(" -> ")
+                    ));
+                }
+            }
+        }
+        for w in &self.warnings {
+            out.push_str(&format!("warning: {w}\n"));
+        }
+        out
+    }
+
+    /// The one start-up line: where it listens, what it serves, through
+    /// which upstreams, whether auth is on, where events go.
+    pub fn summary(&self, listening: SocketAddr) -> String {
+        let mut strategies: IndexMap<&str, usize> = IndexMap::new();
+        for r in self.routes.values() {
+            *strategies.entry(r.strategy()).or_default() += 1;
+        }
+        let routes: Vec<String> = strategies.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        let upstreams: Vec<String> = self
+            .upstreams
+            .iter()
+            .map(|(name, u)| {
+                let lane = match u.lane {
+                    Lane::Local => "local lane",
+                    Lane::Cloud => "cloud lane",
+                };
+                let swap = match &u.kind {
+                    UpstreamKind::OpenAi {
+                        llama_swap: Some(_),
+                        ..
+                    } => ", llama-swap",
+                    _ => "",
+                };
+                format!("{name} ({}, {lane}{swap})", u.kind.name())
+            })
+            .collect();
+        let auth = if self.keys.is_empty() {
+            "off (no [[keys]])".to_owned()
+        } else {
+            format!("on ({} keys)", self.keys.len())
+        };
+        let events = self
+            .server
+            .event_log
+            .as_ref()
+            .map_or("off".to_owned(), |p| p.display().to_string());
+        format!(
+            "listening on {listening}: {} models, {} routes ({}); upstreams: {}; auth {auth}; event log {events}",
+            self.models.len(),
+            self.routes.len(),
+            if routes.is_empty() {
+                "none".to_owned()
+            } else {
+                routes.join(", ")
+            },
+            upstreams.join(", "),
+        )
+    }
+}

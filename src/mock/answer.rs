@@ -1,0 +1,322 @@
+//! One simulated answer: its text or tool call, usage and timing, sent
+//! whole or as SSE chunks (Chat Completions, or legacy Completions with
+//! `text` choices), with the behaviour's failure modes.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use super::{
+    CUT_GRACE, FailMode, Finish, MockCut, MockResponse, ReplySpec, Resolved, UsageSpec,
+    error_response, last_user, once, pause, request_text,
+};
+
+/// Answers a chat or legacy completion request with behaviour `b`.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn respond(
+    b: Resolved,
+    req: &Value,
+    model: &str,
+    n: u64,
+    legacy: bool,
+    stream: bool,
+    include_usage: bool,
+    guard: Finish,
+) -> MockResponse {
+    let mut answer = Answer::new(&b, req, model, n);
+    answer.legacy = legacy;
+    if stream {
+        stream_response(b, answer, include_usage, guard)
+    } else {
+        pause(b.ttft + answer.generation_time(&b)).await;
+        whole_response(&b, &answer, guard)
+    }
+}
+
+/// The content of one simulated answer.
+struct Answer {
+    /// A legacy Completions answer (`text` choices) rather than chat.
+    legacy: bool,
+    id: String,
+    model: String,
+    created: u64,
+    /// Text split into tokens (each word with its leading whitespace).
+    tokens: Vec<String>,
+    tool_call: Option<(String, String)>,
+    finish_reason: String,
+    usage: UsageSpec,
+}
+
+impl Answer {
+    fn new(b: &Resolved, req: &Value, model: &str, n: u64) -> Self {
+        let fill = |t: &str| {
+            t.replace("{last_user}", &last_user(req))
+                .replace("{model}", model)
+        };
+        let (text, tool_call) = match &b.reply {
+            ReplySpec::Echo => (last_user(req), None),
+            ReplySpec::Text(t) => (fill(t), None),
+            ReplySpec::Json(v) => (v.to_string(), None),
+            ReplySpec::ToolCall(tc) => {
+                let args = match &tc.arguments {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(v) => v.to_string(),
+                    None => "{}".into(),
+                };
+                (String::new(), Some((tc.name.clone(), args)))
+            }
+        };
+        let tokens = split_tokens(&text);
+        let default_finish = if tool_call.is_some() {
+            "tool_calls"
+        } else {
+            "stop"
+        };
+        let completion = tokens
+            .len()
+            .max(tool_call.as_ref().map_or(0, |t| split_tokens(&t.1).len()))
+            as u64;
+        let usage = b.usage.unwrap_or(UsageSpec {
+            prompt_tokens: (request_text(req).len() as u64).div_ceil(4),
+            completion_tokens: completion,
+        });
+        Answer {
+            legacy: false,
+            id: format!("chatcmpl-mock-{n}"),
+            model: model.to_owned(),
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or_default(),
+            tokens,
+            tool_call,
+            finish_reason: b
+                .finish_reason
+                .clone()
+                .unwrap_or_else(|| default_finish.to_owned()),
+            usage,
+        }
+    }
+
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.legacy, chunk) {
+            (true, _) => "text_completion",
+            (false, false) => "chat.completion",
+            (false, true) => "chat.completion.chunk",
+        }
+    }
+
+    fn generation_time(&self, b: &Resolved) -> Duration {
+        if b.tokens_per_second > 0.0 {
+            Duration::from_secs_f64(
+                self.tokens.len().saturating_sub(1) as f64 / b.tokens_per_second,
+            )
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    fn usage_json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.usage.prompt_tokens,
+            "completion_tokens": self.usage.completion_tokens,
+            "total_tokens": self.usage.prompt_tokens + self.usage.completion_tokens,
+        })
+    }
+
+    fn envelope(&self, object: &str, extra: &Map<String, Value>) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("id".into(), json!(self.id));
+        m.insert("object".into(), json!(object));
+        m.insert("created".into(), json!(self.created));
+        m.insert("model".into(), json!(self.model));
+        m.insert("system_fingerprint".into(), json!("fp_conclave_mock"));
+        for (k, v) in extra {
+            m.insert(k.clone(), v.clone());
+        }
+        m
+    }
+}
+
+fn split_tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for c in text.chars() {
+        if c.is_whitespace() && !cur.trim().is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+        cur.push(c);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+fn whole_response(b: &Resolved, a: &Answer, mut guard: Finish) -> MockResponse {
+    match b.fail {
+        Some(FailMode::Garbage) => {
+            guard.complete();
+            return MockResponse {
+                status: 200,
+                content_type: "text/html",
+                retry_after: None,
+                body: once(Bytes::from_static(
+                    b"<html><body>502 Bad Gateway</body></html>",
+                )),
+            };
+        }
+        Some(FailMode::ErrorEvent) => {
+            return guard.done(error_response(500, "mock: simulated server error", None));
+        }
+        _ => {}
+    }
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    match &a.tool_call {
+        Some((name, args)) => {
+            message.insert("content".into(), Value::Null);
+            message.insert(
+                "tool_calls".into(),
+                json!([{"id": "call_mock_1", "type": "function", "function": {"name": name, "arguments": args}}]),
+            );
+        }
+        None => {
+            message.insert("content".into(), json!(a.tokens.concat()));
+        }
+    }
+    let mut m = a.envelope(a.object(false), &b.extra);
+    let choice = if a.legacy {
+        json!({"index": 0, "text": a.tokens.concat(), "logprobs": null, "finish_reason": a.finish_reason})
+    } else {
+        json!({"index": 0, "message": message, "logprobs": null, "finish_reason": a.finish_reason})
+    };
+    m.insert("choices".into(), json!([choice]));
+    m.insert("usage".into(), a.usage_json());
+    let body = Bytes::from(Value::Object(m).to_string());
+    if b.fail == Some(FailMode::Cut) {
+        let half = body.slice(..body.len() / 2);
+        let s = async_stream::stream! {
+            yield Ok(half);
+            guard.complete();
+            tokio::time::sleep(CUT_GRACE).await;
+            yield Err(MockCut);
+        };
+        return MockResponse {
+            status: 200,
+            content_type: "application/json",
+            retry_after: None,
+            body: Box::pin(s),
+        };
+    }
+    guard.complete();
+    MockResponse {
+        status: 200,
+        content_type: "application/json",
+        retry_after: None,
+        body: once(body),
+    }
+}
+
+fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finish) -> MockResponse {
+    let body = async_stream::stream! {
+        pause(b.ttft).await;
+        match b.fail {
+            Some(FailMode::Garbage) => {
+                yield Ok(Bytes::from_static(b"data: <html>this is not json</html>\n\n"));
+                guard.complete();
+                return;
+            }
+            Some(FailMode::ErrorEvent) => {
+                yield Ok(sse(&json!({"error": {"message": "mock: simulated error event", "type": "server_error"}})));
+                guard.complete();
+                return;
+            }
+            _ => {}
+        }
+        let chunk = |delta: Value, finish: Value, usage: Option<Value>| {
+            let mut m = a.envelope(a.object(true), &b.extra);
+            let choice = if a.legacy {
+                let text = delta.get("content").cloned().unwrap_or(json!(""));
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+            } else {
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            };
+            m.insert("choices".into(), json!([choice]));
+            if include_usage {
+                m.insert("usage".into(), usage.unwrap_or(Value::Null));
+            }
+            sse(&Value::Object(m))
+        };
+        let gap = if b.tokens_per_second > 0.0 {
+            Some(Duration::from_secs_f64(1.0 / b.tokens_per_second))
+        } else {
+            None
+        };
+        if !a.legacy {
+            yield Ok(chunk(json!({"role": "assistant", "content": ""}), Value::Null, None));
+        }
+        let pieces: Vec<Value> = match &a.tool_call {
+            Some((name, args)) => {
+                let mut v = vec![json!({"tool_calls": [{"index": 0, "id": "call_mock_1", "type": "function", "function": {"name": name, "arguments": ""}}]})];
+                v.extend(split_tokens(args).into_iter().map(|p| json!({"tool_calls": [{"index": 0, "function": {"arguments": p}}]})));
+                v
+            }
+            None => a.tokens.iter().map(|t| json!({"content": t})).collect(),
+        };
+        let cut_at = if b.fail == Some(FailMode::Cut) { Some(pieces.len() / 2) } else { None };
+        for (i, delta) in pieces.into_iter().enumerate() {
+            if cut_at == Some(i) {
+                guard.complete();
+                tokio::time::sleep(CUT_GRACE).await;
+                yield Err(MockCut);
+                return;
+            }
+            if i > 0 && let Some(gap) = gap {
+                tokio::time::sleep(gap).await;
+            }
+            yield Ok(chunk(delta, Value::Null, None));
+        }
+        if cut_at.is_some() {
+            guard.complete();
+            tokio::time::sleep(CUT_GRACE).await;
+            yield Err(MockCut);
+            return;
+        }
+        let usage_here = include_usage && b.usage_in_final_chunk;
+        yield Ok(chunk(json!({}), json!(a.finish_reason), usage_here.then(|| a.usage_json())));
+        if include_usage && !b.usage_in_final_chunk {
+            let mut m = a.envelope(a.object(true), &b.extra);
+            m.insert("choices".into(), json!([]));
+            m.insert("usage".into(), a.usage_json());
+            yield Ok(sse(&Value::Object(m)));
+        }
+        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+        guard.complete();
+    };
+    MockResponse {
+        status: 200,
+        content_type: "text/event-stream",
+        retry_after: None,
+        body: Box::pin(body),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_keep_their_whitespace() {
+        assert_eq!(
+            split_tokens("Hello  big world"),
+            vec!["Hello", "  big", " world"]
+        );
+        assert_eq!(split_tokens("").len(), 0);
+    }
+}

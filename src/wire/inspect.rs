@@ -1,0 +1,327 @@
+//! Reading upstream payloads without re-serialising them: whether a body
+//! or a stream event is an answer at all (bounded), and its usage, choices
+//! and errors; editing usage out for clients that did not ask for it.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{Endpoint, Usage, UsageField};
+
+/// At most this many `choices` in one answer or chunk (OpenAI caps `n` at 128).
+pub const MAX_CHOICES: usize = 128;
+/// At most this many tool calls in one assembled answer (`tool_calls[].index`).
+pub const MAX_TOOL_CALLS: usize = 256;
+
+/// Why an upstream payload is not an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum NotAnAnswer {
+    #[error("it is not valid UTF-8")]
+    Utf8,
+    #[error("it is not a JSON object")]
+    NotObject,
+    #[error("it is not valid JSON ({0})")]
+    Json(#[from] serde_json::Error),
+    #[error("it has no `choices`")]
+    NoChoices,
+    #[error("it has no `data`")]
+    NoData,
+    #[error("it has {0} choices (at most {MAX_CHOICES} are accepted)")]
+    TooManyChoices(usize),
+    #[error("a tool call index of {0} is out of range (at most {MAX_TOOL_CALLS} tool calls)")]
+    ToolCallIndex(u64),
+}
+
+/// A payload must be a UTF-8 JSON object before it is read further
+/// (serde would read `[]` as a struct with every field defaulted).
+fn object_bytes(data: &[u8]) -> Result<(), NotAnAnswer> {
+    std::str::from_utf8(data).map_err(|_| NotAnAnswer::Utf8)?;
+    match data.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(NotAnAnswer::NotObject),
+    }
+}
+
+/// The result of inspecting one SSE `data:` payload.
+#[derive(Debug)]
+pub struct ChunkInfo {
+    pub usage: UsageField,
+    /// Number of entries in `choices` (0 for a usage-only chunk).
+    pub choices: usize,
+    /// The first choice carries a `finish_reason`.
+    pub finished: bool,
+    /// Bytes of answer text in the first choice's delta (content and
+    /// tool-call arguments), for estimating usage.
+    pub text_bytes: usize,
+    /// The upstream reported an error in the stream (`{"error": …}`).
+    pub error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChunkProbe<'a> {
+    /// Outer `None`: no `usage` key; `Some(None)`: `"usage": null`.
+    #[serde(default, deserialize_with = "present")]
+    usage: Option<Option<Usage>>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<ChoiceProbe<'a>>>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceProbe<'a> {
+    #[serde(default)]
+    finish_reason: Option<serde::de::IgnoredAny>,
+    #[serde(default, borrow)]
+    delta: Option<DeltaProbe<'a>>,
+}
+
+#[derive(Deserialize)]
+struct DeltaProbe<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolDeltaProbe<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolDeltaProbe<'a> {
+    #[serde(default, borrow)]
+    function: Option<FunctionProbe<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionProbe<'a> {
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+impl DeltaProbe<'_> {
+    fn text_bytes(&self) -> usize {
+        let args: usize = self
+            .tool_calls
+            .iter()
+            .flatten()
+            .filter_map(|t| t.function.as_ref()?.arguments.as_ref())
+            .map(|a| a.len())
+            .sum();
+        self.content.as_ref().map_or(0, |c| c.len()) + args
+    }
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Usage>>, D::Error> {
+    Option::<Usage>::deserialize(d).map(Some)
+}
+
+/// Inspects one stream chunk without keeping a parsed copy of it. A chunk
+/// is a JSON object with a `choices` array (possibly empty, for the usage
+/// chunk), a usage-only object, or an error object; anything else is not
+/// part of an answer.
+pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, NotAnAnswer> {
+    object_bytes(data)?;
+    let probe: ChunkProbe = serde_json::from_slice(data)?;
+    let usage = match probe.usage {
+        None => UsageField::Absent,
+        Some(None) => UsageField::Null,
+        Some(Some(u)) => UsageField::Present(u),
+    };
+    if let Some(e) = probe.error.filter(|e| !e.is_null()) {
+        return Ok(ChunkInfo {
+            usage,
+            choices: 0,
+            finished: false,
+            text_bytes: 0,
+            error: Some(error_message(&e)),
+        });
+    }
+    let choices = match probe.choices {
+        Some(c) => c,
+        None if matches!(usage, UsageField::Present(_)) => Vec::new(),
+        None => return Err(NotAnAnswer::NoChoices),
+    };
+    if choices.len() > MAX_CHOICES {
+        return Err(NotAnAnswer::TooManyChoices(choices.len()));
+    }
+    Ok(ChunkInfo {
+        usage,
+        choices: choices.len(),
+        finished: choices.first().is_some_and(|c| c.finish_reason.is_some()),
+        text_bytes: choices
+            .first()
+            .and_then(|c| c.delta.as_ref())
+            .map_or(0, DeltaProbe::text_bytes),
+        error: None,
+    })
+}
+
+/// The human message inside an OpenAI-style error value (object or string).
+pub fn error_message(err: &Value) -> String {
+    match err {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => o
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| err.to_string()),
+        other => other.to_string(),
+    }
+}
+
+/// Removes `usage` from a chunk that also carries choices (for a client that
+/// did not ask for usage). Only such chunks are re-serialised.
+pub fn strip_usage(data: &[u8]) -> Result<Bytes, serde_json::Error> {
+    let mut obj: Map<String, Value> = serde_json::from_slice(data)?;
+    obj.remove("usage");
+    serde_json::to_vec(&obj).map(Bytes::from)
+}
+
+/// Removes `"usage": null` from a chunk (upstreams add it to every chunk
+/// once usage is requested). Compact JSON is edited in place: in it,
+/// `,"usage":null` can only be a key, since a quote inside a string is
+/// escaped. Other layouts are re-serialised.
+pub fn strip_null_usage(data: &Bytes) -> Bytes {
+    const KEY: &[u8] = b"\"usage\":null";
+    if let Some(at) = memchr::memmem::find(data, KEY) {
+        let end = at + KEY.len();
+        let cut = |from: usize, to: usize| {
+            let mut out = Vec::with_capacity(data.len());
+            out.extend_from_slice(&data[..from]);
+            out.extend_from_slice(&data[to..]);
+            Bytes::from(out)
+        };
+        match (at.checked_sub(1).and_then(|i| data.get(i)), data.get(end)) {
+            (Some(b','), _) => return cut(at - 1, end),
+            (Some(b'{'), Some(b',')) => return cut(at, end + 1),
+            _ => {}
+        }
+    }
+    strip_usage(data).unwrap_or_else(|_| data.clone())
+}
+
+#[derive(Deserialize)]
+struct CompletionProbe {
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    choices: Option<Vec<serde::de::IgnoredAny>>,
+    /// Embeddings answer with `data` instead of `choices`.
+    #[serde(default)]
+    data: Option<Vec<serde::de::IgnoredAny>>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// What a whole (non-streamed) 200 response turned out to be.
+#[derive(Debug)]
+pub enum WholeBody {
+    /// A completion with at least one choice, and its usage if reported.
+    Answer(Option<Usage>),
+    /// An `{"error": …}` object sent with a success status.
+    Error(String),
+}
+
+/// Validates a whole response body of `endpoint` and reads its usage:
+/// chat and legacy completions need `choices`, embeddings `data`.
+pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, NotAnAnswer> {
+    object_bytes(body)?;
+    let probe: CompletionProbe = serde_json::from_slice(body)?;
+    if let Some(e) = probe.error.filter(|e| !e.is_null()) {
+        return Ok(WholeBody::Error(error_message(&e)));
+    }
+    if endpoint == Endpoint::Embeddings {
+        return match probe.data {
+            Some(d) if !d.is_empty() => Ok(WholeBody::Answer(probe.usage)),
+            _ => Err(NotAnAnswer::NoData),
+        };
+    }
+    match probe.choices {
+        None => Err(NotAnAnswer::NoChoices),
+        Some(c) if c.is_empty() => Err(NotAnAnswer::NoChoices),
+        Some(c) if c.len() > MAX_CHOICES => Err(NotAnAnswer::TooManyChoices(c.len())),
+        Some(_) => Ok(WholeBody::Answer(probe.usage)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_inspection_reads_usage_and_errors() {
+        let c =
+            inspect_chunk(br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#)
+                .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(
+            c.usage,
+            UsageField::Present(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 4,
+                estimated: false,
+            })
+        );
+        assert_eq!(c.choices, 0);
+        let c = inspect_chunk(br#"{"choices":[{}],"usage":null}"#)
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(c.usage, UsageField::Null);
+        let c = inspect_chunk(br#"{"error":{"message":"boom"}}"#)
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(c.error.as_deref(), Some("boom"));
+        assert!(inspect_chunk(b"not json").is_err());
+    }
+
+    #[test]
+    fn null_usage_is_removed_exactly() {
+        let cases = [
+            (
+                r#"{"id":"x","choices":[],"usage":null}"#,
+                r#"{"id":"x","choices":[]}"#,
+            ),
+            (r#"{"usage":null,"id":"x"}"#, r#"{"id":"x"}"#),
+            (
+                r#"{"c":"a\",\"usage\":null","usage":null}"#,
+                r#"{"c":"a\",\"usage\":null"}"#,
+            ),
+            (r#"{"id": "x", "usage": null}"#, r#"{"id":"x"}"#),
+        ];
+        for (input, want) in cases {
+            let got = strip_null_usage(&Bytes::from(input));
+            assert_eq!(std::str::from_utf8(&got).unwrap(), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn a_success_status_is_not_an_answer_by_itself() {
+        for body in [
+            &b"{}"[..],
+            b"[]",
+            b"{\"choices\":[]}",
+            b"\"x\"",
+            b"{\"choices\":[{\"message\":{\"content\":\"\xff\"}}]}",
+        ] {
+            assert!(
+                inspect_completion(body, Endpoint::Chat).is_err(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert!(matches!(
+            inspect_completion(br#"{"error":{"message":"nope"}}"#, Endpoint::Chat),
+            Ok(WholeBody::Error(m)) if m == "nope"
+        ));
+        assert!(matches!(
+            inspect_completion(br#"{"choices":[{"message":{}}]}"#, Endpoint::Chat),
+            Ok(WholeBody::Answer(None))
+        ));
+        for chunk in [&b"{}"[..], b"[]", b"[{\"choices\":[]}]", b"{\"id\":\"x\"}"] {
+            assert!(
+                inspect_chunk(chunk).is_err(),
+                "{}",
+                String::from_utf8_lossy(chunk)
+            );
+        }
+        assert!(inspect_chunk(br#"{"choices":[],"usage":{"prompt_tokens":1}}"#).is_ok());
+        assert!(inspect_chunk(br#"{"usage":{"prompt_tokens":1}}"#).is_ok());
+    }
+}

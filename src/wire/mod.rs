@@ -1,0 +1,36 @@
+//! OpenAI wire types: the few request fields conclave reads, with every
+//! other field kept verbatim (`#[serde(flatten)]`) so it reaches the
+//! upstream, and the client, unchanged.
+//!
+//! Responses are not modelled as structs that get re-serialised: a whole
+//! response body and each stream chunk travel as the upstream's own bytes.
+//! [`inspect`] only reads what conclave needs from them (usage, errors,
+//! validity); [`output`] assembles the assistant's text when a strategy
+//! must judge it.
+
+mod inspect;
+mod output;
+mod request;
+
+pub use inspect::*;
+pub use output::*;
+pub use request::*;
+
+/// The OpenAI endpoints conclave relays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Chat,
+    Completions,
+    Embeddings,
+}
+
+impl Endpoint {
+    /// The path under an OpenAI base URL (`…/v1`).
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "/chat/completions",
+            Endpoint::Completions => "/completions",
+            Endpoint::Embeddings => "/embeddings",
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The request side: a chat request as the client sent it, its messages,
+//! and usage as upstreams report it.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    /// Every field conclave does not read (sampling, tools, response_format,
+    /// vendor extensions): passed through untouched, in the client's order.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ChatRequest {
+    pub fn is_stream(&self) -> bool {
+        self.stream == Some(true)
+    }
+
+    /// Whether the client asked for the usage chunk at the end of a stream.
+    pub fn wants_stream_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false)
+    }
+
+    /// Bytes of text in the messages (content and tool-call arguments),
+    /// for estimating input tokens when an upstream reports none.
+    pub fn text_bytes(&self) -> usize {
+        self.messages
+            .iter()
+            .map(|m| {
+                let calls: usize = m
+                    .rest
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.pointer("/function/arguments")?.as_str())
+                    .map(str::len)
+                    .sum();
+                let text = match m.content() {
+                    Some(Value::String(s)) => s.len(),
+                    Some(Value::Array(parts)) => parts
+                        .iter()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                        .map(str::len)
+                        .sum(),
+                    _ => 0,
+                };
+                text + calls
+            })
+            .sum()
+    }
+
+    /// The body sent to an upstream: the same request under the upstream's
+    /// model name, always asking for usage when streaming so accounting
+    /// works even when the client did not ask for it.
+    pub fn to_upstream_body(&self, upstream_model: &str) -> Result<Bytes, serde_json::Error> {
+        let mut out = self.clone();
+        out.model = upstream_model.to_owned();
+        if out.is_stream() {
+            let opts = out
+                .stream_options
+                .get_or_insert_with(StreamOptions::default);
+            opts.include_usage = Some(true);
+        }
+        serde_json::to_vec(&out).map(Bytes::from)
+    }
+}
+
+/// One chat message; only `role` is read, the rest (content, name,
+/// tool_calls, tool_call_id, …) is kept exactly as sent, `null`s included.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+impl Message {
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        let mut rest = Map::new();
+        rest.insert("content".into(), Value::String(content.into()));
+        Message {
+            role: role.to_owned(),
+            rest,
+        }
+    }
+
+    pub fn content(&self) -> Option<&Value> {
+        self.rest.get("content")
+    }
+
+    /// The message's text: a string content, or its text parts joined.
+    pub fn text(&self) -> String {
+        content_text(self.content())
+    }
+
+    /// Appends a paragraph of text to this message's content, keeping its
+    /// shape (string content stays a string, parts get one more text part).
+    pub fn append_text(&mut self, note: &str) {
+        match self.rest.get_mut("content") {
+            Some(Value::String(s)) => {
+                if !s.is_empty() {
+                    s.push_str("\n\n");
+                }
+                s.push_str(note);
+            }
+            Some(Value::Array(parts)) => {
+                parts.push(serde_json::json!({"type": "text", "text": note}));
+            }
+            _ => {
+                self.rest
+                    .insert("content".into(), Value::String(note.to_owned()));
+            }
+        }
+    }
+}
+
+/// The text inside a `content` value: a string, or the `text` of its parts.
+pub fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct StreamOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_usage: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Token usage as upstreams report it; missing counts read as zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// conclave estimated it: the upstream reported none.
+    #[serde(skip)]
+    pub estimated: bool,
+}
+
+/// The one rule for estimating tokens when an upstream reports no usage:
+/// UTF-8 bytes of text divided by 4, rounded up.
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4)
+}
+
+impl Usage {
+    /// An estimate from the request's text and the answer's text.
+    pub fn estimate(input_bytes: usize, output_bytes: usize) -> Self {
+        Usage {
+            prompt_tokens: estimate_tokens(input_bytes),
+            completion_tokens: estimate_tokens(output_bytes),
+            estimated: true,
+        }
+    }
+}
+
+/// What a stream chunk's `usage` field held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageField {
+    Absent,
+    Null,
+    Present(Usage),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_round_trip_in_order() {
+        let raw = r#"{"model":"m","zeta":1,"messages":[{"role":"user","content":null,"x_weird":[1,2]}],"alpha":{"b":true},"stream":true}"#;
+        let req: ChatRequest = serde_json::from_str(raw).unwrap_or_else(|e| unreachable!("{e}"));
+        let v: Value = serde_json::to_value(&req).unwrap_or_default();
+        assert_eq!(v["zeta"], 1);
+        assert_eq!(v["alpha"]["b"], true);
+        assert_eq!(v["messages"][0]["content"], Value::Null);
+        assert_eq!(v["messages"][0]["x_weird"][1], 2);
+        let body = req.to_upstream_body("real").unwrap_or_default();
+        let up: Value = serde_json::from_slice(&body).unwrap_or_default();
+        assert_eq!(up["model"], "real");
+        assert_eq!(up["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn floats_reach_the_upstream_exactly() {
+        let raw = r#"{"model":"m","messages":[{"role":"user","content":[2.0860424783616484e-234]}],"x":0.1}"#;
+        let req: ChatRequest = serde_json::from_str(raw).unwrap_or_else(|e| unreachable!("{e}"));
+        let body = req.to_upstream_body("m").unwrap_or_default();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("2.0860424783616484e-234"), "{text}");
+        assert!(text.contains("\"x\":0.1"), "{text}");
+    }
+}
