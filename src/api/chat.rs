@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -13,8 +14,9 @@ use axum::response::{IntoResponse, Response};
 use metrics::{counter, gauge};
 use tokio::time::timeout_at;
 
+use super::auth::Caller;
 use super::error::ApiError;
-use super::{Gateway, body, sse};
+use super::{AppState, Gateway, body, sse};
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::graph::Node;
@@ -132,21 +134,53 @@ async fn handle(
     .await?;
     let req = parse(&body)?;
     drop(body);
-    let (route, node) = app
-        .graph
-        .get(&req.model)
-        .ok_or_else(|| ApiError::NotFound {
-            model: req.model.clone(),
-        })?;
-    if !caller.may_use(route) {
-        return Err(ApiError::Forbidden { model: req.model });
-    }
+    let (route, node) = resolve(&app, &caller, &req.model)?;
     let pin = headers
         .get(PIN)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(Arc::from);
+    let (ctx, guard) = open(gw, &app, id, route, node, caller);
+    let call = Call::new(ctx.clone(), pin);
+    let include_usage = req.wants_stream_usage();
+    let stream = req.is_stream();
+    let model = node.model.clone();
+    let work: Work = Box::pin(bounded(
+        ctx.clone(),
+        async move { model.chat(call, req).await },
+    ));
+    let keepalive = sse::keepalive_for(&app, node);
+    Ok(in_kind(stream, keepalive, node, &ctx, work, include_usage, guard).await)
+}
+
+/// The node a client's `model` names, if the caller may use it.
+pub fn resolve<'a>(
+    app: &'a AppState,
+    caller: &Caller,
+    model: &str,
+) -> Result<(&'a Arc<str>, &'a Node), ApiError> {
+    let (route, node) = app.graph.get(model).ok_or_else(|| ApiError::NotFound {
+        model: model.to_owned(),
+    })?;
+    if !caller.may_use(route) {
+        return Err(ApiError::Forbidden {
+            model: model.to_owned(),
+        });
+    }
+    Ok((route, node))
+}
+
+/// Opens a request on `route`: its context (deadline, key, shutdown,
+/// access log) and the guard that records it when it ends.
+pub fn open(
+    gw: &Gateway,
+    app: &AppState,
+    id: &str,
+    route: &Arc<str>,
+    node: &Node,
+    caller: Caller,
+) -> (Arc<RequestCtx>, RequestGuard) {
     let ctx = Arc::new(
         RequestCtx::new(
             id.to_owned(),
@@ -160,19 +194,23 @@ async fn handle(
         .with_access_log(app.access_log),
     );
     let guard = RequestGuard::new(ctx.clone());
-    let call = Call::new(ctx.clone(), pin);
-    let include_usage = req.wants_stream_usage();
-    let stream = req.is_stream();
-    let model = node.model.clone();
-    let work: Work = Box::pin(bounded(
-        ctx.clone(),
-        async move { model.chat(call, req).await },
-    ));
+    (ctx, guard)
+}
+
+/// Answers in kind: SSE for a streamed request, a whole body otherwise.
+pub async fn in_kind(
+    stream: bool,
+    keepalive: Option<Duration>,
+    node: &Node,
+    ctx: &Arc<RequestCtx>,
+    work: Work,
+    include_usage: bool,
+    guard: RequestGuard,
+) -> Response {
     if stream {
-        let keepalive = sse::keepalive_for(&app, node);
-        Ok(sse::respond(keepalive, node, &ctx, work, include_usage, guard).await)
+        sse::respond(keepalive, node, ctx, work, include_usage, guard).await
     } else {
-        Ok(whole(node, &ctx, work, guard).await)
+        whole(node, ctx, work, guard).await
     }
 }
 

@@ -13,10 +13,9 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
-use super::chat::{RequestGuard, Work, bounded, finish_response, request_id, whole};
+use super::chat::{Work, bounded, finish_response, in_kind, open, request_id, resolve};
 use super::error::ApiError;
-use super::{Gateway, body, sse};
-use crate::context::RequestCtx;
+use super::{Gateway, body};
 use crate::model::Call;
 use crate::wire::Endpoint;
 
@@ -85,12 +84,7 @@ async fn forward(
             });
         }
     };
-    let (route, node) = app.graph.get(&model).ok_or_else(|| ApiError::NotFound {
-        model: model.clone(),
-    })?;
-    if !caller.may_use(route) {
-        return Err(ApiError::Forbidden { model });
-    }
+    let (route, node) = resolve(&app, &caller, &model)?;
     let Some(concrete) = node.concrete.clone() else {
         return Err(ApiError::BadRequest {
             message: format!(
@@ -108,26 +102,19 @@ async fn forward(
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         == Some(true);
-    let ctx = Arc::new(
-        RequestCtx::new(
-            id.to_owned(),
-            route.clone(),
-            node.strategy,
-            caller.name,
-            app.request_timeout,
-            app.telemetry.clone(),
-            gw.hard.clone(),
-        )
-        .with_access_log(app.access_log),
-    );
-    let guard = RequestGuard::new(ctx.clone());
+    let (ctx, guard) = open(gw, &app, id, route, node, caller);
     let call = Call::new(ctx.clone(), None);
     let work: Work = Box::pin(bounded(ctx.clone(), async move {
         concrete.forward(call, endpoint, req).await
     }));
-    Ok(if stream {
-        sse::respond(app.sse_keepalive, node, &ctx, work, include_usage, guard).await
-    } else {
-        whole(node, &ctx, work, guard).await
-    })
+    Ok(in_kind(
+        stream,
+        app.sse_keepalive,
+        node,
+        &ctx,
+        work,
+        include_usage,
+        guard,
+    )
+    .await)
 }
