@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use metrics::{counter, gauge};
 use tokio::time::timeout_at;
 
@@ -122,16 +123,7 @@ async fn handle(
     body: Body,
     id: &str,
 ) -> Result<Response, ApiError> {
-    let app = gw.state();
-    let caller = app.keys.authenticate(headers)?;
-    let body = body::read(
-        body,
-        headers,
-        app.max_body_bytes,
-        app.body_read_timeout,
-        &gw.stop,
-    )
-    .await?;
+    let (app, caller, body) = admit(gw, headers, body).await?;
     let req = parse(&body)?;
     drop(body);
     let (route, node) = resolve(&app, &caller, &req.model)?;
@@ -152,6 +144,26 @@ async fn handle(
     ));
     let keepalive = sse::keepalive_for(&app, node);
     Ok(in_kind(stream, keepalive, node, &ctx, work, include_usage, guard).await)
+}
+
+/// The first steps of every model request: the current state, the
+/// caller behind the credentials, and the body within its limits.
+pub async fn admit(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Arc<AppState>, Caller, Bytes), ApiError> {
+    let app = gw.state();
+    let caller = app.keys.authenticate(headers)?;
+    let body = body::read(
+        body,
+        headers,
+        app.max_body_bytes,
+        app.body_read_timeout,
+        &gw.stop,
+    )
+    .await?;
+    Ok((app, caller, body))
 }
 
 /// The node a client's `model` names, if the caller may use it.

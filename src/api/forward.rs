@@ -13,9 +13,9 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
-use super::chat::{Work, bounded, finish_response, in_kind, open, request_id, resolve};
+use super::Gateway;
+use super::chat::{Work, admit, bounded, finish_response, in_kind, open, request_id, resolve};
 use super::error::ApiError;
-use super::{Gateway, body};
 use crate::model::Call;
 use crate::wire::Endpoint;
 
@@ -58,16 +58,7 @@ async fn forward(
     id: &str,
     endpoint: Endpoint,
 ) -> Result<Response, ApiError> {
-    let app = gw.state();
-    let caller = app.keys.authenticate(headers)?;
-    let bytes = body::read(
-        body,
-        headers,
-        app.max_body_bytes,
-        app.body_read_timeout,
-        &gw.stop,
-    )
-    .await?;
+    let (app, caller, bytes) = admit(gw, headers, body).await?;
     let req: Map<String, Value> =
         serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest {
             message: format!("We could not parse the JSON body of your request ({e})."),
