@@ -1,5 +1,8 @@
 # Build: docker build -t conclave .
 # Run:   docker run -p 4000:4000 -v $PWD/config/conclave.toml:/etc/conclave/conclave.toml conclave
+# Stop:  docker stop -t 35 <container>   (SIGTERM drains for server.shutdown_grace,
+#        30 s by default; docker's own default of 10 s would cut streams short)
+# Reload: docker kill -s HUP <container>
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
