@@ -21,7 +21,9 @@
 //! - [`redact`]: keeps the config's secrets out of what upstreams say.
 //! - [`telemetry`]: metric names, the Prometheus recorder, the JSONL event
 //!   log and the attempt record.
-//! - [`context`]: the per-request context (id, route, key, deadline).
+//! - [`context`]: the per-request context (id, route, key, deadline,
+//!   options, running usage totals).
+//! - [`labels`]: the bounded label sets (role, verdict, warm); a leaf.
 //! - [`wire`]: OpenAI wire types that keep unknown fields, and the
 //!   bounded inspection of what upstreams send.
 //! - [`mock`]: the simulator and the standalone `conclave mock` server.
@@ -32,6 +34,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod graph;
+pub mod labels;
 pub mod mock;
 pub mod model;
 pub mod redact;

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::context::RequestCtx;
 use crate::error::ModelError;
+use crate::labels::Role;
 use crate::telemetry::Attempt;
 use crate::upstream::decode::{MAX_RESPONSE, unreadable};
 use crate::wire::{AssistantOutput, ChatRequest, Usage, UsageField};
@@ -33,24 +34,6 @@ pub trait ChatModel: Send + Sync {
     /// this model works on a streamed answer (e.g. a chain verifying a tier).
     fn keepalive(&self) -> Option<Duration> {
         None
-    }
-}
-
-/// The role a call plays in its strategy (a bounded metrics label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Direct,
-    Tier,
-    Verifier,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Direct => "direct",
-            Role::Tier => "tier",
-            Role::Verifier => "verifier",
-        }
     }
 }
 

@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use super::verifier::{Decision, Verifier};
 use crate::config::OnExhausted;
 use crate::error::{AttemptSummary, ModelError};
-use crate::model::{Call, ChatModel, Reply, Role};
-use crate::telemetry::Verdict;
+use crate::labels::{Role, Verdict};
+use crate::model::{Call, ChatModel, Reply};
 use crate::wire::{ChatRequest, Message};
 
 pub struct Tier {

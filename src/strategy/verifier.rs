@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::model::{Call, ChatModel, Role};
-use crate::telemetry::Verdict;
+use crate::labels::{Role, Verdict};
+use crate::model::{Call, ChatModel};
 use crate::wire::{AssistantOutput, ChatRequest, Message};
 
 const SYSTEM: &str = "You are a strict reviewer. You see a conversation and a candidate reply \

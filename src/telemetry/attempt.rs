@@ -18,7 +18,7 @@ use super::{
 };
 use crate::context::RequestCtx;
 use crate::error::ModelError;
-use crate::model::Role;
+use crate::labels::{Role, Verdict, Warm};
 use crate::redact::Redactor;
 use crate::wire::Usage;
 
@@ -45,56 +45,6 @@ impl ModelInfo {
         (usage.prompt_tokens as f64 * self.input_per_mtok
             + usage.completion_tokens as f64 * self.output_per_mtok)
             / 1_000_000.0
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Ok,
-    Accept,
-    Escalate,
-    Error,
-    Winner,
-    Loser,
-    Cancelled,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Ok => "ok",
-            Verdict::Accept => "accept",
-            Verdict::Escalate => "escalate",
-            Verdict::Error => "error",
-            Verdict::Winner => "winner",
-            Verdict::Loser => "loser",
-            Verdict::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// Whether the model was loaded when the call started (llama-swap).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Warm {
-    Yes,
-    No,
-    Unknown,
-}
-
-impl Warm {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Warm::Yes => "true",
-            Warm::No => "false",
-            Warm::Unknown => "unknown",
-        }
-    }
-    fn as_bool(self) -> Option<bool> {
-        match self {
-            Warm::Yes => Some(true),
-            Warm::No => Some(false),
-            Warm::Unknown => None,
-        }
     }
 }
 

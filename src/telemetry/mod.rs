@@ -19,7 +19,7 @@ use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogra
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::time::Instant;
 
-pub use attempt::{Attempt, ModelInfo, Verdict, Warm};
+pub use attempt::{Attempt, ModelInfo};
 pub use events::{Event, EventBody, EventLog};
 
 use crate::context::RequestCtx;

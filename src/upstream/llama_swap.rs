@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::telemetry::Warm;
+use crate::labels::Warm;
 
 const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
 

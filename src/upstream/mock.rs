@@ -10,8 +10,8 @@ use futures::TryStreamExt;
 use indexmap::IndexMap;
 
 use super::{BoxError, RawResponse, Transport, TransportError};
+use crate::labels::Warm;
 use crate::mock::{Behavior, Simulator};
-use crate::telemetry::Warm;
 use crate::wire::Endpoint;
 
 pub struct MockTransport {

@@ -23,7 +23,7 @@ use futures::Stream;
 pub use concrete::ConcreteModel;
 
 use crate::config::{self, Lane, UpstreamKind};
-use crate::telemetry::Warm;
+use crate::labels::Warm;
 use crate::wire::Endpoint;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

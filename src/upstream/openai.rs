@@ -13,7 +13,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use super::llama_swap::LlamaSwapProbe;
 use super::{BoxError, RawResponse, Transport, TransportError};
 use crate::config::Secret;
-use crate::telemetry::Warm;
+use crate::labels::Warm;
 use crate::wire::Endpoint;
 
 /// The transport could not be set up.
