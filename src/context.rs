@@ -12,6 +12,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::Telemetry;
 
+/// What the client asked of conclave itself, from the `x-conclave-*`
+/// headers (read once, in `api::options`).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `x-conclave-pin`: run a chain on this tier only.
+    pub pin: Option<Arc<str>>,
+    /// `x-conclave-session`: scopes session caps.
+    pub session: Option<Arc<str>>,
+    /// `x-conclave-confirm: yes`: approves a costly race.
+    pub confirm: bool,
+}
+
 /// A request's running usage over all its attempts.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Totals {
@@ -47,6 +59,8 @@ pub struct RequestCtx {
     totals: Mutex<Totals>,
     /// Log one access line when the request ends (`server.access_log`).
     pub access_log: bool,
+    /// The `x-conclave-*` options the client sent.
+    pub options: Options,
     /// Intervals spent waiting on upstreams (end `None` while in flight).
     /// A plain mutex: a handful of pushes per request, never held across
     /// an await, so contention is nil.
@@ -81,12 +95,18 @@ impl RequestCtx {
             attempts: AtomicU32::new(0),
             totals: Mutex::new(Totals::default()),
             access_log: false,
+            options: Options::default(),
             waits: Mutex::new(Vec::new()),
         }
     }
 
     pub fn with_access_log(mut self, on: bool) -> Self {
         self.access_log = on;
+        self
+    }
+
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.options = options;
         self
     }
 

@@ -56,7 +56,10 @@ pub struct Call {
 }
 
 impl Call {
-    pub fn new(ctx: Arc<RequestCtx>, pin: Option<Arc<str>>) -> Self {
+    /// The first call of a request, carrying its pin (if any) down to the
+    /// first chain.
+    pub fn new(ctx: Arc<RequestCtx>) -> Self {
+        let pin = ctx.options.pin.clone();
         Call {
             ctx,
             role: Role::Direct,

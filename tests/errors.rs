@@ -605,3 +605,28 @@ async fn successful_answers_carry_conclave_headers() {
     assert_eq!(r.header("x-request-id"), Some("rid-err-1"));
     assert_healthy(&gw).await;
 }
+
+/// The `x-conclave-*` options are read once, each with its own 400.
+#[tokio::test]
+async fn malformed_conclave_headers_are_400() {
+    let mock = Proc::mock(MOCK);
+    let gw = gateway(&mock, "");
+    for (header, value) in [
+        ("x-conclave-confirm", "perhaps"),
+        ("x-conclave-pin", "two words"),
+        ("x-conclave-session", &"s".repeat(200)),
+    ] {
+        let r = post_with(&gw.base, &chat("ok", "hi"), &[(header, value)]).await;
+        let e = openai_error(&r, 400);
+        assert_eq!(e["code"], "invalid_header", "{}", r.text);
+        assert_eq!(e["param"], header, "{}", r.text);
+    }
+    let r = post_with(
+        &gw.base,
+        &chat("ok", "hi"),
+        &[("x-conclave-confirm", "YES")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(mock.received().await.len() == 1);
+}

@@ -17,8 +17,8 @@ use tokio::time::timeout_at;
 
 use super::auth::Caller;
 use super::error::ApiError;
-use super::{AppState, Gateway, body, sse};
-use crate::context::RequestCtx;
+use super::{AppState, Gateway, body, options, sse};
+use crate::context::{Options, RequestCtx};
 use crate::error::ModelError;
 use crate::graph::Node;
 use crate::model::{Call, Reply, ReplyBody};
@@ -31,7 +31,6 @@ pub const SERVED_BY: HeaderName = HeaderName::from_static("x-conclave-served-by"
 pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-conclave-attempts");
 pub const EXHAUSTED: HeaderName = HeaderName::from_static("x-conclave-exhausted");
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-const PIN: &str = "x-conclave-pin";
 
 pub async fn chat_completions(
     State(gw): State<Arc<Gateway>>,
@@ -127,14 +126,9 @@ async fn handle(
     let req = parse(&body)?;
     drop(body);
     let (route, node) = resolve(&app, &caller, &req.model)?;
-    let pin = headers
-        .get(PIN)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(Arc::from);
-    let (ctx, guard) = open(gw, &app, id, route, node, caller);
-    let call = Call::new(ctx.clone(), pin);
+    let opts = options::read(headers)?;
+    let (ctx, guard) = open(gw, &app, id, route, node, caller, opts);
+    let call = Call::new(ctx.clone());
     let include_usage = req.wants_stream_usage();
     let stream = req.is_stream();
     let model = node.model.clone();
@@ -192,6 +186,7 @@ pub fn open(
     route: &Arc<str>,
     node: &Node,
     caller: Caller,
+    options: Options,
 ) -> (Arc<RequestCtx>, RequestGuard) {
     let ctx = Arc::new(
         RequestCtx::new(
@@ -203,7 +198,8 @@ pub fn open(
             app.telemetry.clone(),
             gw.hard.clone(),
         )
-        .with_access_log(app.access_log),
+        .with_access_log(app.access_log)
+        .with_options(options),
     );
     let guard = RequestGuard::new(ctx.clone());
     (ctx, guard)

@@ -13,9 +13,9 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
-use super::Gateway;
 use super::chat::{Work, admit, bounded, finish_response, in_kind, open, request_id, resolve};
 use super::error::ApiError;
+use super::{Gateway, options};
 use crate::model::Call;
 use crate::wire::Endpoint;
 
@@ -93,8 +93,8 @@ async fn forward(
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         == Some(true);
-    let (ctx, guard) = open(gw, &app, id, route, node, caller);
-    let call = Call::new(ctx.clone(), None);
+    let (ctx, guard) = open(gw, &app, id, route, node, caller, options::read(headers)?);
+    let call = Call::new(ctx.clone());
     let work: Work = Box::pin(bounded(ctx.clone(), async move {
         concrete.forward(call, endpoint, req).await
     }));

@@ -11,6 +11,7 @@ mod chat;
 pub mod error;
 mod forward;
 mod info;
+mod options;
 mod sse;
 
 use std::sync::Arc;

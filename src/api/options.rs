@@ -1,0 +1,66 @@
+//! The `x-conclave-*` request headers, read in one place into the request
+//! context's [`Options`], each with its own 400 when it is malformed.
+
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+
+use super::error::ApiError;
+use crate::context::Options;
+
+const PIN: &str = "x-conclave-pin";
+const SESSION: &str = "x-conclave-session";
+const CONFIRM: &str = "x-conclave-confirm";
+
+/// Longest pin or session id accepted.
+const MAX_TOKEN: usize = 128;
+
+pub fn read(headers: &HeaderMap) -> Result<Options, ApiError> {
+    Ok(Options {
+        pin: token(headers, PIN)?,
+        session: token(headers, SESSION)?,
+        confirm: match text(headers, CONFIRM)?
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("no" | "false" | "0") => false,
+            Some("yes" | "true" | "1") => true,
+            Some(_) => return Err(bad(CONFIRM, "must be `yes` or `no`")),
+        },
+    })
+}
+
+fn bad(header: &'static str, what: &str) -> ApiError {
+    ApiError::BadRequest {
+        message: format!("The {header} header {what}."),
+        param: Some(header.into()),
+        code: Some("invalid_header"),
+    }
+}
+
+/// A header's trimmed text; `None` when absent or blank.
+fn text(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(name) else {
+        return Ok(None);
+    };
+    let s = v
+        .to_str()
+        .map_err(|_| bad(name, "must be printable ASCII"))?
+        .trim();
+    Ok((!s.is_empty()).then(|| s.to_owned()))
+}
+
+/// A name-like header value: printable ASCII without spaces, bounded.
+fn token(headers: &HeaderMap, name: &'static str) -> Result<Option<Arc<str>>, ApiError> {
+    match text(headers, name)? {
+        None => Ok(None),
+        Some(s) if s.len() > MAX_TOKEN => {
+            Err(bad(name, &format!("is longer than {MAX_TOKEN} characters")))
+        }
+        Some(s) if !s.bytes().all(|b| b.is_ascii_graphic()) => {
+            Err(bad(name, "must not contain spaces or control characters"))
+        }
+        Some(s) => Ok(Some(s.into())),
+    }
+}
