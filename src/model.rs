@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use axum::http::{HeaderName, HeaderValue};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
@@ -145,15 +146,47 @@ pub enum ReplyBody {
     Stream(ChunkStream),
 }
 
-/// A model's answer and who wrote it.
+/// What a model says about its answer beyond the body; the HTTP layer
+/// writes it as response headers (or, on a stream that keep-alives
+/// committed early, as a final SSE comment), so no strategy needs code in
+/// `api/`.
+#[derive(Debug, Clone, Default)]
+pub struct Meta {
+    /// The concrete model (config name) that wrote the answer; none when
+    /// no single model did (an arena answer has two).
+    pub served_by: Option<Arc<str>>,
+    /// Response headers a strategy adds (`x-conclave-exhausted`, …).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Meta {
+    pub fn served_by(name: Arc<str>) -> Self {
+        Meta {
+            served_by: Some(name),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn add_header(&mut self, name: &'static str, value: &str) {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            self.headers.push((HeaderName::from_static(name), v));
+        }
+    }
+
+    /// The name used in errors about this answer.
+    fn who(&self) -> Arc<str> {
+        self.served_by
+            .clone()
+            .unwrap_or_else(|| "the strategy".into())
+    }
+}
+
+/// A model's answer, what it says about it, and the attempt behind it.
 pub struct Reply {
     pub body: ReplyBody,
-    /// The concrete model (config name) that wrote the answer.
-    pub served_by: Arc<str>,
+    pub meta: Meta,
     /// The attempt that produced the answer; strategies set its verdict.
     pub attempt: Attempt,
-    /// A chain ran out of tiers and returned its best rejected answer.
-    pub exhausted: bool,
 }
 
 impl Reply {
@@ -164,7 +197,7 @@ impl Reply {
         match self.body {
             ReplyBody::Whole(c) => {
                 let out = AssistantOutput::from_completion(&c.body)
-                    .map_err(|e| unreadable(&self.served_by, &e))?;
+                    .map_err(|e| unreadable(&self.meta.who(), &e))?;
                 let reply = Reply {
                     body: ReplyBody::Whole(c),
                     ..self
@@ -180,14 +213,14 @@ impl Reply {
                     bytes += chunk.data.len();
                     if bytes > MAX_RESPONSE {
                         return Err(ModelError::Invalid {
-                            upstream: self.served_by.clone(),
+                            upstream: self.meta.who(),
                             detail: format!(
                                 "the streamed answer is larger than {MAX_RESPONSE} bytes"
                             ),
                         });
                     }
                     out.absorb_chunk(&chunk.data)
-                        .map_err(|e| unreadable(&self.served_by, &e))?;
+                        .map_err(|e| unreadable(&self.meta.who(), &e))?;
                     chunks.push(chunk);
                 }
                 let reply = Reply {

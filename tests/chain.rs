@@ -1526,6 +1526,16 @@ async fn streamed_verified_answer_is_replayed_verbatim_after_keepalives() {
             "GOOD answer from l-good"
         );
         assert_eq!(resp.text.contains("\"usage\""), include_usage);
+        // The headers went out before anyone answered: who did comes as
+        // a comment just before [DONE].
+        assert!(resp.header("x-conclave-served-by").is_none());
+        assert!(
+            resp.text.ends_with(
+                ": x-conclave-served-by: l-good\n: x-conclave-attempts: 2\n\ndata: [DONE]\n\n"
+            ),
+            "{}",
+            resp.text
+        );
     }
 
     // Escalated past the verified tier: keep-alives while judging, then the
@@ -1574,6 +1584,11 @@ async fn streamed_chain_exhausted_after_keepalives_ends_in_one_error_event() {
     let tier_req = w.received().await[0]["body"].clone();
     let direct = w.direct(&tier_req).await;
     assert_eq!(resp.data_events(), direct.data_events());
+    assert!(
+        resp.text.contains(": x-conclave-exhausted: true\n"),
+        "{}",
+        resp.text
+    );
 }
 
 /// When, after the request was sent, the first `data:` event and the

@@ -21,7 +21,7 @@ use super::{AppState, Gateway, body, options, sse};
 use crate::context::{Options, RequestCtx};
 use crate::error::ModelError;
 use crate::graph::Node;
-use crate::model::{Call, Reply, ReplyBody};
+use crate::model::{Call, Meta, Reply, ReplyBody};
 use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, record_request, status_label};
 use crate::wire::ChatRequest;
 
@@ -29,7 +29,6 @@ pub const ROUTE: HeaderName = HeaderName::from_static("x-conclave-route");
 pub const STRATEGY: HeaderName = HeaderName::from_static("x-conclave-strategy");
 pub const SERVED_BY: HeaderName = HeaderName::from_static("x-conclave-served-by");
 pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-conclave-attempts");
-pub const EXHAUSTED: HeaderName = HeaderName::from_static("x-conclave-exhausted");
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 pub async fn chat_completions(
@@ -290,15 +289,26 @@ pub fn answer_headers(h: &mut HeaderMap, ctx: &RequestCtx, node: &Node, known: K
             h.insert(ATTEMPTS, HeaderValue::from(ctx.attempts()));
         }
         Known::Answer(reply) => {
-            if let Ok(v) = HeaderValue::from_str(&reply.served_by) {
-                h.insert(SERVED_BY, v);
-            }
-            h.insert(ATTEMPTS, HeaderValue::from(ctx.attempts()));
-            if reply.exhausted {
-                h.insert(EXHAUSTED, HeaderValue::from_static("true"));
+            for (name, value) in meta_headers(&reply.meta, ctx) {
+                h.insert(name, value);
             }
         }
     }
+}
+
+/// The headers an answer's meta becomes, with the attempt count so far.
+pub fn meta_headers(meta: &Meta, ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = Vec::with_capacity(meta.headers.len() + 2);
+    if let Some(v) = meta
+        .served_by
+        .as_deref()
+        .and_then(|s| HeaderValue::from_str(s).ok())
+    {
+        out.push((SERVED_BY, v));
+    }
+    out.push((ATTEMPTS, HeaderValue::from(ctx.attempts())));
+    out.extend(meta.headers.iter().cloned());
+    out
 }
 
 /// Tracks one request in flight and records it when it ends. Dropped

@@ -24,11 +24,11 @@ use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::AppState;
-use super::chat::{Known, RequestGuard, Work, answer_headers, failed};
+use super::chat::{Known, RequestGuard, Work, answer_headers, failed, meta_headers};
 use super::error::ApiError;
 use crate::context::{RequestCtx, Totals};
 use crate::graph::Node;
-use crate::model::{ChunkStream, ReplyBody};
+use crate::model::{ChunkStream, Meta, ReplyBody};
 use crate::wire::{UsageField, strip_null_usage, strip_usage};
 
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
@@ -124,9 +124,11 @@ fn committed(
                 None => yield Ok(Bytes::from_static(KEEPALIVE)),
             }
         };
-        match result.and_then(|r| stream_of(r.body)) {
-            Ok(s) => {
-                let mut relay = ClientStream::new(s, include_usage, guard);
+        match result.and_then(|r| Ok((r.meta, stream_of(r.body)?))) {
+            Ok((meta, s)) => {
+                // The headers went out before the answer existed: its
+                // meta follows the stream as a comment before [DONE].
+                let mut relay = ClientStream::new(s, include_usage, guard).with_trailer(meta);
                 while let Some(b) = relay.next().await {
                     yield b;
                 }
@@ -153,8 +155,11 @@ struct ClientStream {
     /// The last chunk relayed to an `include_usage` client: the model of
     /// an estimated usage chunk copies its `id`, `created` and `model`.
     last: Option<Bytes>,
-    /// The upstream ended; `[DONE]` follows the estimated usage chunk.
+    /// The upstream ended; `[DONE]` follows the estimated usage chunk
+    /// and the trailer.
     ending: bool,
+    /// Meta the response headers could not carry, sent as SSE comments.
+    trailer: Option<Meta>,
     done: bool,
 }
 
@@ -181,6 +186,35 @@ fn estimated_usage(last: Option<&Bytes>, totals: Totals) -> Bytes {
 }
 
 impl ClientStream {
+    fn with_trailer(mut self, meta: Meta) -> Self {
+        self.trailer = Some(meta);
+        self
+    }
+
+    /// What comes after the upstream's last chunk, one piece per poll: an
+    /// estimated usage chunk, the trailer, then `[DONE]`.
+    fn tail(&mut self) -> Bytes {
+        if !self.usage_sent {
+            self.usage_sent = true;
+            return estimated_usage(self.last.as_ref(), self.guard.ctx().totals());
+        }
+        if let Some(meta) = self.trailer.take() {
+            let mut out = BytesMut::new();
+            for (name, value) in meta_headers(&meta, self.guard.ctx()) {
+                out.put_slice(b": ");
+                out.put_slice(name.as_str().as_bytes());
+                out.put_slice(b": ");
+                out.put_slice(value.as_bytes());
+                out.put_slice(b"\n");
+            }
+            out.put_slice(b"\n");
+            return out.freeze();
+        }
+        self.done = true;
+        self.guard.finish("200");
+        Bytes::from_static(DONE)
+    }
+
     fn new(inner: ChunkStream, include_usage: bool, guard: RequestGuard) -> Self {
         ClientStream {
             inner,
@@ -190,6 +224,7 @@ impl ClientStream {
             usage_sent: !include_usage,
             last: None,
             ending: false,
+            trailer: None,
             done: false,
         }
     }
@@ -212,9 +247,7 @@ impl Stream for ClientStream {
             return Poll::Ready(None);
         }
         if this.ending {
-            this.done = true;
-            this.guard.finish("200");
-            return Poll::Ready(Some(Ok(Bytes::from_static(DONE))));
+            return Poll::Ready(Some(Ok(this.tail())));
         }
         if this.shutdown.as_mut().poll(cx).is_ready() {
             this.done = true;
@@ -247,15 +280,9 @@ impl Stream for ClientStream {
                     tracing::warn!(error = %e, "stream failed after it started");
                     return Poll::Ready(Some(Ok(ApiError::from(e).sse_event())));
                 }
-                Poll::Ready(None) if !this.usage_sent => {
-                    this.ending = true;
-                    let totals = this.guard.ctx().totals();
-                    return Poll::Ready(Some(Ok(estimated_usage(this.last.as_ref(), totals))));
-                }
                 Poll::Ready(None) => {
-                    this.done = true;
-                    this.guard.finish("200");
-                    return Poll::Ready(Some(Ok(Bytes::from_static(DONE))));
+                    this.ending = true;
+                    return Poll::Ready(Some(Ok(this.tail())));
                 }
                 Poll::Pending => return Poll::Pending,
             }

@@ -118,7 +118,12 @@ impl ChatModel for Chain {
                     return Ok(reply);
                 }
             };
-            let served_by = reply.served_by.to_string();
+            let served_by = reply
+                .meta
+                .served_by
+                .as_deref()
+                .unwrap_or(&tier.name)
+                .to_owned();
             let (reply, output) = match reply.buffer().await {
                 Ok(x) => x,
                 Err(e) => {
@@ -153,7 +158,7 @@ impl ChatModel for Chain {
         }
         match (self.on_exhausted, best) {
             (OnExhausted::BestAttempt, Some(mut reply)) => {
-                reply.exhausted = true;
+                reply.meta.add_header("x-conclave-exhausted", "true");
                 Ok(reply)
             }
             _ => Err(ModelError::Exhausted {

@@ -13,7 +13,7 @@ use tokio::time::{Instant, timeout_at};
 use super::Upstream;
 use super::decode::{self, Exchange};
 use crate::error::ModelError;
-use crate::model::{Call, ChatModel, Reply, ReplyBody};
+use crate::model::{Call, ChatModel, Meta, Reply, ReplyBody};
 use crate::telemetry::{Attempt, ModelInfo};
 use crate::wire::{ChatRequest, Endpoint};
 
@@ -73,9 +73,8 @@ impl ConcreteModel {
         match self.exchange(&call, out, &attempt).await {
             Ok(body) => Ok(Reply {
                 body,
-                served_by: self.info.name.clone(),
+                meta: Meta::served_by(self.info.name.clone()),
                 attempt,
-                exhausted: false,
             }),
             Err(e) => {
                 tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, error = %e, "upstream call failed");
