@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::{Config, Route};
 use crate::model::ChatModel;
@@ -26,6 +27,10 @@ pub struct Node {
     /// The concrete model behind the name (itself, or what a passthrough
     /// route names): what `/v1/completions` and `/v1/embeddings` relay to.
     pub concrete: Option<Arc<ConcreteModel>>,
+    /// How often a streamed client needs keep-alive comments while this
+    /// node holds answers back (a chain verifying a tier, or any node
+    /// nested in it that does); computed once, here.
+    pub keepalive: Option<Duration>,
 }
 
 pub struct Graph {
@@ -84,6 +89,7 @@ impl Graph {
                     strategy: "passthrough",
                     is_route: false,
                     concrete: Some(concrete),
+                    keepalive: None,
                 },
             );
         }
@@ -109,6 +115,8 @@ impl Graph {
             .routes
             .get(name)
             .ok_or_else(|| BuildError::Unresolved(name.to_owned()))?;
+        // Keep-alive needs: the nodes a route names are built first.
+        let mut keepalive = None;
         let model: Arc<dyn ChatModel> = match route {
             Route::Passthrough {
                 model,
@@ -130,6 +138,15 @@ impl Graph {
                         verified: config.tier_is_verified(c, t),
                     });
                 }
+                // A verifying chain holds answers back; so may a tier.
+                let own = (c.verifier.is_some() && tiers.iter().any(|t| t.verified))
+                    .then_some(c.keepalive);
+                keepalive = c
+                    .tiers
+                    .iter()
+                    .filter_map(|t| self.nodes.get(t.as_str()).and_then(|n| n.keepalive))
+                    .chain(own)
+                    .min();
                 let verifier = match &c.verifier {
                     Some(v) => Some(Verifier {
                         name: v.as_str().into(),
@@ -149,7 +166,6 @@ impl Graph {
                     verifier,
                     on_exhausted: c.on_exhausted,
                     ttft_timeout: c.ttft_timeout,
-                    keepalive: c.keepalive,
                     stream_idle_timeout: c.stream_idle_timeout,
                 })
             }
@@ -157,10 +173,11 @@ impl Graph {
         let (strategy, concrete) = match route {
             // An alias of a route runs that route's strategy, and reaches
             // the concrete model that route reaches, if any.
-            Route::Passthrough { model, .. } => self
-                .nodes
-                .get(model.as_str())
-                .map_or(("passthrough", None), |n| (n.strategy, n.concrete.clone())),
+            Route::Passthrough { model, .. } => {
+                let target = self.nodes.get(model.as_str());
+                keepalive = target.and_then(|n| n.keepalive);
+                target.map_or(("passthrough", None), |n| (n.strategy, n.concrete.clone()))
+            }
             _ => (route.strategy(), None),
         };
         self.insert(
@@ -170,6 +187,7 @@ impl Graph {
                 strategy,
                 is_route: true,
                 concrete,
+                keepalive,
             },
         );
         Ok(model)

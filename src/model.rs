@@ -30,12 +30,6 @@ pub trait ChatModel: Send + Sync {
     /// Answers `req` whole or streamed, as `req.stream` asks. Errors before
     /// the first stream chunk come back as `Err`; later ones inside the stream.
     async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError>;
-
-    /// How often the HTTP layer should send SSE keep-alive comments while
-    /// this model works on a streamed answer (e.g. a chain verifying a tier).
-    fn keepalive(&self) -> Option<Duration> {
-        None
-    }
 }
 
 /// One call into a model: the request's context plus what this call is for.

@@ -54,7 +54,7 @@ fn sse_headers(h: &mut HeaderMap) {
 }
 
 pub fn keepalive_for(app: &AppState, node: &Node) -> Option<Duration> {
-    match (node.model.keepalive(), app.sse_keepalive) {
+    match (node.keepalive, app.sse_keepalive) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }

@@ -33,7 +33,6 @@ pub struct Chain {
     pub verifier: Option<Verifier>,
     pub on_exhausted: OnExhausted,
     pub ttft_timeout: Option<Duration>,
-    pub keepalive: Duration,
     pub stream_idle_timeout: Option<Duration>,
 }
 
@@ -166,18 +165,6 @@ impl ChatModel for Chain {
                 attempts: trail,
             }),
         }
-    }
-
-    fn keepalive(&self) -> Option<Duration> {
-        // This chain holds answers back while it verifies; so may a chain
-        // nested as one of its tiers.
-        let own = (self.verifier.is_some() && self.tiers.iter().any(|t| t.verified))
-            .then_some(self.keepalive);
-        self.tiers
-            .iter()
-            .filter_map(|t| t.model.keepalive())
-            .chain(own)
-            .min()
     }
 }
 

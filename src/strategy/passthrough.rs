@@ -23,8 +23,4 @@ impl ChatModel for Passthrough {
         let call = call.with_idle_timeout(self.stream_idle_timeout);
         self.model.chat(call, req).await
     }
-
-    fn keepalive(&self) -> Option<Duration> {
-        self.model.keepalive()
-    }
 }
