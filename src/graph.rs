@@ -10,9 +10,9 @@ use std::time::Duration;
 use crate::config::{Config, Route};
 use crate::model::ChatModel;
 use crate::redact::Redactor;
+use crate::strategy::chain::verifier::Verifier;
 use crate::strategy::chain::{Chain, Tier};
 use crate::strategy::passthrough::Passthrough;
-use crate::strategy::verifier::Verifier;
 use crate::telemetry::ModelInfo;
 use crate::upstream::{ConcreteModel, Upstream};
 

@@ -8,4 +8,3 @@
 
 pub mod chain;
 pub mod passthrough;
-pub mod verifier;

@@ -8,17 +8,19 @@
 //! only once its first chunk is in; a verified tier's stream is buffered,
 //! judged, and then replayed verbatim.
 
+pub mod verifier;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::verifier::{Decision, Verifier};
 use crate::config::OnExhausted;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel, Reply};
 use crate::wire::{ChatRequest, Message};
+use verifier::{Decision, Verifier};
 
 pub struct Tier {
     pub name: Arc<str>,
