@@ -29,7 +29,8 @@ use crate::wire::{AssistantOutput, ChatRequest, Usage, UsageField};
 pub trait ChatModel: Send + Sync {
     /// Answers `req` whole or streamed, as `req.stream` asks. Errors before
     /// the first stream chunk come back as `Err`; later ones inside the stream.
-    async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError>;
+    /// The request is shared: a strategy copies it only to change it.
+    async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError>;
 }
 
 /// One call into a model: the request's context plus what this call is for.

@@ -131,6 +131,7 @@ async fn handle(
     let include_usage = req.wants_stream_usage();
     let stream = req.is_stream();
     let model = node.model.clone();
+    let req = Arc::new(req);
     let work: Work = Box::pin(bounded(
         ctx.clone(),
         async move { model.chat(call, req).await },

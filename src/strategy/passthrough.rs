@@ -19,7 +19,7 @@ pub struct Passthrough {
 
 #[async_trait]
 impl ChatModel for Passthrough {
-    async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError> {
+    async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         let call = call.with_idle_timeout(self.stream_idle_timeout);
         self.model.chat(call, req).await
     }

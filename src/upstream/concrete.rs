@@ -146,7 +146,7 @@ impl ConcreteModel {
 
 #[async_trait]
 impl ChatModel for ConcreteModel {
-    async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError> {
+    async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         let out = Outgoing {
             endpoint: Endpoint::Chat,
             body: req.to_upstream_body(&self.info.upstream_model)?,

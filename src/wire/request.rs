@@ -63,16 +63,58 @@ impl ChatRequest {
     /// The body sent to an upstream: the same request under the upstream's
     /// model name, always asking for usage when streaming so accounting
     /// works even when the client did not ask for it.
+    /// It is serialised from a borrowed view, so a request shared by many
+    /// calls is never copied to be sent.
     pub fn to_upstream_body(&self, upstream_model: &str) -> Result<Bytes, serde_json::Error> {
-        let mut out = self.clone();
-        out.model = upstream_model.to_owned();
-        if out.is_stream() {
-            let opts = out
-                .stream_options
-                .get_or_insert_with(StreamOptions::default);
-            opts.include_usage = Some(true);
+        let stream_options = match &self.stream_options {
+            _ if !self.is_stream() => self.stream_options.as_ref().map(StreamOptionsView::from),
+            Some(o) => Some(StreamOptionsView {
+                include_usage: Some(true),
+                extra: Some(&o.extra),
+            }),
+            None => Some(StreamOptionsView {
+                include_usage: Some(true),
+                extra: None,
+            }),
+        };
+        let view = UpstreamView {
+            model: upstream_model,
+            messages: &self.messages,
+            stream: self.stream,
+            stream_options,
+            extra: &self.extra,
+        };
+        serde_json::to_vec(&view).map(Bytes::from)
+    }
+}
+
+/// A request as sent upstream, borrowing everything from the client's.
+#[derive(Serialize)]
+struct UpstreamView<'a> {
+    model: &'a str,
+    messages: &'a [Message],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptionsView<'a>>,
+    #[serde(flatten)]
+    extra: &'a Map<String, Value>,
+}
+
+#[derive(Serialize)]
+struct StreamOptionsView<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    include_usage: Option<bool>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    extra: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> From<&'a StreamOptions> for StreamOptionsView<'a> {
+    fn from(o: &'a StreamOptions) -> Self {
+        StreamOptionsView {
+            include_usage: o.include_usage,
+            extra: Some(&o.extra),
         }
-        serde_json::to_vec(&out).map(Bytes::from)
     }
 }
 

@@ -41,11 +41,11 @@ pub struct Chain {
 /// The request a later tier sees: the original plus the rejections so far,
 /// appended to the last user message (strict chat templates reject two
 /// user messages in a row) or as a new user message.
-fn with_feedback(req: &ChatRequest, notes: &[String]) -> ChatRequest {
-    let mut out = req.clone();
+fn with_feedback(req: &Arc<ChatRequest>, notes: &[String]) -> Arc<ChatRequest> {
     if notes.is_empty() {
-        return out;
+        return req.clone();
     }
+    let mut out = ChatRequest::clone(req);
     let text = notes
         .iter()
         .map(|n| format!("A previous attempt was rejected: {n}"))
@@ -55,11 +55,16 @@ fn with_feedback(req: &ChatRequest, notes: &[String]) -> ChatRequest {
         Some(last) if last.role == "user" => last.append_text(&text),
         _ => out.messages.push(Message::new("user", text)),
     }
-    out
+    Arc::new(out)
 }
 
 impl Chain {
-    async fn pinned(&self, call: Call, req: ChatRequest, pin: &str) -> Result<Reply, ModelError> {
+    async fn pinned(
+        &self,
+        call: Call,
+        req: Arc<ChatRequest>,
+        pin: &str,
+    ) -> Result<Reply, ModelError> {
         let Some(tier) = self.tiers.iter().find(|t| &*t.name == pin) else {
             let names: Vec<&str> = self.tiers.iter().map(|t| &*t.name).collect();
             return Err(ModelError::BadRequest {
@@ -79,7 +84,7 @@ impl Chain {
 
 #[async_trait]
 impl ChatModel for Chain {
-    async fn chat(&self, call: Call, req: ChatRequest) -> Result<Reply, ModelError> {
+    async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         // A pin names a tier of the outermost chain of the route the
         // client asked for; chains nested inside it never see it.
         if let Some(pin) = call.pin.clone() {
@@ -182,7 +187,7 @@ mod tests {
             "messages": [{"role": "user", "content": "Write a haiku"}]
         }))
         .unwrap();
-        let out = with_feedback(&req, &["too long".into()]);
+        let out = with_feedback(&Arc::new(req), &["too long".into()]);
         assert_eq!(out.messages.len(), 1);
         assert_eq!(
             out.messages[0].text(),
@@ -193,7 +198,7 @@ mod tests {
             "messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "42", "tool_call_id": "c"}]
         }))
         .unwrap();
-        let out = with_feedback(&req, &["a".into(), "b".into()]);
+        let out = with_feedback(&Arc::new(req), &["a".into(), "b".into()]);
         assert_eq!(out.messages.len(), 3);
         assert_eq!(
             out.messages[2].text(),
