@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod evil;
+pub mod fake;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

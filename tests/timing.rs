@@ -1,0 +1,103 @@
+//! Timing logic in-process, under paused tokio time (see `common::fake`):
+//! exact elapsed times, no wall-clock sleeps.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::fake::*;
+use conclave::config::OnExhausted;
+use conclave::model::{Call, ChatModel};
+use conclave::strategy::chain::verifier::Verifier;
+use conclave::strategy::chain::{Chain, Tier};
+use tokio::time::Instant;
+
+fn tier(fake: &Arc<Fake>, name: &str, verified: bool) -> Tier {
+    Tier {
+        name: name.into(),
+        model: fake.clone(),
+        verified,
+    }
+}
+
+fn chain(tiers: Vec<Tier>, verifier: Option<Verifier>) -> Chain {
+    Chain {
+        name: "r".into(),
+        tiers,
+        verifier,
+        on_exhausted: OnExhausted::Error,
+        ttft_timeout: None,
+        stream_idle_timeout: None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fallback_chain_takes_the_sum_of_its_tiers() {
+    let down = Fake::new("down", vec![fails(5_000)]);
+    let ok = Fake::new("ok", vec![answers(2_000, "fine")]);
+    let c = chain(
+        vec![tier(&down, "down", false), tier(&ok, "ok", false)],
+        None,
+    );
+    let t0 = Instant::now();
+    let ctx = ctx(Duration::from_secs(60));
+    let reply = c.chat(Call::new(ctx.clone()), request("hi")).await.unwrap();
+    assert_eq!(t0.elapsed(), Duration::from_millis(7_000));
+    assert_eq!(text_of(&reply), "fine");
+    assert_eq!(ok.started(), vec![t0 + Duration::from_millis(5_000)]);
+    assert_eq!(ctx.attempts(), 2);
+    // Both calls waited on upstreams the whole time: no overhead counted.
+    assert_eq!(
+        ctx.upstream_wait(Instant::now()),
+        Duration::from_millis(7_000)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_verifier_times_out_at_verifier_timeout_and_the_chain_escalates() {
+    let draft = Fake::new("draft", vec![answers(100, "draft")]);
+    let judge = Fake::new("judge", vec![answers(60_000, "{\"accept\": true}")]);
+    let good = Fake::new("good", vec![answers(300, "good")]);
+    let verifier = Verifier {
+        name: "judge".into(),
+        model: judge.clone(),
+        json_mode: true,
+        max_tokens: 256,
+        timeout: Duration::from_secs(2),
+    };
+    let c = chain(
+        vec![tier(&draft, "draft", true), tier(&good, "good", false)],
+        Some(verifier),
+    );
+    let t0 = Instant::now();
+    let reply = c
+        .chat(Call::new(ctx(Duration::from_secs(300))), request("hi"))
+        .await
+        .unwrap();
+    // draft 0.1 s, the verifier cut off at 2 s, then good 0.3 s.
+    assert_eq!(t0.elapsed(), Duration::from_millis(2_400));
+    assert_eq!(text_of(&reply), "good");
+    assert_eq!(reply.meta.served_by.as_deref(), Some("good"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_request_deadline_bounds_every_tier() {
+    let slow = Fake::new("slow", vec![answers(10_000, "late")]);
+    let next = Fake::new("next", vec![answers(10, "never reached in time")]);
+    let c = chain(
+        vec![tier(&slow, "slow", false), tier(&next, "next", false)],
+        None,
+    );
+    let t0 = Instant::now();
+    let err = c
+        .chat(Call::new(ctx(Duration::from_secs(3))), request("hi"))
+        .await
+        .err()
+        .unwrap();
+    // The first tier ran into the request's deadline; the second had no
+    // time left and failed at once.
+    assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    assert!(err.to_string().contains("tiers of chain"), "{err}");
+}
