@@ -12,7 +12,9 @@
 //! - [`upstream`]: transports to real servers (`openai`) and the built-in
 //!   simulator (`mock`), response decoding, and [`upstream::ConcreteModel`],
 //!   the one decorator that records every upstream call as an attempt.
-//! - [`strategy`]: models made of models (chain, with more to come).
+//! - [`strategy`]: models made of models, one folder each (chain).
+//! - [`stream`]: the streaming toolkit strategies share (whole to stream,
+//!   rewrite chunks, commit at the first real delta, merge).
 //! - [`api`]: the axum router, auth, SSE relaying and the single mapping of
 //!   errors to OpenAI-shaped HTTP responses.
 //! - [`server`]: the accept loop: connection cap, header and idle
@@ -41,6 +43,7 @@ pub mod redact;
 mod reload;
 pub mod server;
 pub mod strategy;
+pub mod stream;
 pub mod telemetry;
 pub mod upstream;
 pub mod wire;

@@ -104,6 +104,8 @@ pub struct Chunk {
     pub usage: UsageField,
     /// How many `choices` it carries (0: a usage-only chunk).
     pub choices: usize,
+    /// It carries content or a tool call (see `ChunkInfo::real`).
+    pub real: bool,
 }
 
 /// A stream of chunks; ends after the upstream's `[DONE]`.

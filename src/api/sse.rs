@@ -29,18 +29,18 @@ use super::error::ApiError;
 use crate::context::{RequestCtx, Totals};
 use crate::graph::Node;
 use crate::model::{ChunkStream, Meta, ReplyBody};
+use crate::stream::whole_to_stream;
 use crate::wire::{UsageField, strip_null_usage, strip_usage};
 
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
-/// The stream of a streamed request's reply (strategies answer in kind).
+/// The stream of a streamed request's reply: a strategy that worked on a
+/// whole answer has it turned into chunks.
 fn stream_of(body: ReplyBody) -> Result<ChunkStream, ApiError> {
     match body {
         ReplyBody::Stream(s) => Ok(s),
-        ReplyBody::Whole(_) => Err(ApiError::Internal(
-            "the strategy answered a stream with a whole response".into(),
-        )),
+        ReplyBody::Whole(c) => whole_to_stream(&c).map_err(ApiError::from),
     }
 }
 

@@ -329,6 +329,7 @@ impl Relay {
             data,
             usage: info.usage,
             choices: info.choices,
+            real: info.real,
         })
     }
 

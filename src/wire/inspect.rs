@@ -55,6 +55,10 @@ pub struct ChunkInfo {
     /// Bytes of answer text in the first choice's delta (content and
     /// tool-call arguments), for estimating usage.
     pub text_bytes: usize,
+    /// Some choice's delta carries content or a tool call: the answer has
+    /// really begun (a role-only first chunk, or llama-swap's loading
+    /// `reasoning_content`, has not).
+    pub real: bool,
     /// The upstream reported an error in the stream (`{"error": …}`).
     pub error: Option<String>,
 }
@@ -99,6 +103,11 @@ struct FunctionProbe<'a> {
 }
 
 impl DeltaProbe<'_> {
+    fn is_real(&self) -> bool {
+        self.content.as_ref().is_some_and(|c| !c.is_empty())
+            || self.tool_calls.as_ref().is_some_and(|t| !t.is_empty())
+    }
+
     fn text_bytes(&self) -> usize {
         let args: usize = self
             .tool_calls
@@ -133,6 +142,7 @@ pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, NotAnAnswer> {
             choices: 0,
             finished: false,
             text_bytes: 0,
+            real: false,
             error: Some(error_message(&e)),
         });
     }
@@ -152,6 +162,10 @@ pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, NotAnAnswer> {
             .first()
             .and_then(|c| c.delta.as_ref())
             .map_or(0, DeltaProbe::text_bytes),
+        real: choices
+            .iter()
+            .filter_map(|c| c.delta.as_ref())
+            .any(DeltaProbe::is_real),
         error: None,
     })
 }
