@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::attempt::AttemptSink;
 use crate::telemetry::Telemetry;
 
 /// What the client asked of conclave itself, from the `x-conclave-*`
@@ -51,6 +52,9 @@ pub struct RequestCtx {
     /// `server.request_timeout` after `started`; upstream calls end by then.
     pub deadline: Instant,
     pub telemetry: Arc<Telemetry>,
+    /// Where finished attempts go: telemetry, then whatever else the
+    /// request was opened with (budgets, the store).
+    sinks: Vec<Arc<dyn AttemptSink>>,
     /// Cancelled when shutdown's grace period is over: the request ends.
     pub shutdown: CancellationToken,
     attempts: AtomicU32,
@@ -90,6 +94,7 @@ impl RequestCtx {
             key,
             started,
             deadline: started + timeout,
+            sinks: vec![telemetry.clone() as Arc<dyn AttemptSink>],
             telemetry,
             shutdown,
             attempts: AtomicU32::new(0),
@@ -103,6 +108,16 @@ impl RequestCtx {
     pub fn with_access_log(mut self, on: bool) -> Self {
         self.access_log = on;
         self
+    }
+
+    /// Adds a sink for this request's finished attempts.
+    pub fn with_sink(mut self, sink: Arc<dyn AttemptSink>) -> Self {
+        self.sinks.push(sink);
+        self
+    }
+
+    pub fn sinks(&self) -> &[Arc<dyn AttemptSink>] {
+        &self.sinks
     }
 
     pub fn with_options(mut self, options: Options) -> Self {

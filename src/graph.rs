@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::attempt::ModelInfo;
 use crate::config::{Config, Route};
 use crate::model::ChatModel;
 use crate::redact::Redactor;
 use crate::strategy::chain::verifier::Verifier;
 use crate::strategy::chain::{Chain, Tier};
 use crate::strategy::passthrough::Passthrough;
-use crate::telemetry::ModelInfo;
 use crate::upstream::{ConcreteModel, Upstream};
 
 /// A name a client can ask for.

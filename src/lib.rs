@@ -11,7 +11,7 @@
 //!   strategies share, and the replies it returns (whole or streamed).
 //! - [`upstream`]: transports to real servers (`openai`) and the built-in
 //!   simulator (`mock`), response decoding, and [`upstream::ConcreteModel`],
-//!   the one decorator that records every upstream call as an attempt.
+//!   the one decorator that opens an attempt for every upstream call.
 //! - [`strategy`]: models made of models, one folder each (chain).
 //! - [`stream`]: the streaming toolkit strategies share (whole to stream,
 //!   rewrite chunks, commit at the first real delta, merge).
@@ -21,8 +21,10 @@
 //!   timeouts, graceful shutdown.
 //! - `reload`: SIGHUP, a new config for new requests.
 //! - [`redact`]: keeps the config's secrets out of what upstreams say.
+//! - [`attempt`]: the record of one upstream call, reported once to the
+//!   request's sinks.
 //! - [`telemetry`]: metric names, the Prometheus recorder, the JSONL event
-//!   log and the attempt record.
+//!   log; the attempt sink that feeds them.
 //! - [`context`]: the per-request context (id, route, key, deadline,
 //!   options, running usage totals).
 //! - [`labels`]: the bounded label sets (role, verdict, warm); a leaf.
@@ -32,6 +34,7 @@
 //! - [`error`]: `ModelError`, what can go wrong while a model answers.
 
 pub mod api;
+pub mod attempt;
 pub mod config;
 pub mod context;
 pub mod error;

@@ -17,10 +17,10 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
+use crate::attempt::Attempt;
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::Role;
-use crate::telemetry::Attempt;
 use crate::upstream::decode::{MAX_RESPONSE, unreadable};
 use crate::wire::{AssistantOutput, ChatRequest, Usage, UsageField};
 

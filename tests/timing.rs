@@ -42,7 +42,7 @@ async fn a_fallback_chain_takes_the_sum_of_its_tiers() {
         None,
     );
     let t0 = Instant::now();
-    let ctx = ctx(Duration::from_secs(60));
+    let (ctx, records) = recorded_ctx(Duration::from_secs(60));
     let reply = c.chat(Call::new(ctx.clone()), request("hi")).await.unwrap();
     assert_eq!(t0.elapsed(), Duration::from_millis(7_000));
     assert_eq!(text_of(&reply), "fine");

@@ -1,6 +1,7 @@
 //! Telemetry: the metric names (the contract the dashboards read), the
-//! Prometheus recorder, the JSONL event log, and the one place that records
-//! an upstream attempt ([`Attempt`]).
+//! Prometheus recorder, the JSONL event log, and the sink that turns every
+//! finished attempt ([`crate::attempt::AttemptRecord`]) into its metrics
+//! and its event line.
 //!
 //! Label values only ever come from the config (route, model and upstream
 //! names) or from small fixed sets (role, verdict, warm, status), so a model
@@ -19,7 +20,6 @@ use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogra
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::time::Instant;
 
-pub use attempt::{Attempt, ModelInfo};
 pub use events::{Event, EventBody, EventLog};
 
 use crate::context::RequestCtx;

@@ -12,9 +12,9 @@ use tokio::time::{Instant, timeout_at};
 
 use super::Upstream;
 use super::decode::{self, Exchange};
+use crate::attempt::{Attempt, ModelInfo};
 use crate::error::ModelError;
 use crate::model::{Call, ChatModel, Meta, Reply, ReplyBody};
-use crate::telemetry::{Attempt, ModelInfo};
 use crate::wire::{ChatRequest, Endpoint};
 
 pub struct ConcreteModel {

@@ -21,10 +21,10 @@ use tokio::time::{Instant, Sleep, sleep_until, timeout_at};
 
 use super::sse::SseParser;
 use super::{BodyStream, RawResponse};
+use crate::attempt::Attempt;
 use crate::error::{ModelError, TimeoutPhase, WITHHELD};
 use crate::model::{Chunk, ChunkStream, Completion};
 use crate::redact::Redactor;
-use crate::telemetry::Attempt;
 use crate::wire::{
     AssistantOutput, Endpoint, NotAnAnswer, Usage, UsageField, WholeBody, error_message,
     inspect_chunk, inspect_completion,

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use conclave::attempt::{Attempt, AttemptRecord, AttemptSink, ModelInfo};
 use conclave::context::RequestCtx;
 use conclave::error::{ModelError, TimeoutPhase};
 use conclave::model::{Call, ChatModel, Completion, Meta, Reply, ReplyBody};
 use conclave::redact::Redactor;
-use conclave::telemetry::{Attempt, ModelInfo, Telemetry};
+use conclave::telemetry::Telemetry;
 use conclave::wire::{ChatRequest, Usage};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -135,7 +136,17 @@ impl ChatModel for Fake {
 
 /// A request context with a `timeout` deadline, starting now.
 pub fn ctx(timeout: Duration) -> Arc<RequestCtx> {
-    Arc::new(RequestCtx::new(
+    Arc::new(bare_ctx(timeout))
+}
+
+/// The same, with a sink that keeps every finished attempt.
+pub fn recorded_ctx(timeout: Duration) -> (Arc<RequestCtx>, Arc<Recorder>) {
+    let rec = Arc::new(Recorder::default());
+    (Arc::new(bare_ctx(timeout).with_sink(rec.clone())), rec)
+}
+
+fn bare_ctx(timeout: Duration) -> RequestCtx {
+    RequestCtx::new(
         "test".into(),
         "route".into(),
         "chain",
@@ -143,7 +154,21 @@ pub fn ctx(timeout: Duration) -> Arc<RequestCtx> {
         timeout,
         Telemetry::for_tests(),
         CancellationToken::new(),
-    ))
+    )
+}
+
+/// An attempt sink that keeps (model, role, verdict) of each attempt.
+#[derive(Default)]
+pub struct Recorder(pub Mutex<Vec<(String, &'static str, &'static str)>>);
+
+impl AttemptSink for Recorder {
+    fn record(&self, a: &AttemptRecord) {
+        self.0.lock().push((
+            a.model.name.to_string(),
+            a.role.as_str(),
+            a.verdict.as_str(),
+        ));
+    }
 }
 
 /// A whole (non-streamed) chat request.

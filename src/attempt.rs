@@ -1,0 +1,259 @@
+//! [`Attempt`]: the record of one upstream call. The concrete-model
+//! decorator opens one per call and fills in what it sees (first token,
+//! usage, failure); strategies set the verdict. When its last handle drops
+//! the attempt is complete, and its [`AttemptRecord`] goes to the request's
+//! [`AttemptSink`]s exactly once (telemetry now; budgets and the store
+//! later), so a strategy's verdict and a stream's final usage are both in
+//! it and no strategy does bookkeeping of its own.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::context::RequestCtx;
+use crate::error::ModelError;
+use crate::labels::{Role, Verdict, Warm};
+use crate::redact::Redactor;
+use crate::wire::Usage;
+
+/// Output summaries in the event log stop at this many characters.
+pub const SUMMARY_CHARS: usize = 200;
+
+/// What the config says about a concrete model.
+#[derive(Debug)]
+pub struct ModelInfo {
+    /// The config name (`[models.NAME]`).
+    pub name: Arc<str>,
+    pub upstream: Arc<str>,
+    /// The name sent upstream.
+    pub upstream_model: String,
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    /// The config's secrets, kept out of everything this model's upstream
+    /// says (errors are redacted where they are made, summaries here).
+    pub redactor: Arc<Redactor>,
+}
+
+impl ModelInfo {
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        (usage.prompt_tokens as f64 * self.input_per_mtok
+            + usage.completion_tokens as f64 * self.output_per_mtok)
+            / 1_000_000.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Pending,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+struct State {
+    ended: Option<Instant>,
+    ttft: Option<Duration>,
+    warm: Warm,
+    usage: Option<Usage>,
+    outcome: Outcome,
+    error: Option<(&'static str, String)>,
+    verdict: Option<Verdict>,
+    feedback: Option<String>,
+    summary: String,
+}
+
+struct Cell {
+    ctx: Arc<RequestCtx>,
+    model: Arc<ModelInfo>,
+    role: Role,
+    index: u32,
+    wait_slot: usize,
+    started: Instant,
+    /// Wall-clock start, for the event's `ts`.
+    started_at: SystemTime,
+    /// Touched a few times per call, never across an await.
+    state: Mutex<State>,
+}
+
+/// A shared handle on one attempt; cloning is cheap.
+#[derive(Clone)]
+pub struct Attempt(Arc<Cell>);
+
+impl Attempt {
+    pub fn start(ctx: &Arc<RequestCtx>, model: &Arc<ModelInfo>, role: Role) -> Self {
+        let started = Instant::now();
+        let (index, wait_slot) = ctx.begin_attempt(started);
+        Attempt(Arc::new(Cell {
+            ctx: ctx.clone(),
+            model: model.clone(),
+            role,
+            index,
+            wait_slot,
+            started,
+            started_at: SystemTime::now(),
+            state: Mutex::new(State {
+                ended: None,
+                ttft: None,
+                warm: Warm::Unknown,
+                usage: None,
+                outcome: Outcome::Pending,
+                error: None,
+                verdict: None,
+                feedback: None,
+                summary: String::new(),
+            }),
+        }))
+    }
+
+    pub fn set_warm(&self, warm: Warm) {
+        self.0.state.lock().warm = warm;
+    }
+
+    /// The first stream event arrived.
+    pub fn first_token(&self) {
+        let mut s = self.0.state.lock();
+        if s.ttft.is_none() {
+            s.ttft = Some(self.0.started.elapsed());
+        }
+    }
+
+    /// Records the call's usage (the last report wins) and adds it to
+    /// the request's totals.
+    pub fn set_usage(&self, usage: Usage) {
+        let old = self.0.state.lock().usage.replace(usage).unwrap_or_default();
+        let m = &self.0.model;
+        let delta = |new: u64, old: u64| {
+            i64::try_from(new).unwrap_or(i64::MAX) - i64::try_from(old).unwrap_or(i64::MAX)
+        };
+        self.0.ctx.add_usage(
+            delta(usage.prompt_tokens, old.prompt_tokens),
+            delta(usage.completion_tokens, old.completion_tokens),
+            m.cost(&usage) - m.cost(&old),
+            usage.estimated,
+        );
+    }
+
+    /// Whether the upstream (or an estimate) gave this call's usage.
+    pub fn has_usage(&self) -> bool {
+        self.0.state.lock().usage.is_some()
+    }
+
+    /// Whether the summary still wants text (only when events are logged).
+    pub fn wants_summary(&self) -> bool {
+        self.0.ctx.telemetry.events_enabled() && self.0.state.lock().summary.len() < SUMMARY_CHARS
+    }
+
+    pub fn add_summary(&self, text: &str) {
+        let mut s = self.0.state.lock();
+        for c in text.chars() {
+            if s.summary.len() >= SUMMARY_CHARS {
+                break;
+            }
+            s.summary.push(c);
+        }
+    }
+
+    /// The upstream answered completely.
+    pub fn finish(&self) {
+        self.end(Outcome::Done, None);
+    }
+
+    /// The call failed; the error is counted against its upstream.
+    pub fn fail(&self, err: &ModelError) {
+        self.end(Outcome::Failed, Some(err));
+    }
+
+    /// The caller stopped listening before the upstream finished.
+    pub fn cancel(&self) {
+        self.end(Outcome::Cancelled, None);
+    }
+
+    /// Sets the outcome once: whatever ends the attempt first is what is
+    /// recorded, and later calls change nothing.
+    fn end(&self, outcome: Outcome, err: Option<&ModelError>) {
+        let now = Instant::now();
+        let mut s = self.0.state.lock();
+        if s.outcome == Outcome::Pending {
+            s.outcome = outcome;
+            s.ended = Some(now);
+            s.error = err.map(|e| (e.kind(), e.to_string()));
+            self.0.ctx.end_wait(self.0.wait_slot, now);
+        }
+    }
+
+    /// A strategy's judgement of this attempt (accept, escalate, …).
+    pub fn set_verdict(&self, verdict: Verdict, feedback: Option<String>) {
+        let mut s = self.0.state.lock();
+        s.verdict = Some(verdict);
+        if feedback.is_some() {
+            s.feedback = feedback;
+        }
+    }
+}
+
+/// A finished attempt, as the sinks see it.
+pub struct AttemptRecord {
+    pub ctx: Arc<RequestCtx>,
+    pub model: Arc<ModelInfo>,
+    pub role: Role,
+    /// 1-based number of the call within its request.
+    pub index: u32,
+    /// Wall-clock start, for the event's `ts`.
+    pub started_at: SystemTime,
+    pub duration: Duration,
+    pub ttft: Option<Duration>,
+    pub warm: Warm,
+    pub verdict: Verdict,
+    pub feedback: Option<String>,
+    /// The error's kind (a bounded label) and text (secrets removed).
+    pub error: Option<(&'static str, String)>,
+    pub usage: Option<Usage>,
+    /// From the model's price, when there is usage.
+    pub cost_usd: Option<f64>,
+    /// The first characters of the answer, secrets removed.
+    pub summary: String,
+}
+
+/// Something that takes every finished attempt of a request.
+pub trait AttemptSink: Send + Sync {
+    fn record(&self, attempt: &AttemptRecord);
+}
+
+impl Drop for Cell {
+    fn drop(&mut self) {
+        let s = self.state.get_mut();
+        if s.outcome == Outcome::Pending {
+            s.outcome = Outcome::Cancelled;
+            let now = Instant::now();
+            s.ended = Some(now);
+            self.ctx.end_wait(self.wait_slot, now);
+        }
+        let verdict = match (s.outcome, s.verdict) {
+            (Outcome::Failed, _) => Verdict::Error,
+            (_, Some(v)) => v,
+            (Outcome::Done, None) => Verdict::Ok,
+            _ => Verdict::Cancelled,
+        };
+        let record = AttemptRecord {
+            ctx: self.ctx.clone(),
+            model: self.model.clone(),
+            role: self.role,
+            index: self.index,
+            started_at: self.started_at,
+            duration: s.ended.unwrap_or_else(Instant::now) - self.started,
+            ttft: s.ttft,
+            warm: s.warm,
+            verdict,
+            feedback: s.feedback.take(),
+            error: s.error.take(),
+            usage: s.usage,
+            cost_usd: s.usage.map(|u| self.model.cost(&u)),
+            summary: self.model.redactor.clean(&s.summary),
+        };
+        for sink in self.ctx.sinks() {
+            sink.record(&record);
+        }
+    }
+}
