@@ -53,6 +53,15 @@ async fn a_fallback_chain_takes_the_sum_of_its_tiers() {
         ctx.upstream_wait(Instant::now()),
         Duration::from_millis(7_000)
     );
+    // Every attempt reaches the sinks once, with the verdict its owner set.
+    drop(reply);
+    assert_eq!(
+        *records.0.lock(),
+        [
+            ("down".to_owned(), "tier", "error"),
+            ("ok".to_owned(), "tier", "accept")
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
