@@ -13,8 +13,8 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
-use super::chat::{Work, admit, bounded, finish_response, in_kind, open, request_id, resolve};
 use super::error::ApiError;
+use super::request::{Work, admit, bounded, finish_response, in_kind, open, request_id, resolve};
 use super::{Gateway, options};
 use crate::model::Call;
 use crate::wire::Endpoint;

@@ -1,5 +1,8 @@
-//! The HTTP surface: the axum router, shared state, auth, the chat handler,
-//! SSE relaying, and the OpenAI error mapping (`error`).
+//! The HTTP surface: the axum router and shared state. Handlers (`chat`,
+//! `forward` for completions and embeddings, `info`) run models through
+//! one request life cycle (`request`) and answer through `reply` and
+//! `sse`; `auth`, `body` and `options` read what the client sent; `error`
+//! is the one OpenAI error mapping.
 //!
 //! [`Gateway`] holds the current [`AppState`] behind an atomic swap, so a
 //! config reload (SIGHUP) changes what new requests see while requests in
@@ -12,6 +15,8 @@ pub mod error;
 mod forward;
 mod info;
 mod options;
+mod reply;
+mod request;
 mod sse;
 
 use std::sync::Arc;

@@ -24,8 +24,9 @@ use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::AppState;
-use super::chat::{Known, RequestGuard, Work, answer_headers, failed, meta_headers};
 use super::error::ApiError;
+use super::reply::{Known, answer_headers, failed, meta_headers};
+use super::request::{RequestGuard, Work};
 use crate::context::{RequestCtx, Totals};
 use crate::graph::Node;
 use crate::model::{ChunkStream, Meta, ReplyBody};

@@ -1,0 +1,184 @@
+//! The life of one model request, shared by every handler that runs a
+//! model: admit it (state, caller, body), resolve its model, open its
+//! context and guard, bound its work by the deadline and shutdown, answer
+//! in kind, and record it when it ends.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use metrics::{counter, gauge};
+use tokio::time::timeout_at;
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::reply::{REQUEST_ID, whole};
+use super::{AppState, Gateway, body, sse};
+use crate::context::{Options, RequestCtx};
+use crate::error::ModelError;
+use crate::graph::Node;
+use crate::model::Reply;
+use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, record_request, status_label};
+
+/// The response of a handler that may have failed before its route was
+/// known (counted under `route="unknown"`), with the request id.
+pub fn finish_response(resp: Result<Response, ApiError>, id: &str) -> Response {
+    let mut resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            counter!(REQUESTS_TOTAL, "route" => "unknown", "strategy" => "none", "status" => status_label(e.status().as_u16()))
+                .increment(1);
+            e.into_response()
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    resp
+}
+
+/// The client's `x-request-id` when it is a sane token, else a new UUID.
+pub fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string())
+}
+
+/// The first steps of every model request: the current state, the
+/// caller behind the credentials, and the body within its limits.
+pub async fn admit(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Arc<AppState>, Caller, Bytes), ApiError> {
+    let app = gw.state();
+    let caller = app.keys.authenticate(headers)?;
+    let body = body::read(
+        body,
+        headers,
+        app.max_body_bytes,
+        app.body_read_timeout,
+        &gw.stop,
+    )
+    .await?;
+    Ok((app, caller, body))
+}
+
+/// The node a client's `model` names, if the caller may use it.
+pub fn resolve<'a>(
+    app: &'a AppState,
+    caller: &Caller,
+    model: &str,
+) -> Result<(&'a Arc<str>, &'a Node), ApiError> {
+    let (route, node) = app.graph.get(model).ok_or_else(|| ApiError::NotFound {
+        model: model.to_owned(),
+    })?;
+    if !caller.may_use(route) {
+        return Err(ApiError::Forbidden {
+            model: model.to_owned(),
+        });
+    }
+    Ok((route, node))
+}
+
+/// Opens a request on `route`: its context (deadline, key, shutdown,
+/// access log) and the guard that records it when it ends.
+pub fn open(
+    gw: &Gateway,
+    app: &AppState,
+    id: &str,
+    route: &Arc<str>,
+    node: &Node,
+    caller: Caller,
+    options: Options,
+) -> (Arc<RequestCtx>, RequestGuard) {
+    let ctx = Arc::new(
+        RequestCtx::new(
+            id.to_owned(),
+            route.clone(),
+            node.strategy,
+            caller.name,
+            app.request_timeout,
+            app.telemetry.clone(),
+            gw.hard.clone(),
+        )
+        .with_access_log(app.access_log)
+        .with_options(options),
+    );
+    let guard = RequestGuard::new(ctx.clone());
+    (ctx, guard)
+}
+
+/// Answers in kind: SSE for a streamed request, a whole body otherwise.
+pub async fn in_kind(
+    stream: bool,
+    keepalive: Option<Duration>,
+    node: &Node,
+    ctx: &Arc<RequestCtx>,
+    work: Work,
+    include_usage: bool,
+    guard: RequestGuard,
+) -> Response {
+    if stream {
+        sse::respond(keepalive, node, ctx, work, include_usage, guard).await
+    } else {
+        whole(node, ctx, work, guard).await
+    }
+}
+
+/// A model's answer in the making, bounded by its request (see [`bounded`]).
+pub type Work = Pin<Box<dyn Future<Output = Result<Reply, ApiError>> + Send>>;
+
+/// Runs a model's work under the request's deadline, until shutdown's
+/// grace period ends it.
+pub async fn bounded(
+    ctx: Arc<RequestCtx>,
+    work: impl Future<Output = Result<Reply, ModelError>>,
+) -> Result<Reply, ApiError> {
+    tokio::select! {
+        r = timeout_at(ctx.deadline, work) => match r {
+            Err(_) => Err(ApiError::Timeout {
+                after: ctx.deadline - ctx.started,
+            }),
+            Ok(r) => r.map_err(ApiError::from),
+        },
+        () = ctx.shutdown.cancelled() => Err(ApiError::ShuttingDown),
+    }
+}
+
+/// Tracks one request in flight and records it when it ends. Dropped
+/// without a status, the client went away first (`499`).
+pub struct RequestGuard {
+    ctx: Arc<RequestCtx>,
+    status: Option<&'static str>,
+}
+
+impl RequestGuard {
+    pub fn new(ctx: Arc<RequestCtx>) -> Self {
+        gauge!(INFLIGHT_REQUESTS, "route" => ctx.route.clone()).increment(1.0);
+        RequestGuard { ctx, status: None }
+    }
+
+    pub fn ctx(&self) -> &Arc<RequestCtx> {
+        &self.ctx
+    }
+
+    pub fn finish(&mut self, status: &'static str) {
+        self.status.get_or_insert(status);
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        gauge!(INFLIGHT_REQUESTS, "route" => self.ctx.route.clone()).decrement(1.0);
+        record_request(&self.ctx, self.status.unwrap_or("499"));
+    }
+}
