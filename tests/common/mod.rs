@@ -4,6 +4,7 @@
 
 pub mod evil;
 pub mod fake;
+pub mod world;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
