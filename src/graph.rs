@@ -11,8 +11,7 @@ use crate::attempt::ModelInfo;
 use crate::config::{Config, Route};
 use crate::model::ChatModel;
 use crate::redact::Redactor;
-use crate::strategy::chain::verifier::Verifier;
-use crate::strategy::chain::{Chain, Tier};
+use crate::strategy::Resolve;
 use crate::strategy::passthrough::Passthrough;
 use crate::upstream::{ConcreteModel, Upstream};
 
@@ -129,45 +128,17 @@ impl Graph {
                 model: self.route(config, model)?,
                 stream_idle_timeout: *stream_idle_timeout,
             }),
-            Route::Chain(c) => {
-                let mut tiers = Vec::new();
-                for t in &c.tiers {
-                    tiers.push(Tier {
-                        name: t.as_str().into(),
-                        model: self.route(config, t)?,
-                        verified: config.tier_is_verified(c, t),
-                    });
-                }
-                // A verifying chain holds answers back; so may a tier.
-                let own = (c.verifier.is_some() && tiers.iter().any(|t| t.verified))
-                    .then_some(c.keepalive);
-                keepalive = c
-                    .tiers
-                    .iter()
-                    .filter_map(|t| self.nodes.get(t.as_str()).and_then(|n| n.keepalive))
-                    .chain(own)
-                    .min();
-                let verifier = match &c.verifier {
-                    Some(v) => Some(Verifier {
-                        name: v.as_str().into(),
-                        model: self.route(config, v)?,
-                        json_mode: config
-                            .models
-                            .get(config.resolve_alias(v))
-                            .is_some_and(|m| m.json_mode),
-                        max_tokens: c.verifier_max_tokens,
-                        timeout: c.verifier_timeout,
-                    }),
-                    None => None,
-                };
-                Arc::new(Chain {
-                    name: name.into(),
-                    tiers,
-                    verifier,
-                    on_exhausted: c.on_exhausted,
-                    ttft_timeout: c.ttft_timeout,
-                    stream_idle_timeout: c.stream_idle_timeout,
-                })
+            Route::Strategy(spec) => {
+                let built = spec.build(
+                    name,
+                    config,
+                    &mut Resolver {
+                        graph: self,
+                        config,
+                    },
+                )?;
+                keepalive = built.keepalive;
+                built.model
             }
         };
         let (strategy, concrete) = match route {
@@ -195,5 +166,21 @@ impl Graph {
 
     pub fn get(&self, name: &str) -> Option<(&Arc<str>, &Node)> {
         self.nodes.get_key_value(name)
+    }
+}
+
+/// What a strategy's build sees of the graph being built.
+struct Resolver<'g> {
+    graph: &'g mut Graph,
+    config: &'g Config,
+}
+
+impl Resolve for Resolver<'_> {
+    fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, BuildError> {
+        self.graph.route(self.config, name)
+    }
+
+    fn keepalive(&self, name: &str) -> Option<Duration> {
+        self.graph.nodes.get(name).and_then(|n| n.keepalive)
     }
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::fake::*;
-use conclave::config::OnExhausted;
 use conclave::model::{Call, ChatModel};
+use conclave::strategy::chain::config::OnExhausted;
 use conclave::strategy::chain::verifier::Verifier;
 use conclave::strategy::chain::{Chain, Tier};
 use tokio::time::Instant;

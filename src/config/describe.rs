@@ -47,29 +47,8 @@ impl Config {
                 Route::Passthrough { model, .. } => {
                     out.push_str(&format!("  {name}: passthrough -> {model}\n"))
                 }
-                Route::Chain(c) => {
-                    let tiers: Vec<String> = c
-                        .tiers
-                        .iter()
-                        .map(|t| {
-                            let how = if c.verifier.is_none() {
-                                "fallback"
-                            } else if self.tier_is_verified(c, t) {
-                                "verified"
-                            } else {
-                                "self-certifies"
-                            };
-                            format!("{t} ({how})")
-                        })
-                        .collect();
-                    let verifier = c
-                        .verifier
-                        .as_deref()
-                        .unwrap_or("none: plain fallback chain");
-                    out.push_str(&format!(
-                        "  {name}: chain {} ; verifier {verifier}\n",
-                        tiers.join(" -> ")
-                    ));
+                Route::Strategy(spec) => {
+                    out.push_str(&format!("  {name}: {}\n", spec.describe(self)))
                 }
             }
         }

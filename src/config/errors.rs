@@ -217,3 +217,10 @@ fn hint(message: &str) -> String {
         message.to_owned()
     }
 }
+
+/// Reports a duration that is set to zero.
+pub(crate) fn positive(d: Option<std::time::Duration>, path: &str, errs: &mut Errors) {
+    if d.is_some_and(|d| d.is_zero()) {
+        errs.push(path, "must be greater than 0");
+    }
+}

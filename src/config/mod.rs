@@ -24,10 +24,12 @@ use std::time::Duration;
 use indexmap::IndexMap;
 
 pub(crate) use errors::Errors;
+pub(crate) use errors::positive;
 pub use errors::{ConfigError, ConfigErrors};
-pub use raw::{Lane, OnExhausted, Price};
+pub use raw::{Lane, Price};
 
 use crate::mock::Behavior;
+use crate::strategy::RouteSpec;
 
 /// A validated config: no `Option`s left for "filled in later".
 #[derive(Debug)]
@@ -113,6 +115,8 @@ pub struct Model {
     pub json_mode: bool,
 }
 
+/// A route: an alias of another name, or a strategy that owns its config
+/// (see `strategy`).
 #[derive(Debug)]
 pub enum Route {
     Passthrough {
@@ -120,34 +124,17 @@ pub enum Route {
         /// Overrides the upstream's `stream_idle_timeout` for this route.
         stream_idle_timeout: Option<Duration>,
     },
-    Chain(Chain),
+    Strategy(Box<dyn RouteSpec>),
 }
 
 impl Route {
     pub fn strategy(&self) -> &'static str {
         match self {
             Route::Passthrough { .. } => "passthrough",
-            Route::Chain(_) => "chain",
+            Route::Strategy(s) => s.strategy(),
         }
     }
 }
-
-#[derive(Debug)]
-pub struct Chain {
-    pub tiers: Vec<String>,
-    pub verifier: Option<String>,
-    pub self_certify: Vec<String>,
-    pub verify: Vec<String>,
-    pub on_exhausted: OnExhausted,
-    pub ttft_timeout: Option<Duration>,
-    pub keepalive: Duration,
-    pub stream_idle_timeout: Option<Duration>,
-    pub verifier_max_tokens: u32,
-    pub verifier_timeout: Duration,
-}
-
-/// Default gap between SSE keep-alive comments while a chain verifies.
-pub const CHAIN_KEEPALIVE: Duration = Duration::from_secs(5);
 
 /// Reads and validates the config at `path`, taking secrets from the
 /// process environment.
@@ -231,21 +218,6 @@ pub fn mock_models(
     }
 }
 impl Config {
-    /// Whether a chain's verifier checks this tier: local tiers are
-    /// verified and cloud tiers self-certify, unless the route says otherwise.
-    pub fn tier_is_verified(&self, chain: &Chain, tier: &str) -> bool {
-        if chain.verifier.is_none() || chain.self_certify.iter().any(|t| t == tier) {
-            return false;
-        }
-        if chain.verify.iter().any(|t| t == tier) {
-            return true;
-        }
-        self.models
-            .get(self.resolve_alias(tier))
-            .and_then(|m| self.upstreams.get(&m.upstream))
-            .is_some_and(|u| u.lane == Lane::Local)
-    }
-
     /// Every secret the config holds (upstream keys and API keys), which
     /// nothing an upstream says may repeat.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {

@@ -13,18 +13,11 @@ pub fn references(name: &str, route: &Route) -> Vec<(String, String)> {
     let path = format!("routes.{name}");
     match route {
         Route::Passthrough { model, .. } => vec![(format!("{path}.model"), model.clone())],
-        Route::Chain(c) => {
-            let mut refs: Vec<(String, String)> = c
-                .tiers
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (format!("{path}.tiers[{i}]"), t.clone()))
-                .collect();
-            if let Some(v) = &c.verifier {
-                refs.push((format!("{path}.verifier"), v.clone()));
-            }
-            refs
-        }
+        Route::Strategy(spec) => spec
+            .references()
+            .into_iter()
+            .map(|(key, target)| (format!("{path}.{key}"), target))
+            .collect(),
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::strategy::chain::config::as_chain;
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -79,11 +80,9 @@ fn a_good_config_resolves() {
     }
     assert_eq!(c.models["small"].upstream_model, "qwen3");
     assert_eq!(c.models["big"].upstream_model, "big");
-    let Route::Chain(chain) = &c.routes["review"] else {
-        panic!("not a chain")
-    };
-    assert!(c.tier_is_verified(chain, "fast"));
-    assert!(!c.tier_is_verified(chain, "big"));
+    let chain = as_chain(&c.routes["review"]).expect("a chain");
+    assert!(chain.tier_is_verified(&c, "fast"));
+    assert!(!chain.tier_is_verified(&c, "big"));
     let d = c.describe();
     assert!(
         d.contains("review: chain fast (verified) -> big (self-certifies)"),

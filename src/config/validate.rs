@@ -10,23 +10,12 @@ use indexmap::IndexMap;
 
 use crate::server::Limits;
 
-use super::{
-    CHAIN_KEEPALIVE, Chain, Config, Errors, Key, Lane, Model, Route, Secret, Server, Upstream,
-    UpstreamKind,
-};
-use super::{names, raw, warnings};
+use super::{Config, Errors, Key, Lane, Model, Route, Secret, Server, Upstream, UpstreamKind};
+use super::{names, positive, raw, warnings};
+use crate::strategy;
 
-const STRATEGIES_HERE: &[&str] = &["passthrough", "chain"];
-const STRATEGIES_LATER: &[&str] = &["judge", "race", "arena", "oracle"];
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
-
-/// Reports a duration that is set to zero.
-fn positive(d: Option<Duration>, path: &str, errs: &mut Errors) {
-    if d.is_some_and(|d| d.is_zero()) {
-        errs.push(path, "must be greater than 0");
-    }
-}
 
 pub(super) fn validate(
     text: &str,
@@ -363,6 +352,21 @@ fn models(
     out
 }
 
+/// The parser of a registered strategy.
+fn registered(name: &str) -> Option<strategy::Parse> {
+    strategy::REGISTRY
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, parse)| *parse)
+}
+
+/// Every strategy this build has, `passthrough` first.
+fn available() -> Vec<&'static str> {
+    let mut out = vec!["passthrough"];
+    out.extend(strategy::REGISTRY.iter().map(|(n, _)| *n));
+    out
+}
+
 fn routes(
     v: Option<toml::Value>,
     errs: &mut Errors,
@@ -387,25 +391,27 @@ fn routes(
                     stream_idle_timeout: p.stream_idle_timeout,
                 }
             }),
-            Some("chain") => errs
-                .parse::<raw::Chain>(&path, item)
-                .map(|c| chain(c, &path, errs)),
-            Some(s) if STRATEGIES_LATER.contains(&s) => {
+            Some(s) if registered(s).is_some() => {
+                registered(s).and_then(|parse| parse(item, &path, errs).map(Route::Strategy))
+            }
+            Some(s) if strategy::LATER.contains(&s) => {
                 errs.push(
                     format!("{path}.strategy"),
                     format!(
                         "strategy \"{s}\" is not available in this build yet (available: {})",
-                        STRATEGIES_HERE.join(", ")
+                        available().join(", ")
                     ),
                 );
                 None
             }
             Some(s) => {
+                let mut all = available();
+                all.extend(strategy::LATER);
                 errs.push(
                     format!("{path}.strategy"),
                     format!(
                         "unknown strategy \"{s}\" (expected one of {})",
-                        [STRATEGIES_HERE, STRATEGIES_LATER].concat().join(", ")
+                        all.join(", ")
                     ),
                 );
                 None
@@ -413,7 +419,7 @@ fn routes(
             None => {
                 errs.push(
                     format!("{path}.strategy"),
-                    format!("missing (expected one of {})", STRATEGIES_HERE.join(", ")),
+                    format!("missing (expected one of {})", available().join(", ")),
                 );
                 None
             }
@@ -428,70 +434,4 @@ fn routes(
         }
     }
     out
-}
-
-fn chain(c: raw::Chain, path: &str, errs: &mut Errors) -> Route {
-    if c.tiers.is_empty() {
-        errs.push(format!("{path}.tiers"), "a chain needs at least one tier");
-    }
-    for (i, t) in c.tiers.iter().enumerate() {
-        if c.tiers[..i].contains(t) {
-            errs.push(
-                format!("{path}.tiers[{i}]"),
-                format!("\"{t}\" is already a tier of this chain"),
-            );
-        }
-    }
-    for (field, list) in [("self_certify", &c.self_certify), ("verify", &c.verify)] {
-        for (i, t) in list.iter().enumerate() {
-            if !c.tiers.contains(t) {
-                errs.push(
-                    format!("{path}.{field}[{i}]"),
-                    format!("\"{t}\" is not a tier of this chain"),
-                );
-            }
-            if field == "verify" && c.self_certify.contains(t) {
-                errs.push(
-                    format!("{path}.{field}[{i}]"),
-                    format!("\"{t}\" cannot be in both verify and self_certify"),
-                );
-            }
-        }
-        if !list.is_empty() && c.verifier.is_none() {
-            errs.push(
-                format!("{path}.{field}"),
-                "has no effect without a verifier",
-            );
-        }
-    }
-    positive(c.ttft_timeout, &format!("{path}.ttft_timeout"), errs);
-    positive(c.keepalive, &format!("{path}.keepalive"), errs);
-    positive(
-        c.stream_idle_timeout,
-        &format!("{path}.stream_idle_timeout"),
-        errs,
-    );
-    positive(
-        Some(c.verifier_timeout),
-        &format!("{path}.verifier_timeout"),
-        errs,
-    );
-    if c.verifier_max_tokens == 0 {
-        errs.push(
-            format!("{path}.verifier_max_tokens"),
-            "must be greater than 0",
-        );
-    }
-    Route::Chain(Chain {
-        tiers: c.tiers,
-        verifier: c.verifier,
-        self_certify: c.self_certify,
-        verify: c.verify,
-        on_exhausted: c.on_exhausted,
-        ttft_timeout: c.ttft_timeout,
-        keepalive: c.keepalive.unwrap_or(CHAIN_KEEPALIVE),
-        stream_idle_timeout: c.stream_idle_timeout,
-        verifier_max_tokens: c.verifier_max_tokens,
-        verifier_timeout: c.verifier_timeout,
-    })
 }

@@ -8,6 +8,7 @@
 //! only once its first chunk is in; a verified tier's stream is buffered,
 //! judged, and then replayed verbatim.
 
+pub mod config;
 pub mod verifier;
 
 use std::sync::Arc;
@@ -15,11 +16,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::OnExhausted;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel, Reply};
 use crate::wire::{ChatRequest, Message};
+use config::OnExhausted;
 use verifier::{Decision, Verifier};
 
 pub struct Tier {
