@@ -102,11 +102,11 @@ async fn sigterm_drains_streams_and_closes_idle_connections_at_once() {
 
     gw.signal("TERM");
     assert!(
-        is_closed(&mut idle, Duration::from_millis(500)).await,
+        is_closed(&mut idle, Duration::from_secs(2)).await,
         "idle connection kept open"
     );
     assert!(
-        is_closed(&mut half, Duration::from_millis(500)).await,
+        is_closed(&mut half, Duration::from_secs(2)).await,
         "half-read connection kept open"
     );
     let text = rest(Box::pin(stream)).await;
