@@ -21,8 +21,7 @@ use crate::attempt::Attempt;
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::Role;
-use crate::upstream::decode::{MAX_RESPONSE, unreadable};
-use crate::wire::{AssistantOutput, ChatRequest, Usage, UsageField};
+use crate::wire::{AssistantOutput, ChatRequest, MAX_RESPONSE, NotAnAnswer, Usage, UsageField};
 
 /// Anything that answers a chat request: a concrete model or a strategy.
 #[async_trait]
@@ -227,5 +226,13 @@ impl Reply {
                 Ok((reply, out))
             }
         }
+    }
+}
+
+/// An answer a strategy could not read as one.
+fn unreadable(who: &Arc<str>, e: &NotAnAnswer) -> ModelError {
+    ModelError::Invalid {
+        upstream: who.clone(),
+        detail: e.to_string(),
     }
 }

@@ -26,13 +26,10 @@ use crate::error::{ModelError, TimeoutPhase, WITHHELD};
 use crate::model::{Chunk, ChunkStream, Completion};
 use crate::redact::Redactor;
 use crate::wire::{
-    AssistantOutput, Endpoint, NotAnAnswer, Usage, UsageField, WholeBody, error_message,
+    AssistantOutput, Endpoint, MAX_RESPONSE, Usage, UsageField, WholeBody, error_message,
     inspect_chunk, inspect_completion,
 };
 
-/// Largest whole response body accepted from an upstream, and the most a
-/// strategy buffers of a streamed answer.
-pub const MAX_RESPONSE: usize = 64 * 1024 * 1024;
 /// Largest single SSE line or event accepted from an upstream.
 pub const MAX_EVENT: usize = 4 * 1024 * 1024;
 /// Largest error body read to find the upstream's message.
@@ -418,13 +415,5 @@ impl Drop for Relay {
         if self.open {
             self.attempt.cancel();
         }
-    }
-}
-
-/// A `NotAnAnswer` from a strategy's own reading of an answer.
-pub fn unreadable(upstream: &Arc<str>, e: &NotAnAnswer) -> ModelError {
-    ModelError::Invalid {
-        upstream: upstream.clone(),
-        detail: e.to_string(),
     }
 }

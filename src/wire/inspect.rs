@@ -12,6 +12,9 @@ use super::{Endpoint, Usage, UsageField};
 
 /// At most this many `choices` in one answer or chunk (OpenAI caps `n` at 128).
 pub const MAX_CHOICES: usize = 128;
+/// Largest whole response body accepted from an upstream, and the most a
+/// strategy buffers of a streamed answer.
+pub const MAX_RESPONSE: usize = 64 * 1024 * 1024;
 /// At most this many tool calls in one assembled answer (`tool_calls[].index`).
 pub const MAX_TOOL_CALLS: usize = 256;
 
