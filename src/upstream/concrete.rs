@@ -15,7 +15,7 @@ use super::decode::{self, Exchange};
 use crate::attempt::{Attempt, ModelInfo};
 use crate::error::ModelError;
 use crate::model::{Call, ChatModel, Meta, Reply, ReplyBody};
-use crate::wire::{ChatRequest, Endpoint};
+use crate::wire::{ChatRequest, Endpoint, text_len};
 
 pub struct ConcreteModel {
     pub info: Arc<ModelInfo>,
@@ -57,7 +57,7 @@ impl ConcreteModel {
         let input_bytes = ["prompt", "input"]
             .iter()
             .filter_map(|k| body.get(*k))
-            .map(|v| v.to_string().len())
+            .map(text_len)
             .sum();
         let out = Outgoing {
             endpoint,

@@ -46,16 +46,7 @@ impl ChatRequest {
                     .filter_map(|c| c.pointer("/function/arguments")?.as_str())
                     .map(str::len)
                     .sum();
-                let text = match m.content() {
-                    Some(Value::String(s)) => s.len(),
-                    Some(Value::Array(parts)) => parts
-                        .iter()
-                        .filter_map(|p| p.get("text").and_then(Value::as_str))
-                        .map(str::len)
-                        .sum(),
-                    _ => 0,
-                };
-                text + calls
+                m.content().map_or(0, text_len) + calls
             })
             .sum()
     }
@@ -167,6 +158,26 @@ impl Message {
     }
 }
 
+/// Bytes of text in a `content`, `prompt` or `input` value: a string, or
+/// the strings and `text` parts of a list (token ids count nothing). The
+/// one measure behind usage estimates.
+pub fn text_len(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) => s.len(),
+                other => other
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .map_or(0, str::len),
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
 /// The text inside a `content` value: a string, or the `text` of its parts.
 pub fn content_text(content: Option<&Value>) -> String {
     match content {
@@ -228,6 +239,7 @@ pub enum UsageField {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn unknown_fields_round_trip_in_order() {
@@ -242,6 +254,18 @@ mod tests {
         let up: Value = serde_json::from_slice(&body).unwrap_or_default();
         assert_eq!(up["model"], "real");
         assert_eq!(up["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn text_is_measured_one_way_for_every_shape() {
+        assert_eq!(text_len(&json!("four")), 4);
+        assert_eq!(text_len(&json!(["ab", "cde"])), 5);
+        assert_eq!(
+            text_len(&json!([{"type": "text", "text": "abc"}, {"type": "image_url"}])),
+            3
+        );
+        assert_eq!(text_len(&json!([1, 2, 3])), 0);
+        assert_eq!(text_len(&json!(null)), 0);
     }
 
     #[test]
