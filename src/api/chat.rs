@@ -28,17 +28,12 @@ pub async fn chat_completions(
 /// Reads the body as a `ChatRequest`, with OpenAI-style messages that say
 /// which field is wrong.
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let syntax = |inner: serde_json::Error| ApiError::BadRequest {
-        message: format!("We could not parse the JSON body of your request ({inner})."),
-        param: None,
-        code: Some("invalid_json"),
-    };
     let mut de = serde_json::Deserializer::from_slice(body);
     let req = serde_path_to_error::deserialize::<_, ChatRequest>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {
-            return syntax(inner);
+            return ApiError::invalid_json(&inner);
         }
         let msg = inner.to_string();
         let param = match path.as_str() {
@@ -54,7 +49,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             code: Some("invalid_request_body"),
         }
     })?;
-    de.end().map_err(syntax)?;
+    de.end().map_err(|e| ApiError::invalid_json(&e))?;
     if req.model.is_empty() {
         return Err(ApiError::BadRequest {
             message: "`model` must not be empty.".into(),

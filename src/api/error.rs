@@ -133,6 +133,15 @@ impl ApiError {
         }
     }
 
+    /// A body that is not the JSON it should be.
+    pub fn invalid_json(e: &serde_json::Error) -> Self {
+        ApiError::BadRequest {
+            message: format!("We could not parse the JSON body of your request ({e})."),
+            param: None,
+            code: Some("invalid_json"),
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         self.shape().status
     }

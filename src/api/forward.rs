@@ -60,11 +60,7 @@ async fn forward(
 ) -> Result<Response, ApiError> {
     let (app, caller, bytes) = admit(gw, headers, body).await?;
     let req: Map<String, Value> =
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest {
-            message: format!("We could not parse the JSON body of your request ({e})."),
-            param: None,
-            code: Some("invalid_json"),
-        })?;
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid_json(&e))?;
     let model = match req.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
         _ => {
