@@ -19,7 +19,7 @@ use crate::wire::inspect_chunk;
 
 fn chunk_of(v: &Value) -> Result<Chunk, ModelError> {
     let data = Bytes::from(v.to_string());
-    let info = inspect_chunk(&data).map_err(|e| ModelError::Invalid {
+    let info = inspect_chunk(&data, false).map_err(|e| ModelError::Invalid {
         upstream: "conclave".into(),
         detail: format!("a rewritten chunk is not a chunk: {e}"),
     })?;

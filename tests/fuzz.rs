@@ -80,7 +80,7 @@ proptest! {
         let mut got = Vec::new();
         let mut from = 0;
         for at in points.into_iter().chain([bytes.len()]) {
-            parser.push(&bytes[from..at.max(from)]);
+            parser.push(bytes::Bytes::copy_from_slice(&bytes[from..at.max(from)]));
             from = at.max(from);
             while let Some(e) = parser.next_event().unwrap() {
                 got.push(String::from_utf8(e.to_vec()).unwrap());
@@ -97,7 +97,7 @@ proptest! {
     ) {
         let mut parser = SseParser::new(256);
         for p in parts {
-            parser.push(&p);
+            parser.push(p.into());
             loop {
                 match parser.next_event() {
                     Ok(Some(e)) => prop_assert!(e.len() <= 256),

@@ -29,9 +29,9 @@ use super::reply::{Known, answer_headers, failed, meta_headers};
 use super::request::{RequestGuard, Work};
 use crate::context::{RequestCtx, Totals};
 use crate::graph::Node;
-use crate::model::{ChunkStream, Meta, ReplyBody};
+use crate::model::{Chunk, ChunkStream, Meta, ReplyBody};
 use crate::stream::whole_to_stream;
-use crate::wire::{UsageField, strip_null_usage, strip_usage};
+use crate::wire::{UsageField, null_usage_span, strip_usage};
 
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 const DONE: &[u8] = b"data: [DONE]\n\n";
@@ -143,7 +143,21 @@ fn committed(
     }
 }
 
+/// Most bytes of events gathered into one write.
+const MAX_BATCH: usize = 64 * 1024;
+/// Scheduler turns a batch waits for more events before it is written
+/// (hyper's client hands a body over one chunk per turn of its own
+/// connection task; measured, the next chunk is there after two).
+const YIELDS: u8 = 2;
+
 /// The SSE body sent to the client.
+///
+/// Events are framed into one buffer and written together when several
+/// are ready at once: when the upstream has nothing more at this instant,
+/// the task yields to the runtime (so the upstream connection can hand
+/// over what it already read) before the batch goes out. A stream whose
+/// events arrive apart in time is written event by event, [`YIELDS`]
+/// scheduler turns later; a burst is written in one go.
 struct ClientStream {
     inner: ChunkStream,
     include_usage: bool,
@@ -156,11 +170,12 @@ struct ClientStream {
     /// The last chunk relayed to an `include_usage` client: the model of
     /// an estimated usage chunk copies its `id`, `created` and `model`.
     last: Option<Bytes>,
-    /// The upstream ended; `[DONE]` follows the estimated usage chunk
-    /// and the trailer.
-    ending: bool,
     /// Meta the response headers could not carry, sent as SSE comments.
     trailer: Option<Meta>,
+    /// Framed events not yet handed to the connection.
+    batch: BytesMut,
+    /// Times the task yielded with a batch waiting and nothing came.
+    yields: u8,
     done: bool,
 }
 
@@ -183,39 +198,21 @@ fn estimated_usage(last: Option<&Bytes>, totals: Totals) -> Bytes {
             "estimated": true,
         },
     });
-    frame(chunk.to_string().as_bytes())
+    Bytes::from(chunk.to_string())
+}
+
+/// Appends one `data:` event made of `parts` (the payload, possibly in
+/// pieces around an edit).
+fn frame_into(out: &mut BytesMut, parts: &[&[u8]]) {
+    out.reserve(parts.iter().map(|p| p.len()).sum::<usize>() + 8);
+    out.put_slice(b"data: ");
+    for part in parts {
+        out.put_slice(part);
+    }
+    out.put_slice(b"\n\n");
 }
 
 impl ClientStream {
-    fn with_trailer(mut self, meta: Meta) -> Self {
-        self.trailer = Some(meta);
-        self
-    }
-
-    /// What comes after the upstream's last chunk, one piece per poll: an
-    /// estimated usage chunk, the trailer, then `[DONE]`.
-    fn tail(&mut self) -> Bytes {
-        if !self.usage_sent {
-            self.usage_sent = true;
-            return estimated_usage(self.last.as_ref(), self.guard.ctx().totals());
-        }
-        if let Some(meta) = self.trailer.take() {
-            let mut out = BytesMut::new();
-            for (name, value) in meta_headers(&meta, self.guard.ctx()) {
-                out.put_slice(b": ");
-                out.put_slice(name.as_str().as_bytes());
-                out.put_slice(b": ");
-                out.put_slice(value.as_bytes());
-                out.put_slice(b"\n");
-            }
-            out.put_slice(b"\n");
-            return out.freeze();
-        }
-        self.done = true;
-        self.guard.finish("200");
-        Bytes::from_static(DONE)
-    }
-
     fn new(inner: ChunkStream, include_usage: bool, guard: RequestGuard) -> Self {
         ClientStream {
             inner,
@@ -224,19 +221,81 @@ impl ClientStream {
             guard,
             usage_sent: !include_usage,
             last: None,
-            ending: false,
             trailer: None,
+            batch: BytesMut::new(),
+            yields: 0,
             done: false,
         }
     }
-}
 
-fn frame(data: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(data.len() + 8);
-    b.put_slice(b"data: ");
-    b.put_slice(data);
-    b.put_slice(b"\n\n");
-    b.freeze()
+    fn with_trailer(mut self, meta: Meta) -> Self {
+        self.trailer = Some(meta);
+        self
+    }
+
+    /// Frames one upstream chunk: as the upstream's own bytes, with usage
+    /// left out when conclave asked for it and the client did not.
+    fn push(&mut self, chunk: Chunk) {
+        let data = chunk.data;
+        if self.include_usage {
+            if matches!(chunk.usage, UsageField::Present(_)) {
+                self.usage_sent = true;
+            }
+            frame_into(&mut self.batch, &[&data]);
+            self.last = Some(data);
+            return;
+        }
+        match chunk.usage {
+            UsageField::Absent => frame_into(&mut self.batch, &[&data]),
+            UsageField::Present(_) if chunk.choices == 0 => {}
+            usage => match null_usage_span(&data).filter(|_| usage == UsageField::Null) {
+                Some(cut) => {
+                    frame_into(&mut self.batch, &[&data[..cut.start], &data[cut.end..]]);
+                }
+                None => {
+                    let edited = strip_usage(&data).unwrap_or(data);
+                    frame_into(&mut self.batch, &[&edited]);
+                }
+            },
+        }
+    }
+
+    /// What follows the upstream's last chunk: an estimated usage chunk
+    /// (when the client asked for usage and none came), the trailer, then
+    /// `[DONE]`.
+    fn end(&mut self) {
+        if !self.usage_sent {
+            let usage = estimated_usage(self.last.as_ref(), self.guard.ctx().totals());
+            frame_into(&mut self.batch, &[&usage]);
+        }
+        if let Some(meta) = self.trailer.take() {
+            for (name, value) in meta_headers(&meta, self.guard.ctx()) {
+                for part in [
+                    b": ",
+                    name.as_str().as_bytes(),
+                    b": ",
+                    value.as_bytes(),
+                    b"\n",
+                ] {
+                    self.batch.put_slice(part);
+                }
+            }
+            self.batch.put_slice(b"\n");
+        }
+        self.batch.put_slice(DONE);
+        self.guard.finish("200");
+    }
+
+    /// Ends the stream with an error event after what is batched.
+    fn fail(&mut self, event: Bytes) {
+        self.guard.finish("stream_error");
+        self.batch.put_slice(&event);
+    }
+
+    fn flush(&mut self) -> Poll<Option<Result<Bytes, Infallible>>> {
+        self.yields = 0;
+        Poll::Ready(Some(Ok(self.batch.split().freeze())))
+    }
 }
 
 impl Stream for ClientStream {
@@ -247,46 +306,122 @@ impl Stream for ClientStream {
         if this.done {
             return Poll::Ready(None);
         }
-        if this.ending {
-            return Poll::Ready(Some(Ok(this.tail())));
-        }
-        if this.shutdown.as_mut().poll(cx).is_ready() {
+        // (Not re-checked on the polls that follow the stream's own yields.)
+        if this.yields == 0 && this.shutdown.as_mut().poll(cx).is_ready() {
             this.done = true;
-            this.guard.finish("stream_error");
-            return Poll::Ready(Some(Ok(ApiError::ShuttingDown.sse_event())));
+            this.fail(ApiError::ShuttingDown.sse_event());
+            return this.flush();
         }
         loop {
             match this.inner.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
-                    if this.include_usage {
-                        if matches!(chunk.usage, UsageField::Present(_)) {
-                            this.usage_sent = true;
-                        }
-                        let out = frame(&chunk.data);
-                        this.last = Some(chunk.data);
-                        return Poll::Ready(Some(Ok(out)));
+                    this.yields = 0;
+                    this.push(chunk);
+                    if this.batch.len() >= MAX_BATCH {
+                        return this.flush();
                     }
-                    // conclave asked for usage, the client did not: hide it.
-                    let data = match chunk.usage {
-                        UsageField::Absent => chunk.data,
-                        UsageField::Null => strip_null_usage(&chunk.data),
-                        UsageField::Present(_) if chunk.choices == 0 => continue,
-                        UsageField::Present(_) => strip_usage(&chunk.data).unwrap_or(chunk.data),
-                    };
-                    return Poll::Ready(Some(Ok(frame(&data))));
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    this.done = true;
-                    this.guard.finish("stream_error");
                     tracing::warn!(error = %e, "stream failed after it started");
-                    return Poll::Ready(Some(Ok(ApiError::from(e).sse_event())));
+                    this.done = true;
+                    this.fail(ApiError::from(e).sse_event());
+                    return this.flush();
                 }
                 Poll::Ready(None) => {
-                    this.ending = true;
-                    return Poll::Ready(Some(Ok(this.tail())));
+                    this.done = true;
+                    this.end();
+                    return this.flush();
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending if this.batch.is_empty() => return Poll::Pending,
+                Poll::Pending if this.yields < YIELDS => {
+                    // Let the upstream connection run before writing: it
+                    // may hold the next events already.
+                    this.yields += 1;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Poll::Pending => return this.flush(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::telemetry::Telemetry;
+
+    fn chunk(text: &str) -> Chunk {
+        let data = format!(r#"{{"choices":[{{"delta":{{"content":"{text}"}}}}],"usage":null}}"#);
+        Chunk {
+            data: Bytes::from(data),
+            usage: UsageField::Null,
+            choices: 1,
+            real: true,
+        }
+    }
+
+    fn client(inner: ChunkStream) -> ClientStream {
+        let ctx = RequestCtx::new(
+            "r".into(),
+            "route".into(),
+            "chain",
+            "k".into(),
+            Duration::from_secs(60),
+            Telemetry::for_tests(),
+            CancellationToken::new(),
+        );
+        ClientStream::new(inner, false, RequestGuard::new(Arc::new(ctx)))
+    }
+
+    async fn writes(mut s: ClientStream) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(Ok(b)) = s.next().await {
+            out.push(String::from_utf8_lossy(&b).into_owned());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn events_ready_together_go_out_in_one_write() {
+        let got = writes(client(ChunkStream::replay(vec![chunk("a"), chunk("b")]))).await;
+        let a = r#"data: {"choices":[{"delta":{"content":"a"}}]}"#;
+        let b = r#"data: {"choices":[{"delta":{"content":"b"}}]}"#;
+        assert_eq!(got, vec![format!("{a}\n\n{b}\n\ndata: [DONE]\n\n")]);
+    }
+
+    #[tokio::test]
+    async fn events_handed_over_one_per_turn_are_still_batched() {
+        // Like hyper's client body: a task that can hand over one chunk,
+        // then waits for the reader to take it.
+        let (mut tx, rx) = futures::channel::mpsc::channel(0);
+        tokio::spawn(async move {
+            for t in ["a", "b", "c"] {
+                let _ = futures::SinkExt::send(&mut tx, Ok(chunk(t))).await;
+            }
+        });
+        let s = rx;
+        let got = writes(client(ChunkStream::new(s))).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].matches("data: ").count(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_apart_in_time_go_out_as_they_come() {
+        let t0 = Instant::now();
+        let s = async_stream::stream! {
+            yield Ok(chunk("a"));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            yield Ok(chunk("b"));
+        };
+        let mut s = client(ChunkStream::new(s));
+        let first = s.next().await;
+        assert_eq!(Instant::now(), t0, "the first event waited for the second");
+        assert!(matches!(first, Some(Ok(b)) if b.starts_with(b"data: ")));
+        assert_eq!(writes(s).await.len(), 1);
     }
 }

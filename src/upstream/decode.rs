@@ -231,6 +231,7 @@ pub async fn stream(
         body_ended: false,
         timer: Box::pin(sleep_until(x.total)),
         last_event: None,
+        arrived: x.started,
         x,
         attempt: attempt.clone(),
         open: true,
@@ -259,6 +260,8 @@ struct Relay {
     /// last event, whichever is first (re-armed lazily, not per event).
     timer: Pin<Box<Sleep>>,
     last_event: Option<Instant>,
+    /// When the bytes being parsed arrived (the time of their events).
+    arrived: Instant,
     x: Exchange,
     attempt: Attempt,
     open: bool,
@@ -303,7 +306,7 @@ impl Relay {
     }
 
     fn chunk(&mut self, data: Bytes) -> Result<Chunk, ModelError> {
-        let info = inspect_chunk(&data).map_err(|e| {
+        let info = inspect_chunk(&data, self.attempt.wants_summary()).map_err(|e| {
             self.x
                 .invalid(&format!("a stream event is not a chunk: {e}"))
         })?;
@@ -315,11 +318,8 @@ impl Relay {
         }
         self.finished_choice |= info.finished;
         self.output_bytes += info.text_bytes;
-        if self.attempt.wants_summary() {
-            let mut out = AssistantOutput::default();
-            if out.absorb_chunk(&data).is_ok() {
-                self.attempt.add_summary(&out.render());
-            }
+        if let Some(summary) = &info.summary {
+            self.attempt.add_summary(summary);
         }
         self.relayed = true;
         Ok(Chunk {
@@ -359,8 +359,7 @@ impl Stream for Relay {
             match this.parser.next_event() {
                 Err(e) => return this.fail(this.x.invalid(&e.to_string())),
                 Ok(Some(data)) => {
-                    let now = Instant::now();
-                    if this.last_event.replace(now).is_none() {
+                    if this.last_event.replace(this.arrived).is_none() {
                         // From the first event on, the idle deadline applies.
                         let at = this.next_deadline();
                         this.timer.as_mut().reset(at);
@@ -386,10 +385,11 @@ impl Stream for Relay {
             }
             match this.body.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(bytes))) => {
-                    this.parser.push(&bytes);
+                    this.parser.push(bytes);
+                    this.arrived = Instant::now();
                     // Checked as data arrives too: an upstream that never
                     // pauses must still meet its deadline.
-                    if Instant::now() >= this.x.total {
+                    if this.arrived >= this.x.total {
                         return this.fail(this.x.timeout(TimeoutPhase::Total));
                     }
                 }

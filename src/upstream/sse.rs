@@ -1,16 +1,18 @@
 //! A bounded, incremental Server-Sent Events parser for upstream streams.
 //!
 //! It yields each event's `data` (data lines joined by `\n`) as [`Bytes`]
-//! that share the network buffer when the event has one data line, which
-//! is how every OpenAI-compatible server sends chunks. Every byte is scanned
-//! once, whatever the chunking, and nothing an upstream sends can grow it
-//! without bound: a line or an event past `max_event` bytes is an error.
+//! that share the network buffer when the event has one data line and
+//! arrived in one network chunk, which is how OpenAI-compatible servers
+//! send chunks: no byte is copied then. A line split across chunks is
+//! gathered in a buffer of its own. Every byte is scanned once, whatever
+//! the chunking, and nothing an upstream sends can grow it without bound:
+//! a line or an event past `max_event` bytes is an error.
 //!
 //! Lines end in `\n`, `\r\n` or `\r`; comments (`:`) and the `event`, `id`
 //! and `retry` fields are skipped; an incomplete event at the end of the
 //! stream is dropped, as the SSE specification says.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 /// The upstream sent more than the parser accepts in one line or event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -20,9 +22,12 @@ pub struct TooLarge {
 }
 
 pub struct SseParser {
-    /// Bytes received but not yet consumed as whole lines.
-    buf: BytesMut,
-    /// How far `buf` has been searched for a line end.
+    /// The unread rest of the last network chunk, shared with it.
+    shared: Bytes,
+    /// A line that spans network chunks, gathered (with what followed it).
+    /// While it holds bytes, new chunks are added to it.
+    carry: BytesMut,
+    /// How far `carry` has been searched for a line end.
     scanned: usize,
     /// The last line ended in `\r`: a `\n` that follows belongs to it.
     skip_lf: bool,
@@ -51,7 +56,8 @@ impl Data {
 impl SseParser {
     pub fn new(max_event: usize) -> Self {
         SseParser {
-            buf: BytesMut::new(),
+            shared: Bytes::new(),
+            carry: BytesMut::new(),
             scanned: 0,
             skip_lf: false,
             data: Data::None,
@@ -60,38 +66,80 @@ impl SseParser {
     }
 
     /// Adds bytes as they arrive from the network.
-    pub fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
+    pub fn push(&mut self, chunk: Bytes) {
+        if self.carry.is_empty() && self.shared.is_empty() {
+            self.shared = chunk;
+            return;
+        }
+        if !self.shared.is_empty() {
+            self.carry.extend_from_slice(&self.shared);
+            self.shared = Bytes::new();
+        }
+        self.carry.extend_from_slice(&chunk);
     }
 
     /// The next complete event's data, `Ok(None)` when more bytes are needed.
     pub fn next_event(&mut self) -> Result<Option<Bytes>, TooLarge> {
-        loop {
-            if self.skip_lf && !self.buf.is_empty() {
-                if self.buf[0] == b'\n' {
-                    let _ = self.buf.split_to(1);
-                }
-                self.skip_lf = false;
-            }
-            let Some(end) =
-                memchr::memchr2(b'\n', b'\r', &self.buf[self.scanned..]).map(|i| i + self.scanned)
-            else {
-                self.scanned = self.buf.len();
-                if self.scanned > self.max_event {
-                    return Err(self.too_large());
-                }
-                return Ok(None);
-            };
-            let mut line = self.buf.split_to(end + 1);
-            self.scanned = 0;
-            if line[end] == b'\r' {
-                self.skip_lf = true;
-            }
-            line.truncate(end);
-            if let Some(event) = self.line(line.freeze())? {
+        while let Some(line) = self.next_line()? {
+            if let Some(event) = self.line(line)? {
                 return Ok(Some(event));
             }
         }
+        Ok(None)
+    }
+
+    /// The next whole line, without its end.
+    fn next_line(&mut self) -> Result<Option<Bytes>, TooLarge> {
+        if !self.carry.is_empty() {
+            return self.carried_line();
+        }
+        if self.skip_lf && !self.shared.is_empty() {
+            if self.shared[0] == b'\n' {
+                self.shared.advance(1);
+            }
+            self.skip_lf = false;
+        }
+        match memchr::memchr2(b'\n', b'\r', &self.shared) {
+            Some(end) => {
+                self.skip_lf = self.shared[end] == b'\r';
+                let line = self.shared.slice(..end);
+                self.shared.advance(end + 1);
+                Ok(Some(line))
+            }
+            None => {
+                // The line goes on in the next chunk.
+                self.carry.extend_from_slice(&self.shared);
+                self.scanned = self.shared.len();
+                self.shared = Bytes::new();
+                self.check_carry().map(|()| None)
+            }
+        }
+    }
+
+    fn carried_line(&mut self) -> Result<Option<Bytes>, TooLarge> {
+        if self.skip_lf {
+            if self.carry[0] == b'\n' {
+                self.carry.advance(1);
+            }
+            self.skip_lf = false;
+        }
+        let from = self.scanned.min(self.carry.len());
+        let Some(end) = memchr::memchr2(b'\n', b'\r', &self.carry[from..]).map(|i| i + from) else {
+            self.scanned = self.carry.len();
+            return self.check_carry().map(|()| None);
+        };
+        self.skip_lf = self.carry[end] == b'\r';
+        let mut line = self.carry.split_to(end + 1);
+        self.scanned = 0;
+        line.truncate(end);
+        Ok(Some(line.freeze()))
+    }
+
+    fn check_carry(&mut self) -> Result<(), TooLarge> {
+        if self.carry.len() > self.max_event {
+            return Err(self.too_large());
+        }
+        Ok(())
     }
 
     fn too_large(&self) -> TooLarge {
@@ -155,7 +203,7 @@ mod tests {
         let mut p = SseParser::new(max);
         let mut out = Vec::new();
         for part in input {
-            p.push(part);
+            p.push(Bytes::copy_from_slice(part));
             while let Some(e) = p.next_event()? {
                 out.push(String::from_utf8_lossy(&e).into_owned());
             }
@@ -185,6 +233,18 @@ mod tests {
             let (a, b) = whole.split_at(cut);
             assert_eq!(events(&[a, b], 1024).unwrap(), want, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn byte_by_byte_gives_the_same_events() {
+        let whole: &[u8] =
+            b"data: a\r\n\r\ndata: b\ndata: c\r\rdata: {\"x\":1}\n\ndata: [DONE]\n\n";
+        let bytes: Vec<&[u8]> = whole.chunks(1).collect();
+        let want = events(&[whole], 1024).unwrap();
+        assert_eq!(want, vec!["a", "b\nc", "{\"x\":1}", "[DONE]"]);
+        assert_eq!(events(&bytes, 1024).unwrap(), want);
+        let threes: Vec<&[u8]> = whole.chunks(3).collect();
+        assert_eq!(events(&threes, 1024).unwrap(), want);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! and errors; editing usage out for clients that did not ask for it.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -64,6 +65,9 @@ pub struct ChunkInfo {
     pub real: bool,
     /// The upstream reported an error in the stream (`{"error": …}`).
     pub error: Option<String>,
+    /// The first choice's delta as one line of text (content, then
+    /// `tool call: name(arguments)` pieces), when asked for.
+    pub summary: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -72,9 +76,45 @@ struct ChunkProbe<'a> {
     #[serde(default, deserialize_with = "present")]
     usage: Option<Option<Usage>>,
     #[serde(default, borrow)]
-    choices: Option<Vec<ChoiceProbe<'a>>>,
+    choices: Option<Choices<'a>>,
     #[serde(default)]
     error: Option<Value>,
+}
+
+/// `choices` read in one pass without keeping them: how many, whether any
+/// is real, and the first one (whose delta is all that is borrowed).
+#[derive(Default)]
+struct Choices<'a> {
+    count: usize,
+    real: bool,
+    first: Option<ChoiceProbe<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Choices<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Choices<'a>, A::Error> {
+                let mut out = Choices::default();
+                while let Some(choice) = seq.next_element::<ChoiceProbe<'a>>()? {
+                    out.count += 1;
+                    out.real |= choice.delta.as_ref().is_some_and(DeltaProbe::is_real);
+                    if out.first.is_none() {
+                        out.first = Some(choice);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(Visit(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -102,6 +142,8 @@ struct ToolDeltaProbe<'a> {
 #[derive(Deserialize)]
 struct FunctionProbe<'a> {
     #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
     arguments: Option<Cow<'a, str>>,
 }
 
@@ -111,15 +153,35 @@ impl DeltaProbe<'_> {
             || self.tool_calls.as_ref().is_some_and(|t| !t.is_empty())
     }
 
-    fn text_bytes(&self) -> usize {
-        let args: usize = self
-            .tool_calls
+    fn functions(&self) -> impl Iterator<Item = &FunctionProbe<'_>> {
+        self.tool_calls
             .iter()
             .flatten()
-            .filter_map(|t| t.function.as_ref()?.arguments.as_ref())
+            .filter_map(|t| t.function.as_ref())
+    }
+
+    fn text_bytes(&self) -> usize {
+        let args: usize = self
+            .functions()
+            .filter_map(|f| f.arguments.as_ref())
             .map(|a| a.len())
             .sum();
         self.content.as_ref().map_or(0, |c| c.len()) + args
+    }
+
+    /// The delta as [`AssistantOutput::render`](super::AssistantOutput::render)
+    /// writes a whole answer: the text, then each tool-call piece.
+    fn summary(&self) -> String {
+        let mut out = self.content.as_deref().unwrap_or_default().to_owned();
+        for f in self.functions() {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            let name = f.name.as_deref().unwrap_or_default();
+            let args = f.arguments.as_deref().unwrap_or_default();
+            out.push_str(&format!("tool call: {name}({args})"));
+        }
+        out
     }
 }
 
@@ -127,11 +189,12 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Usage
     Option::<Usage>::deserialize(d).map(Some)
 }
 
-/// Inspects one stream chunk without keeping a parsed copy of it. A chunk
-/// is a JSON object with a `choices` array (possibly empty, for the usage
+/// Inspects one stream chunk in one parse, without keeping a parsed copy
+/// of it (and with its delta summarised when `summarize`). A chunk is a
+/// JSON object with a `choices` array (possibly empty, for the usage
 /// chunk), a usage-only object, or an error object; anything else is not
 /// part of an answer.
-pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, NotAnAnswer> {
+pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAnswer> {
     object_bytes(data)?;
     let probe: ChunkProbe = serde_json::from_slice(data)?;
     let usage = match probe.usage {
@@ -139,38 +202,35 @@ pub fn inspect_chunk(data: &[u8]) -> Result<ChunkInfo, NotAnAnswer> {
         Some(None) => UsageField::Null,
         Some(Some(u)) => UsageField::Present(u),
     };
+    let mut info = ChunkInfo {
+        usage,
+        choices: 0,
+        finished: false,
+        text_bytes: 0,
+        real: false,
+        error: None,
+        summary: None,
+    };
     if let Some(e) = probe.error.filter(|e| !e.is_null()) {
-        return Ok(ChunkInfo {
-            usage,
-            choices: 0,
-            finished: false,
-            text_bytes: 0,
-            real: false,
-            error: Some(error_message(&e)),
-        });
+        info.error = Some(error_message(&e));
+        return Ok(info);
     }
     let choices = match probe.choices {
         Some(c) => c,
-        None if matches!(usage, UsageField::Present(_)) => Vec::new(),
+        None if matches!(usage, UsageField::Present(_)) => Choices::default(),
         None => return Err(NotAnAnswer::NoChoices),
     };
-    if choices.len() > MAX_CHOICES {
-        return Err(NotAnAnswer::TooManyChoices(choices.len()));
+    if choices.count > MAX_CHOICES {
+        return Err(NotAnAnswer::TooManyChoices(choices.count));
     }
-    Ok(ChunkInfo {
-        usage,
-        choices: choices.len(),
-        finished: choices.first().is_some_and(|c| c.finish_reason.is_some()),
-        text_bytes: choices
-            .first()
-            .and_then(|c| c.delta.as_ref())
-            .map_or(0, DeltaProbe::text_bytes),
-        real: choices
-            .iter()
-            .filter_map(|c| c.delta.as_ref())
-            .any(DeltaProbe::is_real),
-        error: None,
-    })
+    let first = choices.first.as_ref();
+    let delta = first.and_then(|c| c.delta.as_ref());
+    info.choices = choices.count;
+    info.real = choices.real;
+    info.finished = first.is_some_and(|c| c.finish_reason.is_some());
+    info.text_bytes = delta.map_or(0, DeltaProbe::text_bytes);
+    info.summary = delta.filter(|_| summarize).map(DeltaProbe::summary);
+    Ok(info)
 }
 
 /// The human message inside an OpenAI-style error value (object or string).
@@ -194,27 +254,20 @@ pub fn strip_usage(data: &[u8]) -> Result<Bytes, serde_json::Error> {
     serde_json::to_vec(&obj).map(Bytes::from)
 }
 
-/// Removes `"usage": null` from a chunk (upstreams add it to every chunk
-/// once usage is requested). Compact JSON is edited in place: in it,
-/// `,"usage":null` can only be a key, since a quote inside a string is
-/// escaped. Other layouts are re-serialised.
-pub fn strip_null_usage(data: &Bytes) -> Bytes {
+/// Where `"usage":null` sits in a chunk, with the comma that goes with it,
+/// so a relay can leave it out while copying (upstreams add it to every
+/// chunk once usage is requested). Only compact JSON is read this way: in
+/// it, `,"usage":null` can only be a key, since a quote inside a string is
+/// escaped. `None` for other layouts, which [`strip_usage`] re-serialises.
+pub fn null_usage_span(data: &[u8]) -> Option<Range<usize>> {
     const KEY: &[u8] = b"\"usage\":null";
-    if let Some(at) = memchr::memmem::find(data, KEY) {
-        let end = at + KEY.len();
-        let cut = |from: usize, to: usize| {
-            let mut out = Vec::with_capacity(data.len());
-            out.extend_from_slice(&data[..from]);
-            out.extend_from_slice(&data[to..]);
-            Bytes::from(out)
-        };
-        match (at.checked_sub(1).and_then(|i| data.get(i)), data.get(end)) {
-            (Some(b','), _) => return cut(at - 1, end),
-            (Some(b'{'), Some(b',')) => return cut(at, end + 1),
-            _ => {}
-        }
+    let at = memchr::memmem::find(data, KEY)?;
+    let end = at + KEY.len();
+    match (at.checked_sub(1).and_then(|i| data.get(i)), data.get(end)) {
+        (Some(b','), _) => Some(at - 1..end),
+        (Some(b'{'), Some(b',')) => Some(at..end + 1),
+        _ => None,
     }
-    strip_usage(data).unwrap_or_else(|_| data.clone())
 }
 
 #[derive(Deserialize)]
@@ -267,9 +320,11 @@ mod tests {
 
     #[test]
     fn chunk_inspection_reads_usage_and_errors() {
-        let c =
-            inspect_chunk(br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#)
-                .unwrap_or_else(|e| unreachable!("{e}"));
+        let c = inspect_chunk(
+            br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
+            false,
+        )
+        .unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(
             c.usage,
             UsageField::Present(Usage {
@@ -279,13 +334,37 @@ mod tests {
             })
         );
         assert_eq!(c.choices, 0);
-        let c = inspect_chunk(br#"{"choices":[{}],"usage":null}"#)
+        let c = inspect_chunk(br#"{"choices":[{}],"usage":null}"#, false)
             .unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(c.usage, UsageField::Null);
-        let c = inspect_chunk(br#"{"error":{"message":"boom"}}"#)
+        let c = inspect_chunk(br#"{"error":{"message":"boom"}}"#, false)
             .unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(c.error.as_deref(), Some("boom"));
-        assert!(inspect_chunk(b"not json").is_err());
+        assert!(inspect_chunk(b"not json", false).is_err());
+    }
+
+    #[test]
+    fn one_parse_counts_choices_and_summarises_the_first() {
+        let data = br#"{"choices":[{"delta":{"content":"Hi","tool_calls":[{"function":{"name":"f","arguments":"{}"}}]},"finish_reason":null},{"delta":{"role":"assistant"}}]}"#;
+        let c = inspect_chunk(data, true).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(c.choices, 2);
+        assert!(c.real);
+        assert!(!c.finished);
+        assert_eq!(c.text_bytes, 4);
+        assert_eq!(c.summary.as_deref(), Some("Hi\ntool call: f({})"));
+        let role_only = inspect_chunk(br#"{"choices":[{"delta":{"role":"assistant"}}]}"#, false)
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(!role_only.real);
+        assert!(role_only.summary.is_none());
+        let many = format!(
+            r#"{{"choices":[{}]}}"#,
+            vec!["{}"; MAX_CHOICES + 1].join(",")
+        );
+        assert!(matches!(
+            inspect_chunk(many.as_bytes(), false),
+            Err(NotAnAnswer::TooManyChoices(n)) if n == MAX_CHOICES + 1
+        ));
+        assert!(inspect_chunk(br#"{"choices":null}"#, false).is_err());
     }
 
     #[test]
@@ -303,8 +382,11 @@ mod tests {
             (r#"{"id": "x", "usage": null}"#, r#"{"id":"x"}"#),
         ];
         for (input, want) in cases {
-            let got = strip_null_usage(&Bytes::from(input));
-            assert_eq!(std::str::from_utf8(&got).unwrap(), want, "{input}");
+            let got = match null_usage_span(input.as_bytes()) {
+                Some(r) => format!("{}{}", &input[..r.start], &input[r.end..]),
+                None => String::from_utf8(strip_usage(input.as_bytes()).unwrap().to_vec()).unwrap(),
+            };
+            assert_eq!(got, want, "{input}");
         }
     }
 
@@ -333,12 +415,12 @@ mod tests {
         ));
         for chunk in [&b"{}"[..], b"[]", b"[{\"choices\":[]}]", b"{\"id\":\"x\"}"] {
             assert!(
-                inspect_chunk(chunk).is_err(),
+                inspect_chunk(chunk, false).is_err(),
                 "{}",
                 String::from_utf8_lossy(chunk)
             );
         }
-        assert!(inspect_chunk(br#"{"choices":[],"usage":{"prompt_tokens":1}}"#).is_ok());
-        assert!(inspect_chunk(br#"{"usage":{"prompt_tokens":1}}"#).is_ok());
+        assert!(inspect_chunk(br#"{"choices":[],"usage":{"prompt_tokens":1}}"#, false).is_ok());
+        assert!(inspect_chunk(br#"{"usage":{"prompt_tokens":1}}"#, false).is_ok());
     }
 }
