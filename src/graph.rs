@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::attempt::ModelInfo;
-use crate::config::{Config, Route};
+use crate::config::{Config, Resolve, Route, Unresolved};
 use crate::model::ChatModel;
 use crate::redact::Redactor;
-use crate::strategy::Resolve;
 use crate::strategy::passthrough::Passthrough;
 use crate::upstream::{ConcreteModel, Upstream};
 
@@ -47,8 +46,8 @@ pub enum BuildError {
         #[source]
         source: crate::upstream::openai::BuildError,
     },
-    #[error("`{0}` refers to a name that is not defined (the config was not validated)")]
-    Unresolved(String),
+    #[error(transparent)]
+    Unresolved(#[from] Unresolved),
 }
 
 impl Graph {
@@ -71,7 +70,7 @@ impl Graph {
             let upstream = upstreams
                 .get(m.upstream.as_str())
                 .cloned()
-                .ok_or_else(|| BuildError::Unresolved(m.upstream.clone()))?;
+                .ok_or_else(|| Unresolved(m.upstream.clone()))?;
             let info = Arc::new(ModelInfo {
                 name: name.as_str().into(),
                 upstream: upstream.name.clone(),
@@ -106,14 +105,14 @@ impl Graph {
 
     /// The node for `name`, building routes depth-first (validation has
     /// ruled out cycles).
-    fn route(&mut self, config: &Config, name: &str) -> Result<Arc<dyn ChatModel>, BuildError> {
+    fn route(&mut self, config: &Config, name: &str) -> Result<Arc<dyn ChatModel>, Unresolved> {
         if let Some(n) = self.nodes.get(name) {
             return Ok(n.model.clone());
         }
         let route = config
             .routes
             .get(name)
-            .ok_or_else(|| BuildError::Unresolved(name.to_owned()))?;
+            .ok_or_else(|| Unresolved(name.to_owned()))?;
         // Keep-alive needs: the nodes a route names are built first.
         let mut keepalive = None;
         let model: Arc<dyn ChatModel> = match route {
@@ -176,7 +175,7 @@ struct Resolver<'g> {
 }
 
 impl Resolve for Resolver<'_> {
-    fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, BuildError> {
+    fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, Unresolved> {
         self.graph.route(self.config, name)
     }
 

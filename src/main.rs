@@ -204,7 +204,7 @@ async fn run(command: Command) -> ExitCode {
                 );
                 return ExitCode::from(2);
             }
-            let cfg = match conclave::config::load(&config) {
+            let cfg = match conclave::config::load(&config, &conclave::strategy::ALL) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("{e}");
@@ -237,19 +237,21 @@ async fn run(command: Command) -> ExitCode {
                 }
             }
         }
-        Command::Check { config } => match conclave::config::load(&config) {
-            Ok(c) => {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{}: ok", config.display());
-                let _ = write!(out, "{}", c.describe());
-                ExitCode::SUCCESS
+        Command::Check { config } => {
+            match conclave::config::load(&config, &conclave::strategy::ALL) {
+                Ok(c) => {
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{}: ok", config.display());
+                    let _ = write!(out, "{}", c.describe());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    eprintln!("{} error(s) in {}", e.errors.len(), config.display());
+                    ExitCode::from(2)
+                }
             }
-            Err(e) => {
-                eprintln!("{e}");
-                eprintln!("{} error(s) in {}", e.errors.len(), config.display());
-                ExitCode::from(2)
-            }
-        },
+        }
         Command::Mock {
             listen,
             config,

@@ -23,7 +23,7 @@ pub fn reload(
     telemetry: &Arc<Telemetry>,
     started_at: u64,
 ) -> Config {
-    let next = match config::load(path) {
+    let next = match config::load(path, &crate::strategy::ALL) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("config reload failed; still serving the previous config:\n{e}");

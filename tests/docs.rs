@@ -11,7 +11,12 @@ const PROBE: &str = "zz_probe";
 /// The names a table accepts, read from the loader's "unknown field"
 /// (or "unknown variant") error for `toml`.
 fn accepted(toml: &str) -> Vec<String> {
-    let errs = match conclave::config::parse(toml, "probe.toml", &|_| Some("secret".into())) {
+    let errs = match conclave::config::parse(
+        toml,
+        "probe.toml",
+        &|_| Some("secret".into()),
+        &conclave::strategy::ALL,
+    ) {
         Ok(_) => panic!("the probe was accepted:\n{toml}"),
         Err(e) => e.errors,
     };

@@ -110,7 +110,7 @@ proptest! {
 
     #[test]
     fn config_loader_never_panics_on_text(text in "(?s).{0,400}") {
-        let _ = conclave::config::parse(&text, "fuzz.toml", &|_| None);
+        let _ = conclave::config::parse(&text, "fuzz.toml", &|_| None, &conclave::strategy::ALL);
     }
 
     /// A real config with one value replaced by something else: every
@@ -131,7 +131,7 @@ proptest! {
         if let Some((key, _)) = lines[i].split_once(" = ") {
             out[i] = format!("{key} = {value}");
         }
-        if let Err(e) = conclave::config::parse(&out.join("\n"), "fuzz.toml", &|_| None) {
+        if let Err(e) = conclave::config::parse(&out.join("\n"), "fuzz.toml", &|_| None, &conclave::strategy::ALL) {
             for err in &e.errors {
                 prop_assert!(!err.message.is_empty());
             }

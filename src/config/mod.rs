@@ -13,6 +13,7 @@ mod describe;
 mod errors;
 mod names;
 mod raw;
+mod strategies;
 mod validate;
 mod warnings;
 
@@ -27,9 +28,9 @@ pub(crate) use errors::Errors;
 pub(crate) use errors::positive;
 pub use errors::{ConfigError, ConfigErrors};
 pub use raw::{Lane, Price};
+pub use strategies::{Built, Resolve, RouteSpec, Strategies, Unresolved};
 
 use crate::mock::Behavior;
-use crate::strategy::RouteSpec;
 
 /// A validated config: no `Option`s left for "filled in later".
 #[derive(Debug)]
@@ -137,8 +138,9 @@ impl Route {
 }
 
 /// Reads and validates the config at `path`, taking secrets from the
-/// process environment.
-pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+/// process environment; `strategies` reads strategy routes
+/// (`conclave::strategy::ALL`).
+pub fn load(path: &Path, strategies: &Strategies) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
         file: file.clone(),
@@ -147,17 +149,19 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
             message: format!("cannot read the file: {e}"),
         }],
     })?;
-    parse(&text, &file, &|name| std::env::var(name).ok())
+    parse(&text, &file, &|name| std::env::var(name).ok(), strategies)
 }
 
-/// Validates config text; `env` looks up environment variables.
+/// Validates config text; `env` looks up environment variables, and
+/// `strategies` reads strategy routes (`conclave::strategy::ALL`).
 pub fn parse(
     text: &str,
     file: &str,
     env: &dyn Fn(&str) -> Option<String>,
+    strategies: &Strategies,
 ) -> Result<Config, ConfigErrors> {
     let mut errs = Errors::default();
-    let config = validate::validate(text, env, &mut errs);
+    let config = validate::validate(text, env, strategies, &mut errs);
     match config {
         Some(c) if errs.0.is_empty() => Ok(c),
         _ => Err(ConfigErrors {

@@ -10,7 +10,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn errors(text: &str) -> Vec<String> {
-    match parse(text, "t.toml", &env) {
+    match parse(text, "t.toml", &env, &crate::strategy::ALL) {
         Ok(_) => Vec::new(),
         Err(e) => e
             .errors
@@ -69,7 +69,7 @@ verify = ["fast"]
 
 #[test]
 fn a_good_config_resolves() {
-    let c = parse(GOOD, "t.toml", &env).unwrap();
+    let c = parse(GOOD, "t.toml", &env, &crate::strategy::ALL).unwrap();
     assert_eq!(c.server.request_timeout, Duration::from_secs(30));
     assert_eq!(c.keys[0].secret, Secret("sk-team-a".into()));
     assert_eq!(c.upstreams["local"].lane, Lane::Local);

@@ -10,9 +10,8 @@ use indexmap::IndexMap;
 
 use crate::server::Limits;
 
-use super::{Config, Errors, Key, Lane, Model, Route, Secret, Server, Upstream, UpstreamKind};
+use super::{Config, Errors, Key, Lane, Model, Secret, Server, Strategies, Upstream, UpstreamKind};
 use super::{names, positive, raw, warnings};
-use crate::strategy;
 
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
@@ -20,6 +19,7 @@ const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
 pub(super) fn validate(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
+    strategies: &Strategies,
     errs: &mut Errors,
 ) -> Option<Config> {
     let mut doc: toml::Table = match text.parse() {
@@ -37,7 +37,7 @@ pub(super) fn validate(
     // bad table does not cascade into "unknown model" errors elsewhere.
     let mut broken = HashSet::new();
     let models = models(doc.remove("models"), &upstreams, errs, &mut broken);
-    let routes = routes(doc.remove("routes"), errs, &mut broken);
+    let routes = strategies.routes(doc.remove("routes"), errs, &mut broken);
     for key in doc.keys() {
         errs.push(
             key.clone(),
@@ -57,7 +57,11 @@ pub(super) fn validate(
     Some(warnings::warn(config))
 }
 
-fn table(v: Option<toml::Value>, path: &str, errs: &mut Errors) -> IndexMap<String, toml::Value> {
+pub(super) fn table(
+    v: Option<toml::Value>,
+    path: &str,
+    errs: &mut Errors,
+) -> IndexMap<String, toml::Value> {
     match v {
         None => IndexMap::new(),
         Some(toml::Value::Table(t)) => t.into_iter().collect(),
@@ -348,90 +352,6 @@ fn models(
                 json_mode: m.json_mode.unwrap_or(true),
             },
         );
-    }
-    out
-}
-
-/// The parser of a registered strategy.
-fn registered(name: &str) -> Option<strategy::Parse> {
-    strategy::REGISTRY
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, parse)| *parse)
-}
-
-/// Every strategy this build has, `passthrough` first.
-fn available() -> Vec<&'static str> {
-    let mut out = vec!["passthrough"];
-    out.extend(strategy::REGISTRY.iter().map(|(n, _)| *n));
-    out
-}
-
-fn routes(
-    v: Option<toml::Value>,
-    errs: &mut Errors,
-    broken: &mut HashSet<String>,
-) -> IndexMap<String, Route> {
-    let mut out = IndexMap::new();
-    for (name, item) in table(v, "routes", errs) {
-        let path = format!("routes.{name}");
-        let strategy = item
-            .get("strategy")
-            .and_then(|s| s.as_str())
-            .map(str::to_owned);
-        let route = match strategy.as_deref() {
-            Some("passthrough") => errs.parse::<raw::Passthrough>(&path, item).map(|p| {
-                positive(
-                    p.stream_idle_timeout,
-                    &format!("{path}.stream_idle_timeout"),
-                    errs,
-                );
-                Route::Passthrough {
-                    model: p.model,
-                    stream_idle_timeout: p.stream_idle_timeout,
-                }
-            }),
-            Some(s) if registered(s).is_some() => {
-                registered(s).and_then(|parse| parse(item, &path, errs).map(Route::Strategy))
-            }
-            Some(s) if strategy::LATER.contains(&s) => {
-                errs.push(
-                    format!("{path}.strategy"),
-                    format!(
-                        "strategy \"{s}\" is not available in this build yet (available: {})",
-                        available().join(", ")
-                    ),
-                );
-                None
-            }
-            Some(s) => {
-                let mut all = available();
-                all.extend(strategy::LATER);
-                errs.push(
-                    format!("{path}.strategy"),
-                    format!(
-                        "unknown strategy \"{s}\" (expected one of {})",
-                        all.join(", ")
-                    ),
-                );
-                None
-            }
-            None => {
-                errs.push(
-                    format!("{path}.strategy"),
-                    format!("missing (expected one of {})", available().join(", ")),
-                );
-                None
-            }
-        };
-        match route {
-            Some(r) => {
-                out.insert(name, r);
-            }
-            None => {
-                broken.insert(name);
-            }
-        }
     }
     out
 }

@@ -9,9 +9,7 @@ use serde::Deserialize;
 
 use super::verifier::Verifier;
 use super::{Chain, Tier};
-use crate::config::{Config, Errors, Lane, Route, positive};
-use crate::graph::BuildError;
-use crate::strategy::{Built, Resolve, RouteSpec};
+use crate::config::{Built, Config, Errors, Lane, Resolve, Route, RouteSpec, Unresolved, positive};
 
 /// Default gap between SSE keep-alive comments while a chain verifies.
 pub const CHAIN_KEEPALIVE: Duration = Duration::from_secs(5);
@@ -245,7 +243,7 @@ impl RouteSpec for ChainSpec {
         name: &str,
         config: &Config,
         nodes: &mut dyn Resolve,
-    ) -> Result<Built, BuildError> {
+    ) -> Result<Built, Unresolved> {
         let mut tiers = Vec::new();
         for t in &self.tiers {
             tiers.push(Tier {

@@ -1,0 +1,160 @@
+//! What the config knows of strategies: the validated config a strategy's
+//! folder parses its route table into ([`RouteSpec`]), how it builds its
+//! node ([`Resolve`], [`Built`]), and the registry of strategies
+//! ([`Strategies`]) that the caller hands to [`super::load`]. The config
+//! reads a strategy route through its registered parser without knowing
+//! the strategy, so imports flow one way: strategies depend on the config,
+//! never the reverse.
+
+use std::any::Any;
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+
+use super::validate::table;
+use super::{Config, Errors, Route, positive, raw};
+use crate::model::ChatModel;
+
+/// A strategy route's validated config.
+pub trait RouteSpec: Debug + Send + Sync {
+    /// The strategy's name (`strategy = "…"`, a bounded label).
+    fn strategy(&self) -> &'static str;
+    /// The names it refers to, each with its key path inside the route
+    /// table (`tiers[0]`, `verifier`).
+    fn references(&self) -> Vec<(String, String)>;
+    /// One line for `conclave check`.
+    fn describe(&self, config: &Config) -> String;
+    /// Valid but likely not what the user meant.
+    fn warnings(&self, _name: &str, _config: &Config) -> Vec<String> {
+        Vec::new()
+    }
+    /// The route's node, from the nodes it names.
+    fn build(
+        &self,
+        name: &str,
+        config: &Config,
+        nodes: &mut dyn Resolve,
+    ) -> Result<Built, Unresolved>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A built strategy node and its keep-alive need (see `graph::Node`).
+pub struct Built {
+    pub model: Arc<dyn ChatModel>,
+    pub keepalive: Option<Duration>,
+}
+
+/// How a strategy reaches the nodes it names while the graph is built.
+pub trait Resolve {
+    /// The node for `name`, built first if it is a route.
+    fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, Unresolved>;
+    /// The keep-alive need of an already built node.
+    fn keepalive(&self, name: &str) -> Option<Duration>;
+}
+
+/// A name the graph does not have: the config was not validated.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` refers to a name that is not defined (the config was not validated)")]
+pub struct Unresolved(pub String);
+
+/// Reads one route table of a strategy.
+pub(crate) type Parse = fn(toml::Value, &str, &mut Errors) -> Option<Box<dyn RouteSpec>>;
+
+/// The strategies of a build, by name.
+pub struct Strategies {
+    pub(crate) known: &'static [(&'static str, Parse)],
+    /// Strategies the design names that this build does not have yet.
+    pub(crate) later: &'static [&'static str],
+}
+
+impl Strategies {
+    /// The parser of a registered strategy.
+    fn registered(&self, name: &str) -> Option<Parse> {
+        self.known
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, parse)| *parse)
+    }
+
+    /// Every strategy this build has, `passthrough` first.
+    fn available(&self) -> Vec<&'static str> {
+        let mut out = vec!["passthrough"];
+        out.extend(self.known.iter().map(|(n, _)| *n));
+        out
+    }
+
+    /// Reads the `[routes]` tables; a route whose table fails goes into
+    /// `broken` (still a defined name).
+    pub(super) fn routes(
+        &self,
+        v: Option<toml::Value>,
+        errs: &mut Errors,
+        broken: &mut HashSet<String>,
+    ) -> IndexMap<String, Route> {
+        let mut out = IndexMap::new();
+        for (name, item) in table(v, "routes", errs) {
+            let path = format!("routes.{name}");
+            let strategy = item
+                .get("strategy")
+                .and_then(|s| s.as_str())
+                .map(str::to_owned);
+            let route = match strategy.as_deref() {
+                Some("passthrough") => errs.parse::<raw::Passthrough>(&path, item).map(|p| {
+                    positive(
+                        p.stream_idle_timeout,
+                        &format!("{path}.stream_idle_timeout"),
+                        errs,
+                    );
+                    Route::Passthrough {
+                        model: p.model,
+                        stream_idle_timeout: p.stream_idle_timeout,
+                    }
+                }),
+                Some(s) if self.registered(s).is_some() => self
+                    .registered(s)
+                    .and_then(|parse| parse(item, &path, errs).map(Route::Strategy)),
+                Some(s) if self.later.contains(&s) => {
+                    errs.push(
+                        format!("{path}.strategy"),
+                        format!(
+                            "strategy \"{s}\" is not available in this build yet (available: {})",
+                            self.available().join(", ")
+                        ),
+                    );
+                    None
+                }
+                Some(s) => {
+                    let mut all = self.available();
+                    all.extend(self.later);
+                    errs.push(
+                        format!("{path}.strategy"),
+                        format!(
+                            "unknown strategy \"{s}\" (expected one of {})",
+                            all.join(", ")
+                        ),
+                    );
+                    None
+                }
+                None => {
+                    errs.push(
+                        format!("{path}.strategy"),
+                        format!("missing (expected one of {})", self.available().join(", ")),
+                    );
+                    None
+                }
+            };
+            match route {
+                Some(r) => {
+                    out.insert(name, r);
+                }
+                None => {
+                    broken.insert(name);
+                }
+            }
+        }
+        out
+    }
+}
