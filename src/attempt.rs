@@ -62,6 +62,10 @@ struct State {
     verdict: Option<Verdict>,
     feedback: Option<String>,
     summary: String,
+    /// Time spent waiting for the upstream's lane (not part of the
+    /// attempt's duration), and whether that lane is local.
+    queued: Duration,
+    local: bool,
 }
 
 struct Cell {
@@ -103,6 +107,8 @@ impl Attempt {
                 verdict: None,
                 feedback: None,
                 summary: String::new(),
+                queued: Duration::ZERO,
+                local: false,
             }),
         }))
     }
@@ -111,11 +117,23 @@ impl Attempt {
         self.0.state.lock().warm = warm;
     }
 
+    /// Time since the attempt started.
+    pub fn elapsed(&self) -> Duration {
+        self.0.started.elapsed()
+    }
+
+    /// The call waited `queued` for its lane before it was sent.
+    pub fn set_queued(&self, queued: Duration, local: bool) {
+        let mut s = self.0.state.lock();
+        s.queued = queued;
+        s.local = local;
+    }
+
     /// The first stream event arrived.
     pub fn first_token(&self) {
         let mut s = self.0.state.lock();
         if s.ttft.is_none() {
-            s.ttft = Some(self.0.started.elapsed());
+            s.ttft = Some(self.0.started.elapsed().saturating_sub(s.queued));
         }
     }
 
@@ -214,6 +232,11 @@ pub struct AttemptRecord {
     pub cost_usd: Option<f64>,
     /// The first characters of the answer, secrets removed.
     pub summary: String,
+    /// On a local lane: the time the call waited for it.
+    pub queued: Option<Duration>,
+    /// On a local lane: output tokens per second of generation (from the
+    /// first token to the last; the whole call for a whole answer).
+    pub tokens_per_second: Option<f64>,
 }
 
 /// Something that takes every finished attempt of a request.
@@ -236,13 +259,20 @@ impl Drop for Cell {
             (Outcome::Done, None) => Verdict::Ok,
             _ => Verdict::Cancelled,
         };
+        let duration =
+            (s.ended.unwrap_or_else(Instant::now) - self.started).saturating_sub(s.queued);
+        let generation = duration.saturating_sub(s.ttft.unwrap_or_default());
+        let tokens_per_second = s
+            .usage
+            .filter(|u| s.local && u.completion_tokens > 0 && !generation.is_zero())
+            .map(|u| u.completion_tokens as f64 / generation.as_secs_f64());
         let record = AttemptRecord {
             ctx: self.ctx.clone(),
             model: self.model.clone(),
             role: self.role,
             index: self.index,
             started_at: self.started_at,
-            duration: s.ended.unwrap_or_else(Instant::now) - self.started,
+            duration,
             ttft: s.ttft,
             warm: s.warm,
             verdict,
@@ -251,6 +281,8 @@ impl Drop for Cell {
             usage: s.usage,
             cost_usd: s.usage.map(|u| self.model.cost(&u)),
             summary: self.model.redactor.clean(&s.summary),
+            queued: s.local.then_some(s.queued),
+            tokens_per_second,
         };
         for sink in self.ctx.sinks() {
             sink.record(&record);

@@ -16,6 +16,8 @@ pub enum TimeoutPhase {
     Total,
     /// A stream sent nothing for `stream_idle_timeout` after an event.
     Idle,
+    /// The deadline passed while the call waited for its local lane.
+    Lane,
 }
 
 impl TimeoutPhase {
@@ -27,6 +29,7 @@ impl TimeoutPhase {
             TimeoutPhase::Idle => {
                 format!("timed out: its stream stalled, no event for {after} after the last one")
             }
+            TimeoutPhase::Lane => format!("timed out waiting for the local lane ({after})"),
         }
     }
 }

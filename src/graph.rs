@@ -54,10 +54,17 @@ impl Graph {
     pub fn build(config: &Config) -> Result<Graph, BuildError> {
         let mut upstreams = HashMap::new();
         for (name, u) in &config.upstreams {
-            let built = Upstream::from_config(name, u).map_err(|source| BuildError::Client {
-                name: name.clone(),
-                source,
-            })?;
+            let models = config
+                .models
+                .iter()
+                .filter(|(_, m)| m.upstream == *name)
+                .map(|(n, m)| (m.upstream_model.clone(), Arc::from(n.as_str())))
+                .collect();
+            let built =
+                Upstream::from_config(name, u, models).map_err(|source| BuildError::Client {
+                    name: name.clone(),
+                    source,
+                })?;
             upstreams.insert(name.as_str(), Arc::new(built));
         }
         let redactor = Arc::new(Redactor::new(config.secrets()));

@@ -55,8 +55,12 @@ impl AppState {
         telemetry: Arc<Telemetry>,
         started_at: u64,
     ) -> Result<Self, BuildError> {
+        let graph = Graph::build(config)?;
+        for probe in graph.upstreams.iter().filter_map(|u| u.probe.as_ref()) {
+            probe.start_polling();
+        }
         Ok(AppState {
-            graph: Graph::build(config)?,
+            graph,
             keys: Keys::new(&config.keys),
             request_timeout: config.server.request_timeout,
             sse_keepalive: config.server.sse_keepalive,

@@ -24,7 +24,7 @@ impl Config {
                     llama_swap,
                     ..
                 } => match llama_swap {
-                    Some(ls) => format!("{base_url} (llama-swap {ls})"),
+                    Some(ls) => format!("{base_url} (llama-swap {})", ls.url),
                     None => base_url.clone(),
                 },
                 UpstreamKind::Mock { models, .. } => format!("{} simulated models", models.len()),

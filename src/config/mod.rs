@@ -80,6 +80,14 @@ pub struct Key {
 #[derive(Debug)]
 pub struct Upstream {
     pub lane: Lane,
+    /// Local lane: calls per model at once; cloud lane: calls at once
+    /// (`None`: unbounded).
+    pub max_concurrency: Option<usize>,
+    /// Local lane: models served at once.
+    pub max_models: usize,
+    /// Local lane: a call waiting longer stops new calls for the models
+    /// being served from joining.
+    pub max_wait_swap: Duration,
     pub timeout: Duration,
     /// Longest gap between two events of a streamed answer.
     pub stream_idle_timeout: Duration,
@@ -91,12 +99,21 @@ pub enum UpstreamKind {
     OpenAi {
         base_url: String,
         api_key: Option<Secret>,
-        llama_swap: Option<String>,
+        llama_swap: Option<LlamaSwap>,
     },
     Mock {
         swap_delay: Option<Duration>,
         models: IndexMap<String, Behavior>,
     },
+}
+
+/// Where an upstream's llama-swap answers `GET /running`, and how it is
+/// probed.
+#[derive(Debug)]
+pub struct LlamaSwap {
+    pub url: String,
+    pub probe_timeout: Duration,
+    pub probe_cache: Duration,
 }
 
 impl UpstreamKind {

@@ -113,7 +113,15 @@ pub struct OpenAiUpstream {
     pub base_url: String,
     pub api_key_env: Option<String>,
     pub llama_swap: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub probe_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub probe_cache: Option<Duration>,
     pub lane: Option<Lane>,
+    pub max_concurrency: Option<u32>,
+    pub max_models: Option<u32>,
+    #[serde(default, with = "humantime_serde")]
+    pub max_wait_swap: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -127,6 +135,10 @@ pub struct MockUpstream {
     #[allow(dead_code)]
     pub kind: String,
     pub lane: Option<Lane>,
+    pub max_concurrency: Option<u32>,
+    pub max_models: Option<u32>,
+    #[serde(default, with = "humantime_serde")]
+    pub max_wait_swap: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]

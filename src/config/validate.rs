@@ -10,11 +10,63 @@ use indexmap::IndexMap;
 
 use crate::server::Limits;
 
-use super::{Config, Errors, Key, Lane, Model, Secret, Server, Strategies, Upstream, UpstreamKind};
+use super::{
+    Config, Errors, Key, Lane, LlamaSwap, Model, Secret, Server, Strategies, Upstream, UpstreamKind,
+};
 use super::{names, positive, raw, warnings};
 
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
+const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+const DEFAULT_PROBE_CACHE: Duration = Duration::from_secs(1);
+const DEFAULT_LOCAL_CONCURRENCY: usize = 4;
+const DEFAULT_MAX_WAIT_SWAP: Duration = Duration::from_secs(30);
+
+/// The lane keys of an upstream table, as read.
+struct LaneKeys {
+    lane: Lane,
+    max_concurrency: Option<u32>,
+    max_models: Option<u32>,
+    max_wait_swap: Option<Duration>,
+}
+
+/// Validates the lane keys into (max_concurrency, max_models, max_wait_swap).
+fn lane_keys(k: LaneKeys, path: &str, errs: &mut Errors) -> (Option<usize>, usize, Duration) {
+    for (key, v) in [
+        ("max_concurrency", k.max_concurrency),
+        ("max_models", k.max_models),
+    ] {
+        if v == Some(0) {
+            errs.push(format!("{path}.{key}"), "must be at least 1");
+        }
+    }
+    positive(k.max_wait_swap, &format!("{path}.max_wait_swap"), errs);
+    if k.lane == Lane::Cloud {
+        for (key, set) in [
+            ("max_models", k.max_models.is_some()),
+            ("max_wait_swap", k.max_wait_swap.is_some()),
+        ] {
+            if set {
+                errs.push(
+                    format!("{path}.{key}"),
+                    "applies to a local lane only (set lane = \"local\" or llama_swap)",
+                );
+            }
+        }
+    }
+    let concurrency = match k.lane {
+        Lane::Local => Some(
+            k.max_concurrency
+                .map_or(DEFAULT_LOCAL_CONCURRENCY, |n| n as usize),
+        ),
+        Lane::Cloud => k.max_concurrency.map(|n| n as usize),
+    };
+    (
+        concurrency,
+        k.max_models.unwrap_or(1).max(1) as usize,
+        k.max_wait_swap.unwrap_or(DEFAULT_MAX_WAIT_SWAP),
+    )
+}
 
 pub(super) fn validate(
     text: &str,
@@ -246,14 +298,37 @@ fn upstreams(
                     &format!("{path}.stream_idle_timeout"),
                     errs,
                 );
+                for (key, v) in [
+                    ("probe_timeout", u.probe_timeout),
+                    ("probe_cache", u.probe_cache),
+                ] {
+                    positive(v, &format!("{path}.{key}"), errs);
+                    if v.is_some() && u.llama_swap.is_none() {
+                        errs.push(format!("{path}.{key}"), "applies only with llama_swap");
+                    }
+                }
+                let keys = LaneKeys {
+                    lane,
+                    max_concurrency: u.max_concurrency,
+                    max_models: u.max_models,
+                    max_wait_swap: u.max_wait_swap,
+                };
+                let (max_concurrency, max_models, max_wait_swap) = lane_keys(keys, &path, errs);
                 Upstream {
                     lane,
+                    max_concurrency,
+                    max_models,
+                    max_wait_swap,
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::OpenAi {
                         base_url: u.base_url.trim_end_matches('/').to_owned(),
                         api_key,
-                        llama_swap: u.llama_swap.map(|s| s.trim_end_matches('/').to_owned()),
+                        llama_swap: u.llama_swap.map(|s| LlamaSwap {
+                            url: s.trim_end_matches('/').to_owned(),
+                            probe_timeout: u.probe_timeout.unwrap_or(DEFAULT_PROBE_TIMEOUT),
+                            probe_cache: u.probe_cache.unwrap_or(DEFAULT_PROBE_CACHE),
+                        }),
                     },
                 }
             }),
@@ -273,8 +348,19 @@ fn upstreams(
                     &format!("{path}.stream_idle_timeout"),
                     errs,
                 );
+                let lane = u.lane.unwrap_or(Lane::Cloud);
+                let keys = LaneKeys {
+                    lane,
+                    max_concurrency: u.max_concurrency,
+                    max_models: u.max_models,
+                    max_wait_swap: u.max_wait_swap,
+                };
+                let (max_concurrency, max_models, max_wait_swap) = lane_keys(keys, &path, errs);
                 Upstream {
-                    lane: u.lane.unwrap_or(Lane::Cloud),
+                    lane,
+                    max_concurrency,
+                    max_models,
+                    max_wait_swap,
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::Mock {

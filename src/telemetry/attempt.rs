@@ -4,15 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{counter, histogram};
 use serde::Serialize;
 
 use super::{
-    ATTEMPT_DURATION, ATTEMPT_TTFT, ATTEMPTS_TOTAL, EventBody, LLAMA_SWAP_WARM, TOKENS_TOTAL,
+    ATTEMPT_DURATION, ATTEMPT_TTFT, ATTEMPTS_TOTAL, EventBody, GENERATION_TPS, TOKENS_TOTAL,
     Telemetry, UPSTREAM_ERRORS_TOTAL,
 };
 use crate::attempt::{AttemptRecord, AttemptSink};
-use crate::labels::Warm;
 
 /// The `attempt` event of the JSONL log.
 #[derive(Serialize)]
@@ -32,6 +31,10 @@ pub struct AttemptEvent {
     usage_estimated: bool,
     cost_usd: Option<f64>,
     output_summary: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queued_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens_per_second: Option<f64>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -43,9 +46,9 @@ impl AttemptSink for Telemetry {
         let ctx = &r.ctx;
         let m = &r.model;
         let role = r.role.as_str();
-        if r.warm != Warm::Unknown {
-            gauge!(LLAMA_SWAP_WARM, "upstream" => m.upstream.clone(), "model" => m.name.clone())
-                .set(if r.warm == Warm::Yes { 1.0 } else { 0.0 });
+        if let Some(tps) = r.tokens_per_second {
+            histogram!(GENERATION_TPS, "upstream" => m.upstream.clone(), "model" => m.name.clone())
+                .record(tps);
         }
         counter!(ATTEMPTS_TOTAL,
             "route" => ctx.route.clone(), "strategy" => ctx.strategy, "model" => m.name.clone(),
@@ -88,6 +91,8 @@ impl AttemptSink for Telemetry {
                 usage_estimated: r.usage.is_some_and(|u| u.estimated),
                 cost_usd: r.cost_usd,
                 output_summary: r.summary.clone(),
+                queued_ms: r.queued.map(ms),
+                tokens_per_second: r.tokens_per_second.map(|t| (t * 10.0).round() / 10.0),
             };
             self.emit(
                 ctx,

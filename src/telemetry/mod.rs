@@ -35,9 +35,16 @@ pub const COST_USD_TOTAL: &str = "conclave_cost_usd_total";
 pub const UPSTREAM_ERRORS_TOTAL: &str = "conclave_upstream_errors_total";
 pub const INFLIGHT_REQUESTS: &str = "conclave_inflight_requests";
 pub const LLAMA_SWAP_WARM: &str = "conclave_llama_swap_warm";
+pub const LANE_QUEUE_DEPTH: &str = "conclave_lane_queue_depth";
+pub const LANE_WAIT: &str = "conclave_lane_wait_seconds";
+pub const LANE_SWAPS: &str = "conclave_llama_swap_swaps_total";
+pub const GENERATION_TPS: &str = "conclave_generation_tokens_per_second";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+const TPS_BUCKETS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0,
 ];
 const OVERHEAD_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -54,6 +61,9 @@ fn prometheus() -> Option<&'static PrometheusHandle> {
                 .set_buckets_for_metric(Matcher::Full(OVERHEAD.into()), OVERHEAD_BUCKETS)
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(GENERATION_TPS.into()), TPS_BUCKETS)
                 });
             let handle = match builder.and_then(|b| b.install_recorder()) {
                 Ok(h) => h,
@@ -108,6 +118,13 @@ fn describe() {
         LLAMA_SWAP_WARM,
         "1 when llama-swap reports the model loaded"
     );
+    describe_gauge!(LANE_QUEUE_DEPTH, "Calls waiting in a local lane");
+    describe_histogram!(LANE_WAIT, Unit::Seconds, "Time a call waited for its lane");
+    describe_histogram!(
+        GENERATION_TPS,
+        "Output tokens per second of local-lane attempts"
+    );
+    describe_counter!(LANE_SWAPS, "Times a local lane changed the model it serves");
 }
 
 /// Shared by every request, and kept across config reloads: the event log

@@ -10,11 +10,17 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::time::{Instant, timeout_at};
 
+use std::time::{Duration, SystemTime};
+
 use super::Upstream;
 use super::decode::{self, Exchange};
+use super::lane::LaneTimeout;
 use crate::attempt::{Attempt, ModelInfo};
-use crate::error::ModelError;
+use crate::config::Lane;
+use crate::context::RequestCtx;
+use crate::error::{ModelError, TimeoutPhase};
 use crate::model::{Call, ChatModel, Meta, Reply, ReplyBody};
+use crate::telemetry::EventBody;
 use crate::wire::{ChatRequest, Endpoint, text_len};
 
 pub struct ConcreteModel {
@@ -91,7 +97,25 @@ impl ConcreteModel {
         attempt: &Attempt,
     ) -> Result<ReplyBody, ModelError> {
         let up = &self.upstream;
-        attempt.set_warm(up.transport.warm(&self.info.upstream_model).await);
+        let by = call
+            .deadline
+            .unwrap_or(call.ctx.deadline)
+            .min(call.ctx.deadline);
+        let admitted = match up.gate.admit(&self.info.upstream_model, by).await {
+            Ok(a) => a,
+            Err(LaneTimeout) => {
+                return Err(ModelError::Timeout {
+                    upstream: up.name.clone(),
+                    phase: TimeoutPhase::Lane,
+                    after: round_ms(attempt.elapsed()),
+                });
+            }
+        };
+        attempt.set_queued(admitted.queued, up.lane == Lane::Local);
+        if let Some(from) = &admitted.swapped_from {
+            lane_swap(&call.ctx, &up.name, from, &self.info.upstream_model);
+        }
+        attempt.set_warm(up.warm(&self.info.upstream_model).await);
         let started = Instant::now();
         let total = call
             .ctx
@@ -133,7 +157,7 @@ impl ConcreteModel {
             return Err(decode::status_error(resp, &x).await);
         }
         if out.stream {
-            decode::stream(resp, x, attempt)
+            decode::stream(resp, x, attempt, admitted.permit)
                 .await
                 .map(ReplyBody::Stream)
         } else {
@@ -142,6 +166,23 @@ impl ConcreteModel {
                 .map(ReplyBody::Whole)
         }
     }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX))
+}
+
+/// The `lane_swap` event: the local lane changed the model it serves.
+fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
+    if !ctx.telemetry.events_enabled() {
+        return;
+    }
+    let mut f = Map::new();
+    f.insert("upstream".into(), Value::from(&**upstream));
+    f.insert("from".into(), Value::from(from));
+    f.insert("to".into(), Value::from(to));
+    ctx.telemetry
+        .emit(ctx, "lane_swap", EventBody::Fields(f), SystemTime::now());
 }
 
 #[async_trait]

@@ -19,6 +19,7 @@ use futures::{Stream, StreamExt};
 use serde_json::Value;
 use tokio::time::{Instant, Sleep, sleep_until, timeout_at};
 
+use super::lane::Permit;
 use super::sse::SseParser;
 use super::{BodyStream, RawResponse};
 use crate::attempt::Attempt;
@@ -60,6 +61,7 @@ impl Exchange {
             TimeoutPhase::FirstToken => self.first.saturating_duration_since(self.started),
             TimeoutPhase::Total => self.total.saturating_duration_since(self.started),
             TimeoutPhase::Idle => self.idle,
+            TimeoutPhase::Lane => Duration::ZERO,
         };
         ModelError::Timeout {
             upstream: self.upstream.clone(),
@@ -222,6 +224,7 @@ pub async fn stream(
     resp: RawResponse,
     x: Exchange,
     attempt: &Attempt,
+    permit: Permit,
 ) -> Result<ChunkStream, ModelError> {
     let first_by = x.first;
     let first_phase = x.first_phase();
@@ -235,6 +238,7 @@ pub async fn stream(
         x,
         attempt: attempt.clone(),
         open: true,
+        permit: Some(permit),
         relayed: false,
         output_bytes: 0,
         finished_choice: false,
@@ -265,6 +269,8 @@ struct Relay {
     x: Exchange,
     attempt: Attempt,
     open: bool,
+    /// The lane's permit, held until the answer is read.
+    permit: Option<Permit>,
     /// At least one chunk went out: `[DONE]` before any is not an answer.
     relayed: bool,
     /// Answer text seen so far, for a usage estimate.
@@ -279,6 +285,7 @@ type Next = Poll<Option<Result<Chunk, ModelError>>>;
 impl Relay {
     fn fail(&mut self, e: ModelError) -> Next {
         self.open = false;
+        self.permit = None;
         self.attempt.fail(&e);
         Poll::Ready(Some(Err(e)))
     }
@@ -287,6 +294,7 @@ impl Relay {
     fn fail_now(&mut self, phase: TimeoutPhase) -> ModelError {
         let e = self.x.timeout(phase);
         self.open = false;
+        self.permit = None;
         self.attempt.fail(&e);
         e
     }
@@ -296,6 +304,7 @@ impl Relay {
             return self.fail(self.x.invalid("the stream ended before its first event"));
         }
         self.open = false;
+        self.permit = None;
         if !self.attempt.has_usage() {
             // The upstream ignored `include_usage`: estimate, and say so.
             let estimate = Usage::estimate(self.x.input_bytes, self.output_bytes);

@@ -7,7 +7,8 @@
 
 mod concrete;
 pub mod decode;
-mod llama_swap;
+pub mod lane;
+pub mod llama_swap;
 mod mock;
 pub mod openai;
 pub mod sse;
@@ -21,6 +22,8 @@ use bytes::Bytes;
 use futures::Stream;
 
 pub use concrete::ConcreteModel;
+use lane::{Gate, Limits};
+use llama_swap::WarmProbe;
 
 use crate::config::{self, Lane, UpstreamKind};
 use crate::labels::Warm;
@@ -73,33 +76,60 @@ pub trait Transport: Send + Sync {
 pub struct Upstream {
     pub name: Arc<str>,
     pub lane: Lane,
+    pub gate: Gate,
     pub timeout: Duration,
     pub stream_idle_timeout: Duration,
     pub transport: Box<dyn Transport>,
+    /// llama-swap's warm state, for `llama_swap = URL` upstreams.
+    pub probe: Option<Arc<WarmProbe>>,
 }
 
 impl Upstream {
-    pub fn from_config(name: &str, cfg: &config::Upstream) -> Result<Self, openai::BuildError> {
+    /// `models`: (name sent upstream, conclave's name) of the models on it.
+    pub fn from_config(
+        name: &str,
+        cfg: &config::Upstream,
+        models: Vec<(String, Arc<str>)>,
+    ) -> Result<Self, openai::BuildError> {
+        let name: Arc<str> = name.into();
+        let mut probe = None;
         let transport: Box<dyn Transport> = match &cfg.kind {
             UpstreamKind::OpenAi {
                 base_url,
                 api_key,
                 llama_swap,
-            } => Box::new(openai::OpenAiTransport::new(
-                base_url,
-                api_key.as_ref(),
-                llama_swap.as_deref(),
-            )?),
+            } => {
+                let t = openai::OpenAiTransport::new(base_url, api_key.as_ref())?;
+                if let Some(ls) = llama_swap {
+                    probe = Some(Arc::new(t.probe(ls, &name, models)?));
+                }
+                Box::new(t)
+            }
             UpstreamKind::Mock { swap_delay, models } => {
                 Box::new(mock::MockTransport::new(models.clone(), *swap_delay))
             }
         };
+        let limits = Limits {
+            max_concurrency: cfg.max_concurrency,
+            max_models: cfg.max_models,
+            max_wait_swap: cfg.max_wait_swap,
+        };
         Ok(Upstream {
-            name: name.into(),
+            gate: Gate::new(cfg.lane == Lane::Local, &name, limits, probe.clone()),
+            name,
             lane: cfg.lane,
             timeout: cfg.timeout,
             stream_idle_timeout: cfg.stream_idle_timeout,
             transport,
+            probe,
         })
+    }
+
+    /// Whether `model` (the name sent upstream) is loaded right now.
+    pub async fn warm(&self, model: &str) -> Warm {
+        match &self.probe {
+            Some(p) => p.warm(model).await,
+            None => self.transport.warm(model).await,
+        }
     }
 }

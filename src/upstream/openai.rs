@@ -10,10 +10,11 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 
-use super::llama_swap::LlamaSwapProbe;
 use super::{BoxError, RawResponse, Transport, TransportError};
-use crate::config::Secret;
-use crate::labels::Warm;
+use std::sync::Arc;
+
+use super::llama_swap::{ProbeSettings, WarmProbe};
+use crate::config::{LlamaSwap, Secret};
 use crate::wire::Endpoint;
 
 /// The transport could not be set up.
@@ -36,15 +37,10 @@ pub struct OpenAiTransport {
     embeddings_url: reqwest::Url,
     models_url: reqwest::Url,
     auth: Option<HeaderValue>,
-    llama_swap: Option<LlamaSwapProbe>,
 }
 
 impl OpenAiTransport {
-    pub fn new(
-        base_url: &str,
-        api_key: Option<&Secret>,
-        llama_swap: Option<&str>,
-    ) -> Result<Self, BuildError> {
+    pub fn new(base_url: &str, api_key: Option<&Secret>) -> Result<Self, BuildError> {
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .connect_timeout(CONNECT_TIMEOUT)
@@ -56,7 +52,6 @@ impl OpenAiTransport {
             Some(v)
         });
         Ok(OpenAiTransport {
-            llama_swap: llama_swap.map(|u| LlamaSwapProbe::new(client.clone(), u)),
             client,
             chat_url: parse_url(&format!("{base_url}{}", Endpoint::Chat.path()))?,
             completions_url: parse_url(&format!("{base_url}{}", Endpoint::Completions.path()))?,
@@ -64,6 +59,29 @@ impl OpenAiTransport {
             models_url: parse_url(&format!("{base_url}/models"))?,
             auth,
         })
+    }
+}
+
+impl OpenAiTransport {
+    /// A warm-state probe of the llama-swap at `settings.url`, over this
+    /// upstream's connection pool and with its API key.
+    pub fn probe(
+        &self,
+        ls: &LlamaSwap,
+        upstream: &str,
+        models: Vec<(String, Arc<str>)>,
+    ) -> Result<WarmProbe, BuildError> {
+        Ok(WarmProbe::new(
+            self.client.clone(),
+            ProbeSettings {
+                upstream: upstream.into(),
+                url: parse_url(&format!("{}/running", ls.url))?,
+                auth: self.auth.clone(),
+                timeout: ls.probe_timeout,
+                fresh_for: ls.probe_cache,
+                models,
+            },
+        ))
     }
 }
 
@@ -136,13 +154,6 @@ impl Transport for OpenAiTransport {
                     .map_err(|e| Box::new(e.without_url()) as BoxError),
             ),
         })
-    }
-
-    async fn warm(&self, model: &str) -> Warm {
-        match &self.llama_swap {
-            Some(p) => p.warm(model).await,
-            None => Warm::Unknown,
-        }
     }
 
     async fn ready(&self) -> Result<(), String> {

@@ -137,12 +137,19 @@ impl Proc {
 
     /// The JSONL event log at `{dir}/events.jsonl`, once `n` lines are in.
     pub async fn events(&self, n: usize) -> Vec<Value> {
+        self.events_of(&[], n).await
+    }
+
+    /// The log's events of the given kinds (all when empty), once there
+    /// are at least `n` of them.
+    pub async fn events_of(&self, kinds: &[&str], n: usize) -> Vec<Value> {
         for _ in 0..200 {
             let text = std::fs::read_to_string(self.path("events.jsonl")).unwrap_or_default();
             let lines: Vec<Value> = text
                 .lines()
                 .filter(|l| !l.trim().is_empty())
-                .map(|l| serde_json::from_str(l).unwrap())
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .filter(|e| kinds.is_empty() || kinds.iter().any(|k| e["event"] == *k))
                 .collect();
             if lines.len() >= n {
                 return lines;
