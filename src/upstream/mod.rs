@@ -27,7 +27,9 @@ use llama_swap::WarmProbe;
 
 use crate::config::{self, Lane, UpstreamKind};
 use crate::labels::Warm;
+use crate::telemetry::LLAMA_SWAP_WARM;
 use crate::wire::Endpoint;
+use metrics::gauge;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -82,6 +84,8 @@ pub struct Upstream {
     pub transport: Box<dyn Transport>,
     /// llama-swap's warm state, for `llama_swap = URL` upstreams.
     pub probe: Option<Arc<WarmProbe>>,
+    /// (name sent upstream, conclave's name) of its models.
+    models: Vec<(String, Arc<str>)>,
 }
 
 impl Upstream {
@@ -101,7 +105,7 @@ impl Upstream {
             } => {
                 let t = openai::OpenAiTransport::new(base_url, api_key.as_ref())?;
                 if let Some(ls) = llama_swap {
-                    probe = Some(Arc::new(t.probe(ls, &name, models)?));
+                    probe = Some(Arc::new(t.probe(ls, &name, models.clone())?));
                 }
                 Box::new(t)
             }
@@ -122,14 +126,30 @@ impl Upstream {
             stream_idle_timeout: cfg.stream_idle_timeout,
             transport,
             probe,
+            models,
         })
     }
 
     /// Whether `model` (the name sent upstream) is loaded right now.
     pub async fn warm(&self, model: &str) -> Warm {
-        match &self.probe {
-            Some(p) => p.warm(model).await,
-            None => self.transport.warm(model).await,
+        if let Some(p) = &self.probe {
+            return p.warm(model).await;
         }
+        // A transport that knows its warm state (the simulator) shows it
+        // like a probe would: the loaded model at 1, the others at 0.
+        let warm = self.transport.warm(model).await;
+        if warm == Warm::Yes {
+            for (upstream_model, name) in &self.models {
+                let on = if upstream_model == model { 1.0 } else { 0.0 };
+                gauge!(LLAMA_SWAP_WARM, "upstream" => self.name.clone(), "model" => name.clone())
+                    .set(on);
+            }
+        } else if warm == Warm::No {
+            for (_, name) in self.models.iter().filter(|(m, _)| m == model) {
+                gauge!(LLAMA_SWAP_WARM, "upstream" => self.name.clone(), "model" => name.clone())
+                    .set(0.0);
+            }
+        }
+        warm
     }
 }
