@@ -31,7 +31,7 @@ use crate::telemetry::{LANE_QUEUE_DEPTH, LANE_SWAPS, LANE_WAIT};
 /// How calls to one upstream are let through.
 pub enum Gate {
     Open,
-    Cloud(Arc<Semaphore>),
+    Cloud(Arc<str>, Arc<Semaphore>),
     Local(Arc<LocalLane>),
 }
 
@@ -72,7 +72,7 @@ impl Gate {
                 probe,
                 state: Mutex::new(State::default()),
             })),
-            (false, Some(n)) => Gate::Cloud(Arc::new(Semaphore::new(n.max(1)))),
+            (false, Some(n)) => Gate::Cloud(upstream.clone(), Arc::new(Semaphore::new(n.max(1)))),
             (false, None) => Gate::Open,
         }
     }
@@ -86,15 +86,17 @@ impl Gate {
                 queued: Duration::ZERO,
                 swapped_from: None,
             }),
-            Gate::Cloud(s) => {
+            Gate::Cloud(upstream, s) => {
                 let started = Instant::now();
                 let p = timeout_at(by, s.clone().acquire_owned())
                     .await
                     .map_err(|_| LaneTimeout)?
                     .map_err(|_| LaneTimeout)?;
+                let queued = started.elapsed();
+                histogram!(LANE_WAIT, "upstream" => upstream.clone()).record(queued.as_secs_f64());
                 Ok(Admitted {
                     permit: Permit::Cloud(p),
-                    queued: started.elapsed(),
+                    queued,
                     swapped_from: None,
                 })
             }
