@@ -80,14 +80,7 @@ pub struct Key {
 #[derive(Debug)]
 pub struct Upstream {
     pub lane: Lane,
-    /// Local lane: calls per model at once; cloud lane: calls at once
-    /// (`None`: unbounded).
-    pub max_concurrency: Option<usize>,
-    /// Local lane: models served at once.
-    pub max_models: usize,
-    /// Local lane: a call waiting longer stops new calls for the models
-    /// being served from joining.
-    pub max_wait_swap: Duration,
+    pub limits: LaneLimits,
     pub timeout: Duration,
     /// Longest gap between two events of a streamed answer.
     pub stream_idle_timeout: Duration,
@@ -105,6 +98,19 @@ pub enum UpstreamKind {
         swap_delay: Option<Duration>,
         models: IndexMap<String, Behavior>,
     },
+}
+
+/// How many calls an upstream's lane lets through.
+#[derive(Debug, Clone, Copy)]
+pub struct LaneLimits {
+    /// Local lane: calls per model at once; cloud lane: calls at once
+    /// (`None`: unbounded).
+    pub max_concurrency: Option<usize>,
+    /// Local lane: models served at once.
+    pub max_models: usize,
+    /// Local lane: a call waiting longer stops new calls for the models
+    /// being served from joining.
+    pub max_wait_swap: Duration,
 }
 
 /// Where an upstream's llama-swap answers `GET /running`, and how it is

@@ -11,7 +11,8 @@ use indexmap::IndexMap;
 use crate::server::Limits;
 
 use super::{
-    Config, Errors, Key, Lane, LlamaSwap, Model, Secret, Server, Strategies, Upstream, UpstreamKind,
+    Config, Errors, Key, Lane, LaneLimits, LlamaSwap, Model, Secret, Server, Strategies, Upstream,
+    UpstreamKind,
 };
 use super::{names, positive, raw, warnings};
 
@@ -22,29 +23,28 @@ const DEFAULT_PROBE_CACHE: Duration = Duration::from_secs(1);
 const DEFAULT_LOCAL_CONCURRENCY: usize = 4;
 const DEFAULT_MAX_WAIT_SWAP: Duration = Duration::from_secs(30);
 
-/// The lane keys of an upstream table, as read.
-struct LaneKeys {
+/// Validates an upstream's lane keys, as read, into its lane's limits.
+fn lane_limits(
     lane: Lane,
     max_concurrency: Option<u32>,
     max_models: Option<u32>,
     max_wait_swap: Option<Duration>,
-}
-
-/// Validates the lane keys into (max_concurrency, max_models, max_wait_swap).
-fn lane_keys(k: LaneKeys, path: &str, errs: &mut Errors) -> (Option<usize>, usize, Duration) {
+    path: &str,
+    errs: &mut Errors,
+) -> LaneLimits {
     for (key, v) in [
-        ("max_concurrency", k.max_concurrency),
-        ("max_models", k.max_models),
+        ("max_concurrency", max_concurrency),
+        ("max_models", max_models),
     ] {
         if v == Some(0) {
             errs.push(format!("{path}.{key}"), "must be at least 1");
         }
     }
-    positive(k.max_wait_swap, &format!("{path}.max_wait_swap"), errs);
-    if k.lane == Lane::Cloud {
+    positive(max_wait_swap, &format!("{path}.max_wait_swap"), errs);
+    if lane == Lane::Cloud {
         for (key, set) in [
-            ("max_models", k.max_models.is_some()),
-            ("max_wait_swap", k.max_wait_swap.is_some()),
+            ("max_models", max_models.is_some()),
+            ("max_wait_swap", max_wait_swap.is_some()),
         ] {
             if set {
                 errs.push(
@@ -54,18 +54,14 @@ fn lane_keys(k: LaneKeys, path: &str, errs: &mut Errors) -> (Option<usize>, usiz
             }
         }
     }
-    let concurrency = match k.lane {
-        Lane::Local => Some(
-            k.max_concurrency
-                .map_or(DEFAULT_LOCAL_CONCURRENCY, |n| n as usize),
-        ),
-        Lane::Cloud => k.max_concurrency.map(|n| n as usize),
-    };
-    (
-        concurrency,
-        k.max_models.unwrap_or(1).max(1) as usize,
-        k.max_wait_swap.unwrap_or(DEFAULT_MAX_WAIT_SWAP),
-    )
+    LaneLimits {
+        max_concurrency: match lane {
+            Lane::Local => Some(max_concurrency.map_or(DEFAULT_LOCAL_CONCURRENCY, |n| n as usize)),
+            Lane::Cloud => max_concurrency.map(|n| n as usize),
+        },
+        max_models: max_models.unwrap_or(1).max(1) as usize,
+        max_wait_swap: max_wait_swap.unwrap_or(DEFAULT_MAX_WAIT_SWAP),
+    }
 }
 
 pub(super) fn validate(
@@ -307,18 +303,10 @@ fn upstreams(
                         errs.push(format!("{path}.{key}"), "applies only with llama_swap");
                     }
                 }
-                let keys = LaneKeys {
-                    lane,
-                    max_concurrency: u.max_concurrency,
-                    max_models: u.max_models,
-                    max_wait_swap: u.max_wait_swap,
-                };
-                let (max_concurrency, max_models, max_wait_swap) = lane_keys(keys, &path, errs);
+                let (c, m, w) = (u.max_concurrency, u.max_models, u.max_wait_swap);
                 Upstream {
                     lane,
-                    max_concurrency,
-                    max_models,
-                    max_wait_swap,
+                    limits: lane_limits(lane, c, m, w, &path, errs),
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::OpenAi {
@@ -349,18 +337,10 @@ fn upstreams(
                     errs,
                 );
                 let lane = u.lane.unwrap_or(Lane::Cloud);
-                let keys = LaneKeys {
-                    lane,
-                    max_concurrency: u.max_concurrency,
-                    max_models: u.max_models,
-                    max_wait_swap: u.max_wait_swap,
-                };
-                let (max_concurrency, max_models, max_wait_swap) = lane_keys(keys, &path, errs);
+                let (c, m, w) = (u.max_concurrency, u.max_models, u.max_wait_swap);
                 Upstream {
                     lane,
-                    max_concurrency,
-                    max_models,
-                    max_wait_swap,
+                    limits: lane_limits(lane, c, m, w, &path, errs),
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::Mock {

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::time::{Instant, timeout_at};
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use super::Upstream;
-use super::decode::{self, Exchange};
+use super::decode::{self, Exchange, round_ms};
 use super::lane::LaneTimeout;
 use crate::attempt::{Attempt, ModelInfo};
 use crate::config::Lane;
@@ -166,10 +166,6 @@ impl ConcreteModel {
                 .map(ReplyBody::Whole)
         }
     }
-}
-
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX))
 }
 
 /// The `lane_swap` event: the local lane changed the model it serves.

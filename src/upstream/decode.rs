@@ -111,7 +111,8 @@ impl Exchange {
     }
 }
 
-fn round_ms(d: Duration) -> Duration {
+/// A duration to whole milliseconds, as errors quote it.
+pub(super) fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX))
 }
 

@@ -26,6 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::{Instant, timeout_at};
 
 use super::llama_swap::WarmProbe;
+use crate::config::LaneLimits;
 use crate::telemetry::{LANE_QUEUE_DEPTH, LANE_SWAPS, LANE_WAIT};
 
 /// How calls to one upstream are let through.
@@ -60,7 +61,7 @@ impl Gate {
     pub fn new(
         local: bool,
         upstream: &Arc<str>,
-        limits: Limits,
+        limits: LaneLimits,
         probe: Option<Arc<WarmProbe>>,
     ) -> Gate {
         match (local, limits.max_concurrency) {
@@ -103,14 +104,6 @@ impl Gate {
             Gate::Local(lane) => lane.admit(&Arc::from(model), by).await,
         }
     }
-}
-
-/// A lane's limits, from the upstream's config.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_concurrency: Option<usize>,
-    pub max_models: usize,
-    pub max_wait_swap: Duration,
 }
 
 pub struct LocalLane {
@@ -366,7 +359,7 @@ mod tests {
     type Log = Arc<Mutex<Vec<(String, u128)>>>;
 
     fn lane(per_model: usize, max_wait_swap: Duration) -> Arc<Gate> {
-        let limits = Limits {
+        let limits = LaneLimits {
             max_concurrency: Some(per_model),
             max_models: 1,
             max_wait_swap,

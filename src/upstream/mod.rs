@@ -22,7 +22,7 @@ use bytes::Bytes;
 use futures::Stream;
 
 pub use concrete::ConcreteModel;
-use lane::{Gate, Limits};
+use lane::Gate;
 use llama_swap::WarmProbe;
 
 use crate::config::{self, Lane, UpstreamKind};
@@ -113,13 +113,8 @@ impl Upstream {
                 Box::new(mock::MockTransport::new(models.clone(), *swap_delay))
             }
         };
-        let limits = Limits {
-            max_concurrency: cfg.max_concurrency,
-            max_models: cfg.max_models,
-            max_wait_swap: cfg.max_wait_swap,
-        };
         Ok(Upstream {
-            gate: Gate::new(cfg.lane == Lane::Local, &name, limits, probe.clone()),
+            gate: Gate::new(cfg.lane == Lane::Local, &name, cfg.limits, probe.clone()),
             name,
             lane: cfg.lane,
             timeout: cfg.timeout,
