@@ -187,21 +187,27 @@ impl RequestCtx {
     }
 }
 
+/// A request context for unit tests: a minute to run, no event log.
+#[cfg(test)]
+pub(crate) fn test_ctx() -> RequestCtx {
+    RequestCtx::new(
+        "r".into(),
+        "route".into(),
+        "chain",
+        "k".into(),
+        Duration::from_secs(60),
+        Telemetry::for_tests(),
+        CancellationToken::new(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
     async fn union_of_waits_counts_overlap_once() {
-        let ctx = RequestCtx::new(
-            "r".into(),
-            "route".into(),
-            "chain",
-            "k".into(),
-            Duration::from_secs(60),
-            Telemetry::for_tests(),
-            CancellationToken::new(),
-        );
+        let ctx = test_ctx();
         let t0 = Instant::now();
         let (_, a) = ctx.begin_attempt(t0);
         let (_, b) = ctx.begin_attempt(t0 + Duration::from_millis(5));

@@ -350,10 +350,7 @@ impl Stream for ClientStream {
 mod tests {
     use std::time::Duration;
 
-    use tokio_util::sync::CancellationToken;
-
     use super::*;
-    use crate::telemetry::Telemetry;
 
     fn chunk(text: &str) -> Chunk {
         let data = format!(r#"{{"choices":[{{"delta":{{"content":"{text}"}}}}],"usage":null}}"#);
@@ -366,15 +363,7 @@ mod tests {
     }
 
     fn client(inner: ChunkStream) -> ClientStream {
-        let ctx = RequestCtx::new(
-            "r".into(),
-            "route".into(),
-            "chain",
-            "k".into(),
-            Duration::from_secs(60),
-            Telemetry::for_tests(),
-            CancellationToken::new(),
-        );
+        let ctx = crate::context::test_ctx();
         ClientStream::new(inner, false, RequestGuard::new(Arc::new(ctx)))
     }
 

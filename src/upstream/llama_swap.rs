@@ -98,6 +98,21 @@ pub fn parse_running(body: &[u8]) -> Option<Vec<String>> {
     Some(ready)
 }
 
+/// Sets `conclave_llama_swap_warm` for each of an upstream's models
+/// (name sent upstream, conclave's name) that `loaded` has an answer for.
+pub fn show_loaded(
+    upstream: &Arc<str>,
+    models: &[(String, Arc<str>)],
+    loaded: impl Fn(&str) -> Option<bool>,
+) {
+    for (upstream_model, name) in models {
+        if let Some(on) = loaded(upstream_model) {
+            gauge!(LLAMA_SWAP_WARM, "upstream" => upstream.clone(), "model" => name.clone())
+                .set(if on { 1.0 } else { 0.0 });
+        }
+    }
+}
+
 impl WarmProbe {
     pub fn new(client: reqwest::Client, s: ProbeSettings) -> Self {
         WarmProbe {
@@ -193,11 +208,9 @@ impl WarmProbe {
             .flatten()
             .map(Arc::new);
         if let Some(l) = &loaded {
-            for (upstream_model, name) in &self.models {
-                let on = l.iter().any(|m| m == upstream_model);
-                gauge!(LLAMA_SWAP_WARM, "upstream" => self.upstream.clone(), "model" => name.clone())
-                    .set(if on { 1.0 } else { 0.0 });
-            }
+            show_loaded(&self.upstream, &self.models, |m| {
+                Some(l.iter().any(|x| x == m))
+            });
         }
         let mut c = self.cache.lock();
         c.at = Some(Instant::now());

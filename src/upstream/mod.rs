@@ -23,13 +23,11 @@ use futures::Stream;
 
 pub use concrete::ConcreteModel;
 use lane::Gate;
-use llama_swap::WarmProbe;
+use llama_swap::{WarmProbe, show_loaded};
 
 use crate::config::{self, Lane, UpstreamKind};
 use crate::labels::Warm;
-use crate::telemetry::LLAMA_SWAP_WARM;
 use crate::wire::Endpoint;
-use metrics::gauge;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -133,18 +131,11 @@ impl Upstream {
         // A transport that knows its warm state (the simulator) shows it
         // like a probe would: the loaded model at 1, the others at 0.
         let warm = self.transport.warm(model).await;
-        if warm == Warm::Yes {
-            for (upstream_model, name) in &self.models {
-                let on = if upstream_model == model { 1.0 } else { 0.0 };
-                gauge!(LLAMA_SWAP_WARM, "upstream" => self.name.clone(), "model" => name.clone())
-                    .set(on);
-            }
-        } else if warm == Warm::No {
-            for (_, name) in self.models.iter().filter(|(m, _)| m == model) {
-                gauge!(LLAMA_SWAP_WARM, "upstream" => self.name.clone(), "model" => name.clone())
-                    .set(0.0);
-            }
-        }
+        show_loaded(&self.name, &self.models, |m| match warm {
+            Warm::Yes => Some(m == model),
+            Warm::No => (m == model).then_some(false),
+            Warm::Unknown => None,
+        });
         warm
     }
 }
