@@ -97,6 +97,7 @@ impl ConcreteModel {
         attempt: &Attempt,
     ) -> Result<ReplyBody, ModelError> {
         let up = &self.upstream;
+        // The request's deadline, or the call's own when it is earlier.
         let by = call
             .deadline
             .unwrap_or(call.ctx.deadline)
@@ -117,11 +118,7 @@ impl ConcreteModel {
         }
         attempt.set_warm(up.warm(&self.info.upstream_model).await);
         let started = Instant::now();
-        let total = call
-            .ctx
-            .deadline
-            .min(started + up.timeout)
-            .min(call.deadline.unwrap_or(call.ctx.deadline));
+        let total = by.min(started + up.timeout);
         let first = match (out.stream, call.ttft_timeout) {
             (true, Some(t)) => total.min(started + t),
             _ => total,
