@@ -35,6 +35,7 @@ pub struct Graph {
     /// Names in config order: models first, then routes.
     pub names: Vec<Arc<str>>,
     nodes: HashMap<Arc<str>, Node>,
+    /// In config order.
     pub upstreams: Vec<Arc<Upstream>>,
 }
 
@@ -71,7 +72,11 @@ impl Graph {
         let mut g = Graph {
             names: Vec::new(),
             nodes: HashMap::new(),
-            upstreams: upstreams.values().cloned().collect(),
+            upstreams: config
+                .upstreams
+                .keys()
+                .filter_map(|n| upstreams.get(n.as_str()).cloned())
+                .collect(),
         };
         for (name, m) in &config.models {
             let upstream = upstreams

@@ -60,6 +60,10 @@ enum Command {
         /// The config file to check.
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+        /// Also ask every upstream whether it answers, and every llama-swap
+        /// upstream what it has loaded (exit status 1 if any cannot say).
+        #[arg(long)]
+        probe: bool,
     },
     /// Run a standalone simulated OpenAI-compatible + llama-swap server.
     Mock {
@@ -76,10 +80,56 @@ enum Command {
         /// Simulated llama-swap load time when another model is requested.
         #[arg(long, value_parser = humantime::parse_duration)]
         swap_delay: Option<Duration>,
+        /// With --swap-delay: llama-swap's `sendLoadingState` (a loading
+        /// banner as `reasoning_content` on cold streamed requests).
+        #[arg(long)]
+        send_loading_state: bool,
         /// With --config: answer models the config does not list by echoing.
         #[arg(long)]
         echo_unknown: bool,
     },
+}
+
+/// `check --probe`: one line per upstream, what it answered.
+async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
+    let graph = match conclave::graph::Graph::build(config) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let checks = graph
+        .upstreams
+        .iter()
+        .map(|u| async move { (u.name.clone(), u.status().await) });
+    let mut healthy = true;
+    let mut out = String::from("probe:\n");
+    for (name, s) in futures::future::join_all(checks).await {
+        let ready = match s.ready {
+            Ok(()) => "answers".to_owned(),
+            Err(e) => {
+                healthy = false;
+                format!("unreachable: {e}")
+            }
+        };
+        let loaded = match s.loaded {
+            None => String::new(),
+            Some(Ok(models)) if models.is_empty() => "; llama-swap has nothing loaded".into(),
+            Some(Ok(models)) => format!("; llama-swap has loaded: {}", models.join(", ")),
+            Some(Err(e)) => {
+                healthy = false;
+                format!("; llama-swap's loaded models are unknown: {e}")
+            }
+        };
+        out.push_str(&format!("  upstream {name}: {ready}{loaded}\n"));
+    }
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn init_logs(format: LogFormat) {
@@ -237,13 +287,19 @@ async fn run(command: Command) -> ExitCode {
                 }
             }
         }
-        Command::Check { config } => {
+        Command::Check { config, probe } => {
             match conclave::config::load(&config, &conclave::strategy::ALL) {
                 Ok(c) => {
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(out, "{}: ok", config.display());
-                    let _ = write!(out, "{}", c.describe());
-                    ExitCode::SUCCESS
+                    {
+                        let mut out = std::io::stdout().lock();
+                        let _ = writeln!(out, "{}: ok", config.display());
+                        let _ = write!(out, "{}", c.describe());
+                    }
+                    if probe {
+                        probe_upstreams(&c).await
+                    } else {
+                        ExitCode::SUCCESS
+                    }
                 }
                 Err(e) => {
                     eprintln!("{e}");
@@ -257,9 +313,10 @@ async fn run(command: Command) -> ExitCode {
             config,
             upstream,
             swap_delay,
+            send_loading_state,
             echo_unknown,
         } => {
-            let (models, cfg_delay) = match &config {
+            let (models, mut swap) = match &config {
                 Some(path) => match conclave::config::mock_models(path, upstream.as_deref()) {
                     Ok(m) => m,
                     Err(e) => {
@@ -269,9 +326,11 @@ async fn run(command: Command) -> ExitCode {
                 },
                 None => Default::default(),
             };
+            swap.delay = swap_delay.or(swap.delay);
+            swap.loading_state |= send_loading_state;
             let sim = Arc::new(conclave::mock::Simulator::new(
                 models,
-                swap_delay.or(cfg_delay),
+                swap,
                 echo_unknown || config.is_none(),
             ));
             let listener = match TcpListener::bind(listen).await {

@@ -105,6 +105,9 @@ pub struct Chunk {
     pub choices: usize,
     /// It carries content or a tool call (see `ChunkInfo::real`).
     pub real: bool,
+    /// llama-swap's loading banner, before the answer began (see
+    /// `ChunkInfo::loading`).
+    pub loading: bool,
 }
 
 /// A stream of chunks; ends after the upstream's `[DONE]`.

@@ -7,6 +7,9 @@
 //! - [`commit_at_first_real`]: wait for the first chunk with content or a
 //!   tool call (not the role-only first chunk), keeping what came before;
 //!   first-of-N hedging and tool-call detection decide at that moment.
+//! - [`commit_past_loading`] / [`past_loading`]: wait until the answer begins after
+//!   llama-swap's loading banner, so a strategy that may still move on
+//!   (a chain's `ttft_timeout`) does not commit to a model still loading.
 //! - [`merge`]: several streams as one, chunks in arrival order.
 
 use bytes::Bytes;
@@ -14,7 +17,7 @@ use futures::{StreamExt, stream};
 use serde_json::{Map, Value, json};
 
 use crate::error::ModelError;
-use crate::model::{Chunk, ChunkStream, Completion};
+use crate::model::{Chunk, ChunkStream, Completion, Reply, ReplyBody};
 use crate::wire::inspect_chunk;
 
 fn chunk_of(v: &Value) -> Result<Chunk, ModelError> {
@@ -28,6 +31,7 @@ fn chunk_of(v: &Value) -> Result<Chunk, ModelError> {
         usage: info.usage,
         choices: info.choices,
         real: info.real,
+        loading: info.loading,
     })
 }
 
@@ -155,6 +159,43 @@ pub async fn commit_at_first_real(mut s: ChunkStream) -> Result<Option<ChunkStre
     Ok(None)
 }
 
+/// Banner bytes kept for replay while waiting past a loading banner; more
+/// are dropped (the client misses some progress dots, nothing else).
+const MAX_BANNER: usize = 64 * 1024;
+
+/// Reads `s` past llama-swap's loading banner, to the first chunk of the
+/// answer. Returns the stream replaying the banner (up to [`MAX_BANNER`]
+/// bytes of it) and then the answer; an error before the answer begins
+/// (the first-token deadline, say) is the stream's error.
+pub async fn commit_past_loading(mut s: ChunkStream) -> Result<ChunkStream, ModelError> {
+    let mut banner = Vec::new();
+    let mut kept = 0;
+    while let Some(c) = s.next().await {
+        let c = c?;
+        if !c.loading {
+            banner.push(c);
+            return Ok(ChunkStream::new(
+                stream::iter(banner.into_iter().map(Ok)).chain(s),
+            ));
+        }
+        if kept + c.data.len() <= MAX_BANNER {
+            kept += c.data.len();
+            banner.push(c);
+        }
+    }
+    Ok(ChunkStream::replay(banner))
+}
+
+/// A reply once its answer has begun: a stream is read past llama-swap's
+/// loading banner ([`commit_past_loading`]).
+pub async fn past_loading(mut reply: Reply) -> Result<Reply, ModelError> {
+    reply.body = match reply.body {
+        ReplyBody::Stream(s) => ReplyBody::Stream(commit_past_loading(s).await?),
+        whole => whole,
+    };
+    Ok(reply)
+}
+
 /// Several streams as one, each chunk as soon as it arrives.
 pub fn merge(streams: Vec<ChunkStream>) -> ChunkStream {
     ChunkStream::new(stream::select_all(streams))
@@ -238,6 +279,47 @@ mod tests {
             json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
         )]);
         assert!(commit_at_first_real(only_role).await.unwrap().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn commit_waits_past_the_loading_banner_and_keeps_it() {
+        let banner = |t: &str| chunk(json!({"choices": [{"delta": {"reasoning_content": t}}]}));
+        let role = chunk(
+            json!({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
+        );
+        assert!(banner(".").loading && !role.loading);
+        let loading = stream::iter(vec![banner("loading"), banner(".")])
+            .chain(stream::once(async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                role
+            }))
+            .map(Ok);
+        let t0 = tokio::time::Instant::now();
+        let s = commit_past_loading(ChunkStream::new(loading))
+            .await
+            .unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_secs(3));
+        assert_eq!(collect(s).await.len(), 3);
+        // An error before the answer begins is the commit's error.
+        let failing = stream::iter(vec![
+            Ok(banner("loading")),
+            Err(ModelError::Invalid {
+                upstream: "u".into(),
+                detail: "late".into(),
+            }),
+        ]);
+        assert!(
+            commit_past_loading(ChunkStream::new(failing))
+                .await
+                .is_err()
+        );
+        // A flood of banner is kept only up to its bound.
+        let big = "x".repeat(1000);
+        let flood = ChunkStream::new(stream::iter((0..200).map(move |_| Ok(banner(&big)))));
+        let kept = collect(commit_past_loading(flood).await.unwrap())
+            .await
+            .len();
+        assert!(kept < 70, "{kept}");
     }
 
     #[tokio::test(start_paused = true)]

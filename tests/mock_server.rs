@@ -173,3 +173,53 @@ async fn with_a_config_only_its_models_answer_unless_echo_unknown() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json()["choices"][0]["message"]["content"], "echo me");
 }
+
+/// With `send_loading_state`, a cold streamed request gets llama-swap's
+/// banner first: `reasoning_content` chunks without `id` or `object`, a
+/// "starting" process in `/running` meanwhile, then the answer.
+#[tokio::test]
+async fn send_loading_state_streams_llama_swap_s_banner_while_loading() {
+    let mock = Proc::mock(&MOCK.replace(
+        "swap_delay = \"200ms\"\n",
+        "swap_delay = \"200ms\"\nsend_loading_state = true\n",
+    ));
+    let body = chat_stream("a", "x");
+    let pending = {
+        let base = mock.base.clone();
+        tokio::spawn(async move { post(&base, &body).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        running(&mock).await,
+        json!({"running": [{"model": "a", "state": "starting"}]})
+    );
+    let r = pending.await.unwrap();
+    let events = r.data_events();
+    let banner: Vec<Value> = events
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .take_while(|v| v.get("id").is_none())
+        .collect();
+    let text: String = banner
+        .iter()
+        .map(|v| {
+            v["choices"][0]["delta"]["reasoning_content"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        text.starts_with("━━━━━\nllama-swap loading model: a\n"),
+        "{text}"
+    );
+    assert!(text.contains("Done! ("), "{text}");
+    assert!(banner.iter().all(|v| v.get("object").is_none()));
+    let rest = &events[banner.len()..];
+    assert!(
+        rest.iter().any(|e| e.contains("chat.completion.chunk")),
+        "{rest:?}"
+    );
+    // Loaded now: no banner.
+    let again = post(&mock.base, &chat_stream("a", "y")).await;
+    assert!(!again.text.contains("reasoning_content"), "{}", again.text);
+}

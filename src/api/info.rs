@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use super::Gateway;
 use super::error::ApiError;
 use crate::graph::Node;
+use crate::upstream::llama_swap::Loaded;
 
 pub async fn models(
     State(gw): State<Arc<Gateway>>,
@@ -73,25 +74,43 @@ pub async fn healthz() -> Json<Value> {
 /// Ready when every upstream answers (any HTTP status counts).
 pub async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     let app = gw.state();
-    let checks = app.graph.upstreams.iter().map(|u| async move {
-        let r = u.transport.ready().await;
-        (u.name.clone(), r)
-    });
+    let checks = app
+        .graph
+        .upstreams
+        .iter()
+        .map(|u| async move { (u.name.clone(), u.status().await) });
     let results = futures::future::join_all(checks).await;
-    let ready = results.iter().all(|(_, r)| r.is_ok());
+    let ready = results.iter().all(|(_, s)| s.ready.is_ok());
     let mut upstreams = Map::new();
-    for (name, r) in results {
-        let v = match r {
+    let mut swapping = Map::new();
+    for (name, status) in results {
+        let v = match status.ready {
             Ok(()) => json!("ok"),
             Err(e) => json!(format!("unreachable: {e}")),
         };
         upstreams.insert(name.to_string(), v);
+        if let Some(l) = status.loaded {
+            swapping.insert(name.to_string(), loaded_json(l));
+        }
     }
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": upstreams});
+    let mut body =
+        json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": upstreams});
+    if !swapping.is_empty() {
+        body["llama_swap"] = Value::Object(swapping);
+    }
     (status, Json(body)).into_response()
+}
+
+/// A llama-swap upstream's probe answer: `{"loaded": [...]}`, or
+/// `{"loaded": null, "error": "..."}` when it could not be read.
+fn loaded_json(l: Result<Loaded, String>) -> Value {
+    match l {
+        Ok(models) => json!({"loaded": *models}),
+        Err(e) => json!({"loaded": null, "error": e}),
+    }
 }

@@ -359,6 +359,7 @@ mod tests {
             usage: UsageField::Null,
             choices: 1,
             real: true,
+            loading: false,
         }
     }
 

@@ -30,7 +30,7 @@ pub use errors::{ConfigError, ConfigErrors};
 pub use raw::{Lane, Price};
 pub use strategies::{Built, Resolve, RouteSpec, Strategies, Unresolved};
 
-use crate::mock::Behavior;
+use crate::mock::{Behavior, SwapSim};
 
 /// A validated config: no `Option`s left for "filled in later".
 #[derive(Debug)]
@@ -95,7 +95,7 @@ pub enum UpstreamKind {
         llama_swap: Option<LlamaSwap>,
     },
     Mock {
-        swap_delay: Option<Duration>,
+        swap: SwapSim,
         models: IndexMap<String, Behavior>,
     },
 }
@@ -194,12 +194,13 @@ pub fn parse(
     }
 }
 
-/// The simulated models (and swap delay) of one `kind = "mock"` upstream
-/// of the config at `path`, for `conclave mock`: the first one, or `name`.
+/// The simulated models (and llama-swap emulation) of one `kind = "mock"`
+/// upstream of the config at `path`, for `conclave mock`: the first one,
+/// or `name`.
 pub fn mock_models(
     path: &Path,
     name: Option<&str>,
-) -> Result<(IndexMap<String, Behavior>, Option<Duration>), ConfigErrors> {
+) -> Result<(IndexMap<String, Behavior>, SwapSim), ConfigErrors> {
     let file = path.display().to_string();
     let fail = |path: String, message: String| ConfigErrors {
         file: file.clone(),
@@ -229,15 +230,17 @@ pub fn mock_models(
     let at = format!("upstreams.{key}");
     let mut errs = Errors::default();
     let parsed = errs.parse::<raw::MockUpstream>(&at, value.clone());
+    let mut swap = SwapSim::default();
     if let Some(u) = &parsed {
         for (model, b) in &u.models {
             for (p, msg) in b.check() {
                 errs.push(format!("{at}.models.{model}.{p}"), msg);
             }
         }
+        swap = validate::swap_sim(u, &at, &mut errs);
     }
     match parsed {
-        Some(u) if errs.0.is_empty() => Ok((u.models, u.swap_delay)),
+        Some(u) if errs.0.is_empty() => Ok((u.models, swap)),
         _ => Err(ConfigErrors {
             file,
             errors: errs.0,

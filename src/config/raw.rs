@@ -148,6 +148,10 @@ pub struct MockUpstream {
     /// loaded one; absent: no swap emulation, warm state unknown.
     #[serde(default, with = "humantime_serde")]
     pub swap_delay: Option<Duration>,
+    /// With `swap_delay`: llama-swap's `sendLoadingState` banner on cold
+    /// streamed requests.
+    #[serde(default)]
+    pub send_loading_state: bool,
     #[serde(default)]
     pub models: IndexMap<String, Behavior>,
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
+use crate::mock::SwapSim;
 use crate::server::Limits;
 
 use super::{
@@ -22,6 +23,20 @@ const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(200);
 const DEFAULT_PROBE_CACHE: Duration = Duration::from_secs(1);
 const DEFAULT_LOCAL_CONCURRENCY: usize = 4;
 const DEFAULT_MAX_WAIT_SWAP: Duration = Duration::from_secs(30);
+
+/// A mock upstream's llama-swap emulation.
+pub(super) fn swap_sim(u: &raw::MockUpstream, path: &str, errs: &mut Errors) -> SwapSim {
+    if u.send_loading_state && u.swap_delay.is_none() {
+        errs.push(
+            format!("{path}.send_loading_state"),
+            "needs swap_delay: without swaps no model is ever loading",
+        );
+    }
+    SwapSim {
+        delay: u.swap_delay,
+        loading_state: u.send_loading_state,
+    }
+}
 
 /// Validates an upstream's lane keys, as read, into its lane's limits.
 fn lane_limits(
@@ -344,7 +359,7 @@ fn upstreams(
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::Mock {
-                        swap_delay: u.swap_delay,
+                        swap: swap_sim(&u, &path, errs),
                         models: u.models,
                     },
                 }

@@ -5,7 +5,9 @@
 //! One [`Simulator`] produces an HTTP-like response (status + body bytes);
 //! the in-process upstream feeds it to the same response handling as a real
 //! upstream, and `conclave mock` ([`server`]) serves it over HTTP together
-//! with llama-swap's `GET /running` (one model loaded at a time).
+//! with llama-swap's `GET /running`. With a [`SwapSim`] it plays llama-swap:
+//! one model loaded at a time, a load delay when another is asked for, and
+//! optionally llama-swap's `sendLoadingState` banner on cold streams.
 
 mod answer;
 mod behavior;
@@ -65,9 +67,27 @@ pub struct Stats {
     pub cancelled: AtomicU64,
 }
 
+/// How the simulator plays llama-swap.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SwapSim {
+    /// Load time when another model is asked for; `None`: no emulation
+    /// (any model answers at once, nothing is ever "loaded").
+    pub delay: Option<Duration>,
+    /// llama-swap's `sendLoadingState`: a streamed request that loads its
+    /// model first gets the loading banner as `reasoning_content` chunks.
+    pub loading_state: bool,
+}
+
+/// The process `/running` lists: a model and whether it is ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub model: String,
+    pub ready: bool,
+}
+
 pub struct Simulator {
     models: IndexMap<String, Behavior>,
-    swap_delay: Option<Duration>,
+    swap: SwapSim,
     /// Answer models it does not list (echo) instead of 404.
     echo_unknown: bool,
     /// Per-model call counters for `when_call` rules.
@@ -75,8 +95,9 @@ pub struct Simulator {
     /// The loaded model (llama-swap emulation). An async mutex: a swap
     /// holds it across the simulated load, so swaps happen one at a time.
     loaded: tokio::sync::Mutex<Option<String>>,
-    /// Mirror of `loaded` readable without waiting behind a swap.
-    running: Mutex<Option<String>>,
+    /// What `/running` shows, readable without waiting behind a swap:
+    /// the model being loaded (not ready) during a swap.
+    running: Mutex<Option<Process>>,
     log: Mutex<VecDeque<Recorded>>,
     pub stats: Arc<Stats>,
     next_id: AtomicU64,
@@ -85,14 +106,10 @@ pub struct Simulator {
 impl Simulator {
     /// A simulator of `models`; with `echo_unknown` any other model name
     /// echoes, without it gets a 404 `model_not_found`.
-    pub fn new(
-        models: IndexMap<String, Behavior>,
-        swap_delay: Option<Duration>,
-        echo_unknown: bool,
-    ) -> Self {
+    pub fn new(models: IndexMap<String, Behavior>, swap: SwapSim, echo_unknown: bool) -> Self {
         Simulator {
             models,
-            swap_delay,
+            swap,
             echo_unknown,
             calls: Mutex::new(HashMap::new()),
             loaded: tokio::sync::Mutex::new(None),
@@ -107,9 +124,19 @@ impl Simulator {
         self.models.keys().cloned().collect()
     }
 
-    /// The model llama-swap would report as loaded.
+    /// The model llama-swap would report as loaded (ready).
     pub fn running(&self) -> Option<String> {
+        self.process().filter(|p| p.ready).map(|p| p.model)
+    }
+
+    /// The process `/running` lists, ready or still loading.
+    pub fn process(&self) -> Option<Process> {
         self.running.lock().clone()
+    }
+
+    /// Whether a request for `model` would have to load it first.
+    fn cold(&self, model: &str) -> bool {
+        self.swap.delay.is_some() && self.running().as_deref() != Some(model)
     }
 
     pub fn recorded(&self) -> Vec<Recorded> {
@@ -174,6 +201,22 @@ impl Simulator {
                 return guard.done(resp);
             }
         };
+        let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let include_usage = !b.omit_usage
+            && req
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+        let fails = b.fail == Some(FailMode::Hang) || b.status.is_some_and(|s| s >= 300);
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if self.swap.loading_state
+            && stream
+            && endpoint == Endpoint::Chat
+            && !fails
+            && self.cold(&model)
+        {
+            return self.loading(b, req, model, n, include_usage, guard);
+        }
         self.swap_to(&model).await;
 
         if b.fail == Some(FailMode::Hang) {
@@ -186,13 +229,6 @@ impl Simulator {
                 .unwrap_or_else(|| format!("mock: simulated HTTP {status}"));
             return guard.done(error_response(status, &msg, b.retry_after));
         }
-        let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let include_usage = !b.omit_usage
-            && req
-                .pointer("/stream_options/include_usage")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         match endpoint {
             Endpoint::Embeddings => {
                 pause(b.ttft).await;
@@ -205,12 +241,57 @@ impl Simulator {
         }
     }
 
+    /// A cold streamed answer with llama-swap's `sendLoadingState`: the
+    /// 200 and the loading banner at once (a dot a second while loading,
+    /// as llama-swap does), then the answer once the model is loaded.
+    fn loading(
+        self: &Arc<Self>,
+        b: Resolved,
+        req: Value,
+        model: String,
+        n: u64,
+        include_usage: bool,
+        guard: Finish,
+    ) -> MockResponse {
+        let this = self.clone();
+        let body = async_stream::stream! {
+            let started = tokio::time::Instant::now();
+            yield Ok(loading_chunk("━━━━━\n"));
+            yield Ok(loading_chunk(&format!("llama-swap loading model: {model}\n")));
+            let swap = this.swap_to(&model);
+            tokio::pin!(swap);
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    () = &mut swap => break,
+                    _ = tick.tick() => yield Ok(loading_chunk(".")),
+                }
+            }
+            let took = started.elapsed().as_secs_f64();
+            yield Ok(loading_chunk(&format!("\nDone! ({took:.2}s)\n")));
+            yield Ok(loading_chunk("━━━━━\n"));
+            yield Ok(loading_chunk(" \n"));
+            let answer = answer::respond(b, &req, &model, n, false, true, include_usage, guard).await;
+            let mut answer = answer.body;
+            while let Some(part) = futures::StreamExt::next(&mut answer).await {
+                yield part;
+            }
+        };
+        MockResponse {
+            status: 200,
+            content_type: "text/event-stream",
+            retry_after: None,
+            body: Box::pin(body),
+        }
+    }
+
     /// Loads `model` as llama-swap would. The swap runs as its own task,
     /// so a client that goes away mid-swap does not stop it (llama-swap
     /// finishes loading too), and `/running` always names what would
     /// answer warm.
     async fn swap_to(self: &Arc<Self>, model: &str) {
-        if self.running.lock().as_deref() == Some(model) {
+        if self.running().as_deref() == Some(model) {
             return;
         }
         let this = self.clone();
@@ -219,16 +300,26 @@ impl Simulator {
         let swap = tokio::spawn(async move {
             let mut loaded = this.loaded.lock().await;
             if loaded.as_deref() != Some(model.as_str()) {
-                if let Some(delay) = this.swap_delay {
-                    *this.running.lock() = None;
+                if let Some(delay) = this.swap.delay {
+                    *this.running.lock() = Some(Process {
+                        model: model.clone(),
+                        ready: false,
+                    });
                     tokio::time::sleep(delay).await;
                 }
                 *loaded = Some(model);
             }
-            *this.running.lock() = loaded.clone();
+            *this.running.lock() = loaded.clone().map(|model| Process { model, ready: true });
         });
         let _ = swap.await;
     }
+}
+
+/// One chunk of llama-swap's loading banner: only `reasoning_content`, no
+/// `id` or `object` (llama-swap writes it, not the model).
+fn loading_chunk(text: &str) -> Bytes {
+    let chunk = json!({"choices": [{"delta": {"reasoning_content": text}}]});
+    Bytes::from(format!("data: {chunk}\n\n"))
 }
 
 /// Sleeps, unless there is nothing to wait for: a zero sleep still waits
@@ -343,7 +434,7 @@ mod tests {
 
     #[tokio::test]
     async fn echo_whole_and_streamed() {
-        let sim = Arc::new(Simulator::new(IndexMap::new(), None, true));
+        let sim = Arc::new(Simulator::new(IndexMap::new(), SwapSim::default(), true));
         let (status, body) = collect(
             sim.respond(
                 Endpoint::Chat,

@@ -110,9 +110,9 @@ async fn models(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
 
 async fn running(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
     let running: Vec<_> = sim
-        .running()
+        .process()
         .into_iter()
-        .map(|m| json!({"model": m, "state": "ready"}))
+        .map(|p| json!({"model": p.model, "state": if p.ready { "ready" } else { "starting" }}))
         .collect();
     axum::Json(json!({"running": running}))
 }

@@ -24,6 +24,7 @@ use super::sse::SseParser;
 use super::{BodyStream, RawResponse};
 use crate::attempt::Attempt;
 use crate::error::{ModelError, TimeoutPhase, WITHHELD};
+use crate::labels::Warm;
 use crate::model::{Chunk, ChunkStream, Completion};
 use crate::redact::Redactor;
 use crate::wire::{
@@ -241,6 +242,7 @@ pub async fn stream(
         open: true,
         permit: Some(permit),
         relayed: false,
+        answering: false,
         output_bytes: 0,
         finished_choice: false,
     };
@@ -250,7 +252,6 @@ pub async fn stream(
         Ok(Some(Err(e))) => return Err(e),
         Ok(Some(Ok(c))) => c,
     };
-    attempt.first_token();
     Ok(ChunkStream::new(
         futures::stream::once(async { Ok(first) }).chain(relay),
     ))
@@ -272,8 +273,13 @@ struct Relay {
     open: bool,
     /// The lane's permit, held until the answer is read.
     permit: Option<Permit>,
-    /// At least one chunk went out: `[DONE]` before any is not an answer.
+    /// At least one chunk of the answer went out: `[DONE]` before any is
+    /// not an answer.
     relayed: bool,
+    /// The answer has begun: a chunk other than llama-swap's loading
+    /// banner arrived (the first token, for the attempt's time to first
+    /// token and the first-token deadline).
+    answering: bool,
     /// Answer text seen so far, for a usage estimate.
     output_bytes: usize,
     /// A chunk with a `finish_reason` went by: an end without `[DONE]`
@@ -326,17 +332,29 @@ impl Relay {
         if let UsageField::Present(u) = info.usage {
             self.attempt.set_usage(u);
         }
+        let loading = info.loading && !self.answering;
+        if loading {
+            // llama-swap is loading the model: the call was cold, and
+            // its first token is still to come.
+            self.attempt.set_warm(Warm::No);
+        } else {
+            if !self.answering {
+                self.answering = true;
+                self.attempt.first_token();
+            }
+            self.relayed = true;
+        }
         self.finished_choice |= info.finished;
         self.output_bytes += info.text_bytes;
         if let Some(summary) = &info.summary {
             self.attempt.add_summary(summary);
         }
-        self.relayed = true;
         Ok(Chunk {
             data,
             usage: info.usage,
             choices: info.choices,
             real: info.real,
+            loading,
         })
     }
 
@@ -345,14 +363,24 @@ impl Relay {
         if now >= self.x.total {
             return Some(TimeoutPhase::Total);
         }
+        if !self.answering && now >= self.x.first {
+            return Some(TimeoutPhase::FirstToken);
+        }
         let last = self.last_event?;
         (now.saturating_duration_since(last) >= self.x.idle).then_some(TimeoutPhase::Idle)
     }
 
+    /// The earliest deadline still ahead: the total one, the idle one once
+    /// events flow, the first-token one while only a loading banner came.
     fn next_deadline(&self) -> Instant {
-        match self.last_event {
+        let by = match self.last_event {
             Some(last) => self.x.total.min(last + self.x.idle),
             None => self.x.total,
+        };
+        if self.answering {
+            by
+        } else {
+            by.min(self.x.first)
         }
     }
 }

@@ -148,7 +148,7 @@ impl WarmProbe {
             None => {
                 let _one = self.cold.lock().await;
                 if self.cache.lock().at.is_none() {
-                    self.refresh().await;
+                    let _ = self.refresh().await;
                 }
                 self.cache.lock().loaded.clone()
             }
@@ -175,7 +175,7 @@ impl WarmProbe {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            this.refresh().await;
+            let _ = this.refresh().await;
             this.refreshing.store(false, Ordering::Release);
         });
     }
@@ -192,7 +192,9 @@ impl WarmProbe {
         tokio::spawn(async move {
             loop {
                 match weak.upgrade() {
-                    Some(p) => p.refresh().await,
+                    Some(p) => {
+                        let _ = p.refresh().await;
+                    }
                     None => return,
                 }
                 tokio::time::sleep(every).await;
@@ -200,42 +202,43 @@ impl WarmProbe {
         });
     }
 
-    /// Probes once and records the answer (or `unknown`).
-    pub async fn refresh(&self) {
-        let loaded = tokio::time::timeout(self.timeout, self.fetch())
-            .await
-            .ok()
-            .flatten()
-            .map(Arc::new);
-        if let Some(l) = &loaded {
+    /// Probes once and records the answer (or `unknown`), which it also
+    /// returns, with why there is none.
+    pub async fn refresh(&self) -> Result<Loaded, String> {
+        let loaded = match tokio::time::timeout(self.timeout, self.fetch()).await {
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+            Ok(r) => r.map(Arc::new),
+        };
+        if let Ok(l) = &loaded {
             show_loaded(&self.upstream, &self.models, |m| {
                 Some(l.iter().any(|x| x == m))
             });
         }
         let mut c = self.cache.lock();
         c.at = Some(Instant::now());
-        c.loaded = loaded;
+        c.loaded = loaded.as_ref().ok().cloned();
+        loaded
     }
 
-    async fn fetch(&self) -> Option<Vec<String>> {
+    async fn fetch(&self) -> Result<Vec<String>, String> {
         let mut req = self.client.get(self.url.clone()).timeout(self.timeout);
         if let Some(a) = &self.auth {
             req = req.header(AUTHORIZATION, a.clone());
         }
-        let resp = req.send().await.ok()?;
+        let resp = req.send().await.map_err(|e| super::openai::describe(&e))?;
         if !resp.status().is_success() {
-            return None;
+            return Err(format!("HTTP {}", resp.status().as_u16()));
         }
         let mut body = Vec::new();
         let mut parts = resp.bytes_stream();
         while let Some(part) = parts.next().await {
-            let part = part.ok()?;
+            let part = part.map_err(|e| super::openai::describe(&e))?;
             if body.len() + part.len() > MAX_BODY {
-                return None;
+                return Err(format!("more than {MAX_BODY} bytes"));
             }
             body.extend_from_slice(&part);
         }
-        parse_running(&body)
+        parse_running(&body).ok_or_else(|| "not a llama-swap /running body".to_owned())
     }
 }
 

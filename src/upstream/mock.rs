@@ -2,7 +2,6 @@
 //! interface as a real server, so its answers go through the same decoding.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -10,8 +9,7 @@ use futures::TryStreamExt;
 use indexmap::IndexMap;
 
 use super::{BoxError, RawResponse, Transport, TransportError};
-use crate::labels::Warm;
-use crate::mock::{Behavior, Simulator};
+use crate::mock::{Behavior, Simulator, SwapSim};
 use crate::wire::Endpoint;
 
 pub struct MockTransport {
@@ -21,10 +19,10 @@ pub struct MockTransport {
 }
 
 impl MockTransport {
-    pub fn new(models: IndexMap<String, Behavior>, swap_delay: Option<Duration>) -> Self {
+    pub fn new(models: IndexMap<String, Behavior>, swap: SwapSim) -> Self {
         MockTransport {
-            sim: Arc::new(Simulator::new(models, swap_delay, true)),
-            swaps: swap_delay.is_some(),
+            sim: Arc::new(Simulator::new(models, swap, true)),
+            swaps: swap.delay.is_some(),
         }
     }
 }
@@ -48,12 +46,8 @@ impl Transport for MockTransport {
         })
     }
 
-    async fn warm(&self, model: &str) -> Warm {
-        match (self.swaps, self.sim.running()) {
-            (false, _) => Warm::Unknown,
-            (true, Some(m)) if m == model => Warm::Yes,
-            (true, _) => Warm::No,
-        }
+    fn loaded(&self) -> Option<Vec<String>> {
+        self.swaps.then(|| self.sim.running().into_iter().collect())
     }
 
     async fn ready(&self) -> Result<(), String> {

@@ -23,7 +23,7 @@ use futures::Stream;
 
 pub use concrete::ConcreteModel;
 use lane::Gate;
-use llama_swap::{WarmProbe, show_loaded};
+use llama_swap::{Loaded, WarmProbe, show_loaded};
 
 use crate::config::{self, Lane, UpstreamKind};
 use crate::labels::Warm;
@@ -63,9 +63,10 @@ pub trait Transport: Send + Sync {
         request_id: &str,
     ) -> Result<RawResponse, TransportError>;
 
-    /// Whether `model` is loaded right now (llama-swap), if that is known.
-    async fn warm(&self, _model: &str) -> Warm {
-        Warm::Unknown
+    /// The models loaded right now, when the transport knows (the
+    /// simulator playing llama-swap); a real llama-swap is probed instead.
+    fn loaded(&self) -> Option<Vec<String>> {
+        None
     }
 
     /// `Ok` when the server answers at all.
@@ -107,8 +108,8 @@ impl Upstream {
                 }
                 Box::new(t)
             }
-            UpstreamKind::Mock { swap_delay, models } => {
-                Box::new(mock::MockTransport::new(models.clone(), *swap_delay))
+            UpstreamKind::Mock { swap, models } => {
+                Box::new(mock::MockTransport::new(models.clone(), *swap))
             }
         };
         Ok(Upstream {
@@ -128,14 +129,41 @@ impl Upstream {
         if let Some(p) = &self.probe {
             return p.warm(model).await;
         }
-        // A transport that knows its warm state (the simulator) shows it
-        // like a probe would: the loaded model at 1, the others at 0.
-        let warm = self.transport.warm(model).await;
-        show_loaded(&self.name, &self.models, |m| match warm {
-            Warm::Yes => Some(m == model),
-            Warm::No => (m == model).then_some(false),
-            Warm::Unknown => None,
-        });
-        warm
+        // A transport that knows what is loaded (the simulator) shows it
+        // as a probe would.
+        match self.transport.loaded() {
+            Some(l) => {
+                show_loaded(&self.name, &self.models, |m| Some(l.iter().any(|x| x == m)));
+                if l.iter().any(|x| x == model) {
+                    Warm::Yes
+                } else {
+                    Warm::No
+                }
+            }
+            None => Warm::Unknown,
+        }
     }
+
+    /// Whether the upstream answers and, for llama-swap, what it has
+    /// loaded, both asked now (for `/readyz` and `conclave check --probe`).
+    pub async fn status(&self) -> Status {
+        let loaded = async {
+            match (&self.probe, self.transport.loaded()) {
+                (Some(p), _) => Some(p.refresh().await),
+                (None, Some(l)) => Some(Ok(Arc::new(l))),
+                (None, None) => None,
+            }
+        };
+        let (ready, loaded) = tokio::join!(self.transport.ready(), loaded);
+        Status { ready, loaded }
+    }
+}
+
+/// An upstream's state as [`Upstream::status`] found it.
+pub struct Status {
+    /// `Err`: why it did not answer.
+    pub ready: Result<(), String>,
+    /// A llama-swap upstream's loaded models (`Err`: why they are
+    /// unknown); `None` for any other upstream.
+    pub loaded: Option<Result<Loaded, String>>,
 }

@@ -90,7 +90,7 @@ fn parse_url(s: &str) -> Result<reqwest::Url, BuildError> {
 }
 
 /// Says why no response arrived, without URLs or internals.
-fn describe(e: &reqwest::Error) -> String {
+pub(super) fn describe(e: &reqwest::Error) -> String {
     let mut src = e.source();
     while let Some(s) = src {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {

@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::{Endpoint, Usage, UsageField};
@@ -63,6 +64,10 @@ pub struct ChunkInfo {
     /// really begun (a role-only first chunk, or llama-swap's loading
     /// `reasoning_content`, has not).
     pub real: bool,
+    /// llama-swap's `sendLoadingState` banner: a chunk without `id` or
+    /// `object` (llama-swap writes it, not the model) whose delta holds
+    /// only `reasoning_content`. Not part of the answer.
+    pub loading: bool,
     /// The upstream reported an error in the stream (`{"error": …}`).
     pub error: Option<String>,
     /// The first choice's delta as one line of text (content, then
@@ -79,6 +84,10 @@ struct ChunkProbe<'a> {
     choices: Option<Choices<'a>>,
     #[serde(default)]
     error: Option<Value>,
+    #[serde(default)]
+    id: Option<IgnoredAny>,
+    #[serde(default)]
+    object: Option<IgnoredAny>,
 }
 
 /// `choices` read in one pass without keeping them: how many, whether any
@@ -120,7 +129,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
 #[derive(Deserialize)]
 struct ChoiceProbe<'a> {
     #[serde(default)]
-    finish_reason: Option<serde::de::IgnoredAny>,
+    finish_reason: Option<IgnoredAny>,
     #[serde(default, borrow)]
     delta: Option<DeltaProbe<'a>>,
 }
@@ -131,6 +140,8 @@ struct DeltaProbe<'a> {
     content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolDeltaProbe<'a>>>,
+    #[serde(default)]
+    reasoning_content: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -208,6 +219,7 @@ pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAns
         finished: false,
         text_bytes: 0,
         real: false,
+        loading: false,
         error: None,
         summary: None,
     };
@@ -227,6 +239,10 @@ pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAns
     let delta = first.and_then(|c| c.delta.as_ref());
     info.choices = choices.count;
     info.real = choices.real;
+    info.loading = !info.real
+        && probe.id.is_none()
+        && probe.object.is_none()
+        && delta.is_some_and(|d| d.reasoning_content.is_some());
     info.finished = first.is_some_and(|c| c.finish_reason.is_some());
     info.text_bytes = delta.map_or(0, DeltaProbe::text_bytes);
     info.summary = delta.filter(|_| summarize).map(DeltaProbe::summary);
@@ -341,6 +357,36 @@ mod tests {
             .unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(c.error.as_deref(), Some("boom"));
         assert!(inspect_chunk(b"not json", false).is_err());
+    }
+
+    #[test]
+    fn llama_swap_s_banner_is_told_from_a_model_s_reasoning() {
+        let loading = |data: &[u8]| {
+            inspect_chunk(data, true)
+                .unwrap_or_else(|e| unreachable!("{e}"))
+                .loading
+        };
+        // What llama-swap writes while it loads a model.
+        assert!(loading(
+            "{\"choices\":[{\"delta\":{\"reasoning_content\":\"llama-swap loading model: q\\n\"}}]}".as_bytes()
+        ));
+        assert!(loading(
+            br#"{"choices":[{"delta":{"reasoning_content":"."}}]}"#
+        ));
+        // A reasoning model's own thinking carries the chunk's id.
+        assert!(!loading(
+            br#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning_content":"Let me think"}}]}"#
+        ));
+        assert!(!loading(br#"{"choices":[{"delta":{"content":"hi"}}]}"#));
+        assert!(!loading(br#"{"choices":[{"delta":{"role":"assistant"}}]}"#));
+        let c = inspect_chunk(
+            br#"{"choices":[{"delta":{"reasoning_content":"."}}]}"#,
+            true,
+        )
+        .unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(!c.real);
+        assert_eq!(c.text_bytes, 0);
+        assert_eq!(c.summary.as_deref(), Some(""));
     }
 
     #[test]

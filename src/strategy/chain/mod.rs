@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel, Reply};
+use crate::stream;
 use crate::wire::{ChatRequest, Message};
 use config::OnExhausted;
 use verifier::{Decision, Verifier};
@@ -104,11 +105,16 @@ impl ChatModel for Chain {
             let tier_call = call
                 .with_role(Role::Tier)
                 .with_ttft_timeout(self.ttft_timeout);
-            let reply = match tier
-                .model
-                .chat(tier_call, with_feedback(&req, &notes))
-                .await
-            {
+            let answer = async {
+                let reply = tier
+                    .model
+                    .chat(tier_call, with_feedback(&req, &notes))
+                    .await?;
+                // A tier still loading its model has not answered yet:
+                // its first-token deadline may still move the chain on.
+                stream::past_loading(reply).await
+            };
+            let reply = match answer.await {
                 Ok(r) => r,
                 Err(e) => {
                     trail.push(AttemptSummary::failed(&tier.name, &e));

@@ -1,0 +1,657 @@
+//! llama-swap awareness, black-box: `conclave mock` plays llama-swap (one
+//! model loaded at a time, a load delay) and the gateway probes its
+//! `/running`, schedules a local lane in front of it, and reads its
+//! `sendLoadingState` banner.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use common::world::closed_port;
+use common::*;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// A llama-swap in front of models `a`..`d` and `cloud`: 300 ms to load a
+/// model; `slow` answers after `ttft`.
+fn swap_mock(swap: &str, extra: &str) -> Proc {
+    Proc::mock(&format!(
+        r#"
+[upstreams.sim]
+kind = "mock"
+swap_delay = "{swap}"
+{extra}
+
+[upstreams.sim.models.a]
+reply = {{ text = "from a" }}
+ttft = "100ms"
+
+[upstreams.sim.models.b]
+reply = {{ text = "from b" }}
+ttft = "100ms"
+
+[upstreams.sim.models.slow]
+reply = {{ text = "from slow" }}
+ttft = "1600ms"
+
+[upstreams.sim.models.busy]
+reply = {{ text = "from busy" }}
+ttft = "300ms"
+
+[upstreams.sim.models.c]
+reply = {{ text = "from c" }}
+
+[upstreams.sim.models.d]
+reply = {{ text = "from d" }}
+"#
+    ))
+}
+
+/// A gateway whose upstream `local` is the llama-swap at `mock`, with
+/// `lane_keys` added to it and every model of the mock configured.
+fn gateway(mock: &Proc, lane_keys: &str, extra: &str) -> Proc {
+    gateway_in(mock, "", lane_keys, extra)
+}
+
+/// [`gateway`] with `server` keys added to `[server]`.
+fn gateway_in(mock: &Proc, server: &str, lane_keys: &str, extra: &str) -> Proc {
+    let toml = format!(
+        r#"
+[server]
+event_log = "{{dir}}/events.jsonl"
+{server}
+
+[upstreams.local]
+kind = "openai"
+base_url = "{v1}"
+llama_swap = "{base}"
+probe_cache = "50ms"
+timeout = "20s"
+{lane_keys}
+
+{models}
+{extra}
+"#,
+        v1 = mock.v1(),
+        base = mock.base,
+        models = ["a", "b", "c", "d", "slow", "busy"]
+            .iter()
+            .map(|m| format!("[models.{m}]\nupstream = \"local\"\n"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    Proc::gateway(&toml)
+}
+
+/// The models the mock received, in order.
+async fn arrivals(mock: &Proc) -> Vec<String> {
+    mock.received()
+        .await
+        .iter()
+        .map(|r| r["model"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Attempt events of `model`.
+fn attempts_of<'a>(events: &'a [Value], model: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["model"] == model).collect()
+}
+
+/// Loads `model` through the gateway and waits until its probe sees it.
+async fn load(gw: &Proc, model: &str) {
+    assert_eq!(post(&gw.base, &chat(model, "warm up")).await.status, 200);
+    let want = format!("conclave_llama_swap_warm{{upstream=\"local\",model=\"{model}\"}} 1");
+    assert!(
+        eventually(5, || async { gw.metrics().await.contains(&want) }).await,
+        "the probe never saw {model} loaded:\n{}",
+        gw.metrics().await
+    );
+}
+
+#[tokio::test]
+async fn warm_labels_and_the_gauge_follow_what_is_loaded() {
+    let mock = swap_mock("100ms", "");
+    let gw = gateway(&mock, "", "");
+    // Nothing loaded: the first call is cold.
+    assert_eq!(post(&gw.base, &chat("a", "1")).await.status, 200);
+    let m = gw.metrics().await;
+    assert!(
+        eventually(5, || async {
+            let m = gw.metrics().await;
+            m.contains(r#"conclave_llama_swap_warm{upstream="local",model="a"} 1"#)
+                && m.contains(r#"conclave_llama_swap_warm{upstream="local",model="b"} 0"#)
+        })
+        .await,
+        "{m}"
+    );
+    // a is loaded: warm. b is not: cold, and afterwards a is no longer loaded.
+    assert_eq!(post(&gw.base, &chat("a", "2")).await.status, 200);
+    assert_eq!(post(&gw.base, &chat("b", "3")).await.status, 200);
+    let ev = gw.events_of(&["attempt"], 3).await;
+    let warm: Vec<&Value> = ev.iter().map(|e| &e["warm_start"]).collect();
+    assert_eq!(warm, [&json!(false), &json!(true), &json!(false)], "{ev:?}");
+    assert!(
+        eventually(5, || async {
+            let m = gw.metrics().await;
+            m.contains(r#"conclave_llama_swap_warm{upstream="local",model="a"} 0"#)
+                && m.contains(r#"conclave_llama_swap_warm{upstream="local",model="b"} 1"#)
+        })
+        .await,
+        "{}",
+        gw.metrics().await
+    );
+    let m = gw.metrics().await;
+    assert!(
+        m.contains(r#"model="a",upstream="local",role="direct",verdict="ok",warm="true"} 1"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"model="b",upstream="local",role="direct",verdict="ok",warm="false"} 1"#),
+        "{m}"
+    );
+    // /readyz says what llama-swap has loaded.
+    let ready = get_json(&client(), &gw.url("/readyz")).await;
+    assert_eq!(
+        ready["llama_swap"]["local"]["loaded"],
+        json!(["b"]),
+        "{ready}"
+    );
+}
+
+#[tokio::test]
+async fn interleaved_requests_reach_llama_swap_batched_by_model() {
+    let mock = swap_mock("300ms", "");
+    let gw = gateway(&mock, "", "");
+    load(&gw, "a").await;
+    client()
+        .delete(mock.url("/mock/requests"))
+        .send()
+        .await
+        .unwrap();
+    // A B A B A, 30 ms apart, while a is loaded (each takes 100 ms).
+    let mut calls = Vec::new();
+    for (i, m) in ["a", "b", "a", "b", "a"].iter().enumerate() {
+        let v1 = gw.base.clone();
+        let body = chat(m, &format!("call {i}"));
+        calls.push(tokio::spawn(async move { post(&v1, &body).await.status }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    for c in calls {
+        assert_eq!(c.await.unwrap(), 200);
+    }
+    assert_eq!(arrivals(&mock).await, ["a", "a", "a", "b", "b"]);
+    let m = gw.metrics().await;
+    assert!(
+        m.contains(r#"conclave_llama_swap_swaps_total{upstream="local"} 1"#),
+        "one swap, a to b:\n{m}"
+    );
+    let swaps = gw.events_of(&["lane_swap"], 1).await;
+    assert_eq!(swaps.len(), 1, "{swaps:?}");
+    assert_eq!(swaps[0]["from"], "a");
+    assert_eq!(swaps[0]["to"], "b");
+    // The b calls waited for the lane; the wait is not their duration.
+    let ev = gw.events_of(&["attempt"], 6).await;
+    for e in attempts_of(&ev, "b") {
+        let queued = e["queued_ms"].as_f64().unwrap();
+        assert!(queued >= 50.0, "{e}");
+        assert!(e["tokens_per_second"].as_f64().is_some(), "{e}");
+    }
+    assert!(
+        m.contains(r#"conclave_generation_tokens_per_second_count{upstream="local",model="b"} 2"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"conclave_lane_queue_depth{upstream="local"} 0"#),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn calls_for_the_served_model_run_up_to_max_concurrency() {
+    let mock = swap_mock("0s", "");
+    let gw = gateway(&mock, "max_concurrency = 2", "");
+    load(&gw, "a").await;
+    let started = Instant::now();
+    let calls: Vec<_> = (0..4)
+        .map(|i| {
+            let v1 = gw.base.clone();
+            tokio::spawn(async move { post(&v1, &chat("a", &format!("{i}"))).await.status })
+        })
+        .collect();
+    for c in calls {
+        assert_eq!(c.await.unwrap(), 200);
+    }
+    // Two rounds of 100 ms, not one, and not four.
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(200), "{took:?}");
+    let ev = gw.events_of(&["attempt"], 5).await;
+    let mut queued: Vec<f64> = ev[1..]
+        .iter()
+        .map(|e| e["queued_ms"].as_f64().unwrap())
+        .collect();
+    queued.sort_by(f64::total_cmp);
+    assert!(queued[1] < 90.0 && queued[2] >= 90.0, "{queued:?}");
+}
+
+#[tokio::test]
+async fn a_waiting_model_is_not_starved_by_a_stream_of_others() {
+    let mock = swap_mock("0s", "");
+    let gw = gateway(&mock, "max_wait_swap = \"300ms\"\nmax_concurrency = 8", "");
+    load(&gw, "busy").await;
+    client()
+        .delete(mock.url("/mock/requests"))
+        .send()
+        .await
+        .unwrap();
+    // busy (300 ms a call) is asked for every 50 ms for 1.5 s, so it is
+    // never idle; b once, early.
+    let mut calls = Vec::new();
+    for i in 0..30 {
+        let model = if i == 2 { "b" } else { "busy" };
+        let v1 = gw.base.clone();
+        let body = chat(model, &format!("{i}"));
+        calls.push(tokio::spawn(async move { post(&v1, &body).await.status }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for c in calls {
+        assert_eq!(c.await.unwrap(), 200);
+    }
+    let order = arrivals(&mock).await;
+    let b_at = order.iter().position(|m| m == "b").unwrap();
+    assert!(
+        b_at < order.len() - 5,
+        "b should be served once it waited 300 ms, not after every busy call: {order:?}"
+    );
+    let ev = gw.events_of(&["attempt"], 31).await;
+    let b = attempts_of(&ev, "b")[0];
+    let queued = b["queued_ms"].as_f64().unwrap();
+    assert!((300.0..1200.0).contains(&queued), "{b}");
+}
+
+#[tokio::test]
+async fn a_cloud_call_does_not_wait_for_a_busy_local_lane() {
+    let mock = swap_mock("300ms", "");
+    let cloud_mock = Proc::mock("[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.c]\n");
+    let cloud = format!(
+        "[upstreams.cloud]\nkind = \"openai\"\nbase_url = \"{}\"\n\n[models.cloud-c]\nupstream = \"cloud\"\nmodel = \"c\"\n",
+        cloud_mock.v1()
+    );
+    let gw = gateway(&mock, "", &cloud);
+    load(&gw, "slow").await;
+    // The lane is busy with slow (1.6 s) and b waits behind it.
+    let busy = {
+        let v1 = gw.base.clone();
+        tokio::spawn(async move { post(&v1, &chat("slow", "x")).await.status })
+    };
+    let queued = {
+        let v1 = gw.base.clone();
+        tokio::spawn(async move { post(&v1, &chat("b", "x")).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    let r = post(&gw.base, &chat("cloud-c", "x")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        t.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(!busy.is_finished() && !queued.is_finished());
+    assert_eq!(busy.await.unwrap(), 200);
+    assert_eq!(queued.await.unwrap(), 200);
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_the_queue_never_reaches_llama_swap() {
+    let mock = swap_mock("0s", "");
+    let gw = gateway(&mock, "", "");
+    load(&gw, "slow").await;
+    let busy = {
+        let v1 = gw.base.clone();
+        tokio::spawn(async move { post(&v1, &chat("slow", "x")).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let gone = client()
+        .post(format!("{}/chat/completions", gw.v1()))
+        .json(&chat("b", "never sent"))
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client should have given up");
+    assert!(
+        eventually(5, || async {
+            gw.metrics()
+                .await
+                .contains(r#"conclave_lane_queue_depth{upstream="local"} 0"#)
+        })
+        .await,
+        "{}",
+        gw.metrics().await
+    );
+    assert!(!busy.is_finished(), "b left the queue while slow still ran");
+    assert_eq!(busy.await.unwrap(), 200);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let got = arrivals(&mock).await;
+    assert!(!got.contains(&"b".to_owned()), "{got:?}");
+    let ev = gw.events_of(&["attempt"], 3).await;
+    let b = attempts_of(&ev, "b")[0];
+    assert_eq!(b["verdict"], "cancelled", "{b}");
+}
+
+#[tokio::test]
+async fn the_request_deadline_covers_the_lane_queue() {
+    let mock = swap_mock("0s", "");
+    // slow takes 1.6 s of a 2 s deadline; b's deadline passes while a
+    // second slow call (joining the served model) still holds the lane.
+    let gw = gateway_in(&mock, r#"request_timeout = "2s""#, "", "");
+    load(&gw, "slow").await;
+    let first = {
+        let v1 = gw.base.clone();
+        tokio::spawn(async move { post(&v1, &chat("slow", "1")).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let waiting = {
+        let v1 = gw.base.clone();
+        tokio::spawn(async move { post(&v1, &chat("b", "x")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let second = {
+        let v1 = gw.base.clone();
+        tokio::spawn(async move { post(&v1, &chat("slow", "2")).await.status })
+    };
+    let r = waiting.await.unwrap();
+    assert_eq!(r.status, 504, "{}", r.text);
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(
+        msg.contains("timed out waiting for the local lane"),
+        "{msg}"
+    );
+    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(second.await.unwrap(), 200);
+    assert!(!arrivals(&mock).await.contains(&"b".to_owned()));
+}
+
+/// A fake llama-swap whose `/running` answers what the test says, after
+/// an optional delay.
+struct FakeRunning {
+    base: String,
+    body: Arc<Mutex<(String, Duration)>>,
+}
+
+async fn fake_running() -> FakeRunning {
+    let body = Arc::new(Mutex::new((String::from("{}"), Duration::ZERO)));
+    let state = body.clone();
+    let app = Router::new().route(
+        "/running",
+        get(move || {
+            let state = state.clone();
+            async move {
+                let (text, delay) = state.lock().clone();
+                tokio::time::sleep(delay).await;
+                ([("content-type", "application/json")], text)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    FakeRunning { base, body }
+}
+
+#[tokio::test]
+async fn the_probe_reads_every_version_of_running_and_fails_to_unknown() {
+    let fake = fake_running().await;
+    let mock = swap_mock("0s", "");
+    let gw = Proc::gateway(&format!(
+        r#"
+[server]
+event_log = "{{dir}}/events.jsonl"
+
+[upstreams.local]
+kind = "openai"
+base_url = "{v1}"
+llama_swap = "{fake}"
+probe_cache = "20ms"
+probe_timeout = "100ms"
+
+[models.c]
+upstream = "local"
+"#,
+        v1 = mock.v1(),
+        fake = fake.base
+    ));
+    let cases: &[(&str, u64, Value)] = &[
+        (
+            r#"{"running":[{"model":"c","state":"ready"}]}"#,
+            0,
+            json!(true),
+        ),
+        (
+            r#"{"running":[{"model":"c","state":"starting","cmd":"llama-server","proxy":"http://127.0.0.1:9999","ttl":0,"name":"C","description":""}]}"#,
+            0,
+            json!(false),
+        ),
+        (
+            r#"{"running":[{"model":"c","state":"stopping"},{"model":"d","state":"ready","ttl":300}]}"#,
+            0,
+            json!(false),
+        ),
+        (r#"{"running":[]}"#, 0, json!(false)),
+        (
+            r#"{"running":[{"model":"c"}],"extra":{"x":1}}"#,
+            0,
+            json!(true),
+        ),
+        (r#"<html>not llama-swap</html>"#, 0, Value::Null),
+        (
+            r#"{"running":[{"model":"c","state":"ready"}]}"#,
+            500,
+            Value::Null,
+        ),
+    ];
+    for (i, (body, delay_ms, want)) in cases.iter().enumerate() {
+        *fake.body.lock() = (body.to_string(), Duration::from_millis(*delay_ms));
+        // Wait out the cache, and any background probe still in flight.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let t = Instant::now();
+        let r = post(&gw.base, &chat("c", "x")).await;
+        assert_eq!(r.status, 200, "case {i}: {}", r.text);
+        // The request never waits for a probe (a warm cache is read).
+        assert!(t.elapsed() < Duration::from_millis(400), "case {i}");
+        let _ = gw.events_of(&["attempt"], i + 1).await;
+        // The answer read may be the one before the refresh: ask again.
+        post(&gw.base, &chat("c", "y")).await;
+        let ev = gw.events_of(&["attempt"], 2 * i + 2).await;
+        assert_eq!(ev[2 * i + 1]["warm_start"], *want, "case {i}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn a_probe_of_a_server_that_is_down_reads_unknown() {
+    let mock = swap_mock("0s", "");
+    let gw = Proc::gateway(&format!(
+        "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n[upstreams.local]\nkind = \"openai\"\nbase_url = \"{}\"\nllama_swap = \"http://127.0.0.1:{}\"\n\n[models.c]\nupstream = \"local\"\n",
+        mock.v1(),
+        closed_port()
+    ));
+    assert_eq!(post(&gw.base, &chat("c", "x")).await.status, 200);
+    let ev = gw.events_of(&["attempt"], 1).await;
+    assert_eq!(ev[0]["warm_start"], Value::Null, "{}", ev[0]);
+    let ready = get_json(&client(), &gw.url("/readyz")).await;
+    assert_eq!(ready["status"], "ready", "{ready}");
+    assert_eq!(
+        ready["llama_swap"]["local"]["loaded"],
+        Value::Null,
+        "{ready}"
+    );
+    assert!(
+        ready["llama_swap"]["local"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("refused"),
+        "{ready}"
+    );
+}
+
+/// A gateway whose local lane (no probe) is a llama-swap with
+/// `sendLoadingState`, plus a cloud upstream with a verifier `v` and a
+/// fallback model `c2`.
+async fn loading_world(routes: &str) -> (Proc, Proc, Proc) {
+    let mock = swap_mock("500ms", "send_loading_state = true");
+    let cloud = Proc::mock(
+        "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.c2]\nreply = { text = \"from the cloud\" }\n\n[upstreams.sim.models.v]\nreply = { json = { accept = true, feedback = \"\" } }\n",
+    );
+    let gw = Proc::gateway(&format!(
+        r#"
+[server]
+event_log = "{{dir}}/events.jsonl"
+
+[upstreams.local]
+kind = "openai"
+base_url = "{local}"
+lane = "local"
+
+[upstreams.cloud]
+kind = "openai"
+base_url = "{cloud}"
+
+[models.b]
+upstream = "local"
+
+[models.c2]
+upstream = "cloud"
+
+[models.v]
+upstream = "cloud"
+
+{routes}
+"#,
+        local = mock.v1(),
+        cloud = cloud.v1()
+    ));
+    (mock, cloud, gw)
+}
+
+#[tokio::test]
+async fn a_loading_banner_marks_the_call_cold_and_is_not_its_first_token() {
+    let (_mock, _cloud, gw) = loading_world("").await;
+    let r = post(&gw.base, &chat_stream("b", "hi")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    // The client sees llama-swap's banner (its feature), then the answer.
+    let events = r.data_events();
+    let first: Value = serde_json::from_str(&events[0]).unwrap();
+    let banner = first["choices"][0]["delta"]["reasoning_content"].as_str();
+    assert_eq!(banner, Some("━━━━━\n"), "{events:?}");
+    assert!(r.text.contains("llama-swap loading model: b"), "{}", r.text);
+    assert!(r.text.contains("from"), "{}", r.text);
+    let ev = &gw.events_of(&["attempt"], 1).await[0];
+    // Without a probe warm state would be unknown: the banner says cold.
+    assert_eq!(ev["warm_start"], false, "{ev}");
+    // Time to first token runs to the first real token, after the load.
+    let ttft = ev["ttft_ms"].as_f64().unwrap();
+    assert!(ttft >= 450.0, "{ev}");
+    assert!(
+        !ev["output_summary"]
+            .as_str()
+            .unwrap()
+            .contains("llama-swap"),
+        "{ev}"
+    );
+    // Loaded now: no banner, warm unknown again (no probe), quick TTFT.
+    let r = post(&gw.base, &chat_stream("b", "again")).await;
+    assert!(!r.text.contains("llama-swap loading"), "{}", r.text);
+    let ev = &gw.events_of(&["attempt"], 2).await[1];
+    assert_eq!(ev["warm_start"], Value::Null, "{ev}");
+}
+
+#[tokio::test]
+async fn a_loading_banner_does_not_beat_a_chain_s_ttft_timeout() {
+    let routes =
+        "[routes.r]\nstrategy = \"chain\"\ntiers = [\"b\", \"c2\"]\nttft_timeout = \"200ms\"\n";
+    let (_mock, _cloud, gw) = loading_world(routes).await;
+    let r = post(&gw.base, &chat_stream("r", "hi")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-conclave-served-by"), Some("c2"), "{}", r.text);
+    assert!(r.text.contains(r#""content":" cloud""#), "{}", r.text);
+    assert!(!r.text.contains("llama-swap loading"), "{}", r.text);
+    let ev = gw.events_of(&["attempt"], 2).await;
+    assert_eq!(ev[0]["model"], "b");
+    assert_eq!(ev[0]["verdict"], "error", "{}", ev[0]);
+    assert!(
+        ev[0]["error"].as_str().unwrap().contains("first token"),
+        "{}",
+        ev[0]
+    );
+}
+
+#[tokio::test]
+async fn a_verifier_never_reads_the_loading_banner() {
+    let routes = "[routes.r]\nstrategy = \"chain\"\ntiers = [\"b\", \"c2\"]\nverifier = \"v\"\n";
+    let (_mock, cloud, gw) = loading_world(routes).await;
+    let r = post(&gw.base, &chat_stream("r", "hi")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-conclave-served-by"), Some("b"), "{}", r.text);
+    let asked = cloud.received().await;
+    let verifier: Vec<&Value> = asked.iter().filter(|r| r["model"] == "v").collect();
+    assert_eq!(verifier.len(), 1, "{asked:?}");
+    let prompt = verifier[0]["body"].to_string();
+    assert!(prompt.contains("from b"), "{prompt}");
+    assert!(!prompt.contains("llama-swap"), "{prompt}");
+    assert!(!prompt.contains("━━━━━"), "{prompt}");
+}
+
+/// `conclave check --probe` says what each upstream answered and what
+/// each llama-swap has loaded, and fails when any cannot say.
+#[test]
+fn check_probe_reports_what_llama_swap_has_loaded() {
+    let mock = swap_mock("0s", "");
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, extra: &str| {
+        let path = dir.path().join(name);
+        let text = format!(
+            "[upstreams.local]\nkind = \"openai\"\nbase_url = \"{}\"\nllama_swap = \"{}\"\n\n[models.a]\nupstream = \"local\"\n{extra}",
+            mock.v1(),
+            mock.base
+        );
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let check = |path: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
+            .args(["check", "--probe", "--config", path])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let good = write("good.toml", "");
+    let (code, out) = check(&good);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("upstream local: answers; llama-swap has nothing loaded"),
+        "{out}"
+    );
+    // Load a model straight on the mock, then ask again.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async { assert_eq!(post(&mock.base, &chat("a", "x")).await.status, 200) });
+    let (_, out) = check(&good);
+    assert!(out.contains("llama-swap has loaded: a"), "{out}");
+    let dead = write(
+        "dead.toml",
+        &format!(
+            "\n[upstreams.gone]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nllama_swap = \"http://127.0.0.1:{}\"\n\n[models.g]\nupstream = \"gone\"\n",
+            closed_port(),
+            closed_port()
+        ),
+    );
+    let (code, out) = check(&dead);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("upstream gone: unreachable: connection refused; llama-swap's loaded models are unknown: connection refused"), "{out}");
+}
