@@ -185,6 +185,7 @@ async fn interleaved_requests_reach_llama_swap_batched_by_model() {
         assert_eq!(c.await.unwrap(), 200);
     }
     assert_eq!(arrivals(&mock).await, ["a", "a", "a", "b", "b"]);
+    assert_eq!(mock.stats().await["loads"], 2, "a once, then b once");
     let m = gw.metrics().await;
     assert!(
         m.contains(r#"conclave_llama_swap_swaps_total{upstream="local"} 1"#),

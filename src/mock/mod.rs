@@ -58,13 +58,15 @@ pub struct Recorded {
     pub body: Value,
 }
 
-/// Counters for `GET /mock/stats`: how many answers finished and how many
-/// the client abandoned (its connection closed before the end).
+/// Counters for `GET /mock/stats`: how many answers finished, how many
+/// the client abandoned (its connection closed before the end), and how
+/// many times llama-swap emulation loaded a model.
 #[derive(Debug, Default, Serialize)]
 pub struct Stats {
     pub requests: AtomicU64,
     pub completed: AtomicU64,
     pub cancelled: AtomicU64,
+    pub loads: AtomicU64,
 }
 
 /// How the simulator plays llama-swap.
@@ -301,6 +303,7 @@ impl Simulator {
             let mut loaded = this.loaded.lock().await;
             if loaded.as_deref() != Some(model.as_str()) {
                 if let Some(delay) = this.swap.delay {
+                    this.stats.loads.fetch_add(1, Ordering::Relaxed);
                     *this.running.lock() = Some(Process {
                         model: model.clone(),
                         ready: false,

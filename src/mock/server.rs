@@ -1,7 +1,8 @@
 //! `conclave mock`: the simulator as a standalone OpenAI-compatible server
 //! that also answers llama-swap's `GET /running`, plus two test hooks:
 //! `GET /mock/requests` (what it received) and `GET /mock/stats`
-//! (answers completed, and abandoned by a client that went away).
+//! (answers completed, abandoned by a client that went away, and models
+//! loaded).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -132,5 +133,6 @@ async fn stats(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
         "requests": s.requests.load(Ordering::Relaxed),
         "completed": s.completed.load(Ordering::Relaxed),
         "cancelled": s.cancelled.load(Ordering::Relaxed),
+        "loads": s.loads.load(Ordering::Relaxed),
     }))
 }
