@@ -656,3 +656,37 @@ fn check_probe_reports_what_llama_swap_has_loaded() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("upstream gone: unreachable: connection refused; llama-swap's loaded models are unknown: connection refused"), "{out}");
 }
+
+/// A chain's `ttft_timeout` covers a local tier's wait for its lane: a tier
+/// that cannot even start in time moves the chain on.
+#[tokio::test]
+async fn a_chain_s_ttft_timeout_covers_the_lane_queue() {
+    let mock = swap_mock("0s", "");
+    let cloud = Proc::mock("[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.c2]\n");
+    let extra = format!(
+        "[upstreams.cloud]\nkind = \"openai\"\nbase_url = \"{}\"\n\n[models.c2]\nupstream = \"cloud\"\n\n[routes.r]\nstrategy = \"chain\"\ntiers = [\"b\", \"c2\"]\nttft_timeout = \"300ms\"\n",
+        cloud.v1()
+    );
+    let gw = gateway(&mock, "", &extra);
+    load(&gw, "slow").await;
+    let busy = {
+        let base = gw.base.clone();
+        tokio::spawn(async move { post(&base, &chat("slow", "x")).await.status })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    let r = post(&gw.base, &chat_stream("r", "hi")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-conclave-served-by"), Some("c2"), "{}", r.text);
+    assert!(
+        t.elapsed() < Duration::from_millis(1200),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(!busy.is_finished(), "slow still holds the lane");
+    let ev = gw.events_of(&["attempt"], 3).await;
+    let b = attempts_of(&ev, "b")[0];
+    assert!(b["error"].as_str().unwrap().contains("local lane"), "{b}");
+    assert_eq!(busy.await.unwrap(), 200);
+    assert!(!arrivals(&mock).await.contains(&"b".to_owned()));
+}

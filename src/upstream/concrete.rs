@@ -102,7 +102,14 @@ impl ConcreteModel {
             .deadline
             .unwrap_or(call.ctx.deadline)
             .min(call.ctx.deadline);
-        let admitted = match up.gate.admit(&self.info.upstream_model, by).await {
+        // A streamed call's first token is due `ttft_timeout` after the
+        // call began, queueing included: a chain's local tier that cannot
+        // start in time moves the chain on, as a slow one does.
+        let first_due = match (out.stream, call.ttft_timeout) {
+            (true, Some(t)) => by.min(Instant::now() + t),
+            _ => by,
+        };
+        let admitted = match up.gate.admit(&self.info.upstream_model, first_due).await {
             Ok(a) => a,
             Err(LaneTimeout) => {
                 return Err(ModelError::Timeout {
@@ -119,10 +126,7 @@ impl ConcreteModel {
         attempt.set_warm(up.warm(&self.info.upstream_model).await);
         let started = Instant::now();
         let total = by.min(started + up.timeout);
-        let first = match (out.stream, call.ttft_timeout) {
-            (true, Some(t)) => total.min(started + t),
-            _ => total,
-        };
+        let first = total.min(first_due);
         let x = Exchange {
             upstream: up.name.clone(),
             started,
