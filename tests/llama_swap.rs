@@ -167,15 +167,15 @@ async fn warm_labels_and_the_gauge_follow_what_is_loaded() {
 async fn interleaved_requests_reach_llama_swap_batched_by_model() {
     let mock = swap_mock("300ms", "");
     let gw = gateway(&mock, "", "");
-    load(&gw, "a").await;
+    load(&gw, "busy").await;
     client()
         .delete(mock.url("/mock/requests"))
         .send()
         .await
         .unwrap();
-    // A B A B A, 30 ms apart, while a is loaded (each takes 100 ms).
+    // A B A B A, 30 ms apart, while A (busy, 300 ms a call) is loaded.
     let mut calls = Vec::new();
-    for (i, m) in ["a", "b", "a", "b", "a"].iter().enumerate() {
+    for (i, m) in ["busy", "b", "busy", "b", "busy"].iter().enumerate() {
         let v1 = gw.base.clone();
         let body = chat(m, &format!("call {i}"));
         calls.push(tokio::spawn(async move { post(&v1, &body).await.status }));
@@ -184,16 +184,16 @@ async fn interleaved_requests_reach_llama_swap_batched_by_model() {
     for c in calls {
         assert_eq!(c.await.unwrap(), 200);
     }
-    assert_eq!(arrivals(&mock).await, ["a", "a", "a", "b", "b"]);
-    assert_eq!(mock.stats().await["loads"], 2, "a once, then b once");
+    assert_eq!(arrivals(&mock).await, ["busy", "busy", "busy", "b", "b"]);
+    assert_eq!(mock.stats().await["loads"], 2, "busy once, then b once");
     let m = gw.metrics().await;
     assert!(
         m.contains(r#"conclave_llama_swap_swaps_total{upstream="local"} 1"#),
-        "one swap, a to b:\n{m}"
+        "one swap, busy to b:\n{m}"
     );
     let swaps = gw.events_of(&["lane_swap"], 1).await;
     assert_eq!(swaps.len(), 1, "{swaps:?}");
-    assert_eq!(swaps[0]["from"], "a");
+    assert_eq!(swaps[0]["from"], "busy");
     assert_eq!(swaps[0]["to"], "b");
     // The b calls waited for the lane; the wait is not their duration.
     let ev = gw.events_of(&["attempt"], 6).await;

@@ -145,7 +145,9 @@ impl Proc {
     pub async fn events_of(&self, kinds: &[&str], n: usize) -> Vec<Value> {
         for _ in 0..200 {
             let text = std::fs::read_to_string(self.path("events.jsonl")).unwrap_or_default();
-            let lines: Vec<Value> = text
+            // Only whole lines: the writer may be mid-line.
+            let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+            let lines: Vec<Value> = whole
                 .lines()
                 .filter(|l| !l.trim().is_empty())
                 .map(|l| serde_json::from_str::<Value>(l).unwrap())
