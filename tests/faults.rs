@@ -71,13 +71,26 @@ api_key_env = "EVIL_KEY"
 timeout = "1s"
 stream_idle_timeout = "300ms"
 
+# 64 MB to read before "too large" takes more than 1 s on a loaded box.
+[upstreams.evil-big]
+kind = "openai"
+base_url = "{evil_v1}"
+api_key_env = "EVIL_KEY"
+timeout = "10s"
+stream_idle_timeout = "300ms"
+
 [models.ok]
 upstream = "evil"
 "#
     );
     for f in FAULTS {
+        let up = if *f == "no-newline" {
+            "evil-big"
+        } else {
+            "evil"
+        };
         t.push_str(&format!(
-            "\n[models.{f}]\nupstream = \"evil\"\n\n[routes.p-{f}]\nstrategy = \"passthrough\"\nmodel = \"{f}\"\n\n[routes.c-{f}]\nstrategy = \"chain\"\ntiers = [\"{f}\", \"ok\"]\n"
+            "\n[models.{f}]\nupstream = \"{up}\"\n\n[routes.p-{f}]\nstrategy = \"passthrough\"\nmodel = \"{f}\"\n\n[routes.c-{f}]\nstrategy = \"chain\"\ntiers = [\"{f}\", \"ok\"]\n"
         ));
     }
     t.push_str(

@@ -155,6 +155,20 @@ impl WarmProbe {
         }
     }
 
+    /// What llama-swap has loaded: the cached answer while it is fresh,
+    /// else a probe now (with why it failed, when it does).
+    pub async fn current(&self) -> Result<Loaded, String> {
+        let fresh = {
+            let c = self.cache.lock();
+            c.at.filter(|at| at.elapsed() < self.fresh_for)
+                .and(c.loaded.clone())
+        };
+        match fresh {
+            Some(l) => Ok(l),
+            None => self.refresh().await,
+        }
+    }
+
     /// The cached answer, without probing.
     pub fn cached(&self) -> Option<Loaded> {
         self.cache.lock().loaded.clone()
@@ -225,14 +239,21 @@ impl WarmProbe {
         if let Some(a) = &self.auth {
             req = req.header(AUTHORIZATION, a.clone());
         }
-        let resp = req.send().await.map_err(|e| super::openai::describe(&e))?;
+        let failed = |e: reqwest::Error| {
+            if e.is_timeout() {
+                format!("no answer within {:?}", self.timeout)
+            } else {
+                super::openai::describe(&e)
+            }
+        };
+        let resp = req.send().await.map_err(failed)?;
         if !resp.status().is_success() {
             return Err(format!("HTTP {}", resp.status().as_u16()));
         }
         let mut body = Vec::new();
         let mut parts = resp.bytes_stream();
         while let Some(part) = parts.next().await {
-            let part = part.map_err(|e| super::openai::describe(&e))?;
+            let part = part.map_err(failed)?;
             if body.len() + part.len() > MAX_BODY {
                 return Err(format!("more than {MAX_BODY} bytes"));
             }

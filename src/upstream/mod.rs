@@ -145,11 +145,12 @@ impl Upstream {
     }
 
     /// Whether the upstream answers and, for llama-swap, what it has
-    /// loaded, both asked now (for `/readyz` and `conclave check --probe`).
+    /// loaded (the probe's answer if fresh, else asked now), for `/readyz`
+    /// and `conclave check --probe`.
     pub async fn status(&self) -> Status {
         let loaded = async {
             match (&self.probe, self.transport.loaded()) {
-                (Some(p), _) => Some(p.refresh().await),
+                (Some(p), _) => Some(p.current().await),
                 (None, Some(l)) => Some(Ok(Arc::new(l))),
                 (None, None) => None,
             }
