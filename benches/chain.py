@@ -28,8 +28,7 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "conclave")
+from procs import ROOT, start
 
 MOCK = """
 [upstreams.sim]
@@ -84,14 +83,6 @@ tiers = ["down", "frontier"]
 """
 
 
-def start(args, tmp, name):
-    log = open(os.path.join(tmp, name + ".log"), "w")
-    p = subprocess.Popen([BIN] + args, stdout=subprocess.PIPE, stderr=log, text=True,
-                         env=dict(os.environ, RUST_LOG="warn"))
-    line = p.stdout.readline().strip()
-    if "http://" not in line:
-        sys.exit(f"{name} did not start: {line}")
-    return p, line.rsplit(" ", 1)[-1]
 
 
 def client(host, port, route, stream, n, out, lock):

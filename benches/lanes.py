@@ -34,8 +34,7 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "conclave")
+from procs import ROOT, start, stop
 
 LOCAL_MOCK = """
 [upstreams.sim]
@@ -99,19 +98,8 @@ PROBE = 'llama_swap = "{local}"'
 BLACK_HOLE = 'llama_swap = "http://127.0.0.1:{port}"\nprobe_timeout = "200ms"'
 
 
-def start(args, tmp, name):
-    log = open(os.path.join(tmp, name + ".log"), "w")
-    p = subprocess.Popen([BIN] + args, stdout=subprocess.PIPE, stderr=log, text=True,
-                         env=dict(os.environ, RUST_LOG="warn"))
-    line = p.stdout.readline().strip()
-    if "http://" not in line:
-        sys.exit(f"{name} did not start: {line}")
-    return p, line.rsplit(" ", 1)[-1]
 
 
-def stop(p):
-    p.terminate()
-    p.wait()
 
 
 def mock(tmp, name, text):

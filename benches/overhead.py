@@ -24,8 +24,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "conclave")
+from procs import ROOT, start
 TICK = os.sysconf("SC_CLK_TCK")
 REPLY = "The quick brown fox jumps over the lazy dog and keeps running far away"
 PROMPT = "Benchmark the gateway overhead please"
@@ -61,14 +60,6 @@ end
 """
 
 
-def start(args, tmp, name):
-    log = open(os.path.join(tmp, name + ".log"), "w")
-    env = dict(os.environ, RUST_LOG="warn")
-    p = subprocess.Popen([BIN] + args, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
-    line = p.stdout.readline().strip()
-    if "http://" not in line:
-        sys.exit(f"{name} did not start: {line}; see {log.name}")
-    return p, line.rsplit(" ", 1)[-1]
 
 
 def cpu_seconds(pid):
