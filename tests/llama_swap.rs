@@ -102,6 +102,27 @@ fn attempts_of<'a>(events: &'a [Value], model: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["model"] == model).collect()
 }
 
+/// Sends `body` to the gateway in the background; the status it got.
+fn spawn_post(gw: &Proc, body: Value) -> tokio::task::JoinHandle<u16> {
+    let base = gw.base.clone();
+    tokio::spawn(async move { post(&base, &body).await.status })
+}
+
+/// A plain (cloud) `conclave mock` serving `model`.
+fn cloud_mock(model: &str) -> Proc {
+    Proc::mock(&format!(
+        "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.{model}]\n"
+    ))
+}
+
+/// `[upstreams.cloud]` at `cloud` with `models` on it, plus `extra`.
+fn cloud_upstream(cloud: &Proc, models: &str, extra: &str) -> String {
+    format!(
+        "[upstreams.cloud]\nkind = \"openai\"\nbase_url = \"{}\"\n\n{models}\n{extra}",
+        cloud.v1()
+    )
+}
+
 /// Loads `model` through the gateway and waits until its probe sees it.
 async fn load(gw: &Proc, model: &str) {
     assert_eq!(post(&gw.base, &chat(model, "warm up")).await.status, 200);
@@ -176,9 +197,7 @@ async fn interleaved_requests_reach_llama_swap_batched_by_model() {
     // A B A B A, 30 ms apart, while A (busy, 300 ms a call) is loaded.
     let mut calls = Vec::new();
     for (i, m) in ["busy", "b", "busy", "b", "busy"].iter().enumerate() {
-        let v1 = gw.base.clone();
-        let body = chat(m, &format!("call {i}"));
-        calls.push(tokio::spawn(async move { post(&v1, &body).await.status }));
+        calls.push(spawn_post(&gw, chat(m, &format!("call {i}"))));
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     for c in calls {
@@ -219,10 +238,7 @@ async fn calls_for_the_served_model_run_up_to_max_concurrency() {
     load(&gw, "a").await;
     let started = Instant::now();
     let calls: Vec<_> = (0..4)
-        .map(|i| {
-            let v1 = gw.base.clone();
-            tokio::spawn(async move { post(&v1, &chat("a", &format!("{i}"))).await.status })
-        })
+        .map(|i| spawn_post(&gw, chat("a", &format!("{i}"))))
         .collect();
     for c in calls {
         assert_eq!(c.await.unwrap(), 200);
@@ -254,9 +270,7 @@ async fn a_waiting_model_is_not_starved_by_a_stream_of_others() {
     let mut calls = Vec::new();
     for i in 0..30 {
         let model = if i == 2 { "b" } else { "busy" };
-        let v1 = gw.base.clone();
-        let body = chat(model, &format!("{i}"));
-        calls.push(tokio::spawn(async move { post(&v1, &body).await.status }));
+        calls.push(spawn_post(&gw, chat(model, &format!("{i}"))));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for c in calls {
@@ -277,22 +291,17 @@ async fn a_waiting_model_is_not_starved_by_a_stream_of_others() {
 #[tokio::test]
 async fn a_cloud_call_does_not_wait_for_a_busy_local_lane() {
     let mock = swap_mock("300ms", "");
-    let cloud_mock = Proc::mock("[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.c]\n");
-    let cloud = format!(
-        "[upstreams.cloud]\nkind = \"openai\"\nbase_url = \"{}\"\n\n[models.cloud-c]\nupstream = \"cloud\"\nmodel = \"c\"\n",
-        cloud_mock.v1()
+    let cloud_mock = cloud_mock("c");
+    let cloud = cloud_upstream(
+        &cloud_mock,
+        "[models.cloud-c]\nupstream = \"cloud\"\nmodel = \"c\"\n",
+        "",
     );
     let gw = gateway(&mock, "", &cloud);
     load(&gw, "slow").await;
     // The lane is busy with slow (1.6 s) and b waits behind it.
-    let busy = {
-        let v1 = gw.base.clone();
-        tokio::spawn(async move { post(&v1, &chat("slow", "x")).await.status })
-    };
-    let queued = {
-        let v1 = gw.base.clone();
-        tokio::spawn(async move { post(&v1, &chat("b", "x")).await.status })
-    };
+    let busy = spawn_post(&gw, chat("slow", "x"));
+    let queued = spawn_post(&gw, chat("b", "x"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let t = Instant::now();
     let r = post(&gw.base, &chat("cloud-c", "x")).await;
@@ -312,10 +321,7 @@ async fn a_client_that_leaves_the_queue_never_reaches_llama_swap() {
     let mock = swap_mock("0s", "");
     let gw = gateway(&mock, "", "");
     load(&gw, "slow").await;
-    let busy = {
-        let v1 = gw.base.clone();
-        tokio::spawn(async move { post(&v1, &chat("slow", "x")).await.status })
-    };
+    let busy = spawn_post(&gw, chat("slow", "x"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let gone = client()
         .post(format!("{}/chat/completions", gw.v1()))
@@ -351,20 +357,14 @@ async fn the_request_deadline_covers_the_lane_queue() {
     // second slow call (joining the served model) still holds the lane.
     let gw = gateway_in(&mock, r#"request_timeout = "2s""#, "", "");
     load(&gw, "slow").await;
-    let first = {
-        let v1 = gw.base.clone();
-        tokio::spawn(async move { post(&v1, &chat("slow", "1")).await.status })
-    };
+    let first = spawn_post(&gw, chat("slow", "1"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let waiting = {
         let v1 = gw.base.clone();
         tokio::spawn(async move { post(&v1, &chat("b", "x")).await })
     };
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let second = {
-        let v1 = gw.base.clone();
-        tokio::spawn(async move { post(&v1, &chat("slow", "2")).await.status })
-    };
+    let second = spawn_post(&gw, chat("slow", "2"));
     let r = waiting.await.unwrap();
     assert_eq!(r.status, 504, "{}", r.text);
     let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
@@ -679,17 +679,15 @@ fn check_probe_reports_what_llama_swap_has_loaded() {
 #[tokio::test]
 async fn a_chain_s_ttft_timeout_covers_the_lane_queue() {
     let mock = swap_mock("0s", "");
-    let cloud = Proc::mock("[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.c2]\n");
-    let extra = format!(
-        "[upstreams.cloud]\nkind = \"openai\"\nbase_url = \"{}\"\n\n[models.c2]\nupstream = \"cloud\"\n\n[routes.r]\nstrategy = \"chain\"\ntiers = [\"b\", \"c2\"]\nttft_timeout = \"300ms\"\n",
-        cloud.v1()
+    let cloud = cloud_mock("c2");
+    let extra = cloud_upstream(
+        &cloud,
+        "[models.c2]\nupstream = \"cloud\"\n",
+        "[routes.r]\nstrategy = \"chain\"\ntiers = [\"b\", \"c2\"]\nttft_timeout = \"300ms\"\n",
     );
     let gw = gateway(&mock, "", &extra);
     load(&gw, "slow").await;
-    let busy = {
-        let base = gw.base.clone();
-        tokio::spawn(async move { post(&base, &chat("slow", "x")).await.status })
-    };
+    let busy = spawn_post(&gw, chat("slow", "x"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let t = Instant::now();
     let r = post(&gw.base, &chat_stream("r", "hi")).await;
