@@ -10,12 +10,16 @@
 //! node, or a thin node when it sets options (see `graph`).
 
 pub mod chain;
+pub mod judge;
 pub mod passthrough;
 
 use crate::config::Strategies;
 
 /// Every strategy of this build, by name, for [`crate::config::load`].
 pub const ALL: Strategies = Strategies {
-    known: &[("chain", chain::config::parse)],
-    later: &["judge", "race", "arena", "oracle"],
+    known: &[
+        ("chain", chain::config::parse),
+        ("judge", judge::config::parse),
+    ],
+    later: &["race", "arena", "oracle"],
 };

@@ -109,6 +109,49 @@ impl<'a> From<&'a StreamOptions> for StreamOptionsView<'a> {
     }
 }
 
+/// A conversation as plain text, for a model that reviews it.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    /// The system (and developer) messages' text.
+    pub system: Vec<String>,
+    /// Every other message as `[role] text`, one per line, tool calls
+    /// included as `tool call: name(arguments)`.
+    pub turns: String,
+}
+
+impl ChatRequest {
+    /// The conversation as plain text (see [`Transcript`]).
+    pub fn transcript(&self) -> Transcript {
+        let mut out = Transcript::default();
+        for m in &self.messages {
+            let mut text = m.text();
+            for c in m
+                .rest
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let f = c.get("function");
+                let name = f.and_then(|f| f.get("name")).and_then(Value::as_str);
+                let args = f.and_then(|f| f.get("arguments")).and_then(Value::as_str);
+                text.push_str(&format!(
+                    "\ntool call: {}({})",
+                    name.unwrap_or("?"),
+                    args.unwrap_or_default()
+                ));
+            }
+            if m.role == "system" || m.role == "developer" {
+                out.system.push(text);
+            } else {
+                out.turns
+                    .push_str(&format!("[{}] {}\n", m.role, text.trim()));
+            }
+        }
+        out
+    }
+}
+
 /// One chat message; only `role` is read, the rest (content, name,
 /// tool_calls, tool_call_id, …) is kept exactly as sent, `null`s included.
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -103,38 +103,15 @@ impl Verifier {
 /// The conversation, the candidate and the question, as one user message
 /// (one message keeps strict chat templates happy).
 fn render(original: &ChatRequest, output: &AssistantOutput) -> String {
-    let mut system = Vec::new();
-    let mut convo = String::new();
-    for m in &original.messages {
-        let mut text = m.text();
-        if let Some(calls) = m.rest.get("tool_calls").and_then(Value::as_array) {
-            for c in calls {
-                let f = c.get("function");
-                let name = f
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("?");
-                let args = f
-                    .and_then(|f| f.get("arguments"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                text.push_str(&format!("\ntool call: {name}({args})"));
-            }
-        }
-        if m.role == "system" || m.role == "developer" {
-            system.push(text);
-        } else {
-            convo.push_str(&format!("[{}] {}\n", m.role, text.trim()));
-        }
-    }
+    let t = original.transcript();
     let mut out = String::new();
-    if !system.is_empty() {
+    if !t.system.is_empty() {
         out.push_str(&format!(
             "Original system prompt:\n<<<\n{}\n>>>\n\n",
-            system.join("\n")
+            t.system.join("\n")
         ));
     }
-    out.push_str(&format!("Conversation:\n{convo}\n"));
+    out.push_str(&format!("Conversation:\n{}\n", t.turns));
     out.push_str(&format!(
         "Candidate reply to check:\n<<<\n{}\n>>>\n\n",
         output.render()

@@ -1,0 +1,257 @@
+//! The judge's own config: the `[routes.NAME]` keys of `strategy = "judge"`
+//! (raw and validated), the names it refers to, how `check` shows it, the
+//! warnings it deserves, and how it is built into a [`Judge`] node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::synthesis::Synthesis;
+use super::{GuidanceRole, Judge, Member};
+use crate::config::{Built, Config, Errors, Lane, Resolve, RouteSpec, Unresolved, positive};
+
+/// Default gap between SSE keep-alive comments while panel and synthesis run.
+const JUDGE_KEEPALIVE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[allow(dead_code)]
+    strategy: String,
+    panel: Vec<String>,
+    synthesis: String,
+    default: String,
+    /// Panellists slower than this are cancelled.
+    #[serde(default, with = "humantime_serde")]
+    panel_timeout: Option<Duration>,
+    /// Fewer usable panel answers than this: the default answers alone.
+    #[serde(default = "one")]
+    min_panel: usize,
+    /// Replaces the built-in synthesis instruction.
+    synthesis_prompt: Option<String>,
+    /// Output cap of each synthesis call (`max_tokens`).
+    #[serde(default = "default_synthesis_max_tokens")]
+    synthesis_max_tokens: u32,
+    /// Time limit of the synthesis (both of its turns).
+    #[serde(default = "default_synthesis_timeout", with = "humantime_serde")]
+    synthesis_timeout: Duration,
+    /// How the default receives the guidance.
+    guidance_role: Option<GuidanceRole>,
+    #[serde(default, with = "humantime_serde")]
+    keepalive: Option<Duration>,
+}
+
+fn one() -> usize {
+    1
+}
+fn default_synthesis_max_tokens() -> u32 {
+    1024
+}
+fn default_synthesis_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// A validated judge route.
+#[derive(Debug)]
+pub struct JudgeSpec {
+    panel: Vec<String>,
+    synthesis: String,
+    default: String,
+    panel_timeout: Option<Duration>,
+    min_panel: usize,
+    synthesis_prompt: Option<String>,
+    synthesis_max_tokens: u32,
+    synthesis_timeout: Duration,
+    guidance_role: Option<GuidanceRole>,
+    keepalive: Duration,
+}
+
+/// Reads and validates one judge route table at `path`.
+pub(crate) fn parse(
+    item: toml::Value,
+    path: &str,
+    errs: &mut Errors,
+) -> Option<Box<dyn RouteSpec>> {
+    let c = errs.parse::<Raw>(path, item)?;
+    if c.panel.is_empty() {
+        errs.push(
+            format!("{path}.panel"),
+            "a judge needs at least one panellist",
+        );
+    }
+    for (i, p) in c.panel.iter().enumerate() {
+        if c.panel[..i].contains(p) {
+            errs.push(
+                format!("{path}.panel[{i}]"),
+                format!("\"{p}\" is already on this panel"),
+            );
+        }
+    }
+    if c.min_panel == 0 {
+        errs.push(format!("{path}.min_panel"), "must be at least 1");
+    } else if !c.panel.is_empty() && c.min_panel > c.panel.len() {
+        errs.push(
+            format!("{path}.min_panel"),
+            format!(
+                "is {} but the panel has {} member(s): the judge would always fall back",
+                c.min_panel,
+                c.panel.len()
+            ),
+        );
+    }
+    positive(c.panel_timeout, &format!("{path}.panel_timeout"), errs);
+    positive(c.keepalive, &format!("{path}.keepalive"), errs);
+    positive(
+        Some(c.synthesis_timeout),
+        &format!("{path}.synthesis_timeout"),
+        errs,
+    );
+    if c.synthesis_max_tokens == 0 {
+        errs.push(
+            format!("{path}.synthesis_max_tokens"),
+            "must be greater than 0",
+        );
+    }
+    if c.synthesis_prompt
+        .as_deref()
+        .is_some_and(|p| p.trim().is_empty())
+    {
+        errs.push(format!("{path}.synthesis_prompt"), "is empty");
+    }
+    Some(Box::new(JudgeSpec {
+        panel: c.panel,
+        synthesis: c.synthesis,
+        default: c.default,
+        panel_timeout: c.panel_timeout,
+        min_panel: c.min_panel,
+        synthesis_prompt: c.synthesis_prompt,
+        synthesis_max_tokens: c.synthesis_max_tokens,
+        synthesis_timeout: c.synthesis_timeout,
+        guidance_role: c.guidance_role,
+        keepalive: c.keepalive.unwrap_or(JUDGE_KEEPALIVE),
+    }))
+}
+
+impl JudgeSpec {
+    /// The guidance's role: as configured, else a user note for a default
+    /// on a local lane (local chat templates often reject a system message
+    /// after the conversation), else a system message.
+    fn guidance_role(&self, config: &Config) -> GuidanceRole {
+        if let Some(r) = self.guidance_role {
+            return r;
+        }
+        let local = config
+            .models
+            .get(config.resolve_alias(&self.default))
+            .and_then(|m| config.upstreams.get(&m.upstream))
+            .is_some_and(|u| u.lane == Lane::Local);
+        if local {
+            GuidanceRole::User
+        } else {
+            GuidanceRole::System
+        }
+    }
+}
+
+impl RouteSpec for JudgeSpec {
+    fn strategy(&self) -> &'static str {
+        "judge"
+    }
+
+    fn references(&self) -> Vec<(String, String)> {
+        let mut refs: Vec<(String, String)> = self
+            .panel
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("panel[{i}]"), p.clone()))
+            .collect();
+        refs.push(("synthesis".into(), self.synthesis.clone()));
+        refs.push(("default".into(), self.default.clone()));
+        refs
+    }
+
+    fn describe(&self, config: &Config) -> String {
+        let timeout = self.panel_timeout.map_or("none".to_owned(), |t| {
+            humantime::format_duration(t).to_string()
+        });
+        format!(
+            "judge panel [{}] (min {}, panel_timeout {timeout}) -> synthesis {} -> default {} (guidance as a {} message)",
+            self.panel.join(", "),
+            self.min_panel,
+            self.synthesis,
+            self.default,
+            self.guidance_role(config).as_str(),
+        )
+    }
+
+    fn warnings(&self, name: &str, config: &Config) -> Vec<String> {
+        // A judge ranking its own answer: anonymised labels hide the name,
+        // not the style.
+        let judge = config.resolve_alias(&self.synthesis);
+        self.panel
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| config.resolve_alias(p) == judge)
+            .map(|(i, p)| {
+                format!(
+                    "routes.{name}.synthesis: \"{}\" is also on the panel (panel[{i}] = \"{p}\"), so it \
+                     ranks its own answer; labels are anonymised but its style is not. Prefer a \
+                     synthesis model that is not on the panel",
+                    self.synthesis
+                )
+            })
+            .collect()
+    }
+
+    fn build(
+        &self,
+        name: &str,
+        config: &Config,
+        nodes: &mut dyn Resolve,
+    ) -> Result<Built, Unresolved> {
+        let mut panel = Vec::new();
+        for p in &self.panel {
+            panel.push(Member {
+                name: p.as_str().into(),
+                model: nodes.model(p)?,
+            });
+        }
+        let synthesis = Synthesis {
+            member: Member {
+                name: self.synthesis.as_str().into(),
+                model: nodes.model(&self.synthesis)?,
+            },
+            prompt: self.synthesis_prompt.clone(),
+            max_tokens: self.synthesis_max_tokens,
+            timeout: self.synthesis_timeout,
+        };
+        let default = Member {
+            name: self.default.as_str().into(),
+            model: nodes.model(&self.default)?,
+        };
+        // The judge holds the answer back while the panel and the synthesis
+        // run; the default (and anything nested in it) may hold it longer.
+        let keepalive = nodes
+            .keepalive(&self.default)
+            .into_iter()
+            .chain(Some(self.keepalive))
+            .min();
+        Ok(Built {
+            model: Arc::new(Judge {
+                name: name.into(),
+                panel,
+                synthesis,
+                default,
+                panel_timeout: self.panel_timeout,
+                min_panel: self.min_panel,
+                guidance_role: self.guidance_role(config),
+            }),
+            keepalive,
+        })
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

@@ -1,0 +1,293 @@
+//! `strategy = "judge"`: a model-judge panel. To the client it is one
+//! model; inside, the panel answers the request in parallel ([`panel`]),
+//! the synthesis model ranks the answers blind and writes guidance
+//! ([`synthesis`]), and the default model answers the request with that
+//! guidance as an internal note, streamed live when the client streams.
+//! The guidance never reaches the client; the default's tool calls do.
+//!
+//! Too few usable panel answers (`min_panel`) or a synthesis that fails
+//! means the default answers the request alone, and a `judge_fallback`
+//! event says why. The synthesis's ranking becomes a `judge_ranking` event
+//! and the panellists' verdicts (`winner` / `loser`). The response's
+//! `usage` counts every call of the request.
+
+pub mod config;
+mod panel;
+mod synthesis;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::context::RequestCtx;
+use crate::error::ModelError;
+use crate::labels::{Role, Verdict};
+use crate::model::{Call, ChatModel, Completion, Reply, ReplyBody};
+use crate::stream;
+use crate::telemetry::EventBody;
+use crate::wire::{ChatRequest, Message};
+use synthesis::{Judgement, Synthesis};
+
+/// A model the judge calls, by its config name.
+pub struct Member {
+    pub name: Arc<str>,
+    pub model: Arc<dyn ChatModel>,
+}
+
+/// How the default receives the synthesis's guidance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuidanceRole {
+    /// A system message after the conversation.
+    System,
+    /// Folded into the last user message (or a user message after the
+    /// conversation), for chat templates that reject a late system message.
+    User,
+}
+
+impl GuidanceRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GuidanceRole::System => "system",
+            GuidanceRole::User => "user",
+        }
+    }
+}
+
+pub struct Judge {
+    pub name: Arc<str>,
+    pub panel: Vec<Member>,
+    pub synthesis: Synthesis,
+    pub default: Member,
+    pub panel_timeout: Option<Duration>,
+    pub min_panel: usize,
+    pub guidance_role: GuidanceRole,
+}
+
+const NOTE: &str = "Internal note from a review panel (not from the user; do not mention it). \
+Several candidate answers to this conversation were judged. Guidance for your answer:";
+
+impl Judge {
+    /// `x-conclave-pin`: the named panellist or default answers alone.
+    async fn pinned(
+        &self,
+        call: Call,
+        req: Arc<ChatRequest>,
+        pin: &str,
+    ) -> Result<Reply, ModelError> {
+        let members = || self.panel.iter().chain(std::iter::once(&self.default));
+        let Some(m) = members().find(|m| &*m.name == pin) else {
+            let names: Vec<&str> = members().map(|m| &*m.name).collect();
+            return Err(ModelError::BadRequest {
+                message: format!(
+                    "x-conclave-pin: \"{pin}\" is not a model of judge \"{}\" (models: {})",
+                    self.name,
+                    names.join(", ")
+                ),
+                param: None,
+            });
+        };
+        let reply = m.model.chat(call.with_role(Role::Default), req).await?;
+        reply.attempt.set_verdict(Verdict::Ok, None);
+        Ok(reply)
+    }
+
+    /// The default's answer to `req`, its usage replaced by the request's.
+    async fn answer(&self, call: &Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
+        let reply = self
+            .default
+            .model
+            .chat(call.with_role(Role::Default), req)
+            .await?;
+        with_request_usage(reply, call.ctx.clone())
+    }
+
+    /// The default answers alone, and the event log says why.
+    async fn fallback(
+        &self,
+        call: &Call,
+        req: Arc<ChatRequest>,
+        why: &str,
+    ) -> Result<Reply, ModelError> {
+        let mut f = Map::new();
+        f.insert("reason".into(), json!(why));
+        f.insert("default".into(), json!(&*self.default.name));
+        emit(&call.ctx, "judge_fallback", f);
+        self.answer(call, req).await
+    }
+
+    /// Records the ranking (labels mapped back to names) and the verdicts.
+    fn record(&self, ctx: &RequestCtx, j: &Judgement, labelled: &[(String, &panel::Answer)]) {
+        let name_of = |label: &str| {
+            labelled
+                .iter()
+                .find(|(l, _)| l == label)
+                .map(|(_, a)| &*self.panel[a.member].name)
+        };
+        let mut f = Map::new();
+        f.insert("synthesis".into(), json!(&*self.synthesis.member.name));
+        let labels: Map<String, Value> = labelled
+            .iter()
+            .map(|(l, a)| (l.clone(), json!(&*self.panel[a.member].name)))
+            .collect();
+        f.insert("labels".into(), Value::Object(labels));
+        match &j.ranking {
+            Ok(ranking) => {
+                let best = ranking.first().map_or(0, |r| r.rank);
+                for r in ranking {
+                    if let Some((_, a)) = labelled.iter().find(|(l, _)| *l == r.label) {
+                        let v = if r.rank == best {
+                            Verdict::Winner
+                        } else {
+                            Verdict::Loser
+                        };
+                        a.attempt.set_verdict(v, Some(r.reason.clone()));
+                    }
+                }
+                let rows: Vec<Value> = ranking
+                    .iter()
+                    .map(|r| json!({"rank": r.rank, "label": r.label, "model": name_of(&r.label), "score": r.score, "reason": r.reason}))
+                    .collect();
+                f.insert("ranking".into(), Value::Array(rows));
+            }
+            Err(why) => {
+                f.insert("ranking".into(), Value::Null);
+                f.insert("error".into(), json!(why));
+            }
+        }
+        emit(ctx, "judge_ranking", f);
+    }
+
+    /// The client's request with the guidance as an internal note.
+    fn guided(&self, req: &ChatRequest, guidance: &str) -> Arc<ChatRequest> {
+        let note = format!("{NOTE}\n{guidance}");
+        let mut out = req.clone();
+        match (self.guidance_role, out.messages.last_mut()) {
+            (GuidanceRole::User, Some(last)) if last.role == "user" => last.append_text(&note),
+            (GuidanceRole::User, _) => out.messages.push(Message::new("user", note)),
+            (GuidanceRole::System, _) => out.messages.push(Message::new("system", note)),
+        }
+        Arc::new(out)
+    }
+}
+
+#[async_trait]
+impl ChatModel for Judge {
+    async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
+        if let Some(pin) = call.pin.clone() {
+            return self.pinned(call.without_pin(), req, &pin).await;
+        }
+        let call = call.without_pin();
+        let asked = panel::request(&req);
+        let outcome = panel::run(&self.panel, &call, &asked, self.panel_timeout).await;
+        if outcome.answers.len() < self.min_panel {
+            let why = format!(
+                "{} usable panel answer(s), fewer than min_panel = {}{}",
+                outcome.answers.len(),
+                self.min_panel,
+                if outcome.failures.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", outcome.failures.join("; "))
+                }
+            );
+            return self.fallback(&call, req, &why).await;
+        }
+        let mut order: Vec<&panel::Answer> = outcome.answers.iter().collect();
+        shuffle(&mut order);
+        let labelled: Vec<(String, &panel::Answer)> = order
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| (label(i), a))
+            .collect();
+        let candidates: Vec<(String, &crate::wire::AssistantOutput)> = labelled
+            .iter()
+            .map(|(l, a)| (l.clone(), &a.output))
+            .collect();
+        let judgement = match self.synthesis.judge(&call, &req, &candidates).await {
+            Ok(j) => j,
+            Err(why) => return self.fallback(&call, req, &why).await,
+        };
+        self.record(&call.ctx, &judgement, &labelled);
+        self.answer(&call, self.guided(&req, &judgement.guidance))
+            .await
+    }
+}
+
+/// `A`, `B`, … `Z`, then `AA`, `AB`, ….
+fn label(i: usize) -> String {
+    let letter = |n: usize| char::from(b'A' + (n % 26) as u8);
+    if i < 26 {
+        letter(i).to_string()
+    } else {
+        format!("{}{}", letter(i / 26 - 1), letter(i))
+    }
+}
+
+/// A uniformly random order (so position cannot tell a panellist apart).
+fn shuffle<T>(items: &mut [T]) {
+    use rand::seq::SliceRandom;
+    items.shuffle(&mut rand::rng());
+}
+
+fn emit(ctx: &RequestCtx, event: &'static str, fields: Map<String, Value>) {
+    if ctx.telemetry.events_enabled() {
+        ctx.telemetry
+            .emit(ctx, event, EventBody::Fields(fields), SystemTime::now());
+    }
+}
+
+/// The reply with its `usage` counting every call of the request (panel,
+/// synthesis, default), so the client sees what the answer cost. The
+/// default's own usage fields other than the three counts are kept.
+fn with_request_usage(mut reply: Reply, ctx: Arc<RequestCtx>) -> Result<Reply, ModelError> {
+    let totals = move |u: &mut Map<String, Value>| {
+        let t = ctx.totals();
+        u.insert("prompt_tokens".into(), json!(t.input_tokens));
+        u.insert("completion_tokens".into(), json!(t.output_tokens));
+        u.insert(
+            "total_tokens".into(),
+            json!(t.input_tokens + t.output_tokens),
+        );
+    };
+    reply.body = match reply.body {
+        ReplyBody::Stream(s) => ReplyBody::Stream(stream::rewrite(s, move |chunk| {
+            match chunk.get_mut("usage") {
+                Some(Value::Object(u)) => {
+                    totals(u);
+                    true
+                }
+                _ => false,
+            }
+        })),
+        ReplyBody::Whole(c) => {
+            let mut v: Value = serde_json::from_slice(&c.body)?;
+            match v.get_mut("usage") {
+                Some(Value::Object(u)) => {
+                    totals(u);
+                    ReplyBody::Whole(Completion {
+                        body: Bytes::from(serde_json::to_vec(&v)?),
+                        usage: c.usage,
+                    })
+                }
+                _ => ReplyBody::Whole(c),
+            }
+        }
+    };
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_run_past_z() {
+        let got: Vec<String> = [0, 1, 25, 26, 27, 51, 52].into_iter().map(label).collect();
+        assert_eq!(got, ["A", "B", "Z", "AA", "AB", "AZ", "BA"]);
+    }
+}
