@@ -201,9 +201,16 @@ impl Attempt {
         }
     }
 
-    /// A strategy's judgement of this attempt (accept, escalate, …).
+    /// A strategy's judgement of this attempt (accept, escalate, …). The
+    /// first one stands: the strategy that made the call judges it before
+    /// its answer goes up, and a strategy nesting it (a chain as a tier, a
+    /// chain on a judge's panel) records its own decision elsewhere
+    /// instead of overwriting that verdict.
     pub fn set_verdict(&self, verdict: Verdict, feedback: Option<String>) {
         let mut s = self.0.state.lock();
+        if s.verdict.is_some() {
+            return;
+        }
         s.verdict = Some(verdict);
         if feedback.is_some() {
             s.feedback = feedback;

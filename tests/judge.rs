@@ -285,7 +285,13 @@ async fn failing_and_slow_panellists_are_left_out() {
     // whole ranking is refused, not half-read.
     assert_eq!(attempt(&ev, "alpha-panel")["verdict"], "ok");
     let ranking = &w.gw.events_of(&["judge_ranking"], 1).await[0];
-    assert!(ranking["error"].as_str().unwrap().contains("unknown label \"B\""), "{ranking}");
+    assert!(
+        ranking["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown label \"B\""),
+        "{ranking}"
+    );
 }
 
 #[tokio::test]
@@ -401,6 +407,26 @@ async fn guidance_without_a_ranking_is_used_and_a_malformed_ranking_is_recorded(
         .filter(|e| e["model"] == "alpha-panel")
         .collect();
     assert_eq!(alpha[1]["verdict"], "ok", "no ranking, no verdict");
+}
+
+/// A chain on the panel keeps its own verdicts: the judge's ranking of it
+/// is in `judge_ranking`, not written over its tier's attempt.
+#[tokio::test]
+async fn a_nested_strategy_on_the_panel_keeps_its_verdicts() {
+    let routes = judge("council", &["inner", "beta-panel"], "syn", "def", "")
+        + "[routes.inner]\nstrategy = \"chain\"\ntiers = [\"alpha-panel\"]\n\n";
+    let w = world(&routes);
+    let r = post(&w.gw.base, &chat("council", "q")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let ev = w.gw.events_of(&["attempt", "judge_ranking"], 6).await;
+    let ranking = ev.iter().find(|e| e["event"] == "judge_ranking").unwrap();
+    let names: Vec<&Value> = ranking["labels"].as_object().unwrap().values().collect();
+    assert!(names.contains(&&json!("inner")), "{ranking}");
+    let alpha = attempt(&ev, "alpha-panel");
+    assert_eq!(alpha["role"], "tier");
+    assert_eq!(alpha["verdict"], "accept");
+    let beta = &attempt(&ev, "beta-panel")["verdict"];
+    assert!(beta == "winner" || beta == "loser", "{beta}");
 }
 
 #[tokio::test]
