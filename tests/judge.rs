@@ -494,3 +494,49 @@ fn check_warns_when_the_synthesis_is_on_the_panel() {
         "{text}"
     );
 }
+
+/// A real OpenAI client reads a judge's answer, whole and streamed.
+#[tokio::test]
+async fn async_openai_reads_a_judge_whole_and_streamed() {
+    use async_openai::Client;
+    use async_openai::config::OpenAIConfig;
+    use async_openai::types::chat::{
+        ChatCompletionRequestUserMessageArgs, CreateChatCompletionRequestArgs,
+    };
+    use futures::StreamExt;
+
+    let w = world(&judge("council", THREE, "syn", "def", ""));
+    let client = Client::with_config(
+        OpenAIConfig::new()
+            .with_api_base(w.gw.v1())
+            .with_api_key("unused"),
+    );
+    let request = |stream: bool| {
+        CreateChatCompletionRequestArgs::default()
+            .model("council")
+            .stream(stream)
+            .messages([ChatCompletionRequestUserMessageArgs::default()
+                .content("what is 2+2?")
+                .build()
+                .unwrap()
+                .into()])
+            .build()
+            .unwrap()
+    };
+    let whole = client.chat().create(request(false)).await.unwrap();
+    assert_eq!(
+        whole.choices[0].message.content.as_deref(),
+        Some("Final: four.")
+    );
+    let usage = whole.usage.unwrap();
+    assert_eq!(usage.prompt_tokens, 11 + 12 + 13 + 100 + 100 + 50);
+    let mut stream = client.chat().create_stream(request(true)).await.unwrap();
+    let mut text = String::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        if let Some(c) = chunk.choices.first().and_then(|c| c.delta.content.clone()) {
+            text.push_str(&c);
+        }
+    }
+    assert_eq!(text, "Final: four.");
+}
