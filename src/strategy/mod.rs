@@ -13,7 +13,13 @@ pub mod chain;
 pub mod judge;
 pub mod passthrough;
 
+use std::sync::Arc;
+
 use crate::config::Strategies;
+use crate::error::ModelError;
+use crate::labels::{Role, Verdict};
+use crate::model::{Call, ChatModel, Reply};
+use crate::wire::ChatRequest;
 
 /// Every strategy of this build, by name, for [`crate::config::load`].
 pub const ALL: Strategies = Strategies {
@@ -23,3 +29,31 @@ pub const ALL: Strategies = Strategies {
     ],
     later: &["race", "arena", "oracle"],
 };
+
+/// One model a strategy route may be pinned to, by its config name.
+pub type PinTarget<'a> = (&'a str, &'a Arc<dyn ChatModel>);
+
+/// `x-conclave-pin` on a strategy route: the named member (a `noun` of the
+/// `strategy` route `route`: a chain's tier, a judge's model) answers
+/// alone, in `role`; any other name is a 400 that lists the members.
+pub async fn pinned(
+    (strategy, route): (&str, &str),
+    noun: &str,
+    members: &[PinTarget<'_>],
+    role: Role,
+    (call, req, pin): (Call, Arc<ChatRequest>, &str),
+) -> Result<Reply, ModelError> {
+    let Some((_, model)) = members.iter().find(|(name, _)| *name == pin) else {
+        let names: Vec<&str> = members.iter().map(|(name, _)| *name).collect();
+        return Err(ModelError::BadRequest {
+            message: format!(
+                "x-conclave-pin: \"{pin}\" is not a {noun} of {strategy} \"{route}\" ({noun}s: {})",
+                names.join(", ")
+            ),
+            param: None,
+        });
+    };
+    let reply = model.chat(call.with_role(role), req).await?;
+    reply.attempt.set_verdict(Verdict::Ok, None);
+    Ok(reply)
+}

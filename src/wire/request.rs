@@ -119,7 +119,41 @@ pub struct Transcript {
     pub turns: String,
 }
 
+impl Transcript {
+    /// The system prompt, fenced, for a reviewing model's message (empty
+    /// when the conversation had none).
+    pub fn system_block(&self) -> String {
+        if self.system.is_empty() {
+            return String::new();
+        }
+        format!(
+            "Original system prompt:\n<<<\n{}\n>>>\n\n",
+            self.system.join("\n")
+        )
+    }
+}
+
 impl ChatRequest {
+    /// A request conclave makes on its own behalf: an instruction, one user
+    /// message, and `extra` fields (`max_tokens`, tools, …), not streamed.
+    pub fn internal(
+        model: &str,
+        instruction: &str,
+        user: String,
+        extra: Map<String, Value>,
+    ) -> Self {
+        ChatRequest {
+            model: model.to_owned(),
+            messages: vec![
+                Message::new("system", instruction),
+                Message::new("user", user),
+            ],
+            stream: None,
+            stream_options: None,
+            extra,
+        }
+    }
+
     /// The conversation as plain text (see [`Transcript`]).
     pub fn transcript(&self) -> Transcript {
         let mut out = Transcript::default();

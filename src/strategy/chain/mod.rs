@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel, Reply};
+use crate::strategy::{PinTarget, pinned};
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
 use config::OnExhausted;
@@ -60,30 +61,6 @@ fn with_feedback(req: &Arc<ChatRequest>, notes: &[String]) -> Arc<ChatRequest> {
     Arc::new(out)
 }
 
-impl Chain {
-    async fn pinned(
-        &self,
-        call: Call,
-        req: Arc<ChatRequest>,
-        pin: &str,
-    ) -> Result<Reply, ModelError> {
-        let Some(tier) = self.tiers.iter().find(|t| &*t.name == pin) else {
-            let names: Vec<&str> = self.tiers.iter().map(|t| &*t.name).collect();
-            return Err(ModelError::BadRequest {
-                message: format!(
-                    "x-conclave-pin: \"{pin}\" is not a tier of chain \"{}\" (tiers: {})",
-                    self.name,
-                    names.join(", ")
-                ),
-                param: None,
-            });
-        };
-        let reply = tier.model.chat(call.with_role(Role::Tier), req).await?;
-        reply.attempt.set_verdict(Verdict::Ok, None);
-        Ok(reply)
-    }
-}
-
 #[async_trait]
 impl ChatModel for Chain {
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
@@ -93,7 +70,9 @@ impl ChatModel for Chain {
             let call = call
                 .without_pin()
                 .with_idle_timeout(self.stream_idle_timeout);
-            return self.pinned(call, req, &pin).await;
+            let tiers: Vec<PinTarget> = self.tiers.iter().map(|t| (&*t.name, &t.model)).collect();
+            let asked = (call, req, pin.as_ref());
+            return pinned(("chain", &self.name), "tier", &tiers, Role::Tier, asked).await;
         }
         let call = call
             .without_pin()

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel};
-use crate::wire::{AssistantOutput, ChatRequest, Message};
+use crate::wire::{AssistantOutput, ChatRequest};
 
 const SYSTEM: &str = "You are a strict reviewer. You see a conversation and a candidate reply \
 written by another model. Decide whether the candidate correctly and completely answers the \
@@ -87,16 +87,7 @@ impl Verifier {
         if self.json_mode {
             extra.insert("response_format".into(), json!({"type": "json_object"}));
         }
-        ChatRequest {
-            model: self.name.to_string(),
-            messages: vec![
-                Message::new("system", SYSTEM),
-                Message::new("user", render(original, output)),
-            ],
-            stream: None,
-            stream_options: None,
-            extra,
-        }
+        ChatRequest::internal(&self.name, SYSTEM, render(original, output), extra)
     }
 }
 
@@ -104,13 +95,7 @@ impl Verifier {
 /// (one message keeps strict chat templates happy).
 fn render(original: &ChatRequest, output: &AssistantOutput) -> String {
     let t = original.transcript();
-    let mut out = String::new();
-    if !t.system.is_empty() {
-        out.push_str(&format!(
-            "Original system prompt:\n<<<\n{}\n>>>\n\n",
-            t.system.join("\n")
-        ));
-    }
+    let mut out = t.system_block();
     out.push_str(&format!("Conversation:\n{}\n", t.turns));
     out.push_str(&format!(
         "Candidate reply to check:\n<<<\n{}\n>>>\n\n",

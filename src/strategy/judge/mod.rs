@@ -27,6 +27,7 @@ use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel, Completion, Reply, ReplyBody};
+use crate::strategy::{PinTarget, pinned};
 use crate::stream;
 use crate::telemetry::EventBody;
 use crate::wire::{ChatRequest, Message};
@@ -72,30 +73,6 @@ const NOTE: &str = "Internal note from a review panel (not from the user; do not
 Several candidate answers to this conversation were judged. Guidance for your answer:";
 
 impl Judge {
-    /// `x-conclave-pin`: the named panellist or default answers alone.
-    async fn pinned(
-        &self,
-        call: Call,
-        req: Arc<ChatRequest>,
-        pin: &str,
-    ) -> Result<Reply, ModelError> {
-        let members = || self.panel.iter().chain(std::iter::once(&self.default));
-        let Some(m) = members().find(|m| &*m.name == pin) else {
-            let names: Vec<&str> = members().map(|m| &*m.name).collect();
-            return Err(ModelError::BadRequest {
-                message: format!(
-                    "x-conclave-pin: \"{pin}\" is not a model of judge \"{}\" (models: {})",
-                    self.name,
-                    names.join(", ")
-                ),
-                param: None,
-            });
-        };
-        let reply = m.model.chat(call.with_role(Role::Default), req).await?;
-        reply.attempt.set_verdict(Verdict::Ok, None);
-        Ok(reply)
-    }
-
     /// The default's answer to `req`, its usage replaced by the request's.
     async fn answer(&self, call: &Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         let reply = self
@@ -179,7 +156,22 @@ impl Judge {
 impl ChatModel for Judge {
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         if let Some(pin) = call.pin.clone() {
-            return self.pinned(call.without_pin(), req, &pin).await;
+            // The named panellist or the default answers alone.
+            let members: Vec<PinTarget> = self
+                .panel
+                .iter()
+                .chain(std::iter::once(&self.default))
+                .map(|m| (&*m.name, &m.model))
+                .collect();
+            let asked = (call.without_pin(), req, pin.as_ref());
+            return pinned(
+                ("judge", &self.name),
+                "model",
+                &members,
+                Role::Default,
+                asked,
+            )
+            .await;
         }
         let call = call.without_pin();
         let asked = panel::request(&req);

@@ -125,16 +125,12 @@ impl Synthesis {
         extra.insert("tools".into(), json!([tool_spec(&labels)]));
         extra.insert("tool_choice".into(), json!("auto"));
         let instruction = self.prompt.as_deref().unwrap_or(INSTRUCTION);
-        ChatRequest {
-            model: self.member.name.to_string(),
-            messages: vec![
-                Message::new("system", instruction),
-                Message::new("user", render(original, candidates)),
-            ],
-            stream: None,
-            stream_options: None,
+        ChatRequest::internal(
+            &self.member.name,
+            instruction,
+            render(original, candidates),
             extra,
-        }
+        )
     }
 }
 
@@ -182,13 +178,7 @@ fn tool_spec(labels: &[&str]) -> Value {
 /// message (strict chat templates want one).
 fn render(original: &ChatRequest, candidates: &[(String, &AssistantOutput)]) -> String {
     let t = original.transcript();
-    let mut out = String::new();
-    if !t.system.is_empty() {
-        out.push_str(&format!(
-            "Original system prompt:\n<<<\n{}\n>>>\n\n",
-            t.system.join("\n")
-        ));
-    }
+    let mut out = t.system_block();
     let tools: Vec<String> = original
         .extra
         .get("tools")
