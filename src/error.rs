@@ -86,8 +86,13 @@ pub enum ModelError {
         param: Option<&'static str>,
     },
 
-    #[error("all {} tiers of chain `{route}` failed", .attempts.len())]
+    /// Every member of a strategy route failed or was turned down.
+    #[error("all {} {} of {} `{route}` failed", .attempts.len(), .members, .strategy)]
     Exhausted {
+        /// `chain`, `race`: the error's code is `{strategy}_exhausted`.
+        strategy: &'static str,
+        /// What the route calls its members (`tiers`, `candidates`).
+        members: &'static str,
         route: Arc<str>,
         attempts: Vec<AttemptSummary>,
     },

@@ -10,12 +10,17 @@
 //! - [`commit_past_loading`] / [`past_loading`]: wait until the answer begins after
 //!   llama-swap's loading banner, so a strategy that may still move on
 //!   (a chain's `ttft_timeout`) does not commit to a model still loading.
+//! - [`with_request_usage`]: a reply whose `usage` counts every call of
+//!   the request (strategies that make several).
 //! - [`merge`]: several streams as one, chunks in arrival order.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{StreamExt, stream};
 use serde_json::{Map, Value, json};
 
+use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::model::{Chunk, ChunkStream, Completion, Reply, ReplyBody};
 use crate::wire::inspect_chunk;
@@ -192,6 +197,47 @@ pub async fn past_loading(mut reply: Reply) -> Result<Reply, ModelError> {
     reply.body = match reply.body {
         ReplyBody::Stream(s) => ReplyBody::Stream(commit_past_loading(s).await?),
         whole => whole,
+    };
+    Ok(reply)
+}
+
+/// The reply with its `usage` counting every call of the request (a
+/// judge's panel, synthesis and default; a race's candidates and
+/// scorers), so the client sees what the answer cost. The
+/// default's own usage fields other than the three counts are kept.
+pub fn with_request_usage(mut reply: Reply, ctx: Arc<RequestCtx>) -> Result<Reply, ModelError> {
+    let totals = move |u: &mut Map<String, Value>| {
+        let t = ctx.totals();
+        u.insert("prompt_tokens".into(), json!(t.input_tokens));
+        u.insert("completion_tokens".into(), json!(t.output_tokens));
+        u.insert(
+            "total_tokens".into(),
+            json!(t.input_tokens + t.output_tokens),
+        );
+    };
+    reply.body = match reply.body {
+        ReplyBody::Stream(s) => {
+            ReplyBody::Stream(rewrite(s, move |chunk| match chunk.get_mut("usage") {
+                Some(Value::Object(u)) => {
+                    totals(u);
+                    true
+                }
+                _ => false,
+            }))
+        }
+        ReplyBody::Whole(c) => {
+            let mut v: Value = serde_json::from_slice(&c.body)?;
+            match v.get_mut("usage") {
+                Some(Value::Object(u)) => {
+                    totals(u);
+                    ReplyBody::Whole(Completion {
+                        body: Bytes::from(serde_json::to_vec(&v)?),
+                        usage: c.usage,
+                    })
+                }
+                _ => ReplyBody::Whole(c),
+            }
+        }
     };
     Ok(reply)
 }

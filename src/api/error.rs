@@ -255,12 +255,22 @@ fn model_shape(e: &ModelError) -> Shape {
                 "invalid_request",
             )
         },
-        ModelError::Exhausted { attempts, .. } => Shape {
+        ModelError::Exhausted {
+            strategy, attempts, ..
+        } => Shape {
             extra: Some((
                 "attempts",
                 serde_json::to_value(attempts).unwrap_or(Value::Null),
             )),
-            ..upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "chain_exhausted")
+            ..upstream_err(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                if *strategy == "race" {
+                    "race_exhausted"
+                } else {
+                    "chain_exhausted"
+                },
+            )
         },
     }
 }

@@ -12,13 +12,19 @@
 pub mod chain;
 pub mod judge;
 pub mod passthrough;
+pub mod race;
 
 use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::{Map, Value};
 
 use crate::config::Strategies;
+use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel, Reply};
+use crate::telemetry::EventBody;
 use crate::wire::ChatRequest;
 
 /// Every strategy of this build, by name, for [`crate::config::load`].
@@ -26,8 +32,9 @@ pub const ALL: Strategies = Strategies {
     known: &[
         ("chain", chain::config::parse),
         ("judge", judge::config::parse),
+        ("race", race::config::parse),
     ],
-    later: &["race", "arena", "oracle"],
+    later: &["arena", "oracle"],
 };
 
 /// One model a strategy route may be pinned to, by its config name.
@@ -56,4 +63,13 @@ pub async fn pinned(
     let reply = model.chat(call.with_role(role), req).await?;
     reply.attempt.set_verdict(Verdict::Ok, None);
     Ok(reply)
+}
+
+/// Writes a strategy's own event (`judge_ranking`, `race_finished`, …) to
+/// the event log, when there is one.
+pub fn event(ctx: &RequestCtx, name: &'static str, fields: Map<String, Value>) {
+    if ctx.telemetry.events_enabled() {
+        ctx.telemetry
+            .emit(ctx, name, EventBody::Fields(fields), SystemTime::now());
+    }
 }

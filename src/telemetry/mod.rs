@@ -39,6 +39,8 @@ pub const LANE_QUEUE_DEPTH: &str = "conclave_lane_queue_depth";
 pub const LANE_WAIT: &str = "conclave_lane_wait_seconds";
 pub const LANE_SWAPS: &str = "conclave_llama_swap_swaps_total";
 pub const GENERATION_TPS: &str = "conclave_generation_tokens_per_second";
+pub const RACE_SCORE: &str = "conclave_race_score";
+pub const RACE_DOWNGRADES: &str = "conclave_race_downgrades_total";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
@@ -46,6 +48,7 @@ const LATENCY_BUCKETS: &[f64] = &[
 const TPS_BUCKETS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0,
 ];
+const SCORE_BUCKETS: &[f64] = &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.999];
 const OVERHEAD_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 ];
@@ -64,6 +67,9 @@ fn prometheus() -> Option<&'static PrometheusHandle> {
                 })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(GENERATION_TPS.into()), TPS_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(RACE_SCORE.into()), SCORE_BUCKETS)
                 });
             let handle = match builder.and_then(|b| b.install_recorder()) {
                 Ok(h) => h,
@@ -125,6 +131,11 @@ fn describe() {
         "Output tokens per second of local-lane attempts"
     );
     describe_counter!(LANE_SWAPS, "Times a local lane changed the model it serves");
+    describe_histogram!(RACE_SCORE, "Rubric totals of race candidates, by model");
+    describe_counter!(
+        RACE_DOWNGRADES,
+        "Races run as their first candidate alone, by reason"
+    );
 }
 
 /// Shared by every request, and kept across config reloads: the event log

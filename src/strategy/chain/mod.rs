@@ -154,6 +154,8 @@ impl ChatModel for Chain {
                 Ok(reply)
             }
             _ => Err(ModelError::Exhausted {
+                strategy: "chain",
+                members: "tiers",
                 route: self.name.clone(),
                 attempts: trail,
             }),

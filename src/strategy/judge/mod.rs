@@ -16,20 +16,18 @@ mod panel;
 mod synthesis;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
-use crate::model::{Call, ChatModel, Completion, Reply, ReplyBody};
-use crate::strategy::{PinTarget, pinned};
+use crate::model::{Call, ChatModel, Reply};
+use crate::strategy::{PinTarget, event, pinned};
 use crate::stream;
-use crate::telemetry::EventBody;
 use crate::wire::{ChatRequest, Message};
 use synthesis::{Judgement, Synthesis};
 
@@ -80,7 +78,7 @@ impl Judge {
             .model
             .chat(call.with_role(Role::Default), req)
             .await?;
-        with_request_usage(reply, call.ctx.clone())
+        stream::with_request_usage(reply, call.ctx.clone())
     }
 
     /// The default answers alone, and the event log says why.
@@ -93,7 +91,7 @@ impl Judge {
         let mut f = Map::new();
         f.insert("reason".into(), json!(why));
         f.insert("default".into(), json!(&*self.default.name));
-        emit(&call.ctx, "judge_fallback", f);
+        event(&call.ctx, "judge_fallback", f);
         self.answer(call, req).await
     }
 
@@ -136,7 +134,7 @@ impl Judge {
                 f.insert("error".into(), json!(why));
             }
         }
-        emit(ctx, "judge_ranking", f);
+        event(ctx, "judge_ranking", f);
     }
 
     /// The client's request with the guidance as an internal note.
@@ -224,53 +222,6 @@ fn label(i: usize) -> String {
 fn shuffle<T>(items: &mut [T]) {
     use rand::seq::SliceRandom;
     items.shuffle(&mut rand::rng());
-}
-
-fn emit(ctx: &RequestCtx, event: &'static str, fields: Map<String, Value>) {
-    if ctx.telemetry.events_enabled() {
-        ctx.telemetry
-            .emit(ctx, event, EventBody::Fields(fields), SystemTime::now());
-    }
-}
-
-/// The reply with its `usage` counting every call of the request (panel,
-/// synthesis, default), so the client sees what the answer cost. The
-/// default's own usage fields other than the three counts are kept.
-fn with_request_usage(mut reply: Reply, ctx: Arc<RequestCtx>) -> Result<Reply, ModelError> {
-    let totals = move |u: &mut Map<String, Value>| {
-        let t = ctx.totals();
-        u.insert("prompt_tokens".into(), json!(t.input_tokens));
-        u.insert("completion_tokens".into(), json!(t.output_tokens));
-        u.insert(
-            "total_tokens".into(),
-            json!(t.input_tokens + t.output_tokens),
-        );
-    };
-    reply.body = match reply.body {
-        ReplyBody::Stream(s) => ReplyBody::Stream(stream::rewrite(s, move |chunk| {
-            match chunk.get_mut("usage") {
-                Some(Value::Object(u)) => {
-                    totals(u);
-                    true
-                }
-                _ => false,
-            }
-        })),
-        ReplyBody::Whole(c) => {
-            let mut v: Value = serde_json::from_slice(&c.body)?;
-            match v.get_mut("usage") {
-                Some(Value::Object(u)) => {
-                    totals(u);
-                    ReplyBody::Whole(Completion {
-                        body: Bytes::from(serde_json::to_vec(&v)?),
-                        usage: c.usage,
-                    })
-                }
-                _ => ReplyBody::Whole(c),
-            }
-        }
-    };
-    Ok(reply)
 }
 
 #[cfg(test)]
