@@ -1,0 +1,417 @@
+//! Best-of-N races and first-of-N hedges, black-box: a gateway in front of
+//! `conclave mock`, race routes over simulated candidates and judges.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::world::closed_port;
+use common::*;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const MOCK: &str = r#"
+[upstreams.sim]
+kind = "mock"
+
+[upstreams.sim.models.fast-json]
+reply = { text = "{\"n\": 4}" }
+ttft = "50ms"
+
+[upstreams.sim.models.bad-json]
+reply = { text = "{\"n\": \"four\"}" }
+ttft = "10ms"
+
+[upstreams.sim.models.slow-json]
+reply = { text = "{\"n\": 4, \"note\": \"slowly\"}" }
+ttft = "1500ms"
+
+[upstreams.sim.models.cut]
+reply = { text = "The answer is" }
+finish_reason = "length"
+ttft = "10ms"
+
+[upstreams.sim.models.wordy]
+reply = { text = "The answer, after careful thought and some consideration, is four." }
+ttft = "10ms"
+
+[upstreams.sim.models.terse]
+reply = { text = "Four." }
+ttft = "10ms"
+
+[upstreams.sim.models.terse-too]
+reply = { text = "Four!" }
+ttft = "10ms"
+
+[upstreams.sim.models.good-tool]
+reply = { tool_call = { name = "calc", arguments = { n = 4 } } }
+
+[upstreams.sim.models.bad-tool]
+reply = { tool_call = { name = "calc", arguments = { n = "x" } } }
+
+[upstreams.sim.models.down]
+status = 503
+error_message = "down for maintenance"
+
+[upstreams.sim.models.fails-fast]
+fail = "cut"
+
+[upstreams.sim.models.scorer]
+reply = { json = { score = 9, reason = "fine" } }
+
+[[upstreams.sim.models.scorer.rules]]
+when_contains = "careful thought"
+then = { reply = { json = { score = 2, reason = "wordy" } } }
+
+[upstreams.sim.models.garbage-scorer]
+reply = { text = "I like it a lot" }
+"#;
+
+const MODELS: &[&str] = &[
+    "fast-json",
+    "bad-json",
+    "slow-json",
+    "cut",
+    "wordy",
+    "terse",
+    "terse-too",
+    "good-tool",
+    "bad-tool",
+    "down",
+    "fails-fast",
+    "scorer",
+    "garbage-scorer",
+];
+
+fn race(name: &str, candidates: &[&str], extra: &str) -> String {
+    let c: Vec<String> = candidates.iter().map(|m| format!("\"{m}\"")).collect();
+    format!(
+        "[routes.{name}]\nstrategy = \"race\"\ncandidates = [{}]\nmax_candidates = 5\nbaseline_tokens_per_run = 100\n{extra}\n\n",
+        c.join(", ")
+    )
+}
+
+fn world(routes: &str) -> (Proc, Proc) {
+    let mock = Proc::mock(MOCK);
+    let gw = Proc::gateway(&front_of(&mock.v1(), MODELS, routes));
+    (mock, gw)
+}
+
+fn candidate<'a>(ev: &'a [Value], model: &str) -> &'a Value {
+    ev.iter()
+        .find(|e| e["event"] == "race_candidate" && e["model"] == model)
+        .unwrap_or_else(|| panic!("no race_candidate for {model}: {ev:?}"))
+}
+
+fn json_request(route: &str) -> Value {
+    let schema =
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let mut b = chat(route, "2+2 as JSON");
+    b["response_format"] =
+        json!({"type": "json_schema", "json_schema": {"name": "n", "schema": schema}});
+    b
+}
+
+#[tokio::test]
+async fn format_finish_and_length_pick_the_winner() {
+    let routes = race(
+        "json",
+        &["bad-json", "fast-json"],
+        "rubric = { format = 1 }\ncancel_on_perfect = false",
+    ) + &race(
+        "finish",
+        &["cut", "wordy"],
+        "rubric = { finish = 1 }\ncancel_on_perfect = false",
+    ) + &race(
+        "length",
+        &["wordy", "terse"],
+        "rubric = { length = 1 }\nlength_cap_tokens = 40",
+    );
+    let (_mock, gw) = world(&routes);
+    let r = post(&gw.base, &json_request("json")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-conclave-served-by"), Some("fast-json"));
+    assert!(
+        r.header("x-conclave-race-score")
+            .unwrap()
+            .starts_with("1.000; format=1"),
+        "{:?}",
+        r.header("x-conclave-race-score")
+    );
+    let r = post(&gw.base, &chat("finish", "q")).await;
+    assert_eq!(r.header("x-conclave-served-by"), Some("wordy"));
+    let r = post(&gw.base, &chat("length", "q")).await;
+    assert_eq!(r.header("x-conclave-served-by"), Some("terse"));
+    let ev = gw.events_of(&["race_candidate"], 6).await;
+    assert_eq!(
+        candidate(&ev, "bad-json")["signals"]["format"],
+        0.0,
+        "{ev:?}"
+    );
+    assert_eq!(candidate(&ev, "bad-json")["verdict"], "loser");
+    assert_eq!(candidate(&ev, "cut")["signals"]["finish"], 0.0);
+    let m = gw.metrics().await;
+    assert!(
+        m.contains("conclave_race_score_count{route=\"json\",model=\"fast-json\"} 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn tool_calls_are_checked_against_the_offered_tools() {
+    let (_mock, gw) = world(&race(
+        "tools",
+        &["bad-tool", "good-tool"],
+        "rubric = { format = 1 }",
+    ));
+    let mut b = chat("tools", "add");
+    b["tools"] = json!([{"type": "function", "function": {"name": "calc", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}}]);
+    let r = post(&gw.base, &b).await;
+    assert_eq!(
+        r.header("x-conclave-served-by"),
+        Some("good-tool"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        "calc"
+    );
+}
+
+#[tokio::test]
+async fn a_judge_scores_blind_and_a_broken_scorer_only_zeroes_its_signal() {
+    let routes = race(
+        "judged",
+        &["wordy", "terse"],
+        "rubric = { judge = 1 }\njudge = \"scorer\"",
+    ) + &race(
+        "garbage",
+        &["wordy", "terse"],
+        "rubric = { judge = 0.5, length = 0.5 }\njudge = \"garbage-scorer\"",
+    ) + &race(
+        "hook",
+        &["wordy", "terse"],
+        &format!(
+            "rubric = {{ webhook = 0.5, finish = 0.5 }}\nwebhook = {{ url = \"http://127.0.0.1:{}/score\", timeout = \"1s\" }}",
+            closed_port()
+        ),
+    );
+    let (mock, gw) = world(&routes);
+    let r = post(&gw.base, &chat("judged", "q")).await;
+    assert_eq!(
+        r.header("x-conclave-served-by"),
+        Some("terse"),
+        "{}",
+        r.text
+    );
+    let asked = mock.received().await;
+    let judge_calls: Vec<&Value> = asked.iter().filter(|r| r["model"] == "scorer").collect();
+    assert_eq!(judge_calls.len(), 2);
+    for c in &judge_calls {
+        let body = c["body"].to_string();
+        assert!(
+            !body.contains("wordy\"") && !body.contains("terse\""),
+            "a model name reached the judge: {body}"
+        );
+    }
+    let r = post(&gw.base, &chat("garbage", "q")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = post(&gw.base, &chat("hook", "q")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let ev = gw.events_of(&["race_candidate"], 6).await;
+    let garbage: Vec<&Value> = ev.iter().filter(|e| e["route"] == "garbage").collect();
+    assert_eq!(garbage[0]["signals"]["judge"], 0.0);
+    assert!(
+        garbage[0]["scorer_errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("could not be read"),
+        "{}",
+        garbage[0]
+    );
+    let hook: Vec<&Value> = ev.iter().filter(|e| e["route"] == "hook").collect();
+    assert!(
+        hook[0]["scorer_errors"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("webhook:"),
+        "{}",
+        hook[0]
+    );
+}
+
+#[tokio::test]
+async fn ties_break_on_tokens_then_name_and_all_failing_is_a_502() {
+    let routes = race(
+        "tie",
+        &["terse-too", "terse"],
+        "rubric = { finish = 1 }\ncancel_on_perfect = false",
+    ) + &race("doomed", &["down", "fails-fast"], "");
+    let (_mock, gw) = world(&routes);
+    for _ in 0..3 {
+        let r = post(&gw.base, &chat("tie", "q")).await;
+        assert_eq!(
+            r.header("x-conclave-served-by"),
+            Some("terse"),
+            "{}",
+            r.text
+        );
+    }
+    let r = post(&gw.base, &chat("doomed", "q")).await;
+    assert_eq!(r.status, 502, "{}", r.text);
+    let err = &r.json()["error"];
+    assert_eq!(err["code"], "race_exhausted");
+    assert_eq!(err["attempts"].as_array().unwrap().len(), 2, "{err}");
+    assert!(r.text.contains("down for maintenance"), "{}", r.text);
+}
+
+#[tokio::test]
+async fn the_gates_downgrade_and_the_confirm_header_lets_a_race_run() {
+    let routes = race(
+        "gated",
+        &["wordy", "terse"],
+        "confirm_threshold_tokens = 100\nbudget_tokens = 100000",
+    ) + &race("capped", &["wordy", "terse"], "budget_tokens = 100");
+    let (_mock, gw) = world(&routes);
+    let r = post(&gw.base, &chat("gated", "q")).await;
+    assert_eq!(r.status, 200);
+    let race_header = r.header("x-conclave-race").unwrap();
+    assert!(
+        race_header.starts_with("downgraded; reason=needs_confirmation; estimate="),
+        "{race_header}"
+    );
+    assert_eq!(r.header("x-conclave-attempts"), Some("1"));
+    let r = post_with(
+        &gw.base,
+        &chat("gated", "q"),
+        &[("x-conclave-confirm", "yes")],
+    )
+    .await;
+    assert_eq!(r.header("x-conclave-race"), None);
+    assert_eq!(r.header("x-conclave-attempts"), Some("2"));
+    let r = post_with(
+        &gw.base,
+        &chat("capped", "q"),
+        &[("x-conclave-confirm", "yes")],
+    )
+    .await;
+    assert!(
+        r.header("x-conclave-race")
+            .unwrap()
+            .contains("reason=over_budget")
+    );
+    let ev = gw
+        .events_of(&["race_downgraded", "race_confirm_requested"], 3)
+        .await;
+    assert_eq!(ev[0]["event"], "race_confirm_requested");
+    assert_eq!(ev[1]["reason"], "needs_confirmation");
+    assert_eq!(ev[2]["reason"], "over_budget");
+    assert_eq!(ev[2]["budget_tokens"], 100);
+    let m = gw.metrics().await;
+    assert!(
+        m.contains(
+            "conclave_race_downgrades_total{route=\"gated\",reason=\"needs_confirmation\"} 1"
+        ),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn a_perfect_candidate_cancels_the_slower_ones() {
+    let (mock, gw) = world(&race(
+        "perfect",
+        &["fast-json", "slow-json"],
+        "rubric = { format = 1 }",
+    ));
+    let t = Instant::now();
+    let r = post(&gw.base, &json_request("perfect")).await;
+    assert_eq!(
+        r.header("x-conclave-served-by"),
+        Some("fast-json"),
+        "{}",
+        r.text
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        t.elapsed()
+    );
+    // The slow candidate's upstream request was abandoned, not finished.
+    assert!(
+        eventually(5, || async { mock.stats().await["cancelled"] == 1 }).await,
+        "{}",
+        mock.stats().await
+    );
+    let ev = gw.events_of(&["race_finished"], 1).await;
+    assert_eq!(ev[0]["cancelled"], json!(["slow-json"]));
+    let attempts = gw.events_of(&["attempt"], 2).await;
+    let slow = attempts.iter().find(|e| e["model"] == "slow-json").unwrap();
+    assert_eq!(slow["verdict"], "cancelled");
+}
+
+#[tokio::test]
+async fn first_of_n_takes_the_first_usable_answer() {
+    let routes = race(
+        "first",
+        &["slow-json", "fails-fast", "fast-json"],
+        "mode = \"first\"",
+    ) + &race(
+        "hedged",
+        &["fast-json", "slow-json"],
+        "mode = \"first\"\nhedge_delay = \"300ms\"",
+    ) + &race(
+        "late",
+        &["slow-json", "fast-json"],
+        "mode = \"first\"\nhedge_delay = \"200ms\"",
+    );
+    let (mock, gw) = world(&routes);
+    for stream in [false, true] {
+        let body = if stream {
+            chat_stream("first", "q")
+        } else {
+            chat("first", "q")
+        };
+        let t = Instant::now();
+        let r = post(&gw.base, &body).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(
+            r.header("x-conclave-served-by"),
+            Some("fast-json"),
+            "{}",
+            r.text
+        );
+        assert!(
+            t.elapsed() < Duration::from_millis(1000),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+    // A fast first candidate: the hedge never starts the second.
+    mock.stats().await;
+    client()
+        .delete(mock.url("/mock/requests"))
+        .send()
+        .await
+        .unwrap();
+    let r = post(&gw.base, &chat_stream("hedged", "q")).await;
+    assert_eq!(r.header("x-conclave-served-by"), Some("fast-json"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let asked: Vec<String> = mock
+        .received()
+        .await
+        .iter()
+        .map(|r| r["model"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(asked, ["fast-json"]);
+    // A slow first candidate: the second starts after 200 ms and wins.
+    let t = Instant::now();
+    let r = post(&gw.base, &chat_stream("late", "q")).await;
+    assert_eq!(r.header("x-conclave-served-by"), Some("fast-json"));
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(1200),
+        "{took:?}"
+    );
+}
