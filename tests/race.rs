@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::evil;
 use common::world::closed_port;
 use common::*;
 use serde_json::{Value, json};
@@ -414,4 +415,76 @@ async fn first_of_n_takes_the_first_usable_answer() {
         took >= Duration::from_millis(250) && took < Duration::from_millis(1200),
         "{took:?}"
     );
+}
+
+/// A hedge whose first candidate fails at once starts the next one then,
+/// not after `hedge_delay`.
+#[tokio::test]
+async fn a_hedge_moves_on_at_once_when_the_first_candidate_fails() {
+    let (_mock, gw) = world(&race(
+        "hedged",
+        &["down", "fast-json"],
+        "mode = \"first\"\nhedge_delay = \"3s\"",
+    ));
+    let t = Instant::now();
+    let r = post(&gw.base, &chat_stream("hedged", "q")).await;
+    assert_eq!(
+        r.header("x-conclave-served-by"),
+        Some("fast-json"),
+        "{}",
+        r.text
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+/// A streamed best-of race keeps the client alive, then replays the winner.
+#[tokio::test]
+async fn a_streamed_race_sends_keepalives_then_the_winner() {
+    let (_mock, gw) = world(&race(
+        "slow",
+        &["wordy", "slow-json"],
+        "rubric = { length = 1 }\ncancel_on_perfect = false\nkeepalive = \"100ms\"",
+    ));
+    let mut body = chat_stream("slow", "q");
+    body["stream_options"] = json!({"include_usage": true});
+    let r = post(&gw.base, &body).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.starts_with(": keep-alive"), "{}", r.text);
+    let events = r.data_events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    assert!(
+        r.text.contains("slowly"),
+        "the shorter answer wins: {}",
+        r.text
+    );
+    let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert!(
+        usage["usage"]["prompt_tokens"].as_u64().unwrap() >= 2,
+        "{usage}"
+    );
+}
+
+/// Every candidate failing is a 502 that lists them, and an upstream that
+/// echoes the gateway's key never gets it into the answer.
+#[tokio::test]
+async fn an_all_failing_race_never_leaks_the_upstream_key() {
+    const KEY: &str = "sk-conclave-RACE-SECRET-0123456789";
+    let evil_v1 = evil::start().await;
+    let gw = Proc::gateway_env(
+        &format!(
+            "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n[upstreams.evil]\nkind = \"openai\"\nbase_url = \"{evil_v1}\"\napi_key_env = \"EVIL_KEY\"\ntimeout = \"2s\"\n\n[models.echo-500]\nupstream = \"evil\"\n\n[models.echo-error-body]\nupstream = \"evil\"\n\n{}",
+            race("doomed", &["echo-500", "echo-error-body"], "")
+        ),
+        &[("EVIL_KEY", KEY)],
+    );
+    let r = post(&gw.base, &chat("doomed", "q")).await;
+    assert_eq!(r.status, 502, "{}", r.text);
+    assert_eq!(r.json()["error"]["code"], "race_exhausted");
+    assert!(!evil::leaks(&r.text, KEY), "{}", r.text);
+    let log = std::fs::read_to_string(gw.path("events.jsonl")).unwrap_or_default();
+    assert!(!evil::leaks(&log, KEY));
 }
