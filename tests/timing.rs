@@ -110,3 +110,103 @@ async fn the_request_deadline_bounds_every_tier() {
     assert_eq!(t0.elapsed(), Duration::from_secs(3));
     assert!(err.to_string().contains("tiers of chain"), "{err}");
 }
+
+mod race {
+    use super::*;
+    use conclave::strategy::race::rubric::{Caps, Rubric};
+    use conclave::strategy::race::{Candidate, Gates, Mode, Race};
+    use std::collections::BTreeMap;
+
+    fn race(fakes: &[&Arc<Fake>], mode: Mode, hedge_delay: Option<Duration>) -> Race {
+        Race {
+            name: "r".into(),
+            candidates: fakes
+                .iter()
+                .enumerate()
+                .map(|(i, f)| Candidate {
+                    name: format!("c{i}").into(),
+                    model: (*f).clone(),
+                })
+                .collect(),
+            mode,
+            rubric: Rubric::new(&BTreeMap::from([("finish".to_owned(), 1.0)])).unwrap(),
+            judge: None,
+            webhook: None,
+            caps: Caps {
+                length_tokens: 2000,
+                latency: Duration::from_secs(60),
+            },
+            gates: Gates {
+                max_candidates: 3,
+                budget_tokens: 0,
+                confirm_threshold_tokens: 0,
+                baseline_tokens_per_run: 75_000,
+            },
+            cancel_on_perfect: true,
+            hedge_delay,
+        }
+    }
+
+    async fn run(r: &Race) -> (Duration, String) {
+        let t0 = Instant::now();
+        let reply = r
+            .chat(Call::new(ctx(Duration::from_secs(60))), request("hi"))
+            .await
+            .unwrap();
+        (t0.elapsed(), text_of(&reply))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hedge_starts_the_second_candidate_only_when_the_first_is_slow() {
+        let slow = Fake::new("slow", vec![answers(500, "slow")]);
+        let quick = Fake::new("quick", vec![answers(100, "quick")]);
+        let t0 = Instant::now();
+        let (took, text) = run(&race(
+            &[&slow, &quick],
+            Mode::First,
+            Some(Duration::from_millis(200)),
+        ))
+        .await;
+        assert_eq!((took, text.as_str()), (Duration::from_millis(300), "quick"));
+        assert_eq!(quick.started(), vec![t0 + Duration::from_millis(200)]);
+
+        // A first candidate fast enough: the second never starts.
+        let fast = Fake::new("fast", vec![answers(100, "fast")]);
+        let spare = Fake::new("spare", vec![answers(10, "spare")]);
+        let (took, text) = run(&race(
+            &[&fast, &spare],
+            Mode::First,
+            Some(Duration::from_millis(200)),
+        ))
+        .await;
+        assert_eq!((took, text.as_str()), (Duration::from_millis(100), "fast"));
+        assert!(spare.started().is_empty());
+
+        // A first candidate that fails: the second starts then, not later.
+        let broken = Fake::new("broken", vec![fails(50)]);
+        let next = Fake::new("next", vec![answers(100, "next")]);
+        let (took, text) = run(&race(
+            &[&broken, &next],
+            Mode::First,
+            Some(Duration::from_millis(200)),
+        ))
+        .await;
+        assert_eq!((took, text.as_str()), (Duration::from_millis(150), "next"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_perfect_answer_ends_a_best_of_race_at_once() {
+        let slow = Fake::new("slow", vec![answers(5_000, "slow")]);
+        let quick = Fake::new("quick", vec![answers(400, "quick")]);
+        let (took, text) = run(&race(&[&slow, &quick], Mode::Best, None)).await;
+        assert_eq!((took, text.as_str()), (Duration::from_millis(400), "quick"));
+        let mut r = race(&[&slow, &quick], Mode::Best, None);
+        r.cancel_on_perfect = false;
+        let (took, text) = run(&r).await;
+        // Both perfect: fewer output tokens win ("slow" is 1, "quick" 2).
+        assert_eq!(
+            (took, text.as_str()),
+            (Duration::from_millis(5_000), "slow")
+        );
+    }
+}

@@ -16,8 +16,8 @@
 pub mod config;
 mod first;
 mod gates;
-mod rubric;
-mod scorers;
+pub mod rubric;
+pub mod scorers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
