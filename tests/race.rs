@@ -488,3 +488,69 @@ async fn an_all_failing_race_never_leaks_the_upstream_key() {
     let log = std::fs::read_to_string(gw.path("events.jsonl")).unwrap_or_default();
     assert!(!evil::leaks(&log, KEY));
 }
+
+/// A webhook scorer sees the request and the candidate and its score
+/// decides the race.
+#[tokio::test]
+async fn a_webhook_scores_the_candidates() {
+    use axum::Json;
+    use axum::routing::post as route_post;
+    let app = axum::Router::new().route(
+        "/score",
+        route_post(|Json(v): Json<Value>| async move {
+            let text = v["candidate"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let asked = v["request"]["messages"][0]["content"] == "q";
+            Json(json!({"score": if asked && text.contains("careful") { 0.9 } else { 0.1 }}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/score", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (_mock, gw) = world(&race(
+        "hook",
+        &["terse", "wordy"],
+        &format!("rubric = {{ webhook = 1 }}\nwebhook = {{ url = \"{url}\" }}"),
+    ));
+    let r = post(&gw.base, &chat("hook", "q")).await;
+    assert_eq!(
+        r.header("x-conclave-served-by"),
+        Some("wordy"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.header("x-conclave-race-score"),
+        Some("0.900; webhook=0.9")
+    );
+}
+
+#[test]
+fn check_refuses_a_bad_rubric_and_a_missing_judge() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let toml = "[upstreams.sim]\nkind = \"mock\"\n\n[models.a]\nupstream = \"sim\"\n\n".to_owned()
+        + &race("neg", &["a"], "rubric = { judge = -1, finish = 1 }")
+        + &race("unknown", &["a"], "rubric = { vibes = 1 }")
+        + &race("zero", &["a"], "rubric = { finish = 0 }")
+        + &race("nojudge", &["a"], "rubric = { judge = 1 }")
+        + &race("hedgebest", &["a"], "hedge_delay = \"1s\"");
+    std::fs::write(&path, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
+        .args(["check", "--config", &path.display().to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for want in [
+        "routes.neg.rubric.judge: a weight must be a number ≥ 0",
+        "routes.unknown.rubric.vibes: unknown signal",
+        "routes.zero.rubric: every weight is 0",
+        "routes.nojudge.judge: the rubric weighs `judge`",
+        "routes.hedgebest.hedge_delay: applies to mode = \"first\" only",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in {err}");
+    }
+}
