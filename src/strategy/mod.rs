@@ -19,7 +19,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
-use crate::config::Strategies;
+use crate::config::{Errors, Strategies};
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
@@ -71,5 +71,25 @@ pub fn event(ctx: &RequestCtx, name: &'static str, fields: Map<String, Value>) {
     if ctx.telemetry.events_enabled() {
         ctx.telemetry
             .emit(ctx, name, EventBody::Fields(fields), SystemTime::now());
+    }
+}
+
+/// Checks a route's list of members (`tiers`, `panel`, `candidates`) at
+/// `path.key`: at least one (else `empty`), none twice (`"x" {twice}`).
+pub(crate) fn members(
+    list: &[String],
+    path: &str,
+    key: &str,
+    empty: &str,
+    twice: &str,
+    errs: &mut Errors,
+) {
+    if list.is_empty() {
+        errs.push(format!("{path}.{key}"), empty);
+    }
+    for (i, m) in list.iter().enumerate() {
+        if list[..i].contains(m) {
+            errs.push(format!("{path}.{key}[{i}]"), format!("\"{m}\" {twice}"));
+        }
     }
 }

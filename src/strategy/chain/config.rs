@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::verifier::Verifier;
 use super::{Chain, Tier};
 use crate::config::{Built, Config, Errors, Lane, Resolve, Route, RouteSpec, Unresolved, positive};
+use crate::strategy::members;
 
 /// Default gap between SSE keep-alive comments while a chain verifies.
 pub const CHAIN_KEEPALIVE: Duration = Duration::from_secs(5);
@@ -78,17 +79,14 @@ pub(crate) fn parse(
     errs: &mut Errors,
 ) -> Option<Box<dyn RouteSpec>> {
     let c = errs.parse::<Raw>(path, item)?;
-    if c.tiers.is_empty() {
-        errs.push(format!("{path}.tiers"), "a chain needs at least one tier");
-    }
-    for (i, t) in c.tiers.iter().enumerate() {
-        if c.tiers[..i].contains(t) {
-            errs.push(
-                format!("{path}.tiers[{i}]"),
-                format!("\"{t}\" is already a tier of this chain"),
-            );
-        }
-    }
+    members(
+        &c.tiers,
+        path,
+        "tiers",
+        "a chain needs at least one tier",
+        "is already a tier of this chain",
+        errs,
+    );
     for (field, list) in [("self_certify", &c.self_certify), ("verify", &c.verify)] {
         for (i, t) in list.iter().enumerate() {
             if !c.tiers.contains(t) {

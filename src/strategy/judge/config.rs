@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::synthesis::Synthesis;
 use super::{GuidanceRole, Judge, Member};
 use crate::config::{Built, Config, Errors, Lane, Resolve, RouteSpec, Unresolved, positive};
+use crate::strategy::members;
 
 /// Default gap between SSE keep-alive comments while panel and synthesis run.
 const JUDGE_KEEPALIVE: Duration = Duration::from_secs(5);
@@ -74,20 +75,14 @@ pub(crate) fn parse(
     errs: &mut Errors,
 ) -> Option<Box<dyn RouteSpec>> {
     let c = errs.parse::<Raw>(path, item)?;
-    if c.panel.is_empty() {
-        errs.push(
-            format!("{path}.panel"),
-            "a judge needs at least one panellist",
-        );
-    }
-    for (i, p) in c.panel.iter().enumerate() {
-        if c.panel[..i].contains(p) {
-            errs.push(
-                format!("{path}.panel[{i}]"),
-                format!("\"{p}\" is already on this panel"),
-            );
-        }
-    }
+    members(
+        &c.panel,
+        path,
+        "panel",
+        "a judge needs at least one panellist",
+        "is already on this panel",
+        errs,
+    );
     if c.min_panel == 0 {
         errs.push(format!("{path}.min_panel"), "must be at least 1");
     } else if !c.panel.is_empty() && c.min_panel > c.panel.len() {

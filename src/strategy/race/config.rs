@@ -12,6 +12,7 @@ use super::rubric::{Caps, Rubric};
 use super::scorers::{Judge, Webhook};
 use super::{Candidate, Gates, Mode, Race};
 use crate::config::{Built, Config, Errors, Resolve, RouteSpec, Unresolved, positive};
+use crate::strategy::members;
 
 const RACE_KEEPALIVE: Duration = Duration::from_secs(5);
 const DEFAULT_CRITERIA: &str =
@@ -126,20 +127,14 @@ pub(crate) fn parse(
     errs: &mut Errors,
 ) -> Option<Box<dyn RouteSpec>> {
     let c = errs.parse::<Raw>(path, item)?;
-    if c.candidates.is_empty() {
-        errs.push(
-            format!("{path}.candidates"),
-            "a race needs at least one candidate",
-        );
-    }
-    for (i, m) in c.candidates.iter().enumerate() {
-        if c.candidates[..i].contains(m) {
-            errs.push(
-                format!("{path}.candidates[{i}]"),
-                format!("\"{m}\" is already a candidate"),
-            );
-        }
-    }
+    members(
+        &c.candidates,
+        path,
+        "candidates",
+        "a race needs at least one candidate",
+        "is already a candidate",
+        errs,
+    );
     let rubric = match Rubric::new(&c.rubric.unwrap_or_else(default_rubric)) {
         Ok(r) => Some(r),
         Err(problems) => {
