@@ -93,3 +93,11 @@ pub(crate) fn members(
         }
     }
 }
+
+/// The references of a member list, named `key[i]`, for `RouteSpec::references`.
+pub(crate) fn member_refs(key: &str, list: &[String]) -> Vec<(String, String)> {
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| (format!("{key}[{i}]"), m.clone()))
+        .collect()
+}

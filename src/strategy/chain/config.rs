@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::verifier::Verifier;
 use super::{Chain, Tier};
 use crate::config::{Built, Config, Errors, Lane, Resolve, Route, RouteSpec, Unresolved, positive};
-use crate::strategy::members;
+use crate::strategy::{member_refs, members};
 
 /// Default gap between SSE keep-alive comments while a chain verifies.
 pub const CHAIN_KEEPALIVE: Duration = Duration::from_secs(5);
@@ -165,12 +165,7 @@ impl RouteSpec for ChainSpec {
     }
 
     fn references(&self) -> Vec<(String, String)> {
-        let mut refs: Vec<(String, String)> = self
-            .tiers
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (format!("tiers[{i}]"), t.clone()))
-            .collect();
+        let mut refs = member_refs("tiers", &self.tiers);
         if let Some(v) = &self.verifier {
             refs.push(("verifier".into(), v.clone()));
         }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::synthesis::Synthesis;
 use super::{GuidanceRole, Judge, Member};
 use crate::config::{Built, Config, Errors, Lane, Resolve, RouteSpec, Unresolved, positive};
-use crate::strategy::members;
+use crate::strategy::{member_refs, members};
 
 /// Default gap between SSE keep-alive comments while panel and synthesis run.
 const JUDGE_KEEPALIVE: Duration = Duration::from_secs(5);
@@ -155,12 +155,7 @@ impl RouteSpec for JudgeSpec {
     }
 
     fn references(&self) -> Vec<(String, String)> {
-        let mut refs: Vec<(String, String)> = self
-            .panel
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (format!("panel[{i}]"), p.clone()))
-            .collect();
+        let mut refs = member_refs("panel", &self.panel);
         refs.push(("synthesis".into(), self.synthesis.clone()));
         refs.push(("default".into(), self.default.clone()));
         refs

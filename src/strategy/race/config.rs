@@ -12,7 +12,7 @@ use super::rubric::{Caps, Rubric};
 use super::scorers::{Judge, Webhook};
 use super::{Candidate, Gates, Mode, Race};
 use crate::config::{Built, Config, Errors, Resolve, RouteSpec, Unresolved, positive};
-use crate::strategy::members;
+use crate::strategy::{member_refs, members};
 
 const RACE_KEEPALIVE: Duration = Duration::from_secs(5);
 const DEFAULT_CRITERIA: &str =
@@ -229,12 +229,7 @@ impl RouteSpec for RaceSpec {
     }
 
     fn references(&self) -> Vec<(String, String)> {
-        let mut refs: Vec<(String, String)> = self
-            .candidates
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (format!("candidates[{i}]"), m.clone()))
-            .collect();
+        let mut refs = member_refs("candidates", &self.candidates);
         refs.extend(self.judge.iter().map(|j| ("judge".to_owned(), j.clone())));
         refs
     }
