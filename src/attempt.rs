@@ -66,6 +66,11 @@ struct State {
     /// attempt's duration), and whether that lane is local.
     queued: Duration,
     local: bool,
+    /// Times the call was sent again after the upstream's 429.
+    retries: u32,
+    /// Bytes of request text, once the request was sent: a call cut
+    /// short without usage is charged an estimate from them.
+    sent: Option<usize>,
 }
 
 struct Cell {
@@ -109,6 +114,8 @@ impl Attempt {
                 summary: String::new(),
                 queued: Duration::ZERO,
                 local: false,
+                retries: 0,
+                sent: None,
             }),
         }))
     }
@@ -127,6 +134,29 @@ impl Attempt {
         let mut s = self.0.state.lock();
         s.queued = queued;
         s.local = local;
+    }
+
+    /// The request (with `input_bytes` of text) went to the upstream.
+    pub fn sent(&self, input_bytes: usize) {
+        self.0.state.lock().sent = Some(input_bytes);
+    }
+
+    /// The call ends without the upstream's usage (cancelled, or its
+    /// stream broke off) after `output_bytes` of answer: it is charged an
+    /// estimate, since the upstream did the work.
+    pub fn charge_unreported(&self, output_bytes: usize) {
+        let sent = {
+            let s = self.0.state.lock();
+            if s.usage.is_some() { None } else { s.sent }
+        };
+        if let Some(input) = sent {
+            self.set_usage(Usage::estimate(input, output_bytes));
+        }
+    }
+
+    /// The upstream answered 429 and the call is sent again.
+    pub fn retried(&self) {
+        self.0.state.lock().retries += 1;
     }
 
     /// The first stream event arrived.
@@ -244,6 +274,8 @@ pub struct AttemptRecord {
     /// On a local lane: output tokens per second of generation (from the
     /// first token to the last; the whole call for a whole answer).
     pub tokens_per_second: Option<f64>,
+    /// Times the call was sent again after the upstream's 429.
+    pub retries: u32,
 }
 
 /// Something that takes every finished attempt of a request.
@@ -259,6 +291,13 @@ impl Drop for Cell {
             let now = Instant::now();
             s.ended = Some(now);
             self.ctx.end_wait(self.wait_slot, now);
+        }
+        if let (Outcome::Cancelled, None, Some(input)) = (s.outcome, s.usage, s.sent) {
+            // Cancelled while the upstream worked on it: charge its input.
+            let u = Usage::estimate(input, 0);
+            let i = i64::try_from(u.prompt_tokens).unwrap_or(i64::MAX);
+            self.ctx.add_usage(i, 0, self.model.cost(&u), true);
+            s.usage = Some(u);
         }
         let verdict = match (s.outcome, s.verdict) {
             (Outcome::Failed, _) => Verdict::Error,
@@ -290,6 +329,7 @@ impl Drop for Cell {
             summary: self.model.redactor.clean(&s.summary),
             queued: s.local.then_some(s.queued),
             tokens_per_second,
+            retries: s.retries,
         };
         for sink in self.ctx.sinks() {
             sink.record(&record);

@@ -61,6 +61,17 @@ pub enum ModelError {
         retry_after: Option<String>,
     },
 
+    /// The upstream's `rpm` has no room for the call before its deadline.
+    #[error(
+        "upstream `{upstream}` is at its limit of {limit} requests per minute, and its next free \
+         slot is after this request's deadline"
+    )]
+    Throttled {
+        upstream: Arc<str>,
+        limit: u32,
+        retry_after: u64,
+    },
+
     #[error("upstream `{upstream}` sent an invalid response: {detail}")]
     Invalid { upstream: Arc<str>, detail: String },
 
@@ -145,6 +156,7 @@ impl ModelError {
         match self {
             ModelError::Connect { .. } => "connect",
             ModelError::Timeout { .. } => "timeout",
+            ModelError::Throttled { .. } => "throttled",
             ModelError::Status { status: 429, .. } => "rate_limited",
             ModelError::Status { status, .. } if *status >= 500 => "status_5xx",
             ModelError::Status { .. } => "status_4xx",

@@ -38,6 +38,7 @@ pub mod attempt;
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod governor;
 pub mod graph;
 pub mod labels;
 pub mod mock;
@@ -45,6 +46,7 @@ pub mod model;
 pub mod redact;
 mod reload;
 pub mod server;
+pub mod store;
 pub mod strategy;
 pub mod stream;
 pub mod telemetry;
@@ -57,8 +59,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::api::{AppState, Gateway};
+use crate::api::{AppState, Gateway, Shared};
 use crate::config::Config;
+use crate::governor::Governor;
 use crate::graph::BuildError;
 use crate::telemetry::Telemetry;
 
@@ -66,6 +69,8 @@ use crate::telemetry::Telemetry;
 pub enum ServeError {
     #[error(transparent)]
     Build(#[from] BuildError),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
     #[error("cannot open the event log {path}: {source}")]
     EventLog {
         path: String,
@@ -100,12 +105,26 @@ pub async fn serve(
             .unwrap_or_default(),
         source,
     })?;
-    let started_at = api::unix_now();
-    let gateway = Arc::new(Gateway::new(AppState::new(
-        &config,
-        telemetry.clone(),
-        started_at,
-    )?));
+    let store = config
+        .server
+        .state_path
+        .as_deref()
+        .map(store::Store::open)
+        .transpose()?;
+    let governor = Governor::open(store)?;
+    governor.start_flushing();
+    if config.keys.is_empty() && !config.server.listen.ip().is_loopback() {
+        tracing::warn!(
+            "no [[keys]] configured: anyone who can reach {} may use every model",
+            config.server.listen
+        );
+    }
+    let shared = Shared {
+        telemetry: telemetry.clone(),
+        governor: governor.clone(),
+        started_at: api::unix_now(),
+    };
+    let gateway = Arc::new(Gateway::new(AppState::new(&config, &shared)?));
     let server = tokio::spawn(server::run(
         listener,
         api::router(gateway.clone()),
@@ -116,7 +135,7 @@ pub async fn serve(
     let mut running = config;
     while let Some(Control::Reload) = control.recv().await {
         if let Some(path) = &source {
-            running = reload::reload(path, running, &gateway, &telemetry, started_at);
+            running = reload::reload(path, running, &gateway, &shared);
         }
     }
     tracing::info!("shutting down: no new connections; draining requests in flight");
@@ -124,6 +143,10 @@ pub async fn serve(
     if let Err(e) = server.await {
         tracing::warn!("the server task failed: {e}");
     }
-    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        governor.flush_blocking();
+        telemetry.shutdown();
+    })
+    .await;
     Ok(())
 }

@@ -30,6 +30,74 @@ pub trait ChatModel: Send + Sync {
     /// the first stream chunk come back as `Err`; later ones inside the stream.
     /// The request is shared: a strategy copies it only to change it.
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError>;
+
+    /// The most a request of `size` may spend through this model, over
+    /// every upstream call it can make (for budgets and token limits):
+    /// a strategy adds up its members', a concrete model prices one call.
+    fn estimate(&self, size: CallSize) -> Spend {
+        Spend {
+            tokens: size.tokens(),
+            cost_usd: 0.0,
+        }
+    }
+}
+
+/// One call's size, as estimated before it is made: input tokens, and
+/// the most output it may produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallSize {
+    pub input: u64,
+    pub output: u64,
+}
+
+impl CallSize {
+    pub fn tokens(self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
+
+    /// A call that reads this one's input and answer, and writes up to
+    /// `output` (a verifier, a judge, a synthesis).
+    pub fn reading(self, output: u32) -> CallSize {
+        CallSize {
+            input: self.tokens(),
+            output: u64::from(output),
+        }
+    }
+}
+
+/// Tokens and dollars, spent or estimated.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spend {
+    pub tokens: u64,
+    pub cost_usd: f64,
+}
+
+impl std::ops::Add for Spend {
+    type Output = Spend;
+
+    fn add(self, o: Spend) -> Spend {
+        Spend {
+            tokens: self.tokens.saturating_add(o.tokens),
+            cost_usd: self.cost_usd + o.cost_usd,
+        }
+    }
+}
+
+impl std::iter::Sum for Spend {
+    fn sum<I: Iterator<Item = Spend>>(iter: I) -> Spend {
+        iter.fold(Spend::default(), |a, b| a + b)
+    }
+}
+
+impl std::ops::Mul<u64> for Spend {
+    type Output = Spend;
+
+    fn mul(self, n: u64) -> Spend {
+        Spend {
+            tokens: self.tokens.saturating_mul(n),
+            cost_usd: self.cost_usd * n as f64,
+        }
+    }
 }
 
 /// One call into a model: the request's context plus what this call is for.

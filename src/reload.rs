@@ -7,22 +7,16 @@
 
 use std::fmt::Debug;
 use std::path::Path;
-use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use crate::api::{AppState, Gateway};
+use crate::api::{AppState, Gateway, Shared};
 use crate::config::{self, Config};
 use crate::telemetry::Telemetry;
 
 /// Reloads from `path`; returns the config now in force.
-pub fn reload(
-    path: &Path,
-    running: Config,
-    gateway: &Gateway,
-    telemetry: &Arc<Telemetry>,
-    started_at: u64,
-) -> Config {
+pub fn reload(path: &Path, running: Config, gateway: &Gateway, shared: &Shared) -> Config {
+    let telemetry = &shared.telemetry;
     let next = match config::load(path, &crate::strategy::ALL) {
         Ok(c) => c,
         Err(e) => {
@@ -31,7 +25,7 @@ pub fn reload(
             return running;
         }
     };
-    let state = match AppState::new(&next, telemetry.clone(), started_at) {
+    let state = match AppState::new(&next, shared) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("config reload failed ({e}); still serving the previous config");
@@ -81,6 +75,12 @@ fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
             "server.listen changed to {} (needs a restart; still listening on {})",
             new.server.listen, old.server.listen
         ));
+    }
+    if old.server.state_path != new.server.state_path {
+        out.push(
+            "server.state_path changed (it needs a restart; spend is still kept where it was)"
+                .into(),
+        );
     }
     if old.server.limits != new.server.limits {
         out.push("server connection limits changed (they need a restart)".into());

@@ -1,5 +1,7 @@
 //! API keys: `Authorization: Bearer KEY` (or `x-api-key`) against the
-//! `[[keys]]` table. No keys configured means no auth (local use).
+//! `[[keys]]` table. A presented key is hashed (SHA-256) and compared with
+//! every key's digest in constant time, so neither the comparison nor the
+//! config needs the secret. No keys configured means no auth (local use).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -9,20 +11,25 @@ use axum::http::header::AUTHORIZATION;
 
 use super::error::ApiError;
 use crate::config::Key;
+use crate::governor::{Governor, KeyGov};
 
 pub struct Keys(Vec<KeyEntry>);
 
 struct KeyEntry {
-    secret: Vec<u8>,
+    digest: [u8; 32],
     caller: Caller,
 }
 
-/// Who is calling: a key's name and what it may use.
+/// Who is calling: a key's name, what it may use, and its governor.
 #[derive(Clone)]
 pub struct Caller {
     pub name: Arc<str>,
     /// `None`: every model.
     models: Option<Arc<HashSet<String>>>,
+    /// May read `/v1/keys/usage`.
+    pub admin: bool,
+    /// `None` for the anonymous caller of a gateway without keys.
+    pub gov: Option<Arc<KeyGov>>,
 }
 
 impl Caller {
@@ -30,6 +37,8 @@ impl Caller {
         Caller {
             name: "anonymous".into(),
             models: None,
+            admin: true,
+            gov: None,
         }
     }
 
@@ -39,21 +48,35 @@ impl Caller {
 }
 
 impl Keys {
-    pub fn new(keys: &[Key]) -> Self {
+    /// The config's keys, each with its governor from `governor`.
+    pub fn new(keys: &[Key], governor: &Governor) -> Self {
+        let limits: Vec<(String, _)> = keys.iter().map(|k| (k.name.clone(), k.limits)).collect();
+        let govs = governor.keys(&limits);
         Keys(
             keys.iter()
                 .map(|k| KeyEntry {
-                    secret: k.secret.0.as_bytes().to_vec(),
+                    digest: k.digest,
                     caller: Caller {
                         name: k.name.as_str().into(),
                         models: k
                             .models
                             .as_ref()
                             .map(|m| Arc::new(m.iter().cloned().collect())),
+                        admin: k.admin,
+                        gov: govs.get(&k.name).cloned(),
                     },
                 })
                 .collect(),
         )
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every key's caller, in config order.
+    pub fn callers(&self) -> impl Iterator<Item = &Caller> {
+        self.0.iter().map(|k| &k.caller)
     }
 
     /// The caller behind a request's credentials.
@@ -61,29 +84,44 @@ impl Keys {
         if self.0.is_empty() {
             return Ok(Caller::anonymous());
         }
-        let presented = headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, token) = v.trim().split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
-            .ok_or(ApiError::Unauthorized)?;
-        // Compare against every key in constant time per key.
+        let presented = presented(headers)?;
+        let digest = crate::config::digest(presented);
+        // Every key is compared, each in constant time.
         let mut found = None;
         for k in &self.0 {
-            if constant_eq(&k.secret, presented.as_bytes()) {
+            if constant_eq(&k.digest, &digest) {
                 found = Some(k.caller.clone());
             }
         }
-        found.ok_or(ApiError::Unauthorized)
+        found.ok_or(ApiError::Unauthorized {
+            reason: "Incorrect API key provided.",
+        })
     }
 }
 
-fn constant_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// The key a request presents, or why there is none to check.
+fn presented(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let malformed = || ApiError::Unauthorized {
+        reason: "Malformed Authorization header: send `Authorization: Bearer <key>`.",
+    };
+    if let Some(v) = headers.get(AUTHORIZATION) {
+        let v = v.to_str().map_err(|_| malformed())?;
+        let (scheme, token) = v.trim().split_once(' ').ok_or_else(malformed)?;
+        let token = token.trim();
+        if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+            return Err(malformed());
+        }
+        return Ok(token);
     }
+    match headers.get("x-api-key").map(|v| v.to_str()) {
+        Some(Ok(k)) if !k.trim().is_empty() => Ok(k.trim()),
+        Some(_) => Err(malformed()),
+        None => Err(ApiError::Unauthorized {
+            reason: "You didn't provide an API key. Send `Authorization: Bearer <key>`.",
+        }),
+    }
+}
+
+fn constant_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

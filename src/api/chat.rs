@@ -10,7 +10,10 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::error::ApiError;
-use super::request::{Work, admit, bounded, finish_response, in_kind, open, request_id, resolve};
+use super::request::{
+    Asked, Opened, Work, admit, bounded, finish_response, in_kind, open, request_id, resolve,
+    with_limits,
+};
 use super::{Gateway, options, sse};
 use crate::model::Call;
 use crate::wire::ChatRequest;
@@ -78,7 +81,8 @@ async fn handle(
     drop(body);
     let (route, node) = resolve(&app, &caller, &req.model)?;
     let opts = options::read(headers)?;
-    let (ctx, guard) = open(gw, &app, id, route, node, caller, opts);
+    let asked = Asked::new(&app, req.input_tokens_estimate(), req.max_output_tokens());
+    let Opened { ctx, guard, limits } = open(gw, &app, id, (route, node), caller, opts, asked)?;
     let call = Call::new(ctx.clone());
     let include_usage = req.wants_stream_usage();
     let stream = req.is_stream();
@@ -89,5 +93,6 @@ async fn handle(
         async move { model.chat(call, req).await },
     ));
     let keepalive = sse::keepalive_for(&app, node);
-    Ok(in_kind(stream, keepalive, node, &ctx, work, include_usage, guard).await)
+    let resp = in_kind(stream, keepalive, node, &ctx, work, include_usage, guard).await;
+    Ok(with_limits(resp, &limits))
 }

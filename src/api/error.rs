@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::error::ModelError;
+use crate::governor::{Rejection, Scope};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -20,10 +21,14 @@ pub enum ApiError {
         param: Option<String>,
         code: Option<&'static str>,
     },
-    #[error("Missing or invalid API key. Send `Authorization: Bearer <key>`.")]
-    Unauthorized,
+    #[error("{reason}")]
+    Unauthorized { reason: &'static str },
     #[error("This key may not use the model `{model}`.")]
     Forbidden { model: String },
+    #[error("Only an admin key may read {what}.")]
+    AdminOnly { what: &'static str },
+    #[error("{}", .0.message)]
+    Governed(Box<Rejection>),
     #[error("The model `{model}` does not exist. GET /v1/models lists the models you can use.")]
     NotFound { model: String },
     #[error("The request body is larger than the gateway's limit of {limit} bytes.")]
@@ -53,6 +58,8 @@ struct Shape {
     message: String,
     retry_after: Option<String>,
     extra: Option<(&'static str, Value)>,
+    /// Response headers besides `Retry-After` (a key's `x-ratelimit-*`).
+    headers: Vec<(&'static str, String)>,
 }
 
 impl ApiError {
@@ -65,6 +72,7 @@ impl ApiError {
             message: self.to_string(),
             retry_after: None,
             extra: None,
+            headers: Vec::new(),
         };
         match self {
             ApiError::BadRequest { param, code, .. } => Shape {
@@ -72,7 +80,7 @@ impl ApiError {
                 code: code.map(str::to_owned),
                 ..plain(StatusCode::BAD_REQUEST, "invalid_request_error", "")
             },
-            ApiError::Unauthorized => plain(
+            ApiError::Unauthorized { .. } => plain(
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
                 "invalid_api_key",
@@ -83,6 +91,25 @@ impl ApiError {
                     StatusCode::FORBIDDEN,
                     "permission_error",
                     "model_not_allowed",
+                )
+            },
+            ApiError::AdminOnly { .. } => {
+                plain(StatusCode::FORBIDDEN, "permission_error", "admin_only")
+            }
+            ApiError::Governed(r) => Shape {
+                retry_after: r.retry_after.map(|s| s.to_string()),
+                headers: r.headers.pairs(),
+                ..plain(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    match r.scope {
+                        Scope::Rpm => "requests",
+                        Scope::Tpm | Scope::Upstream => "tokens",
+                        Scope::DailyTokens | Scope::DailyCost => "insufficient_quota",
+                    },
+                    match r.scope {
+                        Scope::DailyTokens | Scope::DailyCost => "budget_exceeded",
+                        _ => "rate_limit_exceeded",
+                    },
                 )
             },
             ApiError::NotFound { .. } => Shape {
@@ -176,6 +203,7 @@ fn model_shape(e: &ModelError) -> Shape {
         message: e.to_string(),
         retry_after: None,
         extra: None,
+        headers: Vec::new(),
     };
     match e {
         ModelError::Connect { .. } => upstream_err(
@@ -205,6 +233,7 @@ fn model_shape(e: &ModelError) -> Shape {
                 message: format!("upstream `{upstream}` rejected the request: {message}"),
                 retry_after: None,
                 extra: None,
+                headers: Vec::new(),
             },
             429 => Shape {
                 status: StatusCode::TOO_MANY_REQUESTS,
@@ -214,6 +243,7 @@ fn model_shape(e: &ModelError) -> Shape {
                 message: format!("upstream `{upstream}` is rate limiting: {message}"),
                 retry_after: retry_after.clone(),
                 extra: None,
+                headers: Vec::new(),
             },
             // The upstream refused conclave's own credentials: its message
             // may quote part of the key, so it is not passed on.
@@ -228,6 +258,14 @@ fn model_shape(e: &ModelError) -> Shape {
                 )
             },
             _ => upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "upstream_error"),
+        },
+        ModelError::Throttled { retry_after, .. } => Shape {
+            retry_after: Some(retry_after.to_string()),
+            ..upstream_err(
+                StatusCode::TOO_MANY_REQUESTS,
+                "requests",
+                "rate_limit_exceeded",
+            )
         },
         ModelError::Invalid { .. } => upstream_err(
             StatusCode::BAD_GATEWAY,
@@ -287,6 +325,11 @@ impl IntoResponse for ApiError {
             .and_then(|r| HeaderValue::from_str(&r).ok())
         {
             resp.headers_mut().insert(header::RETRY_AFTER, ra);
+        }
+        for (name, value) in shape.headers {
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                resp.headers_mut().insert(name, v);
+            }
         }
         resp
     }

@@ -14,10 +14,13 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use super::request::{Work, admit, bounded, finish_response, in_kind, open, request_id, resolve};
+use super::request::{
+    Asked, Opened, Work, admit, bounded, finish_response, in_kind, open, request_id, resolve,
+    with_limits,
+};
 use super::{Gateway, options};
 use crate::model::Call;
-use crate::wire::Endpoint;
+use crate::wire::{Endpoint, estimate_tokens, text_len};
 
 pub async fn completions(
     State(gw): State<Arc<Gateway>>,
@@ -89,19 +92,23 @@ async fn forward(
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         == Some(true);
-    let (ctx, guard) = open(gw, &app, id, route, node, caller, options::read(headers)?);
+    let input = ["prompt", "input"]
+        .iter()
+        .filter_map(|k| req.get(*k))
+        .map(|v| estimate_tokens(text_len(v)))
+        .sum();
+    let max_output = match endpoint {
+        Endpoint::Embeddings => Some(0),
+        _ => req.get("max_tokens").and_then(Value::as_u64),
+    };
+    let asked = Asked::new(&app, input, max_output);
+    let opts = options::read(headers)?;
+    let Opened { ctx, guard, limits } = open(gw, &app, id, (route, node), caller, opts, asked)?;
     let call = Call::new(ctx.clone());
     let work: Work = Box::pin(bounded(ctx.clone(), async move {
         concrete.forward(call, endpoint, req).await
     }));
-    Ok(in_kind(
-        stream,
-        app.sse_keepalive,
-        node,
-        &ctx,
-        work,
-        include_usage,
-        guard,
-    )
-    .await)
+    let keepalive = app.sse_keepalive;
+    let resp = in_kind(stream, keepalive, node, &ctx, work, include_usage, guard).await;
+    Ok(with_limits(resp, &limits))
 }

@@ -1,5 +1,5 @@
-//! The small read-only endpoints: `/v1/models`, `/metrics`, `/healthz`,
-//! `/readyz`.
+//! The small read-only endpoints: `/v1/models`, `/v1/keys/usage`,
+//! `/metrics`, `/healthz`, `/readyz`.
 
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::Gateway;
 use super::error::ApiError;
+use crate::governor;
 use crate::graph::Node;
 use crate::upstream::llama_swap::Loaded;
 
@@ -43,6 +44,34 @@ pub async fn model(
         Some((name, node)) if caller.may_use(name) => Ok(Json(entry(name, node, app.started_at))),
         _ => Err(ApiError::NotFound { model: id }),
     }
+}
+
+/// `GET /v1/keys/usage`: every key's limits, today's spend and what is
+/// left (admin keys only; a gateway without keys has none to show).
+pub async fn keys_usage(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let app = gw.state();
+    let caller = app.keys.authenticate(&headers)?;
+    if !caller.admin {
+        return Err(ApiError::AdminOnly {
+            what: "/v1/keys/usage",
+        });
+    }
+    let data: Vec<Value> = app
+        .keys
+        .callers()
+        .filter_map(|c| {
+            let mut v = governor::usage_of(c.gov.as_ref()?);
+            if let Some(o) = v.as_object_mut() {
+                o.insert("name".into(), Value::from(&*c.name));
+                o.insert("admin".into(), Value::from(c.admin));
+            }
+            Some(v)
+        })
+        .collect();
+    Ok(Json(json!({"object": "list", "data": data})))
 }
 
 fn entry(name: &str, node: &Node, created: u64) -> Value {

@@ -29,16 +29,29 @@ use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
 use crate::telemetry::Telemetry;
 pub use auth::Keys;
 pub use chat::parse as parse_chat_request;
 use error::ApiError;
 
+/// What outlives config reloads: telemetry, the governor's spend, and
+/// the start time.
+#[derive(Clone)]
+pub struct Shared {
+    pub telemetry: Arc<Telemetry>,
+    pub governor: Arc<Governor>,
+    /// Unix time the gateway started (the `created` of `/v1/models`).
+    pub started_at: u64,
+}
+
 /// What every handler shares for one generation of the config; read-only.
 pub struct AppState {
     pub graph: Graph,
     pub keys: Keys,
+    /// Output tokens assumed for a request without `max_tokens`.
+    pub estimate_output_tokens: u32,
     pub request_timeout: Duration,
     pub sse_keepalive: Option<Duration>,
     pub max_body_bytes: usize,
@@ -50,25 +63,22 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(
-        config: &Config,
-        telemetry: Arc<Telemetry>,
-        started_at: u64,
-    ) -> Result<Self, BuildError> {
+    pub fn new(config: &Config, shared: &Shared) -> Result<Self, BuildError> {
         let graph = Graph::build(config)?;
         for probe in graph.upstreams.iter().filter_map(|u| u.probe.as_ref()) {
             probe.start_polling();
         }
         Ok(AppState {
             graph,
-            keys: Keys::new(&config.keys),
+            keys: Keys::new(&config.keys, &shared.governor),
+            estimate_output_tokens: config.server.estimate_output_tokens,
             request_timeout: config.server.request_timeout,
             sse_keepalive: config.server.sse_keepalive,
             max_body_bytes: config.server.max_body_bytes,
             body_read_timeout: config.server.body_read_timeout,
             access_log: config.server.access_log,
-            telemetry,
-            started_at,
+            telemetry: shared.telemetry.clone(),
+            started_at: shared.started_at,
         })
     }
 }
@@ -124,6 +134,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/models", get(info::models))
         .route("/v1/models/{id}", get(info::model))
         .route("/models/{id}", get(info::model))
+        .route("/v1/keys/usage", get(info::keys_usage))
+        .route("/keys/usage", get(info::keys_usage))
         .route("/metrics", get(info::metrics))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(info::readyz))

@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use metrics::{counter, gauge};
+use serde_json::Value;
 use tokio::time::timeout_at;
 
 use super::auth::Caller;
@@ -21,8 +22,9 @@ use super::reply::{REQUEST_ID, whole};
 use super::{AppState, Gateway, body, sse};
 use crate::context::{Options, RequestCtx};
 use crate::error::ModelError;
+use crate::governor::{RateHeaders, record_rejection};
 use crate::graph::Node;
-use crate::model::Reply;
+use crate::model::{CallSize, Reply};
 use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, record_request, status_label};
 
 /// The response of a handler that may have failed before its route was
@@ -89,32 +91,96 @@ pub fn resolve<'a>(
     Ok((route, node))
 }
 
-/// Opens a request on `route`: its context (deadline, key, shutdown,
-/// access log) and the guard that records it when it ends.
+/// What a request asks of a node, for its key's limits: the size of
+/// one call, and whether the client capped its output.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked {
+    pub size: CallSize,
+    pub capped: bool,
+}
+
+impl Asked {
+    /// A request reading `input` tokens with output cap `max_output`
+    /// (the gateway's assumption when the client set none).
+    pub fn new(app: &AppState, input: u64, max_output: Option<u64>) -> Self {
+        Asked {
+            size: CallSize {
+                input,
+                output: max_output.unwrap_or(u64::from(app.estimate_output_tokens)),
+            },
+            capped: max_output.is_some(),
+        }
+    }
+}
+
+/// An opened request: its context, the guard that records it when it
+/// ends, and the key's `x-ratelimit-*` figures for its response.
+pub struct Opened {
+    pub ctx: Arc<RequestCtx>,
+    pub guard: RequestGuard,
+    pub limits: RateHeaders,
+}
+
+/// Opens a request on `route` if the caller's key lets it in (its rate
+/// limits and budget, for what `node` may spend on `asked`): its context
+/// (deadline, key, shutdown, access log, budget ticket) and guard. A
+/// request turned away is recorded as a 429 and its rejection logged.
 pub fn open(
     gw: &Gateway,
     app: &AppState,
     id: &str,
-    route: &Arc<str>,
-    node: &Node,
+    (route, node): (&Arc<str>, &Node),
     caller: Caller,
     options: Options,
-) -> (Arc<RequestCtx>, RequestGuard) {
-    let ctx = Arc::new(
-        RequestCtx::new(
-            id.to_owned(),
-            route.clone(),
-            node.strategy,
-            caller.name,
-            app.request_timeout,
-            app.telemetry.clone(),
-            gw.hard.clone(),
-        )
-        .with_access_log(app.access_log)
-        .with_options(options),
-    );
-    let guard = RequestGuard::new(ctx.clone());
-    (ctx, guard)
+    asked: Asked,
+) -> Result<Opened, ApiError> {
+    let admitted = caller
+        .gov
+        .as_ref()
+        .map(|g| g.admit(node.model.estimate(asked.size), asked.capped))
+        .transpose();
+    let mut ctx = RequestCtx::new(
+        id.to_owned(),
+        route.clone(),
+        node.strategy,
+        caller.name,
+        app.request_timeout,
+        app.telemetry.clone(),
+        gw.hard.clone(),
+    )
+    .with_access_log(app.access_log)
+    .with_options(options);
+    let mut limits = RateHeaders::default();
+    let rejected = match admitted {
+        Ok(Some(a)) => {
+            limits = a.headers;
+            if let Some(t) = a.ticket {
+                ctx = ctx.with_sink(t);
+            }
+            None
+        }
+        Ok(None) => None,
+        Err(r) => Some(r),
+    };
+    let ctx = Arc::new(ctx);
+    let mut guard = RequestGuard::new(ctx.clone());
+    if let Some(r) = rejected {
+        let retry = r.retry_after.map_or(Value::Null, Value::from);
+        record_rejection(&ctx, r.scope, r.limit, r.asked, &[("retry_after_s", retry)]);
+        guard.finish("429");
+        return Err(ApiError::Governed(r));
+    }
+    Ok(Opened { ctx, guard, limits })
+}
+
+/// Adds a limited key's `x-ratelimit-*` headers to its response.
+pub fn with_limits(mut resp: Response, limits: &RateHeaders) -> Response {
+    for (name, value) in limits.pairs() {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            resp.headers_mut().insert(name, v);
+        }
+    }
+    resp
 }
 
 /// Answers in kind: SSE for a streamed request, a whole body otherwise.

@@ -11,6 +11,7 @@
 
 mod describe;
 mod errors;
+mod keys;
 mod names;
 mod raw;
 mod strategies;
@@ -27,6 +28,7 @@ use indexmap::IndexMap;
 pub(crate) use errors::Errors;
 pub(crate) use errors::positive;
 pub use errors::{ConfigError, ConfigErrors};
+pub use keys::digest;
 pub use raw::{Lane, Price};
 pub use strategies::{Built, Resolve, RouteSpec, Strategies, Unresolved};
 
@@ -54,6 +56,9 @@ pub struct Server {
     pub sse_keepalive: Option<Duration>,
     pub body_read_timeout: Duration,
     pub access_log: bool,
+    /// Output tokens a request that sets no `max_tokens` is estimated at,
+    /// for `tpm` and daily budgets.
+    pub estimate_output_tokens: u32,
     /// Connection limits, fixed for the life of the process.
     pub limits: crate::server::Limits,
 }
@@ -71,16 +76,32 @@ impl fmt::Debug for Secret {
 #[derive(Debug)]
 pub struct Key {
     pub name: String,
-    pub secret: Secret,
+    /// SHA-256 of the secret: what a presented key is compared with.
+    pub digest: [u8; 32],
+    /// The secret, when it came from `key_env` (kept out of what
+    /// upstreams say); `key_sha256` keys have none.
+    pub secret: Option<Secret>,
     /// `None`: every model (`"*"`).
     pub models: Option<Vec<String>>,
     pub admin: bool,
+    pub limits: KeyLimits,
+}
+
+/// What a key may spend and how fast (`None`: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct KeyLimits {
+    pub rpm: Option<u32>,
+    pub tpm: Option<u32>,
+    pub daily_tokens: Option<u64>,
+    pub daily_cost_usd: Option<f64>,
 }
 
 #[derive(Debug)]
 pub struct Upstream {
     pub lane: Lane,
     pub limits: LaneLimits,
+    /// Requests per minute conclave sends it (calls wait for their turn).
+    pub rpm: Option<u32>,
     pub timeout: Duration,
     /// Longest gap between two events of a streamed answer.
     pub stream_idle_timeout: Duration,
@@ -257,7 +278,11 @@ impl Config {
             } => Some(k.0.as_str()),
             _ => None,
         });
-        upstream.chain(self.keys.iter().map(|k| k.secret.0.as_str()))
+        upstream.chain(
+            self.keys
+                .iter()
+                .filter_map(|k| k.secret.as_ref().map(|s| s.0.as_str())),
+        )
     }
 
     /// Follows passthrough routes down to the name they stand for.

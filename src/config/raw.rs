@@ -37,6 +37,8 @@ pub struct Server {
     pub shutdown_grace: Duration,
     #[serde(default)]
     pub access_log: bool,
+    #[serde(default = "default_estimate_output_tokens")]
+    pub estimate_output_tokens: u32,
 }
 
 impl Default for Server {
@@ -54,10 +56,14 @@ impl Default for Server {
             idle_timeout: default_idle_timeout(),
             shutdown_grace: default_shutdown_grace(),
             access_log: false,
+            estimate_output_tokens: default_estimate_output_tokens(),
         }
     }
 }
 
+fn default_estimate_output_tokens() -> u32 {
+    1024
+}
 fn default_listen() -> String {
     DEFAULT_LISTEN.to_owned()
 }
@@ -87,7 +93,8 @@ fn default_shutdown_grace() -> Duration {
 #[serde(deny_unknown_fields)]
 pub struct Key {
     pub name: String,
-    pub key_env: String,
+    pub key_env: Option<String>,
+    pub key_sha256: Option<String>,
     pub rpm: Option<u32>,
     pub tpm: Option<u64>,
     pub daily_tokens: Option<u64>,

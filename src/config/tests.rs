@@ -71,7 +71,7 @@ verify = ["fast"]
 fn a_good_config_resolves() {
     let c = parse(GOOD, "t.toml", &env, &crate::strategy::ALL).unwrap();
     assert_eq!(c.server.request_timeout, Duration::from_secs(30));
-    assert_eq!(c.keys[0].secret, Secret("sk-team-a".into()));
+    assert_eq!(c.keys[0].secret, Some(Secret("sk-team-a".into())));
     assert_eq!(c.upstreams["local"].lane, Lane::Local);
     assert_eq!(c.upstreams["cloud"].lane, Lane::Cloud);
     match &c.upstreams["local"].kind {

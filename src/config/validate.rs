@@ -12,10 +12,10 @@ use crate::mock::SwapSim;
 use crate::server::Limits;
 
 use super::{
-    Config, Errors, Key, Lane, LaneLimits, LlamaSwap, Model, Secret, Server, Strategies, Upstream,
+    Config, Errors, Lane, LaneLimits, LlamaSwap, Model, Secret, Server, Strategies, Upstream,
     UpstreamKind,
 };
-use super::{names, positive, raw, warnings};
+use super::{keys, names, positive, raw, warnings};
 
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
@@ -36,6 +36,16 @@ pub(super) fn swap_sim(u: &raw::MockUpstream, path: &str, errs: &mut Errors) -> 
         delay: u.swap_delay,
         loading_state: u.send_loading_state,
     }
+}
+
+fn upstream_rpm(rpm: Option<u32>, path: &str, errs: &mut Errors) -> Option<u32> {
+    if rpm == Some(0) {
+        errs.push(
+            format!("{path}.rpm"),
+            "must be greater than 0 (omit it for no limit)",
+        );
+    }
+    rpm.filter(|&r| r > 0)
 }
 
 /// Validates an upstream's lane keys, as read, into its lane's limits.
@@ -94,8 +104,8 @@ pub(super) fn validate(
     };
     let mut warnings = Vec::new();
     let server = server(doc.remove("server"), errs);
-    let keys = keys(doc.remove("keys"), env, errs, &mut warnings);
-    let upstreams = upstreams(doc.remove("upstreams"), env, errs, &mut warnings);
+    let keys = keys::keys(doc.remove("keys"), env, errs);
+    let upstreams = upstreams(doc.remove("upstreams"), env, errs);
     // Names whose tables failed to parse still count as defined, so one
     // bad table does not cascade into "unknown model" errors elsewhere.
     let mut broken = HashSet::new();
@@ -105,6 +115,16 @@ pub(super) fn validate(
         errs.push(
             key.clone(),
             "unknown top-level key (expected server, keys, upstreams, models, routes)",
+        );
+    }
+    let budgeted = keys
+        .iter()
+        .any(|k| k.limits.daily_tokens.is_some() || k.limits.daily_cost_usd.is_some());
+    if budgeted && server.as_ref().is_some_and(|s| s.state_path.is_none()) {
+        warnings.push(
+            "keys: daily budgets are kept in memory only and start again from zero after a \
+             restart; set server.state_path to keep them"
+                .to_owned(),
         );
     }
     names::check_names(&models, &routes, &broken, &keys, errs);
@@ -166,6 +186,9 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
     ] {
         positive(Some(d), &format!("server.{key}"), errs);
     }
+    if raw.estimate_output_tokens == 0 {
+        errs.push("server.estimate_output_tokens", "must be greater than 0");
+    }
     if raw.max_connections == 0 {
         errs.push("server.max_connections", "must be greater than 0");
     }
@@ -184,6 +207,7 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
         sse_keepalive: raw.sse_keepalive,
         body_read_timeout: raw.body_read_timeout,
         access_log: raw.access_log,
+        estimate_output_tokens: raw.estimate_output_tokens,
         limits: Limits {
             max_connections: raw.max_connections,
             header_read_timeout: raw.header_read_timeout,
@@ -193,7 +217,7 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
     })
 }
 
-fn secret(
+pub(super) fn secret(
     env: &dyn Fn(&str) -> Option<String>,
     var: &str,
     path: &str,
@@ -208,65 +232,6 @@ fn secret(
     }
 }
 
-fn keys(
-    v: Option<toml::Value>,
-    env: &dyn Fn(&str) -> Option<String>,
-    errs: &mut Errors,
-    warnings: &mut Vec<String>,
-) -> Vec<Key> {
-    let list = match v {
-        None => return Vec::new(),
-        Some(toml::Value::Array(a)) => a,
-        Some(_) => {
-            errs.push("keys", "must be an array of tables ([[keys]])");
-            return Vec::new();
-        }
-    };
-    let mut out: Vec<Key> = Vec::new();
-    for (i, item) in list.into_iter().enumerate() {
-        let path = format!("keys[{i}]");
-        let Some(k) = errs.parse::<raw::Key>(&path, item) else {
-            continue;
-        };
-        if out.iter().any(|o| o.name == k.name) {
-            errs.push(
-                format!("{path}.name"),
-                format!("duplicate key name \"{}\"", k.name),
-            );
-        }
-        for (field, set) in [
-            ("rpm", k.rpm.is_some()),
-            ("tpm", k.tpm.is_some()),
-            ("daily_tokens", k.daily_tokens.is_some()),
-            ("daily_cost_usd", k.daily_cost_usd.is_some()),
-        ] {
-            if set {
-                warnings.push(format!(
-                    "{path}.{field}: governors are not enforced by this build yet"
-                ));
-            }
-        }
-        let Some(secret) = secret(env, &k.key_env, &format!("{path}.key_env"), errs) else {
-            continue;
-        };
-        if out.iter().any(|o| o.secret == secret) {
-            errs.push(format!("{path}.key_env"), "two keys have the same secret");
-        }
-        let models = match k.models {
-            None => None,
-            Some(m) if m.iter().any(|n| n == "*") => None,
-            Some(m) => Some(m),
-        };
-        out.push(Key {
-            name: k.name,
-            secret,
-            models,
-            admin: k.admin,
-        });
-    }
-    out
-}
-
 fn url(s: &str, path: &str, errs: &mut Errors) {
     match reqwest::Url::parse(s) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {}
@@ -278,7 +243,6 @@ fn upstreams(
     v: Option<toml::Value>,
     env: &dyn Fn(&str) -> Option<String>,
     errs: &mut Errors,
-    warnings: &mut Vec<String>,
 ) -> IndexMap<String, Upstream> {
     let mut out = IndexMap::new();
     for (name, item) in table(v, "upstreams", errs) {
@@ -289,11 +253,6 @@ fn upstreams(
                 url(&u.base_url, &format!("{path}.base_url"), errs);
                 if let Some(ls) = &u.llama_swap {
                     url(ls, &format!("{path}.llama_swap"), errs);
-                }
-                if u.rpm.is_some() {
-                    warnings.push(format!(
-                        "{path}.rpm: governors are not enforced by this build yet"
-                    ));
                 }
                 let api_key = u
                     .api_key_env
@@ -322,6 +281,7 @@ fn upstreams(
                 Upstream {
                     lane,
                     limits: lane_limits(lane, c, m, w, &path, errs),
+                    rpm: upstream_rpm(u.rpm, &path, errs),
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::OpenAi {
@@ -341,11 +301,6 @@ fn upstreams(
                         errs.push(format!("{path}.models.{model}.{at}"), msg);
                     }
                 }
-                if u.rpm.is_some() {
-                    warnings.push(format!(
-                        "{path}.rpm: governors are not enforced by this build yet"
-                    ));
-                }
                 positive(
                     u.stream_idle_timeout,
                     &format!("{path}.stream_idle_timeout"),
@@ -356,6 +311,7 @@ fn upstreams(
                 Upstream {
                     lane,
                     limits: lane_limits(lane, c, m, w, &path, errs),
+                    rpm: upstream_rpm(u.rpm, &path, errs),
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::Mock {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::ModelError;
-use crate::model::{Call, ChatModel, Reply};
+use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
 use crate::wire::ChatRequest;
 
 pub struct Passthrough {
@@ -22,5 +22,9 @@ impl ChatModel for Passthrough {
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         let call = call.with_idle_timeout(self.stream_idle_timeout);
         self.model.chat(call, req).await
+    }
+
+    fn estimate(&self, size: CallSize) -> Spend {
+        self.model.estimate(size)
     }
 }

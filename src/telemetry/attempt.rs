@@ -35,6 +35,13 @@ pub struct AttemptEvent {
     queued_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tokens_per_second: Option<f64>,
+    /// Times the call was sent again after the upstream's 429.
+    #[serde(skip_serializing_if = "is_zero")]
+    retries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn ms(d: Duration) -> f64 {
@@ -93,6 +100,7 @@ impl AttemptSink for Telemetry {
                 output_summary: r.summary.clone(),
                 queued_ms: r.queued.map(ms),
                 tokens_per_second: r.tokens_per_second.map(|t| (t * 10.0).round() / 10.0),
+                retries: r.retries,
             };
             self.emit(
                 ctx,

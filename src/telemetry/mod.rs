@@ -41,6 +41,8 @@ pub const LANE_SWAPS: &str = "conclave_llama_swap_swaps_total";
 pub const GENERATION_TPS: &str = "conclave_generation_tokens_per_second";
 pub const RACE_SCORE: &str = "conclave_race_score";
 pub const RACE_DOWNGRADES: &str = "conclave_race_downgrades_total";
+pub const GOVERNOR_REJECTIONS: &str = "conclave_governor_rejections_total";
+pub const BUDGET_REMAINING: &str = "conclave_budget_remaining_tokens";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
@@ -135,6 +137,14 @@ fn describe() {
     describe_counter!(
         RACE_DOWNGRADES,
         "Races run as their first candidate alone, by reason"
+    );
+    describe_counter!(
+        GOVERNOR_REJECTIONS,
+        "Requests turned away by a key's or an upstream's limit, by key and scope"
+    );
+    describe_gauge!(
+        BUDGET_REMAINING,
+        "Tokens a key may still spend today (its daily_tokens minus today's spend)"
     );
 }
 

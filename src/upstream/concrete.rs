@@ -10,18 +10,21 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::time::{Instant, timeout_at};
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use super::Upstream;
 use super::decode::{self, Exchange, round_ms};
 use super::lane::LaneTimeout;
+use super::limit::{MAX_TRIES, NoTurn, retry_delay};
+use super::{RawResponse, Upstream};
 use crate::attempt::{Attempt, ModelInfo};
 use crate::config::Lane;
 use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
-use crate::model::{Call, ChatModel, Meta, Reply, ReplyBody};
+use crate::governor::rate::retry_after_secs;
+use crate::governor::{Scope, record_rejection};
+use crate::model::{Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
 use crate::telemetry::EventBody;
-use crate::wire::{ChatRequest, Endpoint, text_len};
+use crate::wire::{ChatRequest, Endpoint, Usage, text_len};
 
 pub struct ConcreteModel {
     pub info: Arc<ModelInfo>,
@@ -109,6 +112,13 @@ impl ConcreteModel {
             (true, Some(t)) => by.min(Instant::now() + t),
             _ => by,
         };
+        let paced = match &up.pace {
+            None => Duration::ZERO,
+            Some(p) => p
+                .turn(first_due)
+                .await
+                .map_err(|no| self.throttled(&call.ctx, no))?,
+        };
         let admitted = match up.gate.admit(&self.info.upstream_model, first_due).await {
             Ok(a) => a,
             Err(LaneTimeout) => {
@@ -119,7 +129,7 @@ impl ConcreteModel {
                 });
             }
         };
-        attempt.set_queued(admitted.queued, up.lane == Lane::Local);
+        attempt.set_queued(paced + admitted.queued, up.lane == Lane::Local);
         if let Some(from) = &admitted.swapped_from {
             lane_swap(&call.ctx, &up.name, from, &self.info.upstream_model);
         }
@@ -136,24 +146,8 @@ impl ConcreteModel {
             input_bytes: out.input_bytes,
             redactor: self.info.redactor.clone(),
         };
-        let resp = match timeout_at(
-            first,
-            up.transport
-                .send(out.endpoint, out.body, &call.ctx.upstream_id),
-        )
-        .await
-        {
-            Err(_) => return Err(x.timeout(x.first_phase())),
-            Ok(Err(e)) if e.connected => return Err(x.cut(&e.reason)),
-            Ok(Err(e)) => {
-                return Err(ModelError::Connect {
-                    upstream: up.name.clone(),
-                    reason: x.redactor.clean(&e.reason),
-                    source: Some(Box::new(e)),
-                });
-            }
-            Ok(Ok(r)) => r,
-        };
+        attempt.sent(out.input_bytes);
+        let resp = self.send(&call.ctx, &out, &x, attempt).await?;
         if !(200..300).contains(&resp.status) {
             return Err(decode::status_error(resp, &x).await);
         }
@@ -165,6 +159,72 @@ impl ConcreteModel {
             decode::whole(resp, &x, out.endpoint, attempt)
                 .await
                 .map(ReplyBody::Whole)
+        }
+    }
+}
+
+impl ConcreteModel {
+    /// Sends the request and waits for the status line. A 429 is tried
+    /// again after its `Retry-After` (at most [`MAX_TRIES`] tries in all)
+    /// when the wait ends before the first byte is due.
+    async fn send(
+        &self,
+        ctx: &RequestCtx,
+        out: &Outgoing,
+        x: &Exchange,
+        attempt: &Attempt,
+    ) -> Result<RawResponse, ModelError> {
+        let up = &self.upstream;
+        let mut tries = 1;
+        loop {
+            let sent = up
+                .transport
+                .send(out.endpoint, out.body.clone(), &ctx.upstream_id);
+            let resp = match timeout_at(x.first, sent).await {
+                Err(_) => return Err(x.timeout(x.first_phase())),
+                Ok(Err(e)) if e.connected => return Err(x.cut(&e.reason)),
+                Ok(Err(e)) => {
+                    return Err(ModelError::Connect {
+                        upstream: up.name.clone(),
+                        reason: x.redactor.clean(&e.reason),
+                        source: Some(Box::new(e)),
+                    });
+                }
+                Ok(Ok(r)) => r,
+            };
+            if resp.status != 429 || tries >= MAX_TRIES {
+                return Ok(resp);
+            }
+            let wait = retry_delay(resp.retry_after.as_deref(), SystemTime::now());
+            if Instant::now() + wait >= x.first {
+                return Ok(resp);
+            }
+            drop(resp);
+            tries += 1;
+            attempt.retried();
+            tokio::time::sleep(wait).await;
+            if let Some(p) = &up.pace {
+                p.turn(x.first)
+                    .await
+                    .map_err(|no| self.throttled(ctx, no))?;
+            }
+        }
+    }
+
+    /// The upstream's `rpm` has no turn for a call before its deadline.
+    fn throttled(&self, ctx: &RequestCtx, no: NoTurn) -> ModelError {
+        let upstream = Value::from(&*self.upstream.name);
+        record_rejection(
+            ctx,
+            Scope::Upstream,
+            f64::from(no.limit),
+            1.0,
+            &[("upstream", upstream)],
+        );
+        ModelError::Throttled {
+            upstream: self.upstream.name.clone(),
+            limit: no.limit,
+            retry_after: retry_after_secs(no.wait),
         }
     }
 }
@@ -192,5 +252,17 @@ impl ChatModel for ConcreteModel {
             input_bytes: req.text_bytes(),
         };
         self.call(call, out).await
+    }
+
+    fn estimate(&self, size: CallSize) -> Spend {
+        let usage = Usage {
+            prompt_tokens: size.input,
+            completion_tokens: size.output,
+            estimated: true,
+        };
+        Spend {
+            tokens: size.tokens(),
+            cost_usd: self.info.cost(&usage),
+        }
     }
 }

@@ -293,6 +293,9 @@ impl Relay {
     fn fail(&mut self, e: ModelError) -> Next {
         self.open = false;
         self.permit = None;
+        if self.relayed {
+            self.attempt.charge_unreported(self.output_bytes);
+        }
         self.attempt.fail(&e);
         Poll::Ready(Some(Err(e)))
     }
@@ -451,6 +454,7 @@ impl Stream for Relay {
 impl Drop for Relay {
     fn drop(&mut self) {
         if self.open {
+            self.attempt.charge_unreported(self.output_bytes);
             self.attempt.cancel();
         }
     }

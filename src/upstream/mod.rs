@@ -8,6 +8,7 @@
 mod concrete;
 pub mod decode;
 pub mod lane;
+pub mod limit;
 pub mod llama_swap;
 mod mock;
 pub mod openai;
@@ -78,6 +79,8 @@ pub struct Upstream {
     pub name: Arc<str>,
     pub lane: Lane,
     pub gate: Gate,
+    /// Its `rpm`: calls wait their turn.
+    pub pace: Option<limit::Pace>,
     pub timeout: Duration,
     pub stream_idle_timeout: Duration,
     pub transport: Box<dyn Transport>,
@@ -114,6 +117,7 @@ impl Upstream {
         };
         Ok(Upstream {
             gate: Gate::new(cfg.lane == Lane::Local, &name, cfg.limits, probe.clone()),
+            pace: limit::Pace::new(cfg.rpm),
             name,
             lane: cfg.lane,
             timeout: cfg.timeout,

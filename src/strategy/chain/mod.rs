@@ -18,7 +18,7 @@ use async_trait::async_trait;
 
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
-use crate::model::{Call, ChatModel, Reply};
+use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
 use crate::strategy::{PinTarget, pinned};
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
@@ -63,6 +63,20 @@ fn with_feedback(req: &Arc<ChatRequest>, notes: &[String]) -> Arc<ChatRequest> {
 
 #[async_trait]
 impl ChatModel for Chain {
+    /// Every tier, and the verifier on each verified tier's answer.
+    fn estimate(&self, size: CallSize) -> Spend {
+        self.tiers
+            .iter()
+            .map(|t| {
+                let check = match (&self.verifier, t.verified) {
+                    (Some(v), true) => v.model.estimate(size.reading(v.max_tokens)),
+                    _ => Spend::default(),
+                };
+                t.model.estimate(size) + check
+            })
+            .sum()
+    }
+
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         // A pin names a tier of the outermost chain of the route the
         // client asked for; chains nested inside it never see it.

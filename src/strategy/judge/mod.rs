@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
-use crate::model::{Call, ChatModel, Reply};
+use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
 use crate::strategy::{PinTarget, event, pinned};
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
@@ -152,6 +152,24 @@ impl Judge {
 
 #[async_trait]
 impl ChatModel for Judge {
+    /// The panel, the synthesis reading every answer, and the default
+    /// reading the guidance.
+    fn estimate(&self, size: CallSize) -> Spend {
+        let panel: Spend = self.panel.iter().map(|m| m.model.estimate(size)).sum();
+        let read = CallSize {
+            input: size.input + size.output * self.panel.len() as u64,
+            output: 0,
+        };
+        let s = &self.synthesis;
+        let guided = CallSize {
+            input: size.input + u64::from(s.max_tokens),
+            output: size.output,
+        };
+        panel
+            + s.member.model.estimate(read.reading(s.max_tokens))
+            + self.default.model.estimate(guided)
+    }
+
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         if let Some(pin) = call.pin.clone() {
             // The named panellist or the default answers alone.

@@ -12,10 +12,10 @@ use serde_json::{Map, json};
 use super::Race;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
-use crate::model::{Call, Reply};
+use crate::model::{Call, CallSize, Reply};
 use crate::strategy::event;
 use crate::telemetry::RACE_DOWNGRADES;
-use crate::wire::{ChatRequest, estimate_tokens};
+use crate::wire::ChatRequest;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Gates {
@@ -47,17 +47,13 @@ impl Gates {
     /// writes up to `max_tokens` (or the baseline); a judge reads the
     /// request and each answer and writes its own cap.
     pub fn estimate(&self, race: &Race, req: &ChatRequest, pool: usize) -> u64 {
-        let input = estimate_tokens(req.text_bytes());
-        let output = ["max_completion_tokens", "max_tokens"]
-            .iter()
-            .find_map(|k| req.extra.get(*k).and_then(|v| v.as_u64()))
-            .unwrap_or(self.baseline_tokens_per_run);
-        let per = input.saturating_add(output);
-        let judge = match (&race.judge, race.rubric.uses("judge")) {
-            (Some(j), true) => per.saturating_add(u64::from(j.max_tokens)),
-            _ => 0,
+        let size = CallSize {
+            input: req.input_tokens_estimate(),
+            output: req
+                .max_output_tokens()
+                .unwrap_or(self.baseline_tokens_per_run),
         };
-        (pool as u64).saturating_mul(per.saturating_add(judge))
+        race.spend(size, pool).tokens
     }
 
     pub fn check(

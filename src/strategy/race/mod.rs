@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
-use crate::model::{Call, ChatModel, Reply, ReplyBody};
+use crate::model::{Call, CallSize, ChatModel, Reply, ReplyBody, Spend};
 use crate::strategy::{PinTarget, event, pinned};
 use crate::stream;
 use crate::telemetry::RACE_SCORE;
@@ -96,6 +96,25 @@ struct Scored {
 }
 
 impl Race {
+    /// What `pool` candidates of `size` may spend, the judge's calls on
+    /// their answers included.
+    fn spend(&self, size: CallSize, pool: usize) -> Spend {
+        let judge = match (&self.judge, self.rubric.uses("judge")) {
+            (Some(j), true) => Some(j),
+            _ => None,
+        };
+        self.candidates
+            .iter()
+            .take(pool)
+            .map(|c| {
+                let judged = judge.map_or(Spend::default(), |j| {
+                    j.model.estimate(size.reading(j.max_tokens))
+                });
+                c.model.estimate(size) + judged
+            })
+            .sum()
+    }
+
     /// The client's request as a whole answer, for the candidates.
     fn whole(req: &ChatRequest) -> Arc<ChatRequest> {
         let mut r = req.clone();
@@ -365,6 +384,12 @@ fn output_tokens(reply: &Reply, out: &AssistantOutput) -> u64 {
 
 #[async_trait]
 impl ChatModel for Race {
+    /// The candidates that may race (the first alone when racing is
+    /// off), and the judge on each answer.
+    fn estimate(&self, size: CallSize) -> Spend {
+        self.spend(size, self.gates.pool(self.candidates.len()).max(1))
+    }
+
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         if let Some(pin) = call.pin.clone() {
             let members: Vec<PinTarget> = self

@@ -1,0 +1,268 @@
+//! One API key's governor: its per-minute limits (`rpm`, `tpm`) and its
+//! daily budget, checked together when a request is admitted. A request
+//! is let in whole or not at all: a later check that fails gives back
+//! what an earlier one reserved.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use metrics::gauge;
+
+use super::budget::{self, Budget, Daily, Over};
+use super::rate::{Denied, PerMinute, Standing, openai_duration, retry_after_secs};
+use super::ticket::Ticket;
+use super::{Rejection, Scope};
+use crate::config::KeyLimits;
+use crate::model::Spend;
+use crate::telemetry::BUDGET_REMAINING;
+
+pub struct KeyGov {
+    pub name: Arc<str>,
+    pub limits: KeyLimits,
+    rpm: Option<PerMinute>,
+    tpm: Option<PerMinute>,
+    /// Tokens the `tpm` limit is owed (positive) or owes back (negative)
+    /// since requests' real usage differed from their estimates; taken
+    /// with the next request's tokens.
+    tpm_owed: AtomicI64,
+    pub(super) budget: Arc<Budget>,
+}
+
+/// What an admitted request carries: the figures for its response's
+/// `x-ratelimit-*` headers, and the ticket that settles its spend.
+pub struct Admission {
+    pub headers: RateHeaders,
+    pub ticket: Option<Arc<Ticket>>,
+}
+
+/// Where a limited key's per-minute limits stand.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateHeaders {
+    pub requests: Option<Standing>,
+    pub tokens: Option<Standing>,
+}
+
+impl RateHeaders {
+    /// OpenAI's `x-ratelimit-*` headers (none for an unlimited key).
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let mut add = |s: &Option<Standing>, names: [&'static str; 3]| {
+            if let Some(s) = s {
+                out.push((names[0], s.limit.to_string()));
+                out.push((names[1], s.remaining.to_string()));
+                out.push((names[2], openai_duration(s.reset)));
+            }
+        };
+        add(
+            &self.requests,
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+            ],
+        );
+        add(
+            &self.tokens,
+            [
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens",
+            ],
+        );
+        out
+    }
+}
+
+impl KeyGov {
+    pub(super) fn new(name: &str, limits: KeyLimits, budget: Arc<Budget>) -> Self {
+        let key = KeyGov {
+            name: name.into(),
+            limits,
+            rpm: limits.rpm.and_then(PerMinute::new),
+            tpm: limits.tpm.and_then(PerMinute::new),
+            tpm_owed: AtomicI64::new(0),
+            budget,
+        };
+        key.show_remaining(budget::utc_day(SystemTime::now()));
+        key
+    }
+
+    /// Lets a request that may spend `estimate` in, or says why not.
+    /// `capped`: the client set the output cap (else the estimate used
+    /// the gateway's default, and is trimmed to what `tpm` can hold).
+    pub fn admit(
+        self: &Arc<Self>,
+        estimate: Spend,
+        capped: bool,
+    ) -> Result<Admission, Box<Rejection>> {
+        let mut headers = RateHeaders::default();
+        if let Some(rpm) = &self.rpm {
+            match rpm.take(1) {
+                Ok(s) => headers.requests = Some(s),
+                Err(d) => {
+                    let wait = wait_of(d);
+                    headers.requests = Some(rpm.exhausted(wait));
+                    return Err(self.rate_rejection(Scope::Rpm, rpm.limit(), 1, wait, headers));
+                }
+            }
+        }
+        let now = SystemTime::now();
+        let today = budget::utc_day(now);
+        let budgeted = self.daily() != Daily::default();
+        if budgeted {
+            if let Err(over) = self.budget.reserve(self.daily(), estimate, today) {
+                return Err(self.budget_rejection(over, now, headers));
+            }
+        }
+        if let Some(tpm) = &self.tpm {
+            let owed = self.tpm_owed.swap(0, Ordering::Relaxed);
+            let want = i64::try_from(estimate.tokens)
+                .unwrap_or(i64::MAX)
+                .saturating_add(owed)
+                .max(1);
+            let mut n = u32::try_from(want).unwrap_or(u32::MAX);
+            if !capped || owed > 0 {
+                n = n.min(tpm.limit());
+            }
+            match tpm.take(n) {
+                Ok(s) => headers.tokens = Some(s),
+                Err(d) => {
+                    self.tpm_owed.fetch_add(owed, Ordering::Relaxed);
+                    if budgeted {
+                        self.budget.settle(estimate, Spend::default(), today);
+                    }
+                    let wait = wait_of(d);
+                    headers.tokens = Some(tpm.exhausted(wait));
+                    let mut r =
+                        self.rate_rejection(Scope::Tpm, tpm.limit(), u64::from(n), wait, headers);
+                    if d == Denied::TooMany {
+                        r.retry_after = None;
+                        r.message = format!(
+                            "This request may use up to {n} tokens, more than key `{}`'s limit of \
+                             {} tokens per minute; it can never fit. Lower `max_tokens` or shorten \
+                             the conversation.",
+                            self.name,
+                            tpm.limit()
+                        );
+                    }
+                    return Err(r);
+                }
+            }
+        }
+        let ticket = (budgeted || self.tpm.is_some()).then(|| {
+            Arc::new(Ticket::new(
+                self.clone(),
+                if budgeted { estimate } else { Spend::default() },
+                estimate.tokens,
+            ))
+        });
+        Ok(Admission { headers, ticket })
+    }
+
+    pub(super) fn daily(&self) -> Daily {
+        Daily {
+            tokens: self.limits.daily_tokens,
+            cost_usd: self.limits.daily_cost_usd,
+        }
+    }
+
+    /// A request's real spend differed from its estimate by `delta`
+    /// tokens: the `tpm` limit takes (or gives back) the difference.
+    pub(super) fn correct_tpm(&self, delta: i64) {
+        if self.tpm.is_some() && delta != 0 {
+            self.tpm_owed.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    /// Updates `conclave_budget_remaining_tokens` for a daily token limit.
+    pub(super) fn show_remaining(&self, today: i64) {
+        if let Some(limit) = self.daily().tokens {
+            let spent = self.budget.standing(today).spent.tokens;
+            gauge!(BUDGET_REMAINING, "key" => self.name.clone())
+                .set(limit.saturating_sub(spent) as f64);
+        }
+    }
+
+    fn rate_rejection(
+        &self,
+        scope: Scope,
+        limit: u32,
+        asked: u64,
+        wait: Duration,
+        headers: RateHeaders,
+    ) -> Box<Rejection> {
+        let unit = if scope == Scope::Rpm {
+            "requests"
+        } else {
+            "tokens"
+        };
+        let secs = retry_after_secs(wait);
+        Box::new(Rejection {
+            key: self.name.clone(),
+            scope,
+            message: format!(
+                "Rate limit reached for key `{}` on {unit} per minute: limit {limit}, requested \
+                 {asked}. Please try again in {secs}s.",
+                self.name
+            ),
+            limit: f64::from(limit),
+            asked: asked as f64,
+            retry_after: Some(secs),
+            headers,
+        })
+    }
+
+    fn budget_rejection(
+        &self,
+        over: Over,
+        now: SystemTime,
+        headers: RateHeaders,
+    ) -> Box<Rejection> {
+        let secs = budget::until_day_ends(now).as_secs().max(1);
+        let (scope, limit, asked, message) = match over {
+            Over::Tokens { limit, left, asked } => (
+                Scope::DailyTokens,
+                limit as f64,
+                asked as f64,
+                format!(
+                    "Key `{}` has {left} of its {limit} daily tokens left; this request may use up \
+                     to {asked}. The budget renews at 00:00 UTC, in {secs}s.",
+                    self.name
+                ),
+            ),
+            Over::Cost { limit, left, asked } => (
+                Scope::DailyCost,
+                limit,
+                asked,
+                format!(
+                    "Key `{}` has ${left:.4} of its ${limit:.2} daily budget left; this request \
+                     may cost up to ${asked:.4}. The budget renews at 00:00 UTC, in {secs}s.",
+                    self.name
+                ),
+            ),
+        };
+        // More than a whole day's budget never fits: no retry helps.
+        let never = asked > limit;
+        Box::new(Rejection {
+            key: self.name.clone(),
+            scope,
+            message: if never {
+                format!("{message} It is more than the whole daily budget: lower `max_tokens`.")
+            } else {
+                message
+            },
+            limit,
+            asked,
+            retry_after: (!never).then_some(secs),
+            headers,
+        })
+    }
+}
+
+fn wait_of(d: Denied) -> Duration {
+    match d {
+        Denied::Wait(w) => w,
+        Denied::TooMany => Duration::ZERO,
+    }
+}

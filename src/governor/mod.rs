@@ -1,0 +1,236 @@
+//! Governors: what a key may spend and how fast. Per key, `rpm` and `tpm`
+//! ([`rate`], GCRA) and a daily token and cost budget ([`budget`]),
+//! checked together when a request is admitted ([`key`]) and settled
+//! attempt by attempt ([`ticket`]). [`Governor`] outlives config reloads:
+//! it keeps each key's spend (by key name) and rate state (while its
+//! limits stay the same), loads the UTC day's spend from the store at
+//! start and writes it back off the request path, every
+//! [`FLUSH_EVERY`] and once more at shutdown.
+//!
+//! Upstream limits (`rpm` on an upstream) use the same [`rate::PerMinute`]
+//! from `upstream`; every rejection, of either kind, is recorded by
+//! [`record_rejection`].
+
+pub mod budget;
+pub mod key;
+pub mod rate;
+mod ticket;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use dashmap::DashMap;
+use metrics::counter;
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+
+use crate::config::KeyLimits;
+use crate::context::RequestCtx;
+use crate::model::Spend;
+use crate::store::{SpendRow, Store, StoreError};
+use crate::telemetry::{EventBody, GOVERNOR_REJECTIONS};
+use budget::{Budget, Daily};
+pub use key::{Admission, KeyGov, RateHeaders};
+pub use ticket::Ticket;
+
+/// How often spend is written to the store: a `kill -9` loses at most
+/// this much of it.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// Which limit turned a request away (a bounded label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Rpm,
+    Tpm,
+    DailyTokens,
+    DailyCost,
+    Upstream,
+}
+
+impl Scope {
+    pub fn label(self) -> &'static str {
+        match self {
+            Scope::Rpm => "rpm",
+            Scope::Tpm => "tpm",
+            Scope::DailyTokens => "daily_tokens",
+            Scope::DailyCost => "daily_cost",
+            Scope::Upstream => "upstream",
+        }
+    }
+}
+
+/// A request a key's limits turned away: a 429.
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    pub key: Arc<str>,
+    pub scope: Scope,
+    pub message: String,
+    pub limit: f64,
+    pub asked: f64,
+    /// Whole seconds after which a retry succeeds; `None` when none will.
+    pub retry_after: Option<u64>,
+    pub headers: RateHeaders,
+}
+
+/// Counts a rejection and writes its `governor_rejection` event.
+pub fn record_rejection(
+    ctx: &RequestCtx,
+    scope: Scope,
+    limit: f64,
+    asked: f64,
+    extra: &[(&str, Value)],
+) {
+    counter!(GOVERNOR_REJECTIONS, "key" => ctx.key.clone(), "scope" => scope.label()).increment(1);
+    if !ctx.telemetry.events_enabled() {
+        return;
+    }
+    let mut f = Map::new();
+    f.insert("key".into(), Value::from(&*ctx.key));
+    f.insert("scope".into(), Value::from(scope.label()));
+    f.insert("limit".into(), Value::from(limit));
+    f.insert("asked".into(), Value::from(asked));
+    for (k, v) in extra {
+        f.insert((*k).into(), v.clone());
+    }
+    ctx.telemetry.emit(
+        ctx,
+        "governor_rejection",
+        EventBody::Fields(f),
+        SystemTime::now(),
+    );
+}
+
+pub struct Governor {
+    store: Option<Arc<Store>>,
+    /// Every key name's spend, kept across reloads.
+    budgets: DashMap<String, Arc<Budget>>,
+    /// The keys of the newest config, reused by a reload that keeps their
+    /// limits (so a reload does not refill their rate limits).
+    keys: Mutex<HashMap<String, Arc<KeyGov>>>,
+}
+
+impl Governor {
+    /// A governor whose spend lives in `store` (today's is loaded now),
+    /// or in memory only.
+    pub fn open(store: Option<Store>) -> Result<Arc<Governor>, StoreError> {
+        let budgets = DashMap::new();
+        if let Some(s) = &store {
+            let today = budget::utc_day(SystemTime::now());
+            for row in s.spend_on(&budget::day_name(today))? {
+                let spent = Spend {
+                    tokens: row.tokens,
+                    cost_usd: row.cost_usd,
+                };
+                budgets.insert(
+                    row.key.clone(),
+                    Arc::new(Budget::new(&row.key, today, spent)),
+                );
+            }
+        }
+        Ok(Arc::new(Governor {
+            store: store.map(Arc::new),
+            budgets,
+            keys: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The governors of a config's keys, by name: the running one when its
+    /// limits are unchanged, else a new one on the same budget.
+    pub fn keys(&self, keys: &[(String, KeyLimits)]) -> HashMap<String, Arc<KeyGov>> {
+        let today = budget::utc_day(SystemTime::now());
+        let mut current = self.keys.lock();
+        let next: HashMap<String, Arc<KeyGov>> = keys
+            .iter()
+            .map(|(name, limits)| {
+                let kept = current.get(name).filter(|k| k.limits == *limits).cloned();
+                let gov = kept.unwrap_or_else(|| {
+                    let budget = self
+                        .budgets
+                        .entry(name.clone())
+                        .or_insert_with(|| Arc::new(Budget::new(name, today, Spend::default())))
+                        .clone();
+                    Arc::new(KeyGov::new(name, *limits, budget))
+                });
+                (name.clone(), gov)
+            })
+            .collect();
+        *current = next.clone();
+        next
+    }
+
+    /// Writes the spend not yet in the store; blocking (run it off the
+    /// runtime's threads).
+    pub fn flush_blocking(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let pending: Vec<(Arc<Budget>, Vec<SpendRow>)> = self
+            .budgets
+            .iter()
+            .map(|b| (b.value().clone(), b.take_unflushed()))
+            .filter(|(_, rows)| !rows.is_empty())
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        let rows: Vec<SpendRow> = pending.iter().flat_map(|(_, r)| r.clone()).collect();
+        if let Err(e) = store.save_spend(&rows) {
+            tracing::error!("cannot save spend to the state store (will retry): {e}");
+            for (b, rows) in &pending {
+                b.unflushed_again(rows);
+            }
+        }
+    }
+
+    /// Flushes every [`FLUSH_EVERY`] until the governor is dropped.
+    pub fn start_flushing(self: &Arc<Self>) {
+        if self.store.is_none() {
+            return;
+        }
+        let weak: Weak<Governor> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(FLUSH_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(g) = weak.upgrade() else { return };
+                if tokio::task::spawn_blocking(move || g.flush_blocking())
+                    .await
+                    .is_err()
+                {
+                    tracing::error!("the spend flush task failed");
+                }
+            }
+        });
+    }
+}
+
+/// A key's limits and where its budget stands today, for
+/// `GET /v1/keys/usage`.
+pub fn usage_of(key: &KeyGov) -> Value {
+    let today = budget::utc_day(SystemTime::now());
+    let s = key.budget.standing(today);
+    let l = key.limits;
+    let Daily { tokens, cost_usd } = key.daily();
+    serde_json::json!({
+        "limits": {
+            "rpm": l.rpm,
+            "tpm": l.tpm,
+            "daily_tokens": tokens,
+            "daily_cost_usd": cost_usd,
+        },
+        "today": {
+            "day": budget::day_name(s.day),
+            "tokens": s.spent.tokens,
+            "cost_usd": s.spent.cost_usd,
+            "reserved_tokens": s.reserved.tokens,
+            "reserved_cost_usd": s.reserved.cost_usd,
+        },
+        "remaining": {
+            "tokens": tokens.map(|t| t.saturating_sub(s.spent.tokens + s.reserved.tokens)),
+            "cost_usd": cost_usd.map(|c| (c - s.spent.cost_usd - s.reserved.cost_usd).max(0.0)),
+        },
+        "resets_in_seconds": budget::until_day_ends(SystemTime::now()).as_secs(),
+    })
+}

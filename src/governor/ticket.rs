@@ -1,0 +1,81 @@
+//! [`Ticket`]: an admitted request's reservation, settled attempt by
+//! attempt. It is one of the request's attempt sinks, so every upstream
+//! call (nested, parallel, cancelled, or finishing after the client has
+//! gone) is charged once, with its real usage or the estimate made when
+//! an upstream reported none. Each charge releases as much of the
+//! reservation; what is left is released when the request's context
+//! goes, and the `tpm` limit is corrected by what the estimate missed.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+
+use super::budget::utc_day;
+use super::key::KeyGov;
+use crate::attempt::{AttemptRecord, AttemptSink};
+use crate::model::Spend;
+
+pub struct Ticket {
+    key: Arc<KeyGov>,
+    /// Tokens the request was estimated at, for the `tpm` correction.
+    estimated: u64,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// What is still reserved against the daily budget.
+    held: Spend,
+    /// Tokens charged so far.
+    spent: u64,
+}
+
+impl Ticket {
+    pub(super) fn new(key: Arc<KeyGov>, held: Spend, estimated: u64) -> Self {
+        Ticket {
+            key,
+            estimated,
+            state: Mutex::new(State { held, spent: 0 }),
+        }
+    }
+}
+
+impl AttemptSink for Ticket {
+    fn record(&self, a: &AttemptRecord) {
+        let Some(usage) = a.usage else {
+            return;
+        };
+        let spent = Spend {
+            tokens: usage.prompt_tokens.saturating_add(usage.completion_tokens),
+            cost_usd: a.cost_usd.unwrap_or_default(),
+        };
+        let release = {
+            let mut s = self.state.lock();
+            s.spent = s.spent.saturating_add(spent.tokens);
+            let release = Spend {
+                tokens: s.held.tokens.min(spent.tokens),
+                cost_usd: s.held.cost_usd.min(spent.cost_usd),
+            };
+            s.held = Spend {
+                tokens: s.held.tokens - release.tokens,
+                cost_usd: s.held.cost_usd - release.cost_usd,
+            };
+            release
+        };
+        let today = utc_day(SystemTime::now());
+        self.key.budget.settle(release, spent, today);
+        self.key.show_remaining(today);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let s = self.state.get_mut();
+        self.key
+            .budget
+            .settle(s.held, Spend::default(), utc_day(SystemTime::now()));
+        let delta = i64::try_from(s.spent).unwrap_or(i64::MAX)
+            - i64::try_from(self.estimated).unwrap_or(i64::MAX);
+        self.key.correct_tpm(delta);
+    }
+}

@@ -1,0 +1,106 @@
+//! An upstream's limits besides its lane: its `rpm` makes calls wait for
+//! their turn (never past their deadline) instead of failing, and its own
+//! 429 answers are retried after their `Retry-After`, at most
+//! [`MAX_TRIES`] tries in all and never past the deadline, so a
+//! strategy above sees a failure only when there is one.
+
+use std::time::{Duration, SystemTime};
+
+use tokio::time::{Instant, sleep};
+
+use crate::governor::rate::{Denied, PerMinute};
+
+/// Tries of one call when the upstream answers 429.
+pub const MAX_TRIES: u32 = 2;
+
+/// The wait before retrying a 429 that did not say how long.
+pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+
+/// Calls per minute conclave sends an upstream.
+pub struct Pace(PerMinute);
+
+/// The call's turn would come after its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoTurn {
+    pub limit: u32,
+    /// Until the upstream has room again.
+    pub wait: Duration,
+}
+
+impl Pace {
+    pub fn new(rpm: Option<u32>) -> Option<Pace> {
+        rpm.and_then(PerMinute::new).map(Pace)
+    }
+
+    /// Waits for this call's turn; how long it waited. Fails at once when
+    /// the turn would come after `by`.
+    pub async fn turn(&self, by: Instant) -> Result<Duration, NoTurn> {
+        let start = Instant::now();
+        loop {
+            match self.0.take(1) {
+                Ok(_) => return Ok(start.elapsed()),
+                Err(Denied::Wait(wait)) if Instant::now() + wait <= by => sleep(wait).await,
+                Err(Denied::Wait(wait)) => {
+                    return Err(NoTurn {
+                        limit: self.0.limit(),
+                        wait,
+                    });
+                }
+                // One call never exceeds a limit of at least one.
+                Err(Denied::TooMany) => {
+                    return Err(NoTurn {
+                        limit: self.0.limit(),
+                        wait: Duration::from_secs(60),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// How long a 429's `Retry-After` (seconds, or an HTTP date) asks to wait.
+pub fn retry_delay(retry_after: Option<&str>, now: SystemTime) -> Duration {
+    let Some(v) = retry_after.map(str::trim) else {
+        return DEFAULT_RETRY;
+    };
+    if let Ok(secs) = v.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
+        }
+    }
+    match httpdate::parse_http_date(v) {
+        Ok(at) => at.duration_since(now).unwrap_or(Duration::ZERO),
+        Err(_) => DEFAULT_RETRY,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(retry_delay(Some("2"), now), Duration::from_secs(2));
+        assert_eq!(retry_delay(Some(" 0.5 "), now), Duration::from_millis(500));
+        assert_eq!(retry_delay(None, now), DEFAULT_RETRY);
+        assert_eq!(retry_delay(Some("soon"), now), DEFAULT_RETRY);
+        assert_eq!(retry_delay(Some("-3"), now), DEFAULT_RETRY);
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(7));
+        assert_eq!(retry_delay(Some(&date), now), Duration::from_secs(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_wait_their_turn_unless_it_comes_too_late() {
+        let pace = Pace::new(Some(2)).unwrap();
+        let far = Instant::now() + Duration::from_secs(120);
+        assert_eq!(pace.turn(far).await, Ok(Duration::ZERO));
+        assert_eq!(pace.turn(far).await, Ok(Duration::ZERO));
+        // The third waits for a slot: 30 s at 2 a minute.
+        assert_eq!(pace.turn(far).await, Ok(Duration::from_secs(30)));
+        let soon = Instant::now() + Duration::from_secs(10);
+        let err = pace.turn(soon).await.unwrap_err();
+        assert_eq!(err.limit, 2);
+        assert_eq!(err.wait, Duration::from_secs(30));
+    }
+}
