@@ -139,15 +139,6 @@ fn closed_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-async fn send(req: reqwest::RequestBuilder) -> Resp {
-    let r = req.send().await.unwrap();
-    Resp {
-        status: r.status().as_u16(),
-        headers: r.headers().clone(),
-        text: r.text().await.unwrap_or_default(),
-    }
-}
-
 /// Checks the OpenAI error body and status; returns the `error` object.
 fn openai_error(r: &Resp, status: u16) -> Value {
     assert_eq!(r.status, status, "{}", r.text);

@@ -5,13 +5,19 @@ use std::net::SocketAddr;
 
 use indexmap::IndexMap;
 
-use super::{Config, Lane, Route, UpstreamKind};
+use super::{Config, Key, Lane, Route, UpstreamKind};
 
 impl Config {
     /// The resolved graph as `conclave check` prints it.
     pub fn describe(&self) -> String {
         let mut out = String::new();
         out.push_str(&format!("server: listen {}\n", self.server.listen));
+        if !self.keys.is_empty() {
+            out.push_str("keys:\n");
+            for k in &self.keys {
+                out.push_str(&format!("  {}: {}\n", k.name, key_terms(k)));
+            }
+        }
         out.push_str("upstreams:\n");
         for (name, u) in &self.upstreams {
             let lane = match u.lane {
@@ -29,8 +35,9 @@ impl Config {
                 },
                 UpstreamKind::Mock { models, .. } => format!("{} simulated models", models.len()),
             };
+            let rpm = u.rpm.map_or(String::new(), |r| format!(", {r} rpm"));
             out.push_str(&format!(
-                "  {name}: {} {lane} lane, {detail}\n",
+                "  {name}: {} {lane} lane, {detail}{rpm}\n",
                 u.kind.name()
             ));
         }
@@ -106,4 +113,24 @@ impl Config {
             upstreams.join(", "),
         )
     }
+}
+
+/// What a key may use and spend, for `conclave check`.
+fn key_terms(k: &Key) -> String {
+    let l = &k.limits;
+    let mut terms: Vec<String> = vec![match &k.models {
+        None => "all models".to_owned(),
+        Some(m) => m.join(", "),
+    }];
+    terms.extend(l.rpm.map(|r| format!("{r} rpm")));
+    terms.extend(l.tpm.map(|t| format!("{t} tpm")));
+    terms.extend(l.daily_tokens.map(|t| format!("{t} tokens/day")));
+    terms.extend(l.daily_cost_usd.map(|c| format!("${c:.2}/day")));
+    if k.admin {
+        terms.push("admin".into());
+    }
+    if k.secret.is_none() {
+        terms.push("given as SHA-256".into());
+    }
+    terms.join("; ")
 }

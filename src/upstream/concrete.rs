@@ -213,18 +213,16 @@ impl ConcreteModel {
 
     /// The upstream's `rpm` has no turn for a call before its deadline.
     fn throttled(&self, ctx: &RequestCtx, no: NoTurn) -> ModelError {
-        let upstream = Value::from(&*self.upstream.name);
-        record_rejection(
-            ctx,
-            Scope::Upstream,
-            f64::from(no.limit),
-            1.0,
-            &[("upstream", upstream)],
-        );
+        let retry_after = retry_after_secs(no.wait);
+        let extra = [
+            ("upstream", Value::from(&*self.upstream.name)),
+            ("retry_after_s", Value::from(retry_after)),
+        ];
+        record_rejection(ctx, Scope::Upstream, f64::from(no.limit), 1.0, &extra);
         ModelError::Throttled {
             upstream: self.upstream.name.clone(),
             limit: no.limit,
-            retry_after: retry_after_secs(no.wait),
+            retry_after,
         }
     }
 }

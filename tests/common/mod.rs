@@ -233,6 +233,16 @@ pub fn sse_data(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Sends a request built by the caller and reads the response whole.
+pub async fn send(req: reqwest::RequestBuilder) -> Resp {
+    let r = req.send().await.unwrap();
+    Resp {
+        status: r.status().as_u16(),
+        headers: r.headers().clone(),
+        text: r.text().await.unwrap_or_default(),
+    }
+}
+
 /// `GET url` as JSON.
 pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
     http.get(url).send().await.unwrap().json().await.unwrap()
