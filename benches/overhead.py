@@ -8,6 +8,11 @@ benches/ttft.rs (wrk cannot see the first token). Prints requests/s, the
 latency conclave adds (p50/p99), the time to first token it adds, its CPU time
 and RSS per 1,000 requests, and its RSS after --total requests.
 
+A third path, "governed", is a second gateway whose API key has rpm, tpm, a
+daily token and cost budget and a state store on (limits high enough never to
+refuse): its added p50 against the ungoverned gateway, in the same rounds, is
+what the governors cost.
+
     python3 benches/overhead.py [--rounds 3] [--seconds 5] [--total 100000]
 
 Needs wrk (Debian: apt-get install wrk). Traffic stays on 127.0.0.1 and every
@@ -39,6 +44,8 @@ reply = {{ text = "{REPLY}" }}
 GATEWAY_TOML = """
 [server]
 request_timeout = "60s"
+{server_extra}
+{keys}
 [upstreams.mock]
 kind = "openai"
 base_url = "{base}/v1"
@@ -46,9 +53,21 @@ base_url = "{base}/v1"
 upstream = "mock"
 """
 
+KEY = "bench-key"
+GOVERNED_KEYS = """
+[[keys]]
+name = "bench"
+key_env = "BENCH_KEY"
+rpm = 4000000000
+tpm = 4000000000
+daily_tokens = 1000000000000000
+daily_cost_usd = 1000000000.0
+"""
+
 WRK_LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer bench-key"
 wrk.body = '{body}'
 done = function(summary, latency, requests)
   local e = summary.errors
@@ -124,9 +143,15 @@ def main():
         f.write(MOCK_TOML)
     mock, mock_base = start(["mock", "--listen", "127.0.0.1:0", "--config", os.path.join(tmp, "mock.toml")], tmp, "mock")
     with open(os.path.join(tmp, "gateway.toml"), "w") as f:
-        f.write(GATEWAY_TOML.format(base=mock_base))
+        f.write(GATEWAY_TOML.format(base=mock_base, server_extra="", keys=""))
     gw, gw_base = start(["serve", "--listen", "127.0.0.1:0", "--config", os.path.join(tmp, "gateway.toml")], tmp, "gateway")
-    paths = {"direct": mock_base, "conclave": gw_base}
+    with open(os.path.join(tmp, "governed.toml"), "w") as f:
+        state = os.path.join(tmp, "state.db")
+        f.write(GATEWAY_TOML.format(base=mock_base, server_extra=f'state_path = "{state}"', keys=GOVERNED_KEYS))
+    os.environ["BENCH_KEY"] = KEY
+    gov, gov_base = start(["serve", "--listen", "127.0.0.1:0", "--config", os.path.join(tmp, "governed.toml")],
+                          tmp, "governed")
+    paths = {"direct": mock_base, "conclave": gw_base, "governed": gov_base}
     url = lambda base: base + "/v1/chat/completions"
 
     luas = {}
@@ -146,7 +171,7 @@ def main():
         for r in range(a.rounds):
             for scenario in ("whole", "stream"):
                 for conns in (1, 64):
-                    for name in ("direct", "conclave"):
+                    for name in ("direct", "conclave", "governed"):
                         before = cpu_seconds(gw.pid)
                         run = wrk(url(paths[name]), luas[scenario], conns, a.seconds)
                         if name == "conclave":
@@ -170,11 +195,12 @@ def main():
         mem = memory_kib(gw.pid)
     finally:
         gw.terminate()
+        gov.terminate()
         mock.terminate()
 
-    def added(scenario, conns, key):
-        d = results[(scenario, conns, "direct")]
-        c = results[(scenario, conns, "conclave")]
+    def added(scenario, conns, key, base="direct", path="conclave"):
+        d = results[(scenario, conns, base)]
+        c = results[(scenario, conns, path)]
         return med([ci[key] - di[key] for di, ci in zip(d, c)]) / 1000
 
     rows = []
@@ -209,6 +235,20 @@ def main():
         ttft_rows.append(row)
         print(f"{'stream':<8} {conns:>5} {d50:>9.3f}ms {c50:>11.3f}ms {row['added_p50_ms']:>8.3f}ms "
               f"{row['added_p99_ms']:>8.3f}ms")
+    print()
+    print("governors on (key with rpm, tpm, daily tokens and cost, state store) vs off, same rounds")
+    print(f"{'scenario':<8} {'conns':>5} {'off rps':>10} {'on rps':>10} {'ratio':>6} {'added p50':>10} {'added p99':>10}")
+    gov_rows = []
+    for scenario in ("whole", "stream"):
+        for conns in (1, 64):
+            off = med([x["rps"] for x in results[(scenario, conns, "conclave")]])
+            on = med([x["rps"] for x in results[(scenario, conns, "governed")]])
+            row = {"scenario": scenario, "conns": conns, "off_rps": off, "on_rps": on,
+                   "added_p50_ms": added(scenario, conns, "p50_us", "conclave", "governed"),
+                   "added_p99_ms": added(scenario, conns, "p99_us", "conclave", "governed")}
+            gov_rows.append(row)
+            print(f"{scenario:<8} {conns:>5} {off:>10.0f} {on:>10.0f} {on / off:>6.2f} "
+                  f"{row['added_p50_ms']:>8.3f}ms {row['added_p99_ms']:>8.3f}ms")
     rss = mem.get("VmRSS", 0) / 1024
     peak = mem.get("VmHWM", 0) / 1024
     print()
@@ -220,13 +260,15 @@ def main():
         ("added p99 < 2 ms (whole, 1 conn)", one["whole"]["added_p99_ms"] < 2.0),
         ("added TTFT p50 < 1 ms (1 conn)", ttft_rows[0]["added_p50_ms"] < 1.0),
         ("RSS < 50 MiB after the run", rss < 50),
+        ("governors add < 0.05 ms p50 (whole, 1 conn)",
+         [r for r in gov_rows if r["scenario"] == "whole" and r["conns"] == 1][0]["added_p50_ms"] < 0.05),
     ]
     for name, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}")
     os.makedirs(os.path.join(ROOT, "benches", "results"), exist_ok=True)
     out = os.path.join(ROOT, "benches", "results", time.strftime("overhead-%Y%m%d-%H%M%S.json"))
     with open(out, "w") as f:
-        json.dump({"rows": rows, "ttft": ttft_rows, "rss_mib": rss, "peak_rss_mib": peak,
+        json.dump({"rows": rows, "ttft": ttft_rows, "governors": gov_rows, "rss_mib": rss, "peak_rss_mib": peak,
                    "requests": gw_requests, "raw": {"|".join(map(str, k)): v for k, v in results.items()}}, f, indent=1)
     print(f"\nraw results: {out}")
 

@@ -63,12 +63,13 @@ pub async fn keys_usage(
         .keys
         .callers()
         .filter_map(|c| {
-            let mut v = governor::usage_of(c.gov.as_ref()?);
-            if let Some(o) = v.as_object_mut() {
-                o.insert("name".into(), Value::from(&*c.name));
-                o.insert("admin".into(), Value::from(c.admin));
+            let mut entry = Map::new();
+            entry.insert("name".into(), Value::from(&*c.name));
+            entry.insert("admin".into(), Value::from(c.admin));
+            if let Value::Object(usage) = governor::usage_of(c.gov.as_ref()?) {
+                entry.extend(usage);
             }
-            Some(v)
+            Some(Value::Object(entry))
         })
         .collect();
     Ok(Json(json!({"object": "list", "data": data})))

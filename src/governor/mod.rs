@@ -213,6 +213,8 @@ pub fn usage_of(key: &KeyGov) -> Value {
     let s = key.budget.standing(today);
     let l = key.limits;
     let Daily { tokens, cost_usd } = key.daily();
+    // Dollars to a billionth: sums of prices carry float noise.
+    let usd = |x: f64| (x * 1e9).round() / 1e9;
     serde_json::json!({
         "limits": {
             "rpm": l.rpm,
@@ -223,13 +225,13 @@ pub fn usage_of(key: &KeyGov) -> Value {
         "today": {
             "day": budget::day_name(s.day),
             "tokens": s.spent.tokens,
-            "cost_usd": s.spent.cost_usd,
+            "cost_usd": usd(s.spent.cost_usd),
             "reserved_tokens": s.reserved.tokens,
-            "reserved_cost_usd": s.reserved.cost_usd,
+            "reserved_cost_usd": usd(s.reserved.cost_usd),
         },
         "remaining": {
             "tokens": tokens.map(|t| t.saturating_sub(s.spent.tokens + s.reserved.tokens)),
-            "cost_usd": cost_usd.map(|c| (c - s.spent.cost_usd - s.reserved.cost_usd).max(0.0)),
+            "cost_usd": cost_usd.map(|c| usd((c - s.spent.cost_usd - s.reserved.cost_usd).max(0.0))),
         },
         "resets_in_seconds": budget::until_day_ends(SystemTime::now()).as_secs(),
     })
