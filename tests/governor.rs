@@ -160,8 +160,15 @@ async fn rpm_turns_requests_away_with_an_honest_retry_after() {
     assert_eq!(first.header("x-ratelimit-remaining-requests"), Some("59"));
     assert_eq!(first.header("x-ratelimit-reset-requests"), Some("1s"));
     assert_eq!(first.header("x-ratelimit-limit-tokens"), None, "no tpm set");
+    // Streamed answers carry them too.
+    let streamed = call(&gw, &chat_stream("echo", "hi"), "k-alpha").await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text);
+    assert_eq!(
+        streamed.header("x-ratelimit-remaining-requests"),
+        Some("58")
+    );
     // The rest of the minute's burst, at once.
-    let burst = futures::future::join_all((0..59).map(|_| call(&gw, &body, "k-alpha"))).await;
+    let burst = futures::future::join_all((0..58).map(|_| call(&gw, &body, "k-alpha"))).await;
     assert!(burst.iter().all(|r| r.status == 200));
     // Over the limit (a request's slot comes back each second, so a slow
     // machine may see one or two more pass first).

@@ -134,8 +134,9 @@ impl Budget {
         Ok(())
     }
 
-    /// Records `spent` and releases `held` of the reservations.
-    pub fn settle(&self, held: Spend, spent: Spend, today: i64) {
+    /// Records `spent` and releases `held` of the reservations; what is
+    /// spent today now.
+    pub fn settle(&self, held: Spend, spent: Spend, today: i64) -> Spend {
         let mut l = self.ledger.lock();
         l.turn(today);
         l.reserved = Spend {
@@ -146,6 +147,7 @@ impl Budget {
             l.spent = l.spent + spent;
             l.dirty = true;
         }
+        l.spent
     }
 
     pub fn standing(&self, today: i64) -> Standing {

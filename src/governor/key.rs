@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use metrics::gauge;
+use metrics::{Gauge, gauge};
 
 use super::budget::{self, Budget, Daily, Over};
 use super::rate::{Denied, PerMinute, Standing, openai_duration, retry_after_secs};
@@ -27,6 +27,8 @@ pub struct KeyGov {
     /// with the next request's tokens.
     tpm_owed: AtomicI64,
     pub(super) budget: Arc<Budget>,
+    /// `conclave_budget_remaining_tokens` for this key, looked up once.
+    remaining: Option<Gauge>,
 }
 
 /// What an admitted request carries: the figures for its response's
@@ -83,8 +85,12 @@ impl KeyGov {
             tpm: limits.tpm.and_then(PerMinute::new),
             tpm_owed: AtomicI64::new(0),
             budget,
+            remaining: limits
+                .daily_tokens
+                .map(|_| gauge!(BUDGET_REMAINING, "key" => Arc::<str>::from(name))),
         };
-        key.show_remaining(budget::utc_day(SystemTime::now()));
+        let today = budget::utc_day(SystemTime::now());
+        key.show_remaining(key.budget.standing(today).spent);
         key
     }
 
@@ -175,12 +181,11 @@ impl KeyGov {
         }
     }
 
-    /// Updates `conclave_budget_remaining_tokens` for a daily token limit.
-    pub(super) fn show_remaining(&self, today: i64) {
-        if let Some(limit) = self.daily().tokens {
-            let spent = self.budget.standing(today).spent.tokens;
-            gauge!(BUDGET_REMAINING, "key" => self.name.clone())
-                .set(limit.saturating_sub(spent) as f64);
+    /// Updates `conclave_budget_remaining_tokens` for a daily token
+    /// limit, from what is `spent` today.
+    pub(super) fn show_remaining(&self, spent: Spend) {
+        if let (Some(limit), Some(g)) = (self.limits.daily_tokens, &self.remaining) {
+            g.set(limit.saturating_sub(spent.tokens) as f64);
         }
     }
 

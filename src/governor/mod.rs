@@ -236,3 +236,28 @@ pub fn usage_of(key: &KeyGov) -> Value {
         "resets_in_seconds": budget::until_day_ends(SystemTime::now()).as_secs(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_keeps_rate_state_while_limits_stay_and_spend_always() {
+        let g = Governor::open(None).unwrap();
+        let limits = KeyLimits {
+            rpm: Some(10),
+            daily_tokens: Some(1000),
+            ..KeyLimits::default()
+        };
+        let first = g.keys(&[("a".into(), limits)]);
+        let again = g.keys(&[("a".into(), limits)]);
+        assert!(Arc::ptr_eq(&first["a"], &again["a"]));
+        let tighter = KeyLimits {
+            rpm: Some(5),
+            ..limits
+        };
+        let changed = g.keys(&[("a".into(), tighter)]);
+        assert!(!Arc::ptr_eq(&first["a"], &changed["a"]));
+        assert!(Arc::ptr_eq(&first["a"].budget, &changed["a"].budget));
+    }
+}

@@ -63,8 +63,8 @@ impl AttemptSink for Ticket {
             release
         };
         let today = utc_day(SystemTime::now());
-        self.key.budget.settle(release, spent, today);
-        self.key.show_remaining(today);
+        let now_spent = self.key.budget.settle(release, spent, today);
+        self.key.show_remaining(now_spent);
     }
 }
 
