@@ -11,6 +11,7 @@ use crate::attempt::ModelInfo;
 use crate::config::{Config, Resolve, Route, Unresolved};
 use crate::model::ChatModel;
 use crate::redact::Redactor;
+use crate::store::Store;
 use crate::strategy::passthrough::Passthrough;
 use crate::upstream::{ConcreteModel, Upstream};
 
@@ -52,7 +53,9 @@ pub enum BuildError {
 }
 
 impl Graph {
-    pub fn build(config: &Config) -> Result<Graph, BuildError> {
+    /// The graph of `config`; strategies that keep records (arenas) keep
+    /// them in `store`.
+    pub fn build(config: &Config, store: &Arc<Store>) -> Result<Graph, BuildError> {
         let mut upstreams = HashMap::new();
         for (name, u) in &config.upstreams {
             let models = config
@@ -104,7 +107,7 @@ impl Graph {
             );
         }
         for name in config.routes.keys() {
-            g.route(config, name)?;
+            g.route(config, name, store)?;
         }
         Ok(g)
     }
@@ -117,7 +120,12 @@ impl Graph {
 
     /// The node for `name`, building routes depth-first (validation has
     /// ruled out cycles).
-    fn route(&mut self, config: &Config, name: &str) -> Result<Arc<dyn ChatModel>, Unresolved> {
+    fn route(
+        &mut self,
+        config: &Config,
+        name: &str,
+        store: &Arc<Store>,
+    ) -> Result<Arc<dyn ChatModel>, Unresolved> {
         if let Some(n) = self.nodes.get(name) {
             return Ok(n.model.clone());
         }
@@ -131,12 +139,12 @@ impl Graph {
             Route::Passthrough {
                 model,
                 stream_idle_timeout: None,
-            } => self.route(config, model)?,
+            } => self.route(config, model, store)?,
             Route::Passthrough {
                 model,
                 stream_idle_timeout,
             } => Arc::new(Passthrough {
-                model: self.route(config, model)?,
+                model: self.route(config, model, store)?,
                 stream_idle_timeout: *stream_idle_timeout,
             }),
             Route::Strategy(spec) => {
@@ -146,6 +154,7 @@ impl Graph {
                     &mut Resolver {
                         graph: self,
                         config,
+                        store,
                     },
                 )?;
                 keepalive = built.keepalive;
@@ -184,14 +193,19 @@ impl Graph {
 struct Resolver<'g> {
     graph: &'g mut Graph,
     config: &'g Config,
+    store: &'g Arc<Store>,
 }
 
 impl Resolve for Resolver<'_> {
     fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, Unresolved> {
-        self.graph.route(self.config, name)
+        self.graph.route(self.config, name, self.store)
     }
 
     fn keepalive(&self, name: &str) -> Option<Duration> {
         self.graph.nodes.get(name).and_then(|n| n.keepalive)
+    }
+
+    fn store(&self) -> Arc<Store> {
+        self.store.clone()
     }
 }

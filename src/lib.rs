@@ -105,13 +105,11 @@ pub async fn serve(
             .unwrap_or_default(),
         source,
     })?;
-    let store = config
-        .server
-        .state_path
-        .as_deref()
-        .map(store::Store::open)
-        .transpose()?;
-    let governor = Governor::open(store)?;
+    let (store, persisted) = match config.server.state_path.as_deref() {
+        Some(path) => (Arc::new(store::Store::open(path)?), true),
+        None => (Arc::new(store::Store::in_memory()?), false),
+    };
+    let governor = Governor::open(persisted.then(|| store.clone()))?;
     governor.start_flushing();
     if config.keys.is_empty() && !config.server.listen.ip().is_loopback() {
         tracing::warn!(
@@ -122,6 +120,7 @@ pub async fn serve(
     let shared = Shared {
         telemetry: telemetry.clone(),
         governor: governor.clone(),
+        store,
         started_at: api::unix_now(),
     };
     let gateway = Arc::new(Gateway::new(AppState::new(&config, &shared)?));

@@ -92,7 +92,14 @@ enum Command {
 
 /// `check --probe`: one line per upstream, what it answered.
 async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
-    let graph = match conclave::graph::Graph::build(config) {
+    let store = match conclave::store::Store::in_memory() {
+        Ok(s) => std::sync::Arc::new(s),
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let graph = match conclave::graph::Graph::build(config, &store) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("{e}");

@@ -25,7 +25,8 @@ use crate::error::ModelError;
 use crate::model::{Chunk, ChunkStream, Completion, Reply, ReplyBody};
 use crate::wire::inspect_chunk;
 
-fn chunk_of(v: &Value) -> Result<Chunk, ModelError> {
+/// A chunk made by conclave, inspected like an upstream's.
+pub(crate) fn chunk_of(v: &Value) -> Result<Chunk, ModelError> {
     let data = Bytes::from(v.to_string());
     let info = inspect_chunk(&data, false).map_err(|e| ModelError::Invalid {
         upstream: "conclave".into(),

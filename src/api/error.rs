@@ -303,11 +303,7 @@ fn model_shape(e: &ModelError) -> Shape {
             ..upstream_err(
                 StatusCode::BAD_GATEWAY,
                 "upstream_error",
-                if *strategy == "race" {
-                    "race_exhausted"
-                } else {
-                    "chain_exhausted"
-                },
+                &format!("{strategy}_exhausted"),
             )
         },
     }

@@ -28,13 +28,16 @@ use axum::http::{Method, Uri};
 use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, Route};
 use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
+use crate::store::Store;
+use crate::strategy::arena::config::ArenaSpec;
 use crate::telemetry::Telemetry;
 pub use auth::Keys;
 pub use chat::parse as parse_chat_request;
 use error::ApiError;
+use indexmap::IndexMap;
 
 /// What outlives config reloads: telemetry, the governor's spend, and
 /// the start time.
@@ -42,6 +45,8 @@ use error::ApiError;
 pub struct Shared {
     pub telemetry: Arc<Telemetry>,
     pub governor: Arc<Governor>,
+    /// The embedded store (`server.state_path`, else in memory).
+    pub store: Arc<Store>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
 }
@@ -58,13 +63,16 @@ pub struct AppState {
     pub body_read_timeout: Duration,
     pub access_log: bool,
     pub telemetry: Arc<Telemetry>,
+    pub store: Arc<Store>,
+    /// Arena routes and their contestants, for votes and the leaderboard.
+    pub arenas: IndexMap<String, Vec<String>>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
 }
 
 impl AppState {
     pub fn new(config: &Config, shared: &Shared) -> Result<Self, BuildError> {
-        let graph = Graph::build(config)?;
+        let graph = Graph::build(config, &shared.store)?;
         for probe in graph.upstreams.iter().filter_map(|u| u.probe.as_ref()) {
             probe.start_polling();
         }
@@ -78,6 +86,18 @@ impl AppState {
             body_read_timeout: config.server.body_read_timeout,
             access_log: config.server.access_log,
             telemetry: shared.telemetry.clone(),
+            store: shared.store.clone(),
+            arenas: config
+                .routes
+                .iter()
+                .filter_map(|(name, r)| {
+                    match r {
+                        Route::Strategy(s) => s.as_any().downcast_ref::<ArenaSpec>(),
+                        Route::Passthrough { .. } => None,
+                    }
+                    .map(|a| (name.clone(), a.contestants.clone()))
+                })
+                .collect(),
             started_at: shared.started_at,
         })
     }

@@ -17,6 +17,7 @@ use indexmap::IndexMap;
 use super::validate::table;
 use super::{Config, Errors, Route, positive, raw};
 use crate::model::ChatModel;
+use crate::store::Store;
 
 /// A strategy route's validated config.
 pub trait RouteSpec: Debug + Send + Sync {
@@ -29,6 +30,11 @@ pub trait RouteSpec: Debug + Send + Sync {
     fn describe(&self, config: &Config) -> String;
     /// Valid but likely not what the user meant.
     fn warnings(&self, _name: &str, _config: &Config) -> Vec<String> {
+        Vec::new()
+    }
+    /// Errors only the whole config shows (key path, what is wrong),
+    /// checked once every name resolves.
+    fn errors(&self, _name: &str, _config: &Config) -> Vec<(String, String)> {
         Vec::new()
     }
     /// The route's node, from the nodes it names.
@@ -53,6 +59,8 @@ pub trait Resolve {
     fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, Unresolved>;
     /// The keep-alive need of an already built node.
     fn keepalive(&self, name: &str) -> Option<Duration>;
+    /// The embedded store (`server.state_path`, or in memory).
+    fn store(&self) -> Arc<Store>;
 }
 
 /// A name the graph does not have: the config was not validated.

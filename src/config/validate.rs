@@ -137,6 +137,15 @@ pub(super) fn validate(
         routes,
         warnings,
     };
+    if errs.0.is_empty() {
+        for (name, route) in &config.routes {
+            if let super::Route::Strategy(spec) = route {
+                for (path, msg) in spec.errors(name, &config) {
+                    errs.push(path, msg);
+                }
+            }
+        }
+    }
     Some(warnings::warn(config))
 }
 

@@ -113,7 +113,7 @@ pub struct Governor {
 impl Governor {
     /// A governor whose spend lives in `store` (today's is loaded now),
     /// or in memory only.
-    pub fn open(store: Option<Store>) -> Result<Arc<Governor>, StoreError> {
+    pub fn open(store: Option<Arc<Store>>) -> Result<Arc<Governor>, StoreError> {
         let budgets = DashMap::new();
         if let Some(s) = &store {
             let today = budget::utc_day(SystemTime::now());
@@ -129,7 +129,7 @@ impl Governor {
             }
         }
         Ok(Arc::new(Governor {
-            store: store.map(Arc::new),
+            store,
             budgets,
             keys: Mutex::new(HashMap::new()),
         }))

@@ -9,6 +9,7 @@
 //! `passthrough` is the one built into the config: an alias of its model's
 //! node, or a thin node when it sets options (see `graph`).
 
+pub mod arena;
 pub mod chain;
 pub mod judge;
 pub mod passthrough;
@@ -33,8 +34,9 @@ pub const ALL: Strategies = Strategies {
         ("chain", chain::config::parse),
         ("judge", judge::config::parse),
         ("race", race::config::parse),
+        ("arena", arena::config::parse),
     ],
-    later: &["arena", "oracle"],
+    later: &["oracle"],
 };
 
 /// One model a strategy route may be pinned to, by its config name.

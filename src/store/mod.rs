@@ -1,25 +1,46 @@
 //! The embedded store (`server.state_path`): one SQLite file holding what
-//! must survive a restart (each key's spend per UTC day; arena votes
-//! later). It is created with its schema on first start and migrated in
-//! order by `PRAGMA user_version`; a file from a newer conclave is refused
-//! rather than misread. Every call blocks: async code runs it on
-//! `spawn_blocking`, off the request path.
+//! must survive a restart: each key's spend per UTC day ([`spend`]) and
+//! the arenas and their votes ([`arena`]). It is created with its schema
+//! on first start and migrated in order by `PRAGMA user_version`; a file
+//! from a newer conclave is refused rather than misread. Without a path
+//! the same store lives in memory. Every call blocks: async code runs it
+//! on `spawn_blocking`.
+
+pub mod arena;
+mod spend;
+
+pub use spend::SpendRow;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 
 /// The schema, one step per version; step `i` takes version `i` to `i + 1`.
 /// Steps are only ever appended.
-const MIGRATIONS: &[&str] = &["CREATE TABLE key_spend (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE key_spend (
         key       TEXT    NOT NULL,
         day       TEXT    NOT NULL,   -- UTC, YYYY-MM-DD
         tokens    INTEGER NOT NULL,
         cost_usd  REAL    NOT NULL,
         PRIMARY KEY (key, day)
-    );"];
+    );",
+    "CREATE TABLE arena (
+        id        TEXT    PRIMARY KEY,
+        route     TEXT    NOT NULL,
+        model_a   TEXT    NOT NULL,
+        model_b   TEXT    NOT NULL,
+        key       TEXT    NOT NULL,
+        excerpt   TEXT    NOT NULL,   -- the prompt's first 200 characters
+        created   INTEGER NOT NULL,   -- Unix seconds
+        expires   INTEGER NOT NULL,
+        outcome   TEXT,               -- a, b, tie, skip; NULL while open
+        voted_at  INTEGER
+    );
+    CREATE INDEX arena_route_outcome ON arena (route, outcome);",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -40,29 +61,36 @@ pub enum StoreError {
     },
 }
 
-/// One key's spend on one UTC day.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SpendRow {
-    pub key: String,
-    /// `YYYY-MM-DD`, UTC.
-    pub day: String,
-    pub tokens: u64,
-    pub cost_usd: f64,
-}
-
 pub struct Store {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    pub(crate) conn: Mutex<Connection>,
 }
 
 impl Store {
     /// Opens (creating if needed) and migrates the store at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let conn = Connection::open(path).map_err(|source| StoreError::Sqlite {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Store::migrate(conn, path)
+    }
+
+    /// A store that lives as long as the process (no `state_path`).
+    pub fn in_memory() -> Result<Store, StoreError> {
+        let path = Path::new(":memory:");
+        let conn = Connection::open_in_memory().map_err(|source| StoreError::Sqlite {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Store::migrate(conn, path)
+    }
+
+    fn migrate(mut conn: Connection, path: &Path) -> Result<Store, StoreError> {
         let err = |source| StoreError::Sqlite {
             path: path.display().to_string(),
             source,
         };
-        let mut conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(err)?;
@@ -96,51 +124,11 @@ impl Store {
         &self.path
     }
 
-    fn err(&self, source: rusqlite::Error) -> StoreError {
+    pub(crate) fn err(&self, source: rusqlite::Error) -> StoreError {
         StoreError::Sqlite {
             path: self.path.display().to_string(),
             source,
         }
-    }
-
-    /// Every key's spend on `day`.
-    pub fn spend_on(&self, day: &str) -> Result<Vec<SpendRow>, StoreError> {
-        let conn = self.conn.lock();
-        let mut stmt = conn
-            .prepare_cached("SELECT key, tokens, cost_usd FROM key_spend WHERE day = ?1")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![day], |r| {
-                Ok(SpendRow {
-                    key: r.get(0)?,
-                    day: day.to_owned(),
-                    tokens: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
-                    cost_usd: r.get(2)?,
-                })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
-    }
-
-    /// Writes these totals (not increments: writing one twice is harmless),
-    /// all or none.
-    pub fn save_spend(&self, rows: &[SpendRow]) -> Result<(), StoreError> {
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction().map_err(|e| self.err(e))?;
-        {
-            let mut stmt = tx
-                .prepare_cached(
-                    "INSERT INTO key_spend (key, day, tokens, cost_usd) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (key, day) DO UPDATE SET tokens = ?3, cost_usd = ?4",
-                )
-                .map_err(|e| self.err(e))?;
-            for r in rows {
-                let tokens = i64::try_from(r.tokens).unwrap_or(i64::MAX);
-                stmt.execute(params![r.key, r.day, tokens, r.cost_usd])
-                    .map_err(|e| self.err(e))?;
-            }
-        }
-        tx.commit().map_err(|e| self.err(e))
     }
 }
 
