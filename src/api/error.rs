@@ -29,6 +29,12 @@ pub enum ApiError {
     AdminOnly { what: &'static str },
     #[error("{}", .0.message)]
     Governed(Box<Rejection>),
+    #[error("No open arena `{id}`: it is unknown, or expired unvoted after its route's vote_ttl.")]
+    ArenaNotFound { id: String },
+    #[error("Only the key that asked for this arena may vote on it.")]
+    ArenaNotYours,
+    #[error("Arena `{id}` already has its vote ({outcome}); an arena takes one.")]
+    ArenaVoted { id: String, outcome: String },
     #[error("The model `{model}` does not exist. GET /v1/models lists the models you can use.")]
     NotFound { model: String },
     #[error("The request body is larger than the gateway's limit of {limit} bytes.")]
@@ -112,6 +118,19 @@ impl ApiError {
                     },
                 )
             },
+            ApiError::ArenaNotFound { .. } => plain(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "arena_not_found",
+            ),
+            ApiError::ArenaNotYours => {
+                plain(StatusCode::FORBIDDEN, "permission_error", "arena_not_yours")
+            }
+            ApiError::ArenaVoted { .. } => plain(
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                "arena_already_voted",
+            ),
             ApiError::NotFound { .. } => Shape {
                 param: Some("model".into()),
                 ..plain(

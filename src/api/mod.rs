@@ -8,6 +8,7 @@
 //! config reload (SIGHUP) changes what new requests see while requests in
 //! flight keep the state they started with.
 
+mod arena;
 mod auth;
 mod body;
 mod chat;
@@ -154,6 +155,10 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/models", get(info::models))
         .route("/v1/models/{id}", get(info::model))
         .route("/models/{id}", get(info::model))
+        .route("/v1/arena/{id}/vote", post(arena::vote))
+        .route("/arena/{id}/vote", post(arena::vote))
+        .route("/v1/arena/leaderboard", get(arena::leaderboard))
+        .route("/arena/leaderboard", get(arena::leaderboard))
         .route("/v1/keys/usage", get(info::keys_usage))
         .route("/keys/usage", get(info::keys_usage))
         .route("/metrics", get(info::metrics))

@@ -35,10 +35,21 @@ pub struct Event {
 impl Event {
     /// An event stamped `at` (an attempt is stamped with its start).
     pub fn new(ctx: &RequestCtx, event: &'static str, body: EventBody, at: SystemTime) -> Self {
+        Event::of(ctx.id.clone(), ctx.route.clone(), event, body, at)
+    }
+
+    /// An event of a request that runs no model (a vote).
+    pub fn of(
+        request_id: String,
+        route: Arc<str>,
+        event: &'static str,
+        body: EventBody,
+        at: SystemTime,
+    ) -> Self {
         Event {
             ts: humantime::format_rfc3339_millis(at).to_string(),
-            request_id: ctx.id.clone(),
-            route: ctx.route.clone(),
+            request_id,
+            route,
             event,
             body,
         }

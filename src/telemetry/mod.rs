@@ -43,6 +43,7 @@ pub const RACE_SCORE: &str = "conclave_race_score";
 pub const RACE_DOWNGRADES: &str = "conclave_race_downgrades_total";
 pub const GOVERNOR_REJECTIONS: &str = "conclave_governor_rejections_total";
 pub const BUDGET_REMAINING: &str = "conclave_budget_remaining_tokens";
+pub const ARENA_VOTES: &str = "conclave_arena_votes_total";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
@@ -142,6 +143,10 @@ fn describe() {
         GOVERNOR_REJECTIONS,
         "Requests turned away by a key's or an upstream's limit, by key and scope"
     );
+    describe_counter!(
+        ARENA_VOTES,
+        "Arena votes by route and model: outcome win, loss or tie"
+    );
     describe_gauge!(
         BUDGET_REMAINING,
         "Tokens a key may still spend today (its daily_tokens minus today's spend)"
@@ -184,6 +189,13 @@ impl Telemetry {
     pub fn emit(&self, ctx: &RequestCtx, event: &'static str, body: EventBody, at: SystemTime) {
         if let Some(log) = self.events.load().as_ref() {
             log.send(Event::new(ctx, event, body, at));
+        }
+    }
+
+    /// Writes an event that belongs to no model request (a vote).
+    pub fn emit_event(&self, event: Event) {
+        if let Some(log) = self.events.load().as_ref() {
+            log.send(event);
         }
     }
 
