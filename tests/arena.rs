@@ -287,7 +287,7 @@ async fn votes_and_the_leaderboard_survive_a_restart() {
             dir.path().join("s.db").display()
         ),
     );
-    let mut gw = Proc::gateway(&toml);
+    let gw = Proc::gateway(&toml);
     // x beats y three times of four: the hand-computed example of
     // strategy::arena::board (ratings 1073.6 and 926.4, ±166.1).
     let mut open_id = String::new();
