@@ -12,7 +12,11 @@
 //! - [`upstream`]: transports to real servers (`openai`) and the built-in
 //!   simulator (`mock`), response decoding, and [`upstream::ConcreteModel`],
 //!   the one decorator that opens an attempt for every upstream call.
-//! - [`strategy`]: models made of models, one folder each (chain).
+//! - [`strategy`]: models made of models, one folder each (chain, judge,
+//!   race, arena).
+//! - [`governor`]: API keys' rate limits and daily budgets, and the rate
+//!   limits upstreams share.
+//! - [`store`]: the embedded SQLite store (spend per key and day, arenas).
 //! - [`stream`]: the streaming toolkit strategies share (whole to stream,
 //!   rewrite chunks, commit at the first real delta, merge).
 //! - [`api`]: the axum router, auth, SSE relaying and the single mapping of

@@ -124,7 +124,10 @@ async fn two_anonymous_choices_in_a_shuffled_order() {
     );
     // Each answer is capped at 2000 tokens unless the client asks for less.
     let got = mock.received().await;
-    assert!(got.iter().all(|q| q["body"]["max_tokens"] == 2000), "{got:?}");
+    assert!(
+        got.iter().all(|q| q["body"]["max_tokens"] == 2000),
+        "{got:?}"
+    );
     let mut less = chat("ab", "short please");
     less["max_tokens"] = json!(50);
     assert_eq!(post(&gw.base, &less).await.status, 200);
