@@ -20,7 +20,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
-use crate::config::{Errors, Strategies};
+use crate::config::{Errors, Resolve, Strategies, Unresolved};
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
@@ -38,6 +38,36 @@ pub const ALL: Strategies = Strategies {
     ],
     later: &["oracle"],
 };
+
+/// A model a strategy route calls (a panellist, a candidate, a
+/// contestant), by its config name.
+pub struct Member {
+    pub name: Arc<str>,
+    pub model: Arc<dyn ChatModel>,
+}
+
+impl Member {
+    /// The member `name`, from the graph being built.
+    pub(crate) fn of(name: &str, nodes: &mut dyn Resolve) -> Result<Member, Unresolved> {
+        Ok(Member {
+            name: name.into(),
+            model: nodes.model(name)?,
+        })
+    }
+
+    /// Every member of a list, in order.
+    pub(crate) fn all(
+        names: &[String],
+        nodes: &mut dyn Resolve,
+    ) -> Result<Vec<Member>, Unresolved> {
+        names.iter().map(|n| Member::of(n, nodes)).collect()
+    }
+
+    /// A list of members as pin targets.
+    pub fn targets(members: &[Member]) -> Vec<PinTarget<'_>> {
+        members.iter().map(|m| (&*m.name, &m.model)).collect()
+    }
+}
 
 /// One model a strategy route may be pinned to, by its config name.
 pub type PinTarget<'a> = (&'a str, &'a Arc<dyn ChatModel>);

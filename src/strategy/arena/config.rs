@@ -134,13 +134,7 @@ impl RouteSpec for ArenaSpec {
         _config: &Config,
         nodes: &mut dyn Resolve,
     ) -> Result<Built, Unresolved> {
-        let mut contestants = Vec::new();
-        for c in &self.contestants {
-            contestants.push(Contestant {
-                name: c.as_str().into(),
-                model: nodes.model(c)?,
-            });
-        }
+        let contestants = Contestant::all(&self.contestants, nodes)?;
         Ok(Built {
             model: Arc::new(Arena {
                 name: name.into(),

@@ -27,7 +27,7 @@ use crate::model::Call;
 use crate::model::{CallSize, ChatModel, ChunkStream, Completion, Meta, Reply, ReplyBody, Spend};
 use crate::store::Store;
 use crate::store::arena::Arena as Opened;
-use crate::strategy::{PinTarget, event, pinned};
+use crate::strategy::{event, pinned};
 use crate::stream;
 use crate::wire::{ChatRequest, Usage, content_text};
 
@@ -48,10 +48,8 @@ pub enum Pairs {
     Balanced,
 }
 
-pub struct Contestant {
-    pub name: Arc<str>,
-    pub model: Arc<dyn ChatModel>,
-}
+/// A model that competes.
+pub type Contestant = crate::strategy::Member;
 
 pub struct Arena {
     pub name: Arc<str>,
@@ -199,11 +197,7 @@ impl ChatModel for Arena {
 
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         if let Some(pin) = call.pin.clone() {
-            let members: Vec<PinTarget> = self
-                .contestants
-                .iter()
-                .map(|c| (&*c.name, &c.model))
-                .collect();
+            let members = Contestant::targets(&self.contestants);
             let asked = (call.without_pin(), req, pin.as_ref());
             return pinned(
                 ("arena", &self.name),

@@ -200,26 +200,14 @@ impl RouteSpec for JudgeSpec {
         config: &Config,
         nodes: &mut dyn Resolve,
     ) -> Result<Built, Unresolved> {
-        let mut panel = Vec::new();
-        for p in &self.panel {
-            panel.push(Member {
-                name: p.as_str().into(),
-                model: nodes.model(p)?,
-            });
-        }
+        let panel = Member::all(&self.panel, nodes)?;
         let synthesis = Synthesis {
-            member: Member {
-                name: self.synthesis.as_str().into(),
-                model: nodes.model(&self.synthesis)?,
-            },
+            member: Member::of(&self.synthesis, nodes)?,
             prompt: self.synthesis_prompt.clone(),
             max_tokens: self.synthesis_max_tokens,
             timeout: self.synthesis_timeout,
         };
-        let default = Member {
-            name: self.default.as_str().into(),
-            model: nodes.model(&self.default)?,
-        };
+        let default = Member::of(&self.default, nodes)?;
         // The judge holds the answer back while the panel and the synthesis
         // run; the default (and anything nested in it) may hold it longer.
         let keepalive = nodes

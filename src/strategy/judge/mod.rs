@@ -26,16 +26,11 @@ use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
+pub use crate::strategy::Member;
 use crate::strategy::{PinTarget, event, pinned};
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
 use synthesis::{Judgement, Synthesis};
-
-/// A model the judge calls, by its config name.
-pub struct Member {
-    pub name: Arc<str>,
-    pub model: Arc<dyn ChatModel>,
-}
 
 /// How the default receives the synthesis's guidance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

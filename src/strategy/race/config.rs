@@ -259,13 +259,7 @@ impl RouteSpec for RaceSpec {
         _config: &Config,
         nodes: &mut dyn Resolve,
     ) -> Result<Built, Unresolved> {
-        let mut candidates = Vec::new();
-        for m in &self.candidates {
-            candidates.push(Candidate {
-                name: m.as_str().into(),
-                model: nodes.model(m)?,
-            });
-        }
+        let candidates = Candidate::all(&self.candidates, nodes)?;
         let judge = match &self.judge {
             Some(j) => Some(Judge {
                 name: j.as_str().into(),

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, ReplyBody, Spend};
-use crate::strategy::{PinTarget, event, pinned};
+use crate::strategy::{event, pinned};
 use crate::stream;
 use crate::telemetry::RACE_SCORE;
 use crate::wire::{AssistantOutput, ChatRequest, estimate_tokens};
@@ -42,10 +42,8 @@ pub use gates::Gates;
 use rubric::{Caps, Rubric, Standing};
 use scorers::{Judge, Webhook};
 
-pub struct Candidate {
-    pub name: Arc<str>,
-    pub model: Arc<dyn ChatModel>,
-}
+/// A model that races.
+pub type Candidate = crate::strategy::Member;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -392,11 +390,7 @@ impl ChatModel for Race {
 
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         if let Some(pin) = call.pin.clone() {
-            let members: Vec<PinTarget> = self
-                .candidates
-                .iter()
-                .map(|c| (&*c.name, &c.model))
-                .collect();
+            let members = Candidate::targets(&self.candidates);
             let asked = (call.without_pin(), req, pin.as_ref());
             return pinned(
                 ("race", &self.name),
