@@ -347,6 +347,8 @@ async fn only_the_asking_key_votes_and_arenas_expire() {
     assert_eq!(other.status, 403, "{}", other.text);
     assert_eq!(other.json()["error"]["code"], "arena_not_yours");
     assert_eq!(vote(&gw, &id, "A", &one).await.status, 200);
+    // Another key learns nothing, not even that it was voted on.
+    assert_eq!(vote(&gw, &id, "B", &two).await.status, 403);
     let r = post_with(&gw.base, &chat("ab", "too late"), &one).await;
     let late = r.json()["arena_id"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_millis(3100)).await;

@@ -214,6 +214,12 @@ async fn rpm_turns_requests_away_with_an_honest_retry_after() {
         &[("route", "echo"), ("status", "429")],
     );
     assert!(s.first().is_some_and(|&n| n >= 1.0));
+    let unknown = samples(
+        &m,
+        "conclave_requests_total",
+        &[("route", "unknown"), ("status", "429")],
+    );
+    assert!(unknown.is_empty(), "a 429 counted twice: {unknown:?}");
 }
 
 #[tokio::test]

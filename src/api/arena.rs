@@ -37,6 +37,13 @@ pub async fn vote(
     finish_response(resp, &rid)
 }
 
+/// A store failure: the detail (a path, SQLite's words) goes to the log,
+/// the client gets what failed.
+fn stored(what: &str, e: &dyn std::fmt::Display) -> ApiError {
+    tracing::error!("{what}: {e}");
+    ApiError::Internal(format!("{what}; see the gateway's log."))
+}
+
 fn bad_pick(message: String) -> ApiError {
     ApiError::BadRequest {
         message,
@@ -78,8 +85,8 @@ async fn cast(
         store.close_arena(&owned, pick.as_str(), key.as_deref(), now)
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("the vote could not be stored: {e}")))?
-    .map_err(|e| ApiError::Internal(format!("the vote could not be stored: {e}")))?;
+    .map_err(|e| stored("the vote could not be stored", &e))?
+    .map_err(|e| stored("the vote could not be stored", &e))?;
     let arena = match closed {
         Closed::Now(a) => a,
         Closed::Unknown => return Err(ApiError::ArenaNotFound { id: id.to_owned() }),
@@ -173,8 +180,8 @@ pub async fn leaderboard(
     let (store, r) = (app.store.clone(), route.clone());
     let votes = tokio::task::spawn_blocking(move || store.votes(&r))
         .await
-        .map_err(|e| ApiError::Internal(format!("the votes could not be read: {e}")))?
-        .map_err(|e| ApiError::Internal(format!("the votes could not be read: {e}")))?;
+        .map_err(|e| stored("the votes could not be read", &e))?
+        .map_err(|e| stored("the votes could not be read", &e))?;
     let board = rank(contestants, &votes);
     if q.get("format")
         .is_some_and(|f| f.eq_ignore_ascii_case("markdown"))

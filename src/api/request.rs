@@ -33,8 +33,11 @@ pub fn finish_response(resp: Result<Response, ApiError>, id: &str) -> Response {
     let mut resp = match resp {
         Ok(r) => r,
         Err(e) => {
-            counter!(REQUESTS_TOTAL, "route" => "unknown", "strategy" => "none", "status" => status_label(e.status().as_u16()))
-                .increment(1);
+            // A key's 429 was recorded under its route when it was opened.
+            if !matches!(e, ApiError::Governed(_)) {
+                counter!(REQUESTS_TOTAL, "route" => "unknown", "strategy" => "none", "status" => status_label(e.status().as_u16()))
+                    .increment(1);
+            }
             e.into_response()
         }
     };

@@ -43,11 +43,44 @@ pub struct Daily {
     pub cost_usd: Option<f64>,
 }
 
-/// Why a reservation did not fit.
+/// Why a reservation did not fit: what is `left` after today's spend and
+/// the reservations of requests in flight (`held`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Over {
-    Tokens { limit: u64, left: u64, asked: u64 },
-    Cost { limit: f64, left: f64, asked: f64 },
+    Tokens {
+        limit: u64,
+        left: u64,
+        held: u64,
+        asked: u64,
+    },
+    Cost {
+        limit: f64,
+        left: f64,
+        held: f64,
+        asked: f64,
+    },
+}
+
+impl Daily {
+    /// A request bigger than a whole day's budget: no wait helps.
+    pub fn never_fits(self, asked: Spend) -> Option<Over> {
+        if let Some(limit) = self.tokens.filter(|&l| asked.tokens > l) {
+            return Some(Over::Tokens {
+                limit,
+                left: limit,
+                held: 0,
+                asked: asked.tokens,
+            });
+        }
+        self.cost_usd
+            .filter(|&l| asked.cost_usd > l)
+            .map(|limit| Over::Cost {
+                limit,
+                left: limit,
+                held: 0.0,
+                asked: asked.cost_usd,
+            })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -64,8 +97,9 @@ struct Ledger {
 
 impl Ledger {
     /// Starts a new day's spend when `today` is not the ledger's day.
+    /// (A clock stepped back keeps the day it had.)
     fn turn(&mut self, today: i64) {
-        if today != self.day {
+        if today > self.day {
             if self.dirty {
                 self.unflushed = Some((self.day, self.spent));
             }
@@ -116,6 +150,7 @@ impl Budget {
                 return Err(Over::Tokens {
                     limit,
                     left,
+                    held: l.reserved.tokens,
                     asked: asked.tokens,
                 });
             }
@@ -126,6 +161,7 @@ impl Budget {
                 return Err(Over::Cost {
                     limit,
                     left,
+                    held: l.reserved.cost_usd,
                     asked: asked.cost_usd,
                 });
             }
@@ -217,6 +253,7 @@ mod tests {
             Err(Over::Tokens {
                 limit: 100,
                 left: 40,
+                held: 60,
                 asked: 50
             })
         );

@@ -103,6 +103,20 @@ impl KeyGov {
         capped: bool,
     ) -> Result<Admission, Box<Rejection>> {
         let mut headers = RateHeaders::default();
+        let now = SystemTime::now();
+        let today = budget::utc_day(now);
+        let budgeted = self.daily() != Daily::default();
+        // What can never fit is refused before any limit is spent on it.
+        if let Some(tpm) = self
+            .tpm
+            .as_ref()
+            .filter(|t| capped && estimate.tokens > u64::from(t.limit()))
+        {
+            return Err(self.too_big(estimate.tokens, tpm.limit(), headers));
+        }
+        if let Some(over) = self.daily().never_fits(estimate) {
+            return Err(self.budget_rejection(over, now, headers));
+        }
         if let Some(rpm) = &self.rpm {
             match rpm.take(1) {
                 Ok(s) => headers.requests = Some(s),
@@ -113,14 +127,14 @@ impl KeyGov {
                 }
             }
         }
-        let now = SystemTime::now();
-        let today = budget::utc_day(now);
-        let budgeted = self.daily() != Daily::default();
         if budgeted {
             if let Err(over) = self.budget.reserve(self.daily(), estimate, today) {
                 return Err(self.budget_rejection(over, now, headers));
             }
         }
+        // The tokens `tpm` took for this request's own estimate (the rest
+        // of what it took, or gave back, settled earlier requests).
+        let mut taken = 0;
         if let Some(tpm) = &self.tpm {
             let owed = self.tpm_owed.swap(0, Ordering::Relaxed);
             let want = i64::try_from(estimate.tokens)
@@ -132,7 +146,10 @@ impl KeyGov {
                 n = n.min(tpm.limit());
             }
             match tpm.take(n) {
-                Ok(s) => headers.tokens = Some(s),
+                Ok(s) => {
+                    headers.tokens = Some(s);
+                    taken = i64::from(n) - owed;
+                }
                 Err(d) => {
                     self.tpm_owed.fetch_add(owed, Ordering::Relaxed);
                     if budgeted {
@@ -140,19 +157,16 @@ impl KeyGov {
                     }
                     let wait = wait_of(d);
                     headers.tokens = Some(tpm.exhausted(wait));
-                    let mut r =
-                        self.rate_rejection(Scope::Tpm, tpm.limit(), u64::from(n), wait, headers);
                     if d == Denied::TooMany {
-                        r.retry_after = None;
-                        r.message = format!(
-                            "This request may use up to {n} tokens, more than key `{}`'s limit of \
-                             {} tokens per minute; it can never fit. Lower `max_tokens` or shorten \
-                             the conversation.",
-                            self.name,
-                            tpm.limit()
-                        );
+                        return Err(self.too_big(u64::from(n), tpm.limit(), headers));
                     }
-                    return Err(r);
+                    return Err(self.rate_rejection(
+                        Scope::Tpm,
+                        tpm.limit(),
+                        u64::from(n),
+                        wait,
+                        headers,
+                    ));
                 }
             }
         }
@@ -160,7 +174,7 @@ impl KeyGov {
             Arc::new(Ticket::new(
                 self.clone(),
                 if budgeted { estimate } else { Spend::default() },
-                estimate.tokens,
+                taken,
             ))
         });
         Ok(Admission { headers, ticket })
@@ -187,6 +201,18 @@ impl KeyGov {
         if let (Some(limit), Some(g)) = (self.limits.daily_tokens, &self.remaining) {
             g.set(limit.saturating_sub(spent.tokens) as f64);
         }
+    }
+
+    /// More tokens than a minute's `tpm` holds: no retry helps.
+    fn too_big(&self, asked: u64, limit: u32, headers: RateHeaders) -> Box<Rejection> {
+        let mut r = self.rate_rejection(Scope::Tpm, limit, asked, Duration::ZERO, headers);
+        r.retry_after = None;
+        r.message = format!(
+            "This request may use up to {asked} tokens, more than key `{}`'s limit of {limit} \
+             tokens per minute; it can never fit. Lower `max_tokens` or shorten the conversation.",
+            self.name
+        );
+        r
     }
 
     fn rate_rejection(
@@ -225,8 +251,20 @@ impl KeyGov {
         headers: RateHeaders,
     ) -> Box<Rejection> {
         let secs = budget::until_day_ends(now).as_secs().max(1);
+        // Requests in flight hold what this one needs: it fits once they
+        // settle (they usually spend less than they reserved).
+        let busy = match over {
+            Over::Tokens {
+                left, held, asked, ..
+            } => asked <= left.saturating_add(held),
+            Over::Cost {
+                left, held, asked, ..
+            } => asked <= left + held,
+        };
         let (scope, limit, asked, message) = match over {
-            Over::Tokens { limit, left, asked } => (
+            Over::Tokens {
+                limit, left, asked, ..
+            } => (
                 Scope::DailyTokens,
                 limit as f64,
                 asked as f64,
@@ -236,7 +274,9 @@ impl KeyGov {
                     self.name
                 ),
             ),
-            Over::Cost { limit, left, asked } => (
+            Over::Cost {
+                limit, left, asked, ..
+            } => (
                 Scope::DailyCost,
                 limit,
                 asked,
@@ -249,17 +289,29 @@ impl KeyGov {
         };
         // More than a whole day's budget never fits: no retry helps.
         let never = asked > limit;
+        let (message, retry_after) = if never {
+            (
+                format!("{message} It is more than the whole daily budget: lower `max_tokens`."),
+                None,
+            )
+        } else if busy {
+            (
+                format!(
+                    "{message} Requests of this key still in flight hold the rest; retry when \
+                     they finish."
+                ),
+                Some(1),
+            )
+        } else {
+            (message, Some(secs))
+        };
         Box::new(Rejection {
             key: self.name.clone(),
             scope,
-            message: if never {
-                format!("{message} It is more than the whole daily budget: lower `max_tokens`.")
-            } else {
-                message
-            },
+            message,
             limit,
             asked,
-            retry_after: (!never).then_some(secs),
+            retry_after,
             headers,
         })
     }

@@ -108,6 +108,9 @@ pub struct Governor {
     /// The keys of the newest config, reused by a reload that keeps their
     /// limits (so a reload does not refill their rate limits).
     keys: Mutex<HashMap<String, Arc<KeyGov>>>,
+    /// One flush at a time, from taking the figures to saving them, so an
+    /// older total never overwrites a newer one.
+    flushing: Mutex<()>,
 }
 
 impl Governor {
@@ -132,6 +135,7 @@ impl Governor {
             store,
             budgets,
             keys: Mutex::new(HashMap::new()),
+            flushing: Mutex::new(()),
         }))
     }
 
@@ -165,6 +169,7 @@ impl Governor {
         let Some(store) = &self.store else {
             return;
         };
+        let _one = self.flushing.lock();
         let pending: Vec<(Arc<Budget>, Vec<SpendRow>)> = self
             .budgets
             .iter()
@@ -230,7 +235,7 @@ pub fn usage_of(key: &KeyGov) -> Value {
             "reserved_cost_usd": usd(s.reserved.cost_usd),
         },
         "remaining": {
-            "tokens": tokens.map(|t| t.saturating_sub(s.spent.tokens + s.reserved.tokens)),
+            "tokens": tokens.map(|t| t.saturating_sub(s.spent.tokens.saturating_add(s.reserved.tokens))),
             "cost_usd": cost_usd.map(|c| usd((c - s.spent.cost_usd - s.reserved.cost_usd).max(0.0))),
         },
         "resets_in_seconds": budget::until_day_ends(SystemTime::now()).as_secs(),

@@ -18,8 +18,8 @@ use crate::model::Spend;
 
 pub struct Ticket {
     key: Arc<KeyGov>,
-    /// Tokens the request was estimated at, for the `tpm` correction.
-    estimated: u64,
+    /// Tokens `tpm` took for the request, for its correction.
+    taken: i64,
     state: Mutex<State>,
 }
 
@@ -31,10 +31,10 @@ struct State {
 }
 
 impl Ticket {
-    pub(super) fn new(key: Arc<KeyGov>, held: Spend, estimated: u64) -> Self {
+    pub(super) fn new(key: Arc<KeyGov>, held: Spend, taken: i64) -> Self {
         Ticket {
             key,
-            estimated,
+            taken,
             state: Mutex::new(State { held, spent: 0 }),
         }
     }
@@ -74,8 +74,9 @@ impl Drop for Ticket {
         self.key
             .budget
             .settle(s.held, Spend::default(), utc_day(SystemTime::now()));
-        let delta = i64::try_from(s.spent).unwrap_or(i64::MAX)
-            - i64::try_from(self.estimated).unwrap_or(i64::MAX);
+        let delta = i64::try_from(s.spent)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(self.taken);
         self.key.correct_tpm(delta);
     }
 }

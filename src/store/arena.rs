@@ -95,11 +95,12 @@ impl Store {
             )
             .optional()
             .map_err(|e| self.err(e))?;
+        // Another key learns nothing of an arena, not even its vote.
         let closed = match row {
             None => Closed::Unknown,
+            Some((a, _)) if key.is_some_and(|k| k != a.key) => Closed::NotYours,
             Some((_, Some(done))) => Closed::Already(done),
             Some((a, None)) if a.expires <= now => Closed::Unknown,
-            Some((a, None)) if key.is_some_and(|k| k != a.key) => Closed::NotYours,
             Some((a, None)) => {
                 tx.execute(
                     "UPDATE arena SET outcome = ?2, voted_at = ?3 WHERE id = ?1",
@@ -111,6 +112,27 @@ impl Store {
         };
         tx.commit().map_err(|e| self.err(e))?;
         Ok(closed)
+    }
+
+    /// Votes (not skips) of `route` per (A, B) pair of models.
+    pub fn pair_counts(&self, route: &str) -> Result<Vec<(String, String, u64)>, StoreError> {
+        let conn = self.conn.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT model_a, model_b, COUNT(*) FROM arena
+                 WHERE route = ?1 AND outcome IN ('a', 'b', 'tie') GROUP BY model_a, model_b",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![route], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
     /// Every vote (not skips) of `route`, oldest first.

@@ -196,7 +196,7 @@ impl ConcreteModel {
                 return Ok(resp);
             }
             let wait = retry_delay(resp.retry_after.as_deref(), SystemTime::now());
-            if Instant::now() + wait >= x.first {
+            if wait >= x.first.saturating_duration_since(Instant::now()) {
                 return Ok(resp);
             }
             drop(resp);

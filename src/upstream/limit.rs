@@ -16,6 +16,9 @@ pub const MAX_TRIES: u32 = 2;
 /// The wait before retrying a 429 that did not say how long.
 pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 
+/// The longest `Retry-After` taken as it is (any deadline ends sooner).
+const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
+
 /// Calls per minute conclave sends an upstream.
 pub struct Pace(PerMinute);
 
@@ -39,7 +42,9 @@ impl Pace {
         loop {
             match self.0.take(1) {
                 Ok(_) => return Ok(start.elapsed()),
-                Err(Denied::Wait(wait)) if Instant::now() + wait <= by => sleep(wait).await,
+                Err(Denied::Wait(wait)) if wait <= by.saturating_duration_since(Instant::now()) => {
+                    sleep(wait).await
+                }
                 Err(Denied::Wait(wait)) => {
                     return Err(NoTurn {
                         limit: self.0.limit(),
@@ -65,11 +70,16 @@ pub fn retry_delay(retry_after: Option<&str>, now: SystemTime) -> Duration {
     };
     if let Ok(secs) = v.parse::<f64>() {
         if secs.is_finite() && secs >= 0.0 {
-            return Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
+            return Duration::try_from_secs_f64(secs)
+                .unwrap_or(MAX_RETRY)
+                .min(MAX_RETRY);
         }
     }
     match httpdate::parse_http_date(v) {
-        Ok(at) => at.duration_since(now).unwrap_or(Duration::ZERO),
+        Ok(at) => at
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_RETRY),
         Err(_) => DEFAULT_RETRY,
     }
 }
@@ -86,6 +96,7 @@ mod tests {
         assert_eq!(retry_delay(None, now), DEFAULT_RETRY);
         assert_eq!(retry_delay(Some("soon"), now), DEFAULT_RETRY);
         assert_eq!(retry_delay(Some("-3"), now), DEFAULT_RETRY);
+        assert_eq!(retry_delay(Some("1e300"), now), MAX_RETRY);
         let date = httpdate::fmt_http_date(now + Duration::from_secs(7));
         assert_eq!(retry_delay(Some(&date), now), Duration::from_secs(7));
     }

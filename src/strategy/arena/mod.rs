@@ -35,6 +35,8 @@ use crate::wire::{ChatRequest, Usage, content_text};
 pub const ARENA_ID: &str = "x-conclave-arena-id";
 /// Stands in for the upstreams' `system_fingerprint`.
 const FINGERPRINT: &str = "conclave-arena";
+/// The top-level fields of a contestant's answer that reach the client.
+const KEPT: &[&str] = &["object", "created", "choices"];
 /// Characters of the prompt kept with a vote.
 const EXCERPT: usize = 200;
 
@@ -81,19 +83,19 @@ impl Arena {
     /// cannot be read).
     async fn least_voted(&self, all: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
         let (store, route) = (self.store.clone(), self.name.to_string());
-        let votes = tokio::task::spawn_blocking(move || store.votes(&route)).await;
-        let Ok(Ok(votes)) = votes else {
+        let counts = tokio::task::spawn_blocking(move || store.pair_counts(&route)).await;
+        let Ok(Ok(counts)) = counts else {
             return all;
         };
         let name = |i: usize| &*self.contestants[i].name;
-        let count = |&(i, j): &(usize, usize)| {
-            votes
+        let count = |&(i, j): &(usize, usize)| -> u64 {
+            counts
                 .iter()
-                .filter(|v| {
-                    (v.model_a == name(i) && v.model_b == name(j))
-                        || (v.model_a == name(j) && v.model_b == name(i))
+                .filter(|(a, b, _)| {
+                    (a == name(i) && b == name(j)) || (a == name(j) && b == name(i))
                 })
-                .count()
+                .map(|(_, _, n)| n)
+                .sum()
         };
         let fewest = all.iter().map(count).min().unwrap_or(0);
         all.into_iter().filter(|p| count(p) == fewest).collect()
@@ -103,14 +105,20 @@ impl Arena {
     /// unless the client asked for less.
     fn capped(&self, req: &ChatRequest) -> Arc<ChatRequest> {
         let mut r = req.clone();
-        let key = if r.extra.contains_key("max_completion_tokens") {
-            "max_completion_tokens"
-        } else {
-            "max_tokens"
-        };
         let cap = u64::from(self.max_tokens);
         let asked = req.max_output_tokens().map_or(cap, |m| m.min(cap));
-        r.extra.insert(key.into(), json!(asked));
+        let keys = ["max_completion_tokens", "max_tokens"];
+        let present: Vec<&str> = keys
+            .into_iter()
+            .filter(|k| r.extra.contains_key(*k))
+            .collect();
+        for key in if present.is_empty() {
+            vec!["max_tokens"]
+        } else {
+            present
+        } {
+            r.extra.insert(key.into(), json!(asked));
+        }
         Arc::new(r)
     }
 
@@ -163,6 +171,9 @@ impl Arena {
 /// Makes a contestant's chunk or answer anonymous: the route's name, the
 /// arena's id and fingerprint, and its choices at `index`.
 fn disguise(obj: &mut Map<String, Value>, route: &str, id: &str, index: usize) {
+    // Only OpenAI's own fields: anything else an upstream adds (a
+    // provider's name, a service tier) could tell the models apart.
+    obj.retain(|k, _| KEPT.contains(&k.as_str()));
     obj.insert("model".into(), Value::from(route));
     obj.insert("id".into(), Value::from(id));
     obj.insert("system_fingerprint".into(), Value::from(FINGERPRINT));
@@ -174,7 +185,7 @@ fn usage_json(ctx_totals: crate::context::Totals) -> Value {
     json!({
         "prompt_tokens": ctx_totals.input_tokens,
         "completion_tokens": ctx_totals.output_tokens,
-        "total_tokens": ctx_totals.input_tokens + ctx_totals.output_tokens,
+        "total_tokens": ctx_totals.input_tokens.saturating_add(ctx_totals.output_tokens),
     })
 }
 
@@ -182,6 +193,10 @@ fn usage_json(ctx_totals: crate::context::Totals) -> Value {
 impl ChatModel for Arena {
     /// Both contestants of the most expensive pair could answer: two calls.
     fn estimate(&self, size: CallSize) -> Spend {
+        let size = CallSize {
+            output: size.output.min(u64::from(self.max_tokens)),
+            ..size
+        };
         let mut each: Vec<Spend> = self
             .contestants
             .iter()
@@ -310,10 +325,23 @@ fn relabel(
     arena: Option<String>,
     index: usize,
 ) -> ChunkStream {
-    let real = ChunkStream::new(s.filter(|c| {
-        let keep = c.as_ref().map_or(true, |c| c.choices > 0);
-        async move { keep }
-    }));
+    let anonymous_route = route.clone();
+    let real = ChunkStream::new(
+        s.filter(|c| {
+            let keep = c.as_ref().map_or(true, |c| c.choices > 0);
+            async move { keep }
+        })
+        .map(move |c| {
+            // An error names no upstream: it would say who answered.
+            c.map_err(|e| {
+                tracing::debug!(error = %e, "an arena contestant's stream failed");
+                ModelError::Invalid {
+                    upstream: anonymous_route.as_str().into(),
+                    detail: format!("choice {index} broke off"),
+                }
+            })
+        }),
+    );
     stream::rewrite(real, move |obj| {
         disguise(obj, &route, &id, index);
         if let Some(a) = &arena {
