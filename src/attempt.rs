@@ -154,9 +154,12 @@ impl Attempt {
         }
     }
 
-    /// The upstream answered 429 and the call is sent again.
+    /// The upstream answered 429: the call waits to be sent again, and
+    /// until then the upstream is doing nothing for it.
     pub fn retried(&self) {
-        self.0.state.lock().retries += 1;
+        let mut s = self.0.state.lock();
+        s.retries += 1;
+        s.sent = None;
     }
 
     /// The first stream event arrived.

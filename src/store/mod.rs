@@ -2,9 +2,9 @@
 //! must survive a restart: each key's spend per UTC day ([`spend`]) and
 //! the arenas and their votes ([`arena`]). It is created with its schema
 //! on first start and migrated in order by `PRAGMA user_version`; a file
-//! from a newer conclave is refused rather than misread. Without a path
-//! the same store lives in memory. Every call blocks: async code runs it
-//! on `spawn_blocking`.
+//! from a newer conclave is refused rather than misread; arenas that
+//! expired unvoted are deleted then. Without a path the same store lives
+//! in memory. Every call blocks: async code runs it on `spawn_blocking`.
 
 pub mod arena;
 mod spend;
@@ -113,6 +113,15 @@ impl Store {
         }
         tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)
             .map_err(err)?;
+        // Arenas nobody voted on before they expired are of no more use.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        tx.execute(
+            "DELETE FROM arena WHERE outcome IS NULL AND expires <= ?1",
+            [i64::try_from(now).unwrap_or(i64::MAX)],
+        )
+        .map_err(err)?;
         tx.commit().map_err(err)?;
         Ok(Store {
             path: path.to_owned(),

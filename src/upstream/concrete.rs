@@ -146,7 +146,6 @@ impl ConcreteModel {
             input_bytes: out.input_bytes,
             redactor: self.info.redactor.clone(),
         };
-        attempt.sent(out.input_bytes);
         let resp = self.send(&call.ctx, &out, &x, attempt).await?;
         if !(200..300).contains(&resp.status) {
             return Err(decode::status_error(resp, &x).await);
@@ -177,6 +176,7 @@ impl ConcreteModel {
         let up = &self.upstream;
         let mut tries = 1;
         loop {
+            attempt.sent(out.input_bytes);
             let sent = up
                 .transport
                 .send(out.endpoint, out.body.clone(), &ctx.upstream_id);
