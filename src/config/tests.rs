@@ -123,7 +123,7 @@ verifier = "ghost"
 self_certify = ["other"]
 
 [routes.x]
-strategy = "oracle"
+strategy = "tournament"
 
 [routes.loop1]
 strategy = "passthrough"
@@ -147,7 +147,7 @@ tiers = ["loop1"]
         "routes.review.tiers[2]: \"m\" is already a tier",
         "routes.review.verifier: unknown model \"ghost\"",
         "routes.review.self_certify[0]: \"other\" is not a tier",
-        "routes.x.strategy: strategy \"oracle\" is not available",
+        "routes.x.strategy: unknown strategy \"tournament\"",
         "routes.loop1: routes refer to each other in a cycle: loop1 -> loop2 -> loop1",
         "extra: unknown top-level key",
     ];

@@ -1,12 +1,14 @@
 //! The embedded store (`server.state_path`): one SQLite file holding what
-//! must survive a restart: each key's spend per UTC day ([`spend`]) and
-//! the arenas and their votes ([`arena`]). It is created with its schema
+//! must survive a restart: each key's spend per UTC day ([`spend`]), the
+//! arenas and their votes ([`arena`]), and what each session spent on
+//! oracle consults (`oracle`). It is created with its schema
 //! on first start and migrated in order by `PRAGMA user_version`; a file
 //! from a newer conclave is refused rather than misread; arenas that
 //! expired unvoted are deleted then. Without a path the same store lives
 //! in memory. Every call blocks: async code runs it on `spawn_blocking`.
 
 pub mod arena;
+mod oracle;
 mod spend;
 
 pub use spend::SpendRow;
@@ -40,6 +42,12 @@ const MIGRATIONS: &[&str] = &[
         voted_at  INTEGER
     );
     CREATE INDEX arena_route_outcome ON arena (route, outcome);",
+    "CREATE TABLE oracle_session (
+        session   TEXT    PRIMARY KEY,   -- key name and x-conclave-session
+        calls     INTEGER NOT NULL,
+        cost_usd  REAL    NOT NULL,
+        updated   INTEGER NOT NULL       -- Unix seconds
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]

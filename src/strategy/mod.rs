@@ -12,6 +12,7 @@
 pub mod arena;
 pub mod chain;
 pub mod judge;
+pub mod oracle;
 pub mod passthrough;
 pub mod race;
 
@@ -35,8 +36,9 @@ pub const ALL: Strategies = Strategies {
         ("judge", judge::config::parse),
         ("race", race::config::parse),
         ("arena", arena::config::parse),
+        ("oracle", oracle::config::parse),
     ],
-    later: &["oracle"],
+    later: &[],
 };
 
 /// A model a strategy route calls (a panellist, a candidate, a

@@ -218,6 +218,20 @@ impl Message {
         }
     }
 
+    /// A message from its JSON (`role` and the rest as they are); a value
+    /// that is not an object becomes an empty assistant message.
+    pub fn from_value(v: Value) -> Self {
+        let mut rest = match v {
+            Value::Object(o) => o,
+            _ => Map::new(),
+        };
+        let role = match rest.remove("role") {
+            Some(Value::String(r)) => r,
+            _ => "assistant".to_owned(),
+        };
+        Message { role, rest }
+    }
+
     pub fn content(&self) -> Option<&Value> {
         self.rest.get("content")
     }

@@ -1,0 +1,152 @@
+//! One consult: the `oracle_consult` tool conclave adds to the base's
+//! request, the question it sends the oracle (with a hint and the last
+//! few messages), and what the base gets back as the tool's result.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::error::ModelError;
+use crate::labels::{Role, Verdict};
+use crate::model::{Call, CallSize, Spend};
+use crate::strategy::Member;
+use crate::wire::{ChatRequest, Message};
+
+/// The tool's name.
+pub const TOOL: &str = "oracle_consult";
+
+const DESCRIPTION: &str = "Ask a stronger expert model one focused question when the answer \
+needs judgement you are unsure of: a design trade-off, a subtle bug, whether an approach is \
+sound, how to weigh conflicting requirements. Not for facts you can look up or things you \
+already know. Ask at most once or twice; you will get the expert's answer as this tool's \
+result, then answer the user yourself.";
+
+const INSTRUCTION: &str = "You are an expert consulted by another assistant in the middle of \
+its conversation with a user. Answer its question directly and concisely, with your \
+reasoning where it matters; the assistant will use your answer to reply to the user.";
+
+/// The tool definition added to the base's `tools`.
+pub fn tool() -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": TOOL,
+            "description": DESCRIPTION,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "question": {"type": "string", "description": "The one question for the expert."},
+                    "context_hint": {"type": "string", "description": "What the expert needs to know to answer it (optional)."}
+                },
+                "required": ["question"]
+            }
+        }
+    })
+}
+
+/// How the oracle is asked.
+pub struct OracleCall {
+    pub member: Member,
+    pub context_messages: usize,
+    pub temperature: f64,
+    pub max_tokens: u32,
+    pub reasoning_effort: Option<String>,
+    pub timeout: Duration,
+}
+
+/// A consult's question, read from the tool call's arguments.
+pub struct Question {
+    pub question: String,
+    pub hint: Option<String>,
+}
+
+impl Question {
+    pub fn read(arguments: &str) -> Result<Question, String> {
+        let v: Value = serde_json::from_str(arguments)
+            .map_err(|e| format!("the arguments are not JSON ({e})"))?;
+        let question = v
+            .get("question")
+            .and_then(Value::as_str)
+            .filter(|q| !q.trim().is_empty())
+            .ok_or("`question` is missing")?;
+        Ok(Question {
+            question: question.to_owned(),
+            hint: v
+                .get("context_hint")
+                .and_then(Value::as_str)
+                .filter(|h| !h.trim().is_empty())
+                .map(str::to_owned),
+        })
+    }
+}
+
+impl OracleCall {
+    /// The most a consult can cost (for the session cap).
+    pub fn estimate(&self, q: &Question, conversation: &[Message]) -> Spend {
+        let input = (q.question.len() + q.hint.as_ref().map_or(0, String::len)) as u64 / 4
+            + self.recent(conversation).len() as u64 / 4
+            + 200;
+        self.member.model.estimate(CallSize {
+            input,
+            output: u64::from(self.max_tokens),
+        })
+    }
+
+    /// The last `context_messages` messages of the conversation, as text.
+    fn recent(&self, conversation: &[Message]) -> String {
+        let from = conversation.len().saturating_sub(self.context_messages);
+        conversation[from..]
+            .iter()
+            .filter(|m| m.role != "system" && m.role != "developer")
+            .map(|m| format!("[{}] {}", m.role, m.text().trim()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Asks the oracle; its answer and what it cost.
+    pub async fn ask(
+        &self,
+        call: &Call,
+        q: &Question,
+        conversation: &[Message],
+    ) -> Result<(String, Spend), ModelError> {
+        let mut user = format!("Question: {}\n", q.question);
+        if let Some(h) = &q.hint {
+            user.push_str(&format!("\nContext hint: {h}\n"));
+        }
+        let recent = self.recent(conversation);
+        if !recent.is_empty() {
+            user.push_str(&format!(
+                "\nThe conversation so far (latest messages):\n<<<\n{recent}\n>>>\n"
+            ));
+        }
+        let mut extra = Map::new();
+        extra.insert("temperature".into(), json!(self.temperature));
+        extra.insert("max_tokens".into(), json!(self.max_tokens));
+        if let Some(e) = &self.reasoning_effort {
+            extra.insert("reasoning_effort".into(), json!(e));
+        }
+        let req = ChatRequest::internal(&self.member.name, INSTRUCTION, user, extra);
+        let call = call.with_role(Role::Oracle).with_timeout(self.timeout);
+        let reply = self.member.model.chat(call, req.into()).await?;
+        let usage = match &reply.body {
+            crate::model::ReplyBody::Whole(c) => c.usage,
+            crate::model::ReplyBody::Stream(_) => None,
+        };
+        let (reply, out) = reply.buffer().await?;
+        reply.attempt.set_verdict(Verdict::Ok, None);
+        let cost = usage.map_or(Spend::default(), |u| {
+            self.member.model.estimate(CallSize {
+                input: u.prompt_tokens,
+                output: u.completion_tokens,
+            })
+        });
+        if out.text.trim().is_empty() {
+            return Err(ModelError::Invalid {
+                upstream: self.member.name.clone(),
+                detail: "the oracle answered nothing".into(),
+            });
+        }
+        Ok((out.text, cost))
+    }
+}
