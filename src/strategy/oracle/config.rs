@@ -12,6 +12,8 @@ use crate::config::{Built, Config, Errors, Resolve, RouteSpec, Unresolved, posit
 use crate::strategy::Member;
 
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(5);
+/// Consults a request may be allowed at most.
+const MAX_CALLS: u32 = 16;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,6 +95,12 @@ pub(crate) fn parse(
         errs.push(
             format!("{path}.oracle_temperature"),
             "must be between 0 and 2",
+        );
+    }
+    if c.max_calls_per_request > MAX_CALLS {
+        errs.push(
+            format!("{path}.max_calls_per_request"),
+            format!("must be at most {MAX_CALLS}"),
         );
     }
     if c.oracle_max_tokens == 0 {

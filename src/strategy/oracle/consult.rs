@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
-use crate::model::{Call, CallSize, Spend};
+use crate::model::Call;
 use crate::strategy::Member;
 use crate::wire::{ChatRequest, Message};
 
@@ -81,35 +81,26 @@ impl Question {
 }
 
 impl OracleCall {
-    /// The most a consult can cost (for the session cap).
-    pub fn estimate(&self, q: &Question, conversation: &[Message]) -> Spend {
-        let input = (q.question.len() + q.hint.as_ref().map_or(0, String::len)) as u64 / 4
-            + self.recent(conversation).len() as u64 / 4
-            + 200;
-        self.member.model.estimate(CallSize {
-            input,
-            output: u64::from(self.max_tokens),
-        })
-    }
-
     /// The last `context_messages` messages of the conversation, as text.
     fn recent(&self, conversation: &[Message]) -> String {
-        let from = conversation.len().saturating_sub(self.context_messages);
-        conversation[from..]
+        let said: Vec<String> = conversation
             .iter()
             .filter(|m| m.role != "system" && m.role != "developer")
-            .map(|m| format!("[{}] {}", m.role, m.text().trim()))
-            .collect::<Vec<_>>()
-            .join("\n")
+            .map(|m| (m.role.as_str(), m.text()))
+            .filter(|(_, text)| !text.trim().is_empty())
+            .map(|(role, text)| format!("[{role}] {}", text.trim()))
+            .collect();
+        let from = said.len().saturating_sub(self.context_messages);
+        said[from..].join("\n")
     }
 
-    /// Asks the oracle; its answer and what it cost.
+    /// Asks the oracle; its answer.
     pub async fn ask(
         &self,
         call: &Call,
         q: &Question,
         conversation: &[Message],
-    ) -> Result<(String, Spend), ModelError> {
+    ) -> Result<String, ModelError> {
         let mut user = format!("Question: {}\n", q.question);
         if let Some(h) = &q.hint {
             user.push_str(&format!("\nContext hint: {h}\n"));
@@ -121,32 +112,28 @@ impl OracleCall {
             ));
         }
         let mut extra = Map::new();
-        extra.insert("temperature".into(), json!(self.temperature));
-        extra.insert("max_tokens".into(), json!(self.max_tokens));
-        if let Some(e) = &self.reasoning_effort {
-            extra.insert("reasoning_effort".into(), json!(e));
+        match &self.reasoning_effort {
+            // Reasoning models take neither `temperature` nor `max_tokens`.
+            Some(e) => {
+                extra.insert("reasoning_effort".into(), json!(e));
+                extra.insert("max_completion_tokens".into(), json!(self.max_tokens));
+            }
+            None => {
+                extra.insert("temperature".into(), json!(self.temperature));
+                extra.insert("max_tokens".into(), json!(self.max_tokens));
+            }
         }
         let req = ChatRequest::internal(&self.member.name, INSTRUCTION, user, extra);
         let call = call.with_role(Role::Oracle).with_timeout(self.timeout);
         let reply = self.member.model.chat(call, req.into()).await?;
-        let usage = match &reply.body {
-            crate::model::ReplyBody::Whole(c) => c.usage,
-            crate::model::ReplyBody::Stream(_) => None,
-        };
         let (reply, out) = reply.buffer().await?;
         reply.attempt.set_verdict(Verdict::Ok, None);
-        let cost = usage.map_or(Spend::default(), |u| {
-            self.member.model.estimate(CallSize {
-                input: u.prompt_tokens,
-                output: u.completion_tokens,
-            })
-        });
         if out.text.trim().is_empty() {
             return Err(ModelError::Invalid {
                 upstream: self.member.name.clone(),
                 detail: "the oracle answered nothing".into(),
             });
         }
-        Ok((out.text, cost))
+        Ok(out.text)
     }
 }

@@ -9,6 +9,8 @@
 
 pub mod config;
 mod consult;
+mod ledger;
+mod live;
 mod turn;
 
 use std::sync::Arc;
@@ -16,20 +18,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
-use crate::model::{
-    Call, CallSize, ChatModel, Chunk, ChunkStream, Completion, Reply, ReplyBody, Spend,
-};
+use crate::model::{Call, CallSize, ChatModel, Completion, Reply, ReplyBody, Spend};
 use crate::store::Store;
 use crate::strategy::{Member, event, pinned};
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
 pub use consult::OracleCall;
 use consult::{Question, TOOL};
+use ledger::Ledger;
 use turn::{ToolCall, Turn};
 
 /// Longest question or answer kept in an `oracle_consult` event.
@@ -57,189 +57,6 @@ enum Seen {
     Calls(Reply, Turn),
 }
 
-/// A consult's bookkeeping within one request.
-struct Ledger {
-    calls: u32,
-    cost_usd: f64,
-    /// `KEY/SESSION` when the client named a session.
-    session: Option<String>,
-}
-
-impl Oracle {
-    /// The base's answer to `req`, read far enough to know whether it is
-    /// for the client.
-    async fn turn(&self, call: &Call, req: Arc<ChatRequest>) -> Result<Seen, ModelError> {
-        let reply = self
-            .base
-            .model
-            .chat(call.with_role(Role::Base), req)
-            .await?;
-        let Reply {
-            body,
-            meta,
-            attempt,
-        } = reply;
-        match body {
-            ReplyBody::Whole(c) => {
-                let turn = Turn::from_completion(&c.body).unwrap_or_default();
-                let reply = Reply {
-                    body: ReplyBody::Whole(c),
-                    meta,
-                    attempt,
-                };
-                if turn.calls.iter().any(|t| t.name == TOOL) {
-                    Ok(Seen::Calls(reply, turn))
-                } else {
-                    Ok(Seen::Final(reply))
-                }
-            }
-            ReplyBody::Stream(mut s) => {
-                // Up to the first real delta: text streams live, a tool
-                // call is read whole first.
-                let mut seen: Vec<Chunk> = Vec::new();
-                let mut calls = false;
-                while let Some(c) = s.next().await {
-                    let c = c?;
-                    let real = c.real;
-                    calls = real && is_tool_call(&c.data);
-                    seen.push(c);
-                    if real {
-                        break;
-                    }
-                }
-                if !calls {
-                    let live = futures::stream::iter(seen.into_iter().map(Ok)).chain(s);
-                    let body = ReplyBody::Stream(ChunkStream::new(live));
-                    return Ok(Seen::Final(Reply {
-                        body,
-                        meta,
-                        attempt,
-                    }));
-                }
-                let mut turn = Turn::default();
-                for c in &seen {
-                    turn.absorb(&c.data);
-                }
-                while let Some(c) = s.next().await {
-                    let c = c?;
-                    turn.absorb(&c.data);
-                    seen.push(c);
-                }
-                let body = ReplyBody::Stream(ChunkStream::replay(seen));
-                let reply = Reply {
-                    body,
-                    meta,
-                    attempt,
-                };
-                if turn.calls.iter().any(|t| t.name == TOOL) {
-                    Ok(Seen::Calls(reply, turn))
-                } else {
-                    Ok(Seen::Final(reply))
-                }
-            }
-        }
-    }
-
-    /// Runs one consult (or refuses it); the tool result the base gets.
-    async fn consult(
-        &self,
-        call: &Call,
-        tool_call: &ToolCall,
-        conversation: &[Message],
-        ledger: &mut Ledger,
-        this_turn: u32,
-    ) -> String {
-        let mut f = Map::new();
-        let outcome = self
-            .consult_inner(call, tool_call, conversation, ledger, &mut f)
-            .await;
-        let session_cost = match &ledger.session {
-            Some(s) => {
-                let (store, s) = (self.store.clone(), s.clone());
-                tokio::task::spawn_blocking(move || store.oracle_spend(&s))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map_or(ledger.cost_usd, |(_, c)| c)
-            }
-            None => ledger.cost_usd,
-        };
-        f.insert("calls_this_turn".into(), json!(this_turn));
-        f.insert("calls_total".into(), json!(ledger.calls));
-        f.insert("session_cost_usd".into(), json!(session_cost));
-        match &outcome {
-            Ok(answer) => f.insert("answer".into(), Value::from(clip(answer))),
-            Err(e) => f.insert("error".into(), Value::from(e.as_str())),
-        };
-        event(&call.ctx, "oracle_consult", f);
-        match outcome {
-            Ok(answer) => answer,
-            Err(e) => json!({ "error": e }).to_string(),
-        }
-    }
-
-    async fn consult_inner(
-        &self,
-        call: &Call,
-        tool_call: &ToolCall,
-        conversation: &[Message],
-        ledger: &mut Ledger,
-        f: &mut Map<String, Value>,
-    ) -> Result<String, String> {
-        let q = Question::read(&tool_call.arguments).map_err(|e| format!("oracle_consult: {e}"))?;
-        f.insert("question".into(), Value::from(clip(&q.question)));
-        f.insert(
-            "context_hint".into(),
-            q.hint.as_deref().map_or(Value::Null, Value::from),
-        );
-        if ledger.calls >= self.caps.calls_per_request {
-            return Err(format!(
-                "oracle budget exhausted: at most {} consult(s) per request; answer on your own",
-                self.caps.calls_per_request
-            ));
-        }
-        let spent = match &ledger.session {
-            Some(s) => {
-                let (store, s) = (self.store.clone(), s.clone());
-                tokio::task::spawn_blocking(move || store.oracle_spend(&s))
-                    .await
-                    .map_err(|e| format!("oracle unavailable: {e}"))?
-                    .map_err(|e| {
-                        tracing::error!("cannot read oracle spend: {e}");
-                        "oracle unavailable".to_owned()
-                    })?
-                    .1
-            }
-            None => ledger.cost_usd,
-        };
-        if spent >= self.caps.session_cost_usd {
-            return Err(format!(
-                "oracle budget exhausted: this session has spent ${spent:.4} of its ${:.2}; answer on your own",
-                self.caps.session_cost_usd
-            ));
-        }
-        let (answer, cost) = self
-            .oracle
-            .ask(call, &q, conversation)
-            .await
-            .map_err(|e| format!("the oracle failed ({}); answer on your own", e.kind()))?;
-        ledger.calls += 1;
-        ledger.cost_usd += cost.cost_usd;
-        f.insert("cost_usd".into(), json!(cost.cost_usd));
-        f.insert("tokens".into(), json!(cost.tokens));
-        if let Some(s) = &ledger.session {
-            let (store, s, c) = (self.store.clone(), s.clone(), cost.cost_usd);
-            let now = i64::try_from(unix_now()).unwrap_or(i64::MAX);
-            let saved =
-                tokio::task::spawn_blocking(move || store.add_oracle_spend(&s, c, now)).await;
-            if !matches!(saved, Ok(Ok(()))) {
-                tracing::error!("cannot record an oracle consult's cost for its session");
-            }
-        }
-        Ok(answer)
-    }
-}
-
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -250,22 +67,29 @@ fn clip(s: &str) -> String {
     s.chars().take(EVENT_TEXT).collect()
 }
 
-/// Whether a stream chunk's delta carries a tool call.
-fn is_tool_call(data: &Bytes) -> bool {
-    serde_json::from_slice::<Value>(data)
-        .ok()
-        .and_then(|v| v.pointer("/choices/0/delta/tool_calls").cloned())
-        .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()))
-}
-
-/// `req` with the oracle tool added to its tools.
-fn with_tool(req: &ChatRequest, conversation: Vec<Message>, offer: bool) -> Arc<ChatRequest> {
+/// The base's request: the conversation so far, with the oracle tool
+/// offered; or, once it may consult no more, still defined when it was used
+/// (the history holds its calls, which some servers check), with
+/// `tool_choice: "none"` unless the client has tools of its own.
+fn with_tool(
+    req: &ChatRequest,
+    conversation: Vec<Message>,
+    offer: bool,
+    used: bool,
+    client_tools: bool,
+) -> Arc<ChatRequest> {
     let mut r = req.clone();
     r.messages = conversation;
-    if offer {
+    if offer || used {
         let tools = r.extra.entry("tools").or_insert_with(|| json!([]));
+        if !tools.is_array() {
+            *tools = json!([]);
+        }
         if let Value::Array(list) = tools {
             list.push(consult::tool());
+        }
+        if !offer && !client_tools {
+            r.extra.insert("tool_choice".into(), json!("none"));
         }
     }
     Arc::new(r)
@@ -273,9 +97,13 @@ fn with_tool(req: &ChatRequest, conversation: Vec<Message>, offer: bool) -> Arc<
 
 /// A turn rendered for the client: its own tool calls only, whole or as a
 /// stream, with the request's usage.
-fn for_client(reply: Reply, turn: &Turn, stream: bool) -> Result<Reply, ModelError> {
-    let mine: Vec<&ToolCall> = turn.calls.iter().filter(|c| c.name != TOOL).collect();
-    let mut v = turn.completion(&mine);
+fn for_client(
+    reply: Reply,
+    turn: &Turn,
+    mine: &[&ToolCall],
+    stream: bool,
+) -> Result<Reply, ModelError> {
+    let mut v = turn.completion(mine);
     v["usage"] = json!({});
     let c = Completion {
         body: Bytes::from(serde_json::to_vec(&v)?),
@@ -291,14 +119,20 @@ fn for_client(reply: Reply, turn: &Turn, stream: bool) -> Result<Reply, ModelErr
 
 #[async_trait]
 impl ChatModel for Oracle {
-    /// The base on every turn, and the oracle on every consult allowed.
+    /// The base on every turn it may take (each reading the answers so
+    /// far), and the oracle on every consult allowed.
     fn estimate(&self, size: CallSize) -> Spend {
         let n = u64::from(self.caps.calls_per_request);
+        let answer = u64::from(self.oracle.max_tokens) + 200;
         let oracle = self.oracle.member.model.estimate(CallSize {
             input: size.input,
             output: u64::from(self.oracle.max_tokens),
         });
-        self.base.model.estimate(size) * (n + 1) + oracle * n
+        let base = self.base.model.estimate(CallSize {
+            input: size.input.saturating_add(n.saturating_mul(answer)),
+            output: size.output,
+        });
+        base * (n + 2) + oracle * n
     }
 
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
@@ -307,9 +141,25 @@ impl ChatModel for Oracle {
             let asked = (call.without_pin(), req, pin.as_ref());
             return pinned(("oracle", &self.name), "base", &members, Role::Base, asked).await;
         }
+        if let Some(n) = req.extra.get("n").filter(|n| n.as_u64() != Some(1)) {
+            return Err(ModelError::BadRequest {
+                message: format!(
+                    "An oracle route answers with one choice; `n` must be 1 (got {n})."
+                ),
+                param: Some("n"),
+            });
+        }
         let ctx = call.ctx.clone();
+        let tools = req.extra.get("tools").and_then(Value::as_array);
+        let client_tools = tools.is_some_and(|t| !t.is_empty());
+        // A client tool of the same name wins: the oracle is not offered.
+        let taken = tools.is_some_and(|t| {
+            t.iter()
+                .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(TOOL))
+        });
         let mut ledger = Ledger {
             calls: 0,
+            closed: false,
             cost_usd: 0.0,
             session: ctx
                 .options
@@ -318,12 +168,16 @@ impl ChatModel for Oracle {
                 .map(|s| format!("{}/{s}", ctx.key)),
         };
         let mut conversation = req.messages.clone();
-        // Every allowed consult, one refused, then a turn without the tool.
-        let turns = self.caps.calls_per_request + 2;
+        // Every allowed consult, then a turn that may not consult.
+        let turns = self.caps.calls_per_request.saturating_add(2);
         for n in 0..turns {
-            let offer = n + 1 < turns;
-            let asked = with_tool(&req, conversation.clone(), offer);
-            let (reply, turn) = match self.turn(&call, asked).await? {
+            let offer = !taken
+                && !ledger.closed
+                && ledger.calls < self.caps.calls_per_request
+                && n + 1 < turns;
+            let used = !taken && n > 0;
+            let asked = with_tool(&req, conversation.clone(), offer, used, client_tools);
+            let (reply, mut turn) = match self.read_turn(&call, asked).await? {
                 Seen::Final(reply) => {
                     reply.attempt.set_verdict(Verdict::Ok, None);
                     return stream::with_request_usage(reply, ctx);
@@ -331,30 +185,32 @@ impl ChatModel for Oracle {
                 Seen::Calls(reply, turn) => (reply, turn),
             };
             reply.attempt.set_verdict(Verdict::Ok, None);
+            turn.name_calls(n);
             let (oracle_calls, mine): (Vec<&ToolCall>, Vec<&ToolCall>) =
-                turn.calls.iter().partition(|c| c.name == TOOL);
-            if !mine.is_empty() || !offer {
+                turn.calls.iter().partition(|c| c.name == TOOL && !taken);
+            // An oracle call the base was not invited to make is still
+            // answered (with a refusal) while turns remain.
+            if !mine.is_empty() || oracle_calls.is_empty() || n + 1 == turns {
                 // The client's own tool calls go back to it; an oracle call
                 // beside them is dropped, not paid for.
                 for dropped in &oracle_calls {
                     let mut f = Map::new();
                     let q = Question::read(&dropped.arguments).ok();
-                    f.insert(
-                        "question".into(),
-                        q.map_or(Value::Null, |q| Value::from(clip(&q.question))),
-                    );
+                    let question = q.map_or(Value::Null, |q| Value::from(clip(&q.question)));
+                    f.insert("question".into(), question);
                     f.insert("dropped".into(), json!(true));
                     f.insert("calls_total".into(), json!(ledger.calls));
                     event(&ctx, "oracle_consult", f);
                 }
-                let reply = for_client(reply, &turn, req.is_stream())?;
+                let reply = for_client(reply, &turn, &mine, req.is_stream())?;
                 return stream::with_request_usage(reply, ctx);
             }
+            let before = conversation.clone();
             conversation.push(Message::from_value(turn.message(&oracle_calls)));
             for (i, c) in oracle_calls.iter().enumerate() {
                 let this_turn = u32::try_from(i + 1).unwrap_or(u32::MAX);
                 let result = self
-                    .consult(&call, c, &conversation, &mut ledger, this_turn)
+                    .consult(&call, c, &before, &mut ledger, this_turn)
                     .await;
                 conversation.push(Message::from_value(json!({
                     "role": "tool", "tool_call_id": c.id, "content": result,

@@ -97,24 +97,36 @@ impl Turn {
             .into_iter()
             .flatten()
         {
-            let Some(i) = c
-                .get("index")
-                .and_then(Value::as_u64)
-                .and_then(|i| usize::try_from(i).ok())
-                .filter(|&i| i < MAX_TOOL_CALLS)
-            else {
-                continue;
+            let id = c
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|i| !i.is_empty());
+            // Servers that send no `index` mean the current call, or a new
+            // one when the delta carries a new id.
+            let i = match c.get("index").and_then(Value::as_u64) {
+                Some(i) => usize::try_from(i).unwrap_or(usize::MAX),
+                None => match (id, self.calls.last()) {
+                    (Some(id), Some(last)) if last.id != id => self.calls.len(),
+                    (_, Some(_)) => self.calls.len() - 1,
+                    (_, None) => 0,
+                },
             };
+            if i >= MAX_TOOL_CALLS {
+                continue;
+            }
             if self.calls.len() <= i {
                 self.calls.resize(i + 1, ToolCall::default());
             }
             let call = &mut self.calls[i];
-            if let Some(id) = c.get("id").and_then(Value::as_str) {
+            if let Some(id) = id {
                 call.id = id.to_owned();
             }
             let f = c.get("function");
             if let Some(n) = f.and_then(|f| f.get("name")).and_then(Value::as_str) {
-                call.name.push_str(n);
+                // Some servers repeat the whole name in every delta.
+                if call.name != n {
+                    call.name.push_str(n);
+                }
             }
             if let Some(a) = f.and_then(|f| f.get("arguments")).and_then(Value::as_str) {
                 call.arguments.push_str(a);
@@ -123,6 +135,16 @@ impl Turn {
     }
 
     /// The assistant message of this turn, as the conversation records it.
+    /// Gives every call without an id one of its own (tool results must
+    /// name the call they answer).
+    pub fn name_calls(&mut self, turn: u32) {
+        for (i, c) in self.calls.iter_mut().enumerate() {
+            if c.id.is_empty() {
+                c.id = format!("call_conclave_{turn}_{i}");
+            }
+        }
+    }
+
     pub fn message(&self, calls: &[&ToolCall]) -> Value {
         let mut m = json!({"role": "assistant", "content": if self.text.is_empty() { Value::Null } else { Value::from(self.text.as_str()) }});
         if !calls.is_empty() {
@@ -196,5 +218,31 @@ mod tests {
         assert_eq!(whole["choices"][0]["finish_reason"], "tool_calls");
         let again = Turn::from_completion(whole.to_string().as_bytes()).unwrap();
         assert_eq!(again.calls, vec![t.calls[1].clone()]);
+    }
+
+    #[test]
+    fn deltas_without_an_index_or_with_the_name_repeated() {
+        let chunks = [
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"id": "a", "function": {"name": "oracle_consult", "arguments": "{\"q"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"function": {"name": "oracle_consult", "arguments": "\": 1}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"id": "b", "function": {"name": "search", "arguments": "{}"}}]}}]}),
+        ];
+        let mut t = Turn::default();
+        for c in &chunks {
+            t.absorb(c.to_string().as_bytes());
+        }
+        assert_eq!(t.calls.len(), 2, "{:?}", t.calls);
+        assert_eq!(
+            (t.calls[0].name.as_str(), t.calls[0].arguments.as_str()),
+            ("oracle_consult", "{\"q\": 1}")
+        );
+        assert_eq!(
+            (t.calls[1].id.as_str(), t.calls[1].name.as_str()),
+            ("b", "search")
+        );
+        let mut unnamed = Turn::default();
+        unnamed.absorb(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "x"}}]}}]}).to_string().as_bytes());
+        unnamed.name_calls(3);
+        assert_eq!(unnamed.calls[0].id, "call_conclave_3_0");
     }
 }
