@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from procs import ROOT, start, stop
+from procs import ROOT, attempts, by_request, start, stop
 
 MOCK = """
 [upstreams.sim]
@@ -104,17 +104,6 @@ def ask(conn, route, stream):
     return r.getheader("x-request-id"), (time.perf_counter() - t0) * 1000
 
 
-def events(path, n):
-    for _ in range(300):
-        with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        attempts = [r for r in rows if r.get("event") == "attempt"]
-        if len(attempts) >= n:
-            return attempts
-        time.sleep(0.02)
-    sys.exit("the event log is short")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=20)
@@ -144,13 +133,10 @@ def main():
                 runs[(route, stream)] = [ask(conn, route, stream) for _ in range(a.requests)]
                 calls += a.requests * (6 if route == "council" else 7)
         conn.close()
-        attempts = events(ev_path, calls)
+        grouped = by_request(attempts(ev_path, calls))
     finally:
         stop(gw)
         stop(mock)
-    by_request = {}
-    for e in attempts:
-        by_request.setdefault(e["request_id"], []).append(e)
     print(f"judge wall time vs max(panel, capped by panel_timeout) + synthesis + default "
           f"({a.requests} requests per row, medians)")
     print(f"{'route':<8} {'mode':<7} {'panel':>8} {'synthesis':>10} {'default':>8} {'expected':>9} "
@@ -159,7 +145,7 @@ def main():
     for (route, stream), rows in runs.items():
         panel, syn, dflt, exp, walls, ratios = [], [], [], [], [], []
         for rid, wall in rows:
-            atts = by_request.get(rid, [])
+            atts = grouped.get(rid, [])
             p = max(e["duration_ms"] for e in atts if e["role"] == "panel")
             cap = PANEL_TIMEOUT_MS[route]
             if cap is not None:

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 
-from procs import ROOT, start, stop
+from procs import ROOT, attempts, start, stop
 
 LOCAL_MOCK = """
 [upstreams.sim]
@@ -161,20 +161,6 @@ def metric(base, name):
         if line.startswith(name):
             return float(line.rsplit(" ", 1)[-1])
     return 0.0
-
-
-def attempts(events, n):
-    for _ in range(200):
-        try:
-            with open(events) as f:
-                rows = [json.loads(line) for line in f if line.strip()]
-        except FileNotFoundError:
-            rows = []
-        rows = [r for r in rows if r.get("event") == "attempt"]
-        if len(rows) >= n:
-            return rows
-        time.sleep(0.02)
-    sys.exit(f"fewer than {n} attempt events in {events}")
 
 
 def black_hole():

@@ -1,8 +1,11 @@
-"""Starting and stopping the release `conclave` binary for the benchmarks."""
+"""What the benchmarks share: starting and stopping the release `conclave`
+binary, and reading the attempts of its event log."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "conclave")
@@ -24,3 +27,26 @@ def stop(p):
     """Ends a process this benchmark started, by its PID."""
     p.terminate()
     p.wait()
+
+
+def attempts(events, n):
+    """The `attempt` events of the log at EVENTS, once there are N of them."""
+    for _ in range(300):
+        try:
+            with open(events) as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            rows = []
+        rows = [r for r in rows if r.get("event") == "attempt"]
+        if len(rows) >= n:
+            return rows
+        time.sleep(0.02)
+    sys.exit(f"fewer than {n} attempt events in {events}")
+
+
+def by_request(rows):
+    """Attempt events grouped by their request id."""
+    out = {}
+    for r in rows:
+        out.setdefault(r["request_id"], []).append(r)
+    return out

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from procs import ROOT, start, stop
+from procs import ROOT, attempts, by_request, start, stop
 
 MOCK = """
 [upstreams.sim]
@@ -122,20 +122,6 @@ def json_body(model, stream=False):
     return b
 
 
-def attempts_by_request(path, n):
-    for _ in range(300):
-        with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        atts = [r for r in rows if r.get("event") == "attempt"]
-        if len(atts) >= n:
-            out = {}
-            for a in atts:
-                out.setdefault(a["request_id"], []).append(a)
-            return out
-        time.sleep(0.02)
-    sys.exit("the event log is short")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=20)
@@ -169,7 +155,7 @@ def main():
             for out, conn, model in ((hedge, g, "hedge"), (direct, d, "t100"), (alone, g, "t100")):
                 out.append(post(conn, streamed(model)))
         calls = 6 + a.requests * (6 + 3) + a.requests * 3 + 2
-        by_req = attempts_by_request(ev, calls)
+        by_req = by_request(attempts(ev, calls))
     finally:
         stop(gw)
         stop(mock)
