@@ -32,6 +32,7 @@
 //! - [`context`]: the per-request context (id, route, key, deadline,
 //!   options, running usage totals).
 //! - [`labels`]: the bounded label sets (role, verdict, warm); a leaf.
+//! - [`clock`]: wall-clock Unix seconds; a leaf.
 //! - [`wire`]: OpenAI wire types that keep unknown fields, and the
 //!   bounded inspection of what upstreams send.
 //! - [`mock`]: the simulator and the standalone `conclave mock` server.
@@ -39,6 +40,7 @@
 
 pub mod api;
 pub mod attempt;
+pub mod clock;
 pub mod config;
 pub mod context;
 pub mod error;
@@ -125,7 +127,7 @@ pub async fn serve(
         telemetry: telemetry.clone(),
         governor: governor.clone(),
         store,
-        started_at: api::unix_now(),
+        started_at: clock::unix_secs(),
     };
     let gateway = Arc::new(Gateway::new(AppState::new(&config, &shared)?));
     let server = tokio::spawn(server::run(

@@ -15,9 +15,10 @@ use axum::response::{IntoResponse, Response};
 use metrics::counter;
 use serde_json::{Map, Value, json};
 
+use super::Gateway;
 use super::error::ApiError;
 use super::request::{admit, finish_response, request_id};
-use super::{Gateway, unix_now};
+use crate::clock::unix_secs_i64;
 use crate::store::arena::Closed;
 use crate::strategy::arena::board::{Standing, leaderboard as rank};
 use crate::strategy::arena::pick::Pick;
@@ -79,7 +80,7 @@ async fn cast(
     }
     // With keys, only the key that asked may vote.
     let key = (!app.keys.is_empty()).then(|| caller.name.to_string());
-    let now = i64::try_from(unix_now()).unwrap_or(i64::MAX);
+    let now = unix_secs_i64();
     let (store, owned) = (app.store.clone(), id.to_owned());
     let closed = tokio::task::spawn_blocking(move || {
         store.close_arena(&owned, pick.as_str(), key.as_deref(), now)

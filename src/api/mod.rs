@@ -21,7 +21,7 @@ mod request;
 mod sse;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::Router;
@@ -130,14 +130,6 @@ impl Gateway {
     pub fn replace(&self, state: AppState) {
         self.current.store(Arc::new(state));
     }
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
 }
 
 pub fn router(gateway: Arc<Gateway>) -> Router {

@@ -2,7 +2,7 @@
 //! whole or as SSE chunks (Chat Completions, or legacy Completions with
 //! `text` choices), with the behaviour's failure modes.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -85,10 +85,7 @@ impl Answer {
             legacy: false,
             id: format!("chatcmpl-mock-{n}"),
             model: model.to_owned(),
-            created: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or_default(),
+            created: crate::clock::unix_secs(),
             tokens,
             tool_call,
             finish_reason: b

@@ -122,12 +122,9 @@ impl Store {
         tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)
             .map_err(err)?;
         // Arenas nobody voted on before they expired are of no more use.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         tx.execute(
             "DELETE FROM arena WHERE outcome IS NULL AND expires <= ?1",
-            [i64::try_from(now).unwrap_or(i64::MAX)],
+            [crate::clock::unix_secs_i64()],
         )
         .map_err(err)?;
         tx.commit().map_err(err)?;

@@ -11,7 +11,7 @@ pub mod config;
 pub mod pick;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -21,6 +21,7 @@ use rand::seq::IndexedRandom;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::clock::{unix_secs, unix_secs_i64};
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::Call;
@@ -125,10 +126,7 @@ impl Arena {
     /// Records the arena in the store; `None` (and a log line) when it
     /// cannot be, so the answer still goes out, with nothing to vote on.
     async fn open(&self, call: &Call, req: &ChatRequest, a: usize, b: usize) -> Option<String> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        let now = unix_secs_i64();
         let prompt = req
             .messages
             .iter()
@@ -356,9 +354,7 @@ fn with_usage_last(s: ChunkStream, call: &Call, route: &str, id: &str) -> ChunkS
     let ctx = call.ctx.clone();
     let (route, id) = (route.to_owned(), id.to_owned());
     let last = futures::stream::once(async move {
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let created = unix_secs();
         stream::chunk_of(&json!({
             "id": id,
             "object": "chat.completion.chunk",

@@ -118,7 +118,7 @@ impl Oracle {
         f.insert("tokens".into(), json!(tokens));
         if let Some(s) = &ledger.session {
             let (store, s) = (self.store.clone(), s.clone());
-            let now = i64::try_from(super::unix_now()).unwrap_or(i64::MAX);
+            let now = crate::clock::unix_secs_i64();
             let saved =
                 tokio::task::spawn_blocking(move || store.add_oracle_spend(&s, cost, now)).await;
             if !matches!(saved, Ok(Ok(()))) {

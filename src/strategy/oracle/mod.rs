@@ -14,7 +14,6 @@ mod live;
 mod turn;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -55,12 +54,6 @@ enum Seen {
     Final(Reply),
     /// A turn read whole because it began with a tool call.
     Calls(Reply, Turn),
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn clip(s: &str) -> String {
