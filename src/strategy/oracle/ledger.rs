@@ -21,6 +21,9 @@ pub struct Ledger {
     pub cost_usd: f64,
     /// `KEY/SESSION` when the client named a session.
     pub session: Option<String>,
+    /// What the session had spent when last read, this request's consults
+    /// since included.
+    pub session_spent: Option<f64>,
 }
 
 impl Oracle {
@@ -51,10 +54,7 @@ impl Oracle {
             .run(call, tool_call, conversation, ledger, &mut f)
             .await;
         ledger.closed |= outcome.is_err();
-        let session_cost = match &ledger.session {
-            Some(s) => self.session_spent(s).await.unwrap_or(ledger.cost_usd),
-            None => ledger.cost_usd,
-        };
+        let session_cost = ledger.session_spent.unwrap_or(ledger.cost_usd);
         f.insert("calls_this_turn".into(), json!(this_turn));
         f.insert("calls_total".into(), json!(ledger.calls));
         f.insert("session_cost_usd".into(), json!(session_cost));
@@ -91,10 +91,14 @@ impl Oracle {
             ));
         }
         let spent = match &ledger.session {
-            Some(s) => self
-                .session_spent(s)
-                .await
-                .ok_or("oracle unavailable; answer on your own")?,
+            Some(s) => {
+                let spent = self
+                    .session_spent(s)
+                    .await
+                    .ok_or("oracle unavailable; answer on your own")?;
+                ledger.session_spent = Some(spent);
+                spent
+            }
             None => ledger.cost_usd,
         };
         if spent >= self.caps.session_cost_usd {
@@ -114,6 +118,7 @@ impl Oracle {
             .saturating_sub(before.input_tokens + before.output_tokens);
         ledger.calls += 1;
         ledger.cost_usd += cost;
+        ledger.session_spent = ledger.session_spent.map(|s| s + cost);
         f.insert("cost_usd".into(), json!(cost));
         f.insert("tokens".into(), json!(tokens));
         if let Some(s) = &ledger.session {

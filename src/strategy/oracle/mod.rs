@@ -159,6 +159,7 @@ impl ChatModel for Oracle {
                 .session
                 .as_ref()
                 .map(|s| format!("{}/{s}", ctx.key)),
+            session_spent: None,
         };
         let mut conversation = req.messages.clone();
         // Every allowed consult, then a turn that may not consult.
