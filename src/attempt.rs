@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use opentelemetry::trace::SpanId;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -71,6 +72,8 @@ struct State {
     /// Bytes of request text, once the request was sent: a call cut
     /// short without usage is charged an estimate from them.
     sent: Option<usize>,
+    /// The first choice's `finish_reason`, when the answer gave one.
+    finish_reason: Option<String>,
 }
 
 struct Cell {
@@ -82,6 +85,8 @@ struct Cell {
     started: Instant,
     /// Wall-clock start, for the event's `ts`.
     started_at: SystemTime,
+    /// The attempt's span and its parent's, when the request is traced.
+    span: Option<AttemptSpan>,
     /// Touched a few times per call, never across an await.
     state: Mutex<State>,
 }
@@ -91,9 +96,20 @@ struct Cell {
 pub struct Attempt(Arc<Cell>);
 
 impl Attempt {
-    pub fn start(ctx: &Arc<RequestCtx>, model: &Arc<ModelInfo>, role: Role) -> Self {
+    /// Opens an attempt; `parent` is the span of the strategy phase the
+    /// call was made in (`None`: the request's own span).
+    pub fn start(
+        ctx: &Arc<RequestCtx>,
+        model: &Arc<ModelInfo>,
+        role: Role,
+        parent: Option<SpanId>,
+    ) -> Self {
         let started = Instant::now();
         let (index, wait_slot) = ctx.begin_attempt(started);
+        let span = ctx.trace.as_ref().map(|t| AttemptSpan {
+            id: t.new_id(),
+            parent: parent.unwrap_or(t.id),
+        });
         Attempt(Arc::new(Cell {
             ctx: ctx.clone(),
             model: model.clone(),
@@ -102,6 +118,7 @@ impl Attempt {
             wait_slot,
             started,
             started_at: SystemTime::now(),
+            span,
             state: Mutex::new(State {
                 ended: None,
                 ttft: None,
@@ -116,8 +133,23 @@ impl Attempt {
                 local: false,
                 retries: 0,
                 sent: None,
+                finish_reason: None,
             }),
         }))
+    }
+
+    /// The W3C `traceparent` for the upstream call, when traced.
+    pub fn traceparent(&self) -> Option<String> {
+        let span = self.0.span.as_ref()?;
+        self.0.ctx.trace.as_ref().map(|t| t.traceparent(span.id))
+    }
+
+    /// The answer's first choice ended for `reason` (`stop`, `length`, …).
+    pub fn set_finish_reason(&self, reason: &str) {
+        let mut s = self.0.state.lock();
+        if s.finish_reason.is_none() {
+            s.finish_reason = Some(reason.chars().take(64).collect());
+        }
     }
 
     pub fn set_warm(&self, warm: Warm) {
@@ -251,6 +283,13 @@ impl Attempt {
     }
 }
 
+/// An attempt's span id, and the id of the span it belongs under.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptSpan {
+    pub id: SpanId,
+    pub parent: SpanId,
+}
+
 /// A finished attempt, as the sinks see it.
 pub struct AttemptRecord {
     pub ctx: Arc<RequestCtx>,
@@ -279,6 +318,12 @@ pub struct AttemptRecord {
     pub tokens_per_second: Option<f64>,
     /// Times the call was sent again after the upstream's 429.
     pub retries: u32,
+    /// The first choice's `finish_reason`, when the answer gave one.
+    pub finish_reason: Option<String>,
+    /// The time the call waited for its lane (any lane), before `duration`.
+    pub waited: Duration,
+    /// Its span, when the request is traced.
+    pub span: Option<AttemptSpan>,
 }
 
 /// Something that takes every finished attempt of a request.
@@ -333,6 +378,9 @@ impl Drop for Cell {
             queued: s.local.then_some(s.queued),
             tokens_per_second,
             retries: s.retries,
+            finish_reason: s.finish_reason.take(),
+            waited: s.queued,
+            span: self.span,
         };
         for sink in self.ctx.sinks() {
             sink.record(&record);

@@ -2,8 +2,8 @@
 //! upstream call: its id, route, key, deadline, pin, telemetry sink, and the
 //! bookkeeping needed to count attempts and measure conclave's own overhead.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::attempt::AttemptSink;
 use crate::telemetry::Telemetry;
+use crate::telemetry::trace::TraceCtx;
 
 /// What the client asked of conclave itself, from the `x-conclave-*`
 /// headers (read once, in `api::options`).
@@ -23,6 +24,8 @@ pub struct Options {
     pub session: Option<Arc<str>>,
     /// `x-conclave-confirm: yes`: approves a costly race.
     pub confirm: bool,
+    /// The client's W3C `traceparent` (and `tracestate`), when valid.
+    pub trace_parent: Option<opentelemetry::trace::SpanContext>,
 }
 
 /// A request's running usage over all its attempts.
@@ -69,6 +72,10 @@ pub struct RequestCtx {
     /// A plain mutex: a handful of pushes per request, never held across
     /// an await, so contention is nil.
     waits: Mutex<Vec<(Instant, Option<Instant>)>>,
+    /// When the client got its first token, after `started` (set once).
+    first_token: OnceLock<Duration>,
+    /// The request's trace, when traces are exported and it is sampled.
+    pub trace: Option<TraceCtx>,
 }
 
 impl RequestCtx {
@@ -102,7 +109,26 @@ impl RequestCtx {
             access_log: false,
             options: Options::default(),
             waits: Mutex::new(Vec::new()),
+            first_token: OnceLock::new(),
+            trace: None,
         }
+    }
+
+    pub fn with_trace(mut self, trace: Option<TraceCtx>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The client has its first token now (a no-op after the first call).
+    pub fn first_token(&self) {
+        if self.first_token.get().is_none() {
+            let _ = self.first_token.set(self.started.elapsed());
+        }
+    }
+
+    /// Time from the request's start to the client's first token.
+    pub fn ttft(&self) -> Option<Duration> {
+        self.first_token.get().copied()
     }
 
     pub fn with_access_log(mut self, on: bool) -> Self {

@@ -77,6 +77,8 @@ pub enum ServeError {
     Build(#[from] BuildError),
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    #[error(transparent)]
+    Trace(#[from] telemetry::trace::TraceSetupError),
     #[error("cannot open the event log {path}: {source}")]
     EventLog {
         path: String,
@@ -103,13 +105,24 @@ pub async fn serve(
     source: Option<PathBuf>,
     mut control: mpsc::UnboundedReceiver<Control>,
 ) -> Result<(), ServeError> {
+    let tracer = match &config.telemetry.otlp_endpoint {
+        Some(endpoint) => Some(telemetry::trace::Tracer::new(
+            &config.telemetry,
+            endpoint,
+            tokio::runtime::Handle::current(),
+        )?),
+        None => None,
+    };
     let log_path = config.server.event_log.clone();
-    let telemetry = Telemetry::new(log_path.as_deref()).map_err(|source| ServeError::EventLog {
-        path: log_path
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default(),
-        source,
+    let buffer = config.server.event_log_buffer;
+    let telemetry = Telemetry::new(log_path.as_deref(), buffer, tracer).map_err(|source| {
+        ServeError::EventLog {
+            path: log_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            source,
+        }
     })?;
     let (store, persisted) = match config.server.state_path.as_deref() {
         Some(path) => (Arc::new(store::Store::open(path)?), true),

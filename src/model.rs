@@ -15,12 +15,14 @@ use async_trait::async_trait;
 use axum::http::{HeaderName, HeaderValue};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use opentelemetry::trace::SpanId;
 use tokio::time::Instant;
 
 use crate::attempt::Attempt;
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::Role;
+use crate::telemetry::trace::Phase;
 use crate::wire::{AssistantOutput, ChatRequest, MAX_RESPONSE, NotAnAnswer, Usage, UsageField};
 
 /// Anything that answers a chat request: a concrete model or a strategy.
@@ -116,6 +118,9 @@ pub struct Call {
     /// A call conclave makes on its own behalf (a verifier) ends by then,
     /// before the request's own deadline.
     pub deadline: Option<Instant>,
+    /// The trace span of the strategy phase this call is made in; its
+    /// attempts are that span's children (`None`: the request's span).
+    pub span: Option<SpanId>,
 }
 
 impl Call {
@@ -130,6 +135,24 @@ impl Call {
             pin,
             idle_timeout: None,
             deadline: None,
+            span: None,
+        }
+    }
+
+    /// Opens a strategy phase's span (a judge's panel, a race's scoring)
+    /// when the request is traced: calls made with the returned `Call` are
+    /// its children, and the span ends when the phase is dropped.
+    pub fn phase(&self, name: &'static str) -> (Option<Phase>, Call) {
+        match &self.ctx.trace {
+            None => (None, self.clone()),
+            Some(t) => {
+                let phase = Phase::start(t, self.span, name);
+                let call = Call {
+                    span: Some(phase.id()),
+                    ..self.clone()
+                };
+                (Some(phase), call)
+            }
         }
     }
 

@@ -52,7 +52,8 @@ pub fn reload(path: &Path, running: Config, gateway: &Gateway, shared: &Shared) 
 }
 
 fn reopen(telemetry: &Telemetry, config: &Config) {
-    if let Err(e) = telemetry.set_event_log(config.server.event_log.as_deref()) {
+    let (log, buffer) = (&config.server.event_log, config.server.event_log_buffer);
+    if let Err(e) = telemetry.set_event_log(log.as_deref(), buffer) {
         tracing::error!("cannot open the event log: {e}");
     }
 }
@@ -80,6 +81,11 @@ fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
         out.push(
             "server.state_path changed (it needs a restart; spend is still kept where it was)"
                 .into(),
+        );
+    }
+    if old.telemetry != new.telemetry {
+        out.push(
+            "[telemetry] changed (it needs a restart; traces still go where they went)".into(),
         );
     }
     if old.server.limits != new.server.limits {

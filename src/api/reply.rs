@@ -29,6 +29,8 @@ pub async fn whole(node: &Node, ctx: &RequestCtx, work: Work, mut guard: Request
         let e = ApiError::Internal("the model answered a whole request with a stream".into());
         return failed(e, ctx, node, guard);
     };
+    // A whole answer's first token reaches the client with the rest.
+    ctx.first_token();
     let mut resp = Response::new(Body::from(completion.body.clone()));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -152,6 +152,12 @@ pub fn open(
         gw.hard.clone(),
     )
     .with_access_log(app.access_log)
+    .with_trace(
+        app.telemetry
+            .tracer
+            .as_ref()
+            .and_then(|t| t.start(options.trace_parent.as_ref())),
+    )
     .with_options(options);
     let mut limits = RateHeaders::default();
     let rejected = match admitted {

@@ -236,6 +236,9 @@ impl ClientStream {
     /// Frames one upstream chunk: as the upstream's own bytes, with usage
     /// left out when conclave asked for it and the client did not.
     fn push(&mut self, chunk: Chunk) {
+        if chunk.real {
+            self.guard.ctx().first_token();
+        }
         let data = chunk.data;
         if self.include_usage {
             if matches!(chunk.usage, UsageField::Present(_)) {

@@ -38,6 +38,7 @@ use crate::mock::{Behavior, SwapSim};
 #[derive(Debug)]
 pub struct Config {
     pub server: Server,
+    pub telemetry: TelemetryConfig,
     pub keys: Vec<Key>,
     pub upstreams: IndexMap<String, Upstream>,
     pub models: IndexMap<String, Model>,
@@ -59,8 +60,20 @@ pub struct Server {
     /// Output tokens a request that sets no `max_tokens` is estimated at,
     /// for `tpm` and daily budgets.
     pub estimate_output_tokens: u32,
+    /// Events the log's writer may fall behind by before lines are dropped.
+    pub event_log_buffer: usize,
     /// Connection limits, fixed for the life of the process.
     pub limits: crate::server::Limits,
+}
+
+/// `[telemetry]`: where traces go (`None`: tracing off) and how many.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    pub otlp_endpoint: Option<String>,
+    pub service_name: String,
+    /// Share of new traces recorded, 0 to 1.
+    pub sample_ratio: f64,
+    pub otlp_timeout: Duration,
 }
 
 /// A secret read from the environment; never printed.

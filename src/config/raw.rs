@@ -39,6 +39,8 @@ pub struct Server {
     pub access_log: bool,
     #[serde(default = "default_estimate_output_tokens")]
     pub estimate_output_tokens: u32,
+    #[serde(default = "default_event_log_buffer")]
+    pub event_log_buffer: usize,
 }
 
 impl Default for Server {
@@ -57,8 +59,47 @@ impl Default for Server {
             shutdown_grace: default_shutdown_grace(),
             access_log: false,
             estimate_output_tokens: default_estimate_output_tokens(),
+            event_log_buffer: default_event_log_buffer(),
         }
     }
+}
+
+fn default_event_log_buffer() -> usize {
+    16_384
+}
+
+/// `[telemetry]`: OpenTelemetry trace export (off without an endpoint).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Telemetry {
+    pub otlp_endpoint: Option<String>,
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+    #[serde(default = "default_sample_ratio")]
+    pub sample_ratio: f64,
+    #[serde(default = "default_otlp_timeout", with = "humantime_serde")]
+    pub otlp_timeout: Duration,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry {
+            otlp_endpoint: None,
+            service_name: default_service_name(),
+            sample_ratio: default_sample_ratio(),
+            otlp_timeout: default_otlp_timeout(),
+        }
+    }
+}
+
+fn default_service_name() -> String {
+    "conclave".to_owned()
+}
+fn default_sample_ratio() -> f64 {
+    1.0
+}
+fn default_otlp_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_estimate_output_tokens() -> u32 {

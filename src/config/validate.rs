@@ -12,8 +12,8 @@ use crate::mock::SwapSim;
 use crate::server::Limits;
 
 use super::{
-    Config, Errors, Lane, LaneLimits, LlamaSwap, Model, Secret, Server, Strategies, Upstream,
-    UpstreamKind,
+    Config, Errors, Lane, LaneLimits, LlamaSwap, Model, Secret, Server, Strategies,
+    TelemetryConfig, Upstream, UpstreamKind,
 };
 use super::{keys, names, positive, raw, warnings};
 
@@ -104,6 +104,7 @@ pub(super) fn validate(
     };
     let mut warnings = Vec::new();
     let server = server(doc.remove("server"), errs);
+    let telemetry = telemetry(doc.remove("telemetry"), errs);
     let keys = keys::keys(doc.remove("keys"), env, errs);
     let upstreams = upstreams(doc.remove("upstreams"), env, errs);
     // Names whose tables failed to parse still count as defined, so one
@@ -114,7 +115,7 @@ pub(super) fn validate(
     for key in doc.keys() {
         errs.push(
             key.clone(),
-            "unknown top-level key (expected server, keys, upstreams, models, routes)",
+            "unknown top-level key (expected server, telemetry, keys, upstreams, models, routes)",
         );
     }
     let budgeted = keys
@@ -131,6 +132,7 @@ pub(super) fn validate(
     names::check_cycles(&routes, errs);
     let config = Config {
         server: server?,
+        telemetry,
         keys,
         upstreams,
         models,
@@ -198,6 +200,9 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
     if raw.estimate_output_tokens == 0 {
         errs.push("server.estimate_output_tokens", "must be greater than 0");
     }
+    if raw.event_log_buffer == 0 {
+        errs.push("server.event_log_buffer", "must be greater than 0");
+    }
     if raw.max_connections == 0 {
         errs.push("server.max_connections", "must be greater than 0");
     }
@@ -217,6 +222,7 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
         body_read_timeout: raw.body_read_timeout,
         access_log: raw.access_log,
         estimate_output_tokens: raw.estimate_output_tokens,
+        event_log_buffer: raw.event_log_buffer,
         limits: Limits {
             max_connections: raw.max_connections,
             header_read_timeout: raw.header_read_timeout,
@@ -224,6 +230,29 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
             shutdown_grace: raw.shutdown_grace,
         },
     })
+}
+
+fn telemetry(v: Option<toml::Value>, errs: &mut Errors) -> TelemetryConfig {
+    let raw: raw::Telemetry = match v {
+        Some(v) => errs.parse("telemetry", v).unwrap_or_default(),
+        None => raw::Telemetry::default(),
+    };
+    if let Some(endpoint) = &raw.otlp_endpoint {
+        url(endpoint, "telemetry.otlp_endpoint", errs);
+    }
+    if !(0.0..=1.0).contains(&raw.sample_ratio) {
+        errs.push("telemetry.sample_ratio", "must be between 0 and 1");
+    }
+    if raw.service_name.trim().is_empty() {
+        errs.push("telemetry.service_name", "must not be empty");
+    }
+    positive(Some(raw.otlp_timeout), "telemetry.otlp_timeout", errs);
+    TelemetryConfig {
+        otlp_endpoint: raw.otlp_endpoint,
+        service_name: raw.service_name,
+        sample_ratio: raw.sample_ratio,
+        otlp_timeout: raw.otlp_timeout,
+    }
 }
 
 pub(super) fn secret(

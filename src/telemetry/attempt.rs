@@ -1,12 +1,17 @@
 //! Telemetry as an [`AttemptSink`]: every finished attempt becomes its
-//! metrics and its `attempt` line in the event log.
+//! metrics, its `attempt` line in the event log, and (when the request is
+//! traced) its span, with a child span for the time it waited for its lane.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{counter, histogram};
+use opentelemetry::trace::SpanKind;
+use opentelemetry::{Array, KeyValue, StringValue, Value};
 use serde::Serialize;
 
+use super::trace::SpanRecord;
 use super::{
     ATTEMPT_DURATION, ATTEMPT_TTFT, ATTEMPTS_TOTAL, EventBody, GENERATION_TPS, TOKENS_TOTAL,
     Telemetry, UPSTREAM_ERRORS_TOTAL,
@@ -81,6 +86,9 @@ impl AttemptSink for Telemetry {
             counter!(UPSTREAM_ERRORS_TOTAL, "upstream" => m.upstream.clone(), "kind" => *kind)
                 .increment(1);
         }
+        if r.span.is_some() {
+            span(r);
+        }
         if self.events_enabled() {
             let ev = AttemptEvent {
                 attempt: r.index,
@@ -110,4 +118,85 @@ impl AttemptSink for Telemetry {
             );
         }
     }
+}
+
+/// The attempt's span (a client call, named by the GenAI conventions'
+/// `{operation} {model}`), and its lane wait as a child span.
+fn span(r: &AttemptRecord) {
+    let (Some(trace), Some(ids)) = (&r.ctx.trace, r.span) else {
+        return;
+    };
+    let m = &r.model;
+    let mut a = vec![
+        KeyValue::new("gen_ai.operation.name", "chat"),
+        KeyValue::new("gen_ai.request.model", m.upstream_model.clone()),
+        KeyValue::new("conclave.model", m.name.to_string()),
+        KeyValue::new("conclave.upstream", m.upstream.to_string()),
+        KeyValue::new("conclave.route", r.ctx.route.to_string()),
+        KeyValue::new("conclave.strategy", r.ctx.strategy),
+        KeyValue::new("conclave.role", r.role.as_str()),
+        KeyValue::new("conclave.verdict", r.verdict.as_str()),
+        KeyValue::new("conclave.warm", r.warm.as_str()),
+        KeyValue::new("conclave.attempt", i64::from(r.index)),
+    ];
+    if let Some(u) = r.usage {
+        a.push(KeyValue::new(
+            "gen_ai.usage.input_tokens",
+            u.prompt_tokens as i64,
+        ));
+        a.push(KeyValue::new(
+            "gen_ai.usage.output_tokens",
+            u.completion_tokens as i64,
+        ));
+        a.push(KeyValue::new("conclave.usage_estimated", u.estimated));
+    }
+    if let Some(reason) = &r.finish_reason {
+        let reasons = Array::String(vec![StringValue::from(reason.clone())]);
+        a.push(KeyValue::new(
+            "gen_ai.response.finish_reasons",
+            Value::Array(reasons),
+        ));
+    }
+    if let Some(ttft) = r.ttft {
+        a.push(KeyValue::new("conclave.ttft_ms", ms(ttft)));
+    }
+    if let Some(usd) = r.cost_usd {
+        a.push(KeyValue::new("conclave.cost_usd", usd));
+    }
+    if let Some(tps) = r.tokens_per_second {
+        a.push(KeyValue::new("conclave.tokens_per_second", tps));
+    }
+    if r.retries > 0 {
+        a.push(KeyValue::new("conclave.retries", i64::from(r.retries)));
+    }
+    if let Some((kind, _)) = &r.error {
+        a.push(KeyValue::new("error.type", *kind));
+    }
+    let start = r.started_at;
+    let sent = start + r.waited;
+    if !r.waited.is_zero() {
+        trace.export(SpanRecord {
+            id: trace.new_id(),
+            parent: Some(ids.id),
+            name: Cow::Borrowed("conclave.queue"),
+            kind: SpanKind::Internal,
+            start,
+            end: sent,
+            attributes: vec![
+                KeyValue::new("conclave.upstream", m.upstream.to_string()),
+                KeyValue::new("conclave.model", m.name.to_string()),
+            ],
+            error: None,
+        });
+    }
+    trace.export(SpanRecord {
+        id: ids.id,
+        parent: Some(ids.parent),
+        name: Cow::Owned(format!("chat {}", m.upstream_model)),
+        kind: SpanKind::Client,
+        start,
+        end: sent + r.duration,
+        attributes: a,
+        error: r.error.as_ref().map(|(_, text)| text.clone()),
+    });
 }

@@ -1,13 +1,18 @@
 //! The JSONL event log: one JSON object per line, written by a dedicated
-//! thread so that file I/O never runs on a request's task. `reopen` starts
-//! a new file handle at the same path (after log rotation moved the old
-//! one) without losing or tearing a line.
+//! thread so that file I/O never runs on a request's task. Its queue is
+//! bounded: when the writer falls that far behind (a slow or stuck disk),
+//! events are dropped and counted in `conclave_events_dropped_total`, and
+//! requests go on at full speed. `reopen` starts a new file handle at the
+//! same path (after log rotation moved the old one) without losing or
+//! tearing a line.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use metrics::counter;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
@@ -16,11 +21,8 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::EVENTS_DROPPED;
 use crate::context::RequestCtx;
-
-/// Events waiting for the writer; beyond this the log drops (and counts)
-/// events rather than slow requests down.
-const QUEUE: usize = 16_384;
 
 #[derive(Serialize)]
 pub struct Event {
@@ -78,9 +80,10 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    pub fn open(path: &Path) -> std::io::Result<Self> {
+    /// Appends to `path`; up to `buffer` events wait for the writer.
+    pub fn open(path: &Path, buffer: usize) -> std::io::Result<Self> {
         let file = append(path)?;
-        let (tx, rx) = sync_channel(QUEUE);
+        let (tx, rx) = sync_channel(buffer.max(1));
         let at = path.to_owned();
         let writer = std::thread::Builder::new()
             .name("conclave-events".into())
@@ -97,6 +100,7 @@ impl EventLog {
         match self.tx.try_send(Msg::Event(event)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
+                counter!(EVENTS_DROPPED).increment(1);
                 let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if n.is_power_of_two() {
                     tracing::warn!(dropped = n, "event log queue full; events dropped");

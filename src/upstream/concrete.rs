@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use super::decode::{self, Exchange, round_ms};
 use super::lane::LaneTimeout;
 use super::limit::{MAX_TRIES, NoTurn, retry_delay};
-use super::{RawResponse, Upstream};
+use super::{CallIds, RawResponse, Upstream};
 use crate::attempt::{Attempt, ModelInfo};
 use crate::config::Lane;
 use crate::context::RequestCtx;
@@ -78,7 +78,7 @@ impl ConcreteModel {
     }
 
     async fn call(&self, call: Call, out: Outgoing) -> Result<Reply, ModelError> {
-        let attempt = Attempt::start(&call.ctx, &self.info, call.role);
+        let attempt = Attempt::start(&call.ctx, &self.info, call.role, call.span);
         match self.exchange(&call, out, &attempt).await {
             Ok(body) => Ok(Reply {
                 body,
@@ -177,9 +177,11 @@ impl ConcreteModel {
         let mut tries = 1;
         loop {
             attempt.sent(out.input_bytes);
-            let sent = up
-                .transport
-                .send(out.endpoint, out.body.clone(), &ctx.upstream_id);
+            let ids = CallIds {
+                request_id: &ctx.upstream_id,
+                traceparent: attempt.traceparent(),
+            };
+            let sent = up.transport.send(out.endpoint, out.body.clone(), &ids);
             let resp = match timeout_at(x.first, sent).await {
                 Err(_) => return Err(x.timeout(x.first_phase())),
                 Ok(Err(e)) if e.connected => return Err(x.cut(&e.reason)),

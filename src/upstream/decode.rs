@@ -196,7 +196,15 @@ pub async fn whole(
         Ok(b) => b,
     };
     let usage = match inspect_completion(&body, endpoint) {
-        Ok(WholeBody::Answer(usage)) => usage,
+        Ok(WholeBody::Answer {
+            usage,
+            finish_reason,
+        }) => {
+            if let Some(r) = finish_reason {
+                attempt.set_finish_reason(&r);
+            }
+            usage
+        }
         Ok(WholeBody::Error(message)) => return Err(x.reported(&message, false)),
         Err(e) => return Err(x.invalid(&format!("the body is not an answer: {e}"))),
     };
@@ -348,6 +356,9 @@ impl Relay {
             self.relayed = true;
         }
         self.finished_choice |= info.finished;
+        if let Some(r) = &info.finish_reason {
+            self.attempt.set_finish_reason(r);
+        }
         self.output_bytes += info.text_bytes;
         if let Some(summary) = &info.summary {
             self.attempt.add_summary(summary);

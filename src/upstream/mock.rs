@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use indexmap::IndexMap;
 
-use super::{BoxError, RawResponse, Transport, TransportError};
+use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use crate::mock::{Behavior, Simulator, SwapSim};
 use crate::wire::Endpoint;
 
@@ -33,11 +33,11 @@ impl Transport for MockTransport {
         &self,
         endpoint: Endpoint,
         body: Bytes,
-        request_id: &str,
+        ids: &CallIds<'_>,
     ) -> Result<RawResponse, TransportError> {
         let r = self
             .sim
-            .respond(endpoint, &body, None, Some(request_id.to_owned()))
+            .respond(endpoint, &body, None, Some(ids.request_id.to_owned()))
             .await;
         Ok(RawResponse {
             status: r.status,

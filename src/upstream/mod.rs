@@ -61,7 +61,7 @@ pub trait Transport: Send + Sync {
         &self,
         endpoint: Endpoint,
         body: Bytes,
-        request_id: &str,
+        ids: &CallIds<'_>,
     ) -> Result<RawResponse, TransportError>;
 
     /// The models loaded right now, when the transport knows (the
@@ -72,6 +72,13 @@ pub trait Transport: Send + Sync {
 
     /// `Ok` when the server answers at all.
     async fn ready(&self) -> Result<(), String>;
+}
+
+/// What identifies one upstream call to the server: the request's id,
+/// and the W3C `traceparent` of the call's span when it is traced.
+pub struct CallIds<'a> {
+    pub request_id: &'a str,
+    pub traceparent: Option<String>,
 }
 
 /// One configured upstream.

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 
-use super::{BoxError, RawResponse, Transport, TransportError};
+use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use std::sync::Arc;
 
 use super::llama_swap::{ProbeSettings, WarmProbe};
@@ -118,7 +118,7 @@ impl Transport for OpenAiTransport {
         &self,
         endpoint: Endpoint,
         body: Bytes,
-        request_id: &str,
+        ids: &CallIds<'_>,
     ) -> Result<RawResponse, TransportError> {
         let url = match endpoint {
             Endpoint::Chat => &self.chat_url,
@@ -133,8 +133,11 @@ impl Transport for OpenAiTransport {
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth.clone());
         }
-        if let Ok(id) = HeaderValue::from_str(request_id) {
+        if let Ok(id) = HeaderValue::from_str(ids.request_id) {
             req = req.header("x-request-id", id);
+        }
+        if let Some(tp) = ids.traceparent.as_deref() {
+            req = req.header("traceparent", tp);
         }
         let resp = req.send().await.map_err(|e| TransportError {
             reason: describe(&e),

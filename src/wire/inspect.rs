@@ -57,6 +57,8 @@ pub struct ChunkInfo {
     pub choices: usize,
     /// The first choice carries a `finish_reason`.
     pub finished: bool,
+    /// That `finish_reason`, when it is a string.
+    pub finish_reason: Option<String>,
     /// Bytes of answer text in the first choice's delta (content and
     /// tool-call arguments), for estimating usage.
     pub text_bytes: usize,
@@ -129,10 +131,53 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
 #[derive(Deserialize)]
 struct ChoiceProbe<'a> {
     #[serde(default)]
-    finish_reason: Option<IgnoredAny>,
+    finish_reason: Option<Reason>,
     #[serde(default, borrow)]
     delta: Option<DeltaProbe<'a>>,
 }
+
+/// A `finish_reason` that is not null: its text when it is a string
+/// (anything else an upstream sends there is accepted and not kept).
+struct Reason(Option<String>);
+
+impl<'de> Deserialize<'de> for Reason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Reason;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a finish reason")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Reason, E> {
+                Ok(Reason(Some(v.chars().take(MAX_REASON).collect())))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Reason, E> {
+                Ok(Reason(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Reason, E> {
+                Ok(Reason(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Reason, E> {
+                Ok(Reason(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Reason, E> {
+                Ok(Reason(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Reason, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Reason(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Reason, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Reason(None))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// The most characters of a finish reason kept.
+const MAX_REASON: usize = 64;
 
 #[derive(Deserialize)]
 struct DeltaProbe<'a> {
@@ -217,6 +262,7 @@ pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAns
         usage,
         choices: 0,
         finished: false,
+        finish_reason: None,
         text_bytes: 0,
         real: false,
         loading: false,
@@ -243,7 +289,9 @@ pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAns
         && probe.id.is_none()
         && probe.object.is_none()
         && delta.is_some_and(|d| d.reasoning_content.is_some());
-    info.finished = first.is_some_and(|c| c.finish_reason.is_some());
+    let reason = first.and_then(|c| c.finish_reason.as_ref());
+    info.finished = reason.is_some();
+    info.finish_reason = reason.and_then(|r| r.0.clone());
     info.text_bytes = delta.map_or(0, DeltaProbe::text_bytes);
     info.summary = delta.filter(|_| summarize).map(DeltaProbe::summary);
     Ok(info)
@@ -291,7 +339,7 @@ struct CompletionProbe {
     #[serde(default)]
     usage: Option<Usage>,
     #[serde(default)]
-    choices: Option<Vec<serde::de::IgnoredAny>>,
+    choices: Option<Vec<WholeChoice>>,
     /// Embeddings answer with `data` instead of `choices`.
     #[serde(default)]
     data: Option<Vec<serde::de::IgnoredAny>>,
@@ -299,11 +347,21 @@ struct CompletionProbe {
     error: Option<Value>,
 }
 
+#[derive(Deserialize)]
+struct WholeChoice {
+    #[serde(default)]
+    finish_reason: Option<Reason>,
+}
+
 /// What a whole (non-streamed) 200 response turned out to be.
 #[derive(Debug)]
 pub enum WholeBody {
-    /// A completion with at least one choice, and its usage if reported.
-    Answer(Option<Usage>),
+    /// A completion with at least one choice, its usage if reported, and
+    /// the first choice's `finish_reason`.
+    Answer {
+        usage: Option<Usage>,
+        finish_reason: Option<String>,
+    },
     /// An `{"error": …}` object sent with a success status.
     Error(String),
 }
@@ -318,7 +376,10 @@ pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, 
     }
     if endpoint == Endpoint::Embeddings {
         return match probe.data {
-            Some(d) if !d.is_empty() => Ok(WholeBody::Answer(probe.usage)),
+            Some(d) if !d.is_empty() => Ok(WholeBody::Answer {
+                usage: probe.usage,
+                finish_reason: None,
+            }),
             _ => Err(NotAnAnswer::NoData),
         };
     }
@@ -326,7 +387,10 @@ pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, 
         None => Err(NotAnAnswer::NoChoices),
         Some(c) if c.is_empty() => Err(NotAnAnswer::NoChoices),
         Some(c) if c.len() > MAX_CHOICES => Err(NotAnAnswer::TooManyChoices(c.len())),
-        Some(_) => Ok(WholeBody::Answer(probe.usage)),
+        Some(c) => Ok(WholeBody::Answer {
+            usage: probe.usage,
+            finish_reason: c.into_iter().next().and_then(|c| c.finish_reason?.0),
+        }),
     }
 }
 
@@ -457,7 +521,7 @@ mod tests {
         ));
         assert!(matches!(
             inspect_completion(br#"{"choices":[{"message":{}}]}"#, Endpoint::Chat),
-            Ok(WholeBody::Answer(None))
+            Ok(WholeBody::Answer { usage: None, .. })
         ));
         for chunk in [&b"{}"[..], b"[]", b"[{\"choices\":[]}]", b"{\"id\":\"x\"}"] {
             assert!(

@@ -82,7 +82,7 @@ impl ChatModel for Fake {
             calls.len() - 1
         };
         let act = self.acts.get(n).or(self.acts.last()).cloned().unwrap();
-        let attempt = Attempt::start(&call.ctx, &self.info, call.role);
+        let attempt = Attempt::start(&call.ctx, &self.info, call.role, call.span);
         let deadline = call
             .deadline
             .unwrap_or(call.ctx.deadline)

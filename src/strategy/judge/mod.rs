@@ -186,7 +186,9 @@ impl ChatModel for Judge {
         }
         let call = call.without_pin();
         let asked = panel::request(&req);
-        let outcome = panel::run(&self.panel, &call, &asked, self.panel_timeout).await;
+        let (phase, in_panel) = call.phase("judge.panel");
+        let outcome = panel::run(&self.panel, &in_panel, &asked, self.panel_timeout).await;
+        drop(phase);
         if outcome.answers.len() < self.min_panel {
             let why = format!(
                 "{} usable panel answer(s), fewer than min_panel = {}{}",
@@ -211,7 +213,10 @@ impl ChatModel for Judge {
             .iter()
             .map(|(l, a)| (l.clone(), &a.output))
             .collect();
-        let judgement = match self.synthesis.judge(&call, &req, &candidates).await {
+        let (phase, judging) = call.phase("judge.synthesis");
+        let judged = self.synthesis.judge(&judging, &req, &candidates).await;
+        drop(phase);
+        let judgement = match judged {
             Ok(j) => j,
             Err(why) => return self.fallback(&call, req, &why).await,
         };

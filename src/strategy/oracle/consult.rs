@@ -124,7 +124,10 @@ impl OracleCall {
             }
         }
         let req = ChatRequest::internal(&self.member.name, INSTRUCTION, user, extra);
-        let call = call.with_role(Role::Oracle).with_timeout(self.timeout);
+        let (_phase, consulting) = call.phase("oracle.consult");
+        let call = consulting
+            .with_role(Role::Oracle)
+            .with_timeout(self.timeout);
         let reply = self.member.model.chat(call, req.into()).await?;
         let (reply, out) = reply.buffer().await?;
         reply.attempt.set_verdict(Verdict::Ok, None);

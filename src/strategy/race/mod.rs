@@ -26,7 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use metrics::histogram;
+use metrics::{counter, histogram};
 use serde::Deserialize;
 use serde_json::{Map, json};
 use tokio::time::Instant;
@@ -36,7 +36,7 @@ use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, ReplyBody, Spend};
 use crate::strategy::{event, pinned};
 use crate::stream;
-use crate::telemetry::RACE_SCORE;
+use crate::telemetry::{RACE_SCORE, RACE_TOKENS_SAVED};
 use crate::wire::{AssistantOutput, ChatRequest, estimate_tokens};
 pub use gates::Gates;
 use rubric::{Caps, Rubric, Standing};
@@ -158,7 +158,10 @@ impl Race {
         s.signals = rubric::measure(&req, &out, s.output_tokens, took, self.caps);
         let judge = async {
             match (&self.judge, self.rubric.uses("judge")) {
-                (Some(j), true) => Some(j.score(&call, &req, &out).await),
+                (Some(j), true) => {
+                    let (_phase, scoring) = call.phase("race.scoring");
+                    Some(j.score(&scoring, &req, &out).await)
+                }
                 _ => None,
             }
         };
@@ -193,8 +196,9 @@ impl Race {
     ) -> Result<Reply, ModelError> {
         let asked = Race::whole(&req);
         let started = Instant::now();
+        let (phase, racing) = call.phase("race.candidates");
         let mut pending: FuturesUnordered<_> = (0..pool)
-            .map(|i| self.run(i, call.with_role(Role::Candidate), asked.clone(), started))
+            .map(|i| self.run(i, racing.with_role(Role::Candidate), asked.clone(), started))
             .collect();
         let mut done = Vec::new();
         while let Some(s) = pending.next().await {
@@ -209,6 +213,7 @@ impl Race {
             .collect();
         // Dropping the candidates still running aborts their upstream calls.
         drop(pending);
+        drop(phase);
         self.finish(call, done, &cancelled, started)
     }
 
@@ -273,10 +278,9 @@ impl Race {
             .collect();
         tokens.sort_unstable();
         let median = tokens.get(tokens.len() / 2).copied().unwrap_or(0);
-        f.insert(
-            "tokens_saved_estimate".into(),
-            json!(median * cancelled.len() as u64),
-        );
+        let saved = median * cancelled.len() as u64;
+        counter!(RACE_TOKENS_SAVED, "route" => self.name.clone()).increment(saved);
+        f.insert("tokens_saved_estimate".into(), json!(saved));
         event(&call.ctx, "race_finished", f);
 
         let won = done.iter().position(|s| {

@@ -1,0 +1,315 @@
+//! OpenTelemetry traces over OTLP/HTTP (`[telemetry] otlp_endpoint`).
+//!
+//! Spans are built from what conclave records anyway, not kept open while
+//! a request runs: a request gets its trace and span ids when it opens
+//! ([`TraceCtx`]), strategy phases ([`Phase`]) get theirs when they start,
+//! and each span is written whole, with its real start and end times, when
+//! its request, phase or attempt is over. Children name their parent by id,
+//! so a request's span may be written after its attempts'. The SDK's batch
+//! processor (its own thread, a bounded queue that drops when full) and
+//! the OTLP exporter send them; the exporter's HTTP calls run on the
+//! gateway's runtime with conclave's own client.
+//!
+//! With no `otlp_endpoint` there is no [`Tracer`], no request carries a
+//! [`TraceCtx`], and nothing here runs.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use axum::http;
+use bytes::Bytes;
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_http::{HttpClient, HttpError};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{
+    BatchSpanProcessor, IdGenerator, RandomIdGenerator, SpanData, SpanEvents, SpanLinks,
+    SpanProcessor,
+};
+
+use crate::config::TelemetryConfig;
+
+/// The most of an OTLP receiver's response that is read.
+const MAX_RESPONSE: usize = 64 * 1024;
+/// Spans waiting for export; beyond this the processor drops them.
+const QUEUE: usize = 8192;
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up OTLP trace export: {0}")]
+pub struct TraceSetupError(String);
+
+/// Where spans go: the batch processor in front of the OTLP exporter.
+pub struct Tracer {
+    processor: BatchSpanProcessor,
+    scope: InstrumentationScope,
+    ids: RandomIdGenerator,
+    /// Share of new traces recorded (an incoming `traceparent`'s sampled
+    /// flag decides for the traces it continues).
+    ratio: f64,
+}
+
+impl Tracer {
+    /// The exporter for `cfg`, sending through `rt` (the gateway's runtime).
+    pub fn new(
+        cfg: &TelemetryConfig,
+        endpoint: &str,
+        rt: tokio::runtime::Handle,
+    ) -> Result<Arc<Self>, TraceSetupError> {
+        let http = reqwest::Client::builder()
+            .timeout(cfg.otlp_timeout)
+            .build()
+            .map_err(|e| TraceSetupError(e.to_string()))?;
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(OnRuntime { http, rt })
+            .with_endpoint(traces_url(endpoint))
+            .with_timeout(cfg.otlp_timeout)
+            .build()
+            .map_err(|e| TraceSetupError(e.to_string()))?;
+        let mut processor = BatchSpanProcessor::builder(exporter)
+            .with_batch_config(
+                opentelemetry_sdk::trace::BatchConfigBuilder::default()
+                    .with_max_queue_size(QUEUE)
+                    .with_scheduled_delay(Duration::from_secs(1))
+                    .build(),
+            )
+            .build();
+        processor.set_resource(
+            &Resource::builder_empty()
+                .with_attribute(KeyValue::new("service.name", cfg.service_name.clone()))
+                .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+                .build(),
+        );
+        Ok(Arc::new(Tracer {
+            processor,
+            scope: InstrumentationScope::builder("conclave")
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build(),
+            ids: RandomIdGenerator::default(),
+            ratio: cfg.sample_ratio,
+        }))
+    }
+
+    /// A new request's trace: continuing `parent` (a client's
+    /// `traceparent`) or a new one; `None` when it is not sampled.
+    pub fn start(self: &Arc<Self>, parent: Option<&SpanContext>) -> Option<TraceCtx> {
+        let (trace_id, remote, state) = match parent {
+            Some(p) if !p.is_sampled() => return None,
+            Some(p) => (p.trace_id(), Some(p.span_id()), p.trace_state().clone()),
+            None if self.ratio < 1.0 && rand::random::<f64>() >= self.ratio => return None,
+            None => (self.ids.new_trace_id(), None, TraceState::default()),
+        };
+        Some(TraceCtx {
+            tracer: self.clone(),
+            trace_id,
+            state,
+            id: self.ids.new_span_id(),
+            remote,
+            start: SystemTime::now(),
+        })
+    }
+
+    /// Sends what is queued (shutdown).
+    pub fn shutdown(&self) {
+        if let Err(e) = self.processor.shutdown() {
+            tracing::warn!("trace export shutdown: {e}");
+        }
+    }
+}
+
+/// `{endpoint}/v1/traces` for a base URL (as `OTEL_EXPORTER_OTLP_ENDPOINT`
+/// is read); a URL that names a path is taken as it is.
+fn traces_url(endpoint: &str) -> String {
+    match reqwest::Url::parse(endpoint) {
+        Ok(u) if u.path() == "/" || u.path().is_empty() => {
+            format!("{}/v1/traces", endpoint.trim_end_matches('/'))
+        }
+        _ => endpoint.to_owned(),
+    }
+}
+
+/// A request's place in its trace.
+#[derive(Clone)]
+pub struct TraceCtx {
+    tracer: Arc<Tracer>,
+    trace_id: TraceId,
+    state: TraceState,
+    /// The request span's id.
+    pub id: SpanId,
+    /// The client's span, when it sent a `traceparent`.
+    remote: Option<SpanId>,
+    start: SystemTime,
+}
+
+/// One finished span, as conclave describes it.
+pub struct SpanRecord {
+    pub id: SpanId,
+    /// `None`: the request span.
+    pub parent: Option<SpanId>,
+    pub name: Cow<'static, str>,
+    pub kind: SpanKind,
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub attributes: Vec<KeyValue>,
+    pub error: Option<String>,
+}
+
+impl TraceCtx {
+    pub fn new_id(&self) -> SpanId {
+        self.tracer.ids.new_span_id()
+    }
+
+    pub fn started(&self) -> SystemTime {
+        self.start
+    }
+
+    /// The `traceparent` header value for a call made under span `id`.
+    pub fn traceparent(&self, id: SpanId) -> String {
+        format!("00-{}-{}-01", self.trace_id, id)
+    }
+
+    /// Queues one finished span for export.
+    pub fn export(&self, s: SpanRecord) {
+        let (parent, remote) = match (s.parent, self.remote) {
+            (Some(p), _) => (p, false),
+            (None, Some(r)) => (r, true),
+            (None, None) => (SpanId::INVALID, false),
+        };
+        let status = match s.error {
+            Some(description) => Status::Error {
+                description: description.into(),
+            },
+            None => Status::Unset,
+        };
+        self.tracer.processor.on_end(SpanData {
+            span_context: SpanContext::new(
+                self.trace_id,
+                s.id,
+                TraceFlags::SAMPLED,
+                false,
+                self.state.clone(),
+            ),
+            parent_span_id: parent,
+            parent_span_is_remote: remote,
+            span_kind: s.kind,
+            name: s.name,
+            start_time: s.start,
+            end_time: s.end.max(s.start),
+            attributes: s.attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status,
+            instrumentation_scope: self.tracer.scope.clone(),
+        });
+    }
+}
+
+/// The client's `traceparent` (and `tracestate`), when valid.
+pub fn remote_parent(headers: &axum::http::HeaderMap) -> Option<SpanContext> {
+    if !headers.contains_key("traceparent") {
+        return None;
+    }
+    let cx = opentelemetry::propagation::TextMapPropagator::extract(
+        &TraceContextPropagator::new(),
+        &opentelemetry_http::HeaderExtractor(headers),
+    );
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then_some(sc)
+}
+
+/// A strategy phase (a judge's panel, a race's scoring) as a span of its
+/// own: calls made under it carry its id, so their attempts are its
+/// children. Written when dropped.
+pub struct Phase {
+    trace: TraceCtx,
+    id: SpanId,
+    parent: Option<SpanId>,
+    name: &'static str,
+    start: SystemTime,
+    attributes: Vec<KeyValue>,
+}
+
+impl Phase {
+    pub fn start(trace: &TraceCtx, parent: Option<SpanId>, name: &'static str) -> Self {
+        Phase {
+            trace: trace.clone(),
+            id: trace.new_id(),
+            parent,
+            name,
+            start: SystemTime::now(),
+            attributes: Vec::new(),
+        }
+    }
+
+    pub fn id(&self) -> SpanId {
+        self.id
+    }
+
+    pub fn set(&mut self, kv: KeyValue) {
+        self.attributes.push(kv);
+    }
+}
+
+impl Drop for Phase {
+    fn drop(&mut self) {
+        self.trace.export(SpanRecord {
+            id: self.id,
+            parent: self.parent,
+            name: Cow::Borrowed(self.name),
+            kind: SpanKind::Internal,
+            start: self.start,
+            end: SystemTime::now(),
+            attributes: std::mem::take(&mut self.attributes),
+            error: None,
+        });
+    }
+}
+
+/// The exporter's HTTP client: conclave's reqwest, run on the gateway's
+/// runtime (the batch processor calls it from a thread of its own), with
+/// the response read up to [`MAX_RESPONSE`].
+#[derive(Debug)]
+struct OnRuntime {
+    http: reqwest::Client,
+    rt: tokio::runtime::Handle,
+}
+
+#[async_trait]
+impl HttpClient for OnRuntime {
+    async fn send_bytes(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> Result<http::Response<Bytes>, HttpError> {
+        let http = self.http.clone();
+        let task = self.rt.spawn(async move {
+            let (parts, body) = request.into_parts();
+            let mut resp = http
+                .request(parts.method, parts.uri.to_string())
+                .headers(parts.headers)
+                .body(body)
+                .send()
+                .await?;
+            let mut out = http::Response::builder().status(resp.status());
+            if let Some(h) = out.headers_mut() {
+                *h = std::mem::take(resp.headers_mut());
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = resp.chunk().await? {
+                let room = MAX_RESPONSE.saturating_sub(body.len());
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if room <= chunk.len() {
+                    break;
+                }
+            }
+            Ok::<_, HttpError>(out.body(Bytes::from(body))?)
+        });
+        task.await?
+    }
+}
