@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
+use futures::StreamExt;
 use serde_json::json;
+use std::time::Duration;
 
 const GATEWAY: &str = r#"
 [server]
@@ -190,5 +192,130 @@ async fn readiness_fails_while_an_upstream_is_unreachable() {
             .unwrap()
             .status(),
         200
+    );
+}
+
+#[tokio::test]
+async fn a_made_up_name_never_becomes_a_label_value() {
+    let gw = Proc::gateway(GATEWAY);
+    let made_up = "made-up-model-7f3a";
+    let http = client();
+    assert_eq!(post(&gw.base, &chat(made_up, "hi")).await.status, 404);
+    assert_eq!(
+        post(&gw.base, &chat_stream(made_up, "hi")).await.status,
+        404
+    );
+    for path in ["/v1/embeddings", "/v1/completions"] {
+        let r = http
+            .post(gw.url(path))
+            .json(&json!({"model": made_up, "input": "x", "prompt": "x"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
+    let r = http
+        .get(gw.url(&format!("/v1/models/{made_up}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // A pin, a session and a request id are the client's words too.
+    let r = post_with(
+        &gw.base,
+        &chat("fast", "hi"),
+        &[
+            ("x-conclave-pin", made_up),
+            ("x-conclave-session", made_up),
+            ("x-request-id", made_up),
+        ],
+    )
+    .await;
+    assert!(r.status == 200 || r.status == 400, "{}", r.status);
+    let r = http
+        .post(gw.url(&format!("/v1/arena/{made_up}/vote")))
+        .json(&json!({"pick": "A"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let text = gw.metrics().await;
+    assert!(!text.contains(made_up), "{text}");
+    assert!(
+        text.contains(r#"conclave_requests_total{route="unknown",strategy="none",status="404"}"#),
+        "{text}"
+    );
+}
+
+/// Opens a FIFO for reading on a thread of its own (opening blocks until
+/// the gateway opens it for writing) and hands back the reader.
+fn fifo_reader(path: std::path::PathBuf) -> std::sync::mpsc::Receiver<std::fs::File> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::File::open(path).unwrap());
+    });
+    rx
+}
+
+#[tokio::test]
+async fn a_stuck_event_log_drops_and_counts_events_and_never_slows_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("events.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let reader = fifo_reader(fifo.clone());
+    // Nobody reads the FIFO yet: once the pipe's 64 KiB are full, the
+    // writer blocks, its queue of 50 fills, and every later event drops.
+    let gw = Proc::gateway(&GATEWAY.replace(
+        "event_log = \"{dir}/events.jsonl\"",
+        &format!("event_log = \"{}\"\nevent_log_buffer = 50", fifo.display()),
+    ));
+    let reader = reader.recv_timeout(Duration::from_secs(10)).unwrap();
+    let requests = 400;
+    let started = std::time::Instant::now();
+    let http = client();
+    let sent = futures::stream::iter(0..requests)
+        .map(|_| {
+            let (http, base) = (http.clone(), gw.base.clone());
+            async move {
+                post_via(&http, &base, chat("fast", "hi").to_string(), &[])
+                    .await
+                    .status
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<u16>>();
+    let statuses = tokio::time::timeout(Duration::from_secs(60), sent)
+        .await
+        .expect("requests hung behind a stuck event log");
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let took = started.elapsed();
+    let dropped = series(&gw.metrics().await, "conclave_events_dropped_total ").unwrap();
+    assert!(dropped > 0.0, "nothing was dropped");
+
+    // Reading the FIFO lets the writer go on; a graceful stop flushes the
+    // rest. Every line is whole, and lines plus drops are every event.
+    let read = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut { reader }, &mut text).unwrap();
+        text
+    });
+    gw.signal("TERM");
+    let text = tokio::task::spawn_blocking(move || read.join().unwrap())
+        .await
+        .unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for l in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("torn line ({e}): {l}"));
+        assert!(v["event"] == "attempt" || v["event"] == "request", "{v}");
+    }
+    assert_eq!(
+        lines.len() as f64 + dropped,
+        2.0 * f64::from(requests),
+        "lines lost without being counted ({took:?} for the requests)"
     );
 }

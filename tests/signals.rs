@@ -222,20 +222,27 @@ async fn sighup_reloads_a_valid_config_and_keeps_the_old_on_errors() {
 async fn sighup_reopens_the_event_log_without_losing_a_line() {
     let gw = Proc::gateway(&config("", ""));
     let log = gw.path("events.jsonl");
-    let rotated = gw.path("events.1.jsonl");
+    let requests = 300;
     let sender = tokio::spawn({
         let base = gw.base.clone();
         async move {
             let http = client();
-            for _ in 0..200 {
+            for _ in 0..requests {
                 post_via(&http, &base, chat("ok", "hi").to_string(), &[]).await;
             }
         }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    std::fs::rename(&log, &rotated).unwrap();
-    gw.signal("HUP");
+    // Three rotations while requests keep coming.
+    let mut files = Vec::new();
+    for i in 1..=3 {
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        let rotated = gw.path(&format!("events.{i}.jsonl"));
+        std::fs::rename(&log, &rotated).unwrap();
+        gw.signal("HUP");
+        files.push(rotated);
+    }
     sender.await.unwrap();
+    files.push(log);
     let lines = |p: &std::path::Path| -> Vec<String> {
         std::fs::read_to_string(p)
             .unwrap_or_default()
@@ -243,17 +250,21 @@ async fn sighup_reopens_the_event_log_without_losing_a_line() {
             .map(str::to_owned)
             .collect()
     };
-    let complete = eventually(5, || async {
-        lines(&log).len() + lines(&rotated).len() >= 200
-    })
-    .await;
-    let (new, old) = (lines(&log), lines(&rotated));
-    assert!(complete, "lines lost: {} + {}", old.len(), new.len());
-    assert!(!new.is_empty(), "nothing was written to the reopened file");
-    for l in old.iter().chain(&new) {
-        let v: serde_json::Value =
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("torn line ({e}): {l}"));
-        assert_eq!(v["event"], "attempt");
+    // Each request writes its attempt and its request line.
+    let total = || files.iter().map(|f| lines(f).len()).sum::<usize>();
+    let complete = eventually(5, || async { total() >= 2 * requests }).await;
+    assert!(complete, "lines lost: {} of {}", total(), 2 * requests);
+    assert_eq!(total(), 2 * requests);
+    for f in &files {
+        assert!(
+            !lines(f).is_empty(),
+            "nothing was written to {}",
+            f.display()
+        );
+        for l in lines(f) {
+            let v: serde_json::Value =
+                serde_json::from_str(&l).unwrap_or_else(|e| panic!("torn line ({e}): {l}"));
+            assert!(v["event"] == "attempt" || v["event"] == "request", "{v}");
+        }
     }
-    assert_eq!(old.len() + new.len(), 200);
 }

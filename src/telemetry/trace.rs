@@ -230,30 +230,25 @@ pub fn remote_parent(headers: &axum::http::HeaderMap) -> Option<SpanContext> {
 pub struct Phase {
     trace: TraceCtx,
     id: SpanId,
-    parent: Option<SpanId>,
+    parent: SpanId,
     name: &'static str,
     start: SystemTime,
-    attributes: Vec<KeyValue>,
 }
 
 impl Phase {
+    /// A phase under `parent` (another phase), else under the request.
     pub fn start(trace: &TraceCtx, parent: Option<SpanId>, name: &'static str) -> Self {
         Phase {
             trace: trace.clone(),
             id: trace.new_id(),
-            parent,
+            parent: parent.unwrap_or(trace.id),
             name,
             start: SystemTime::now(),
-            attributes: Vec::new(),
         }
     }
 
     pub fn id(&self) -> SpanId {
         self.id
-    }
-
-    pub fn set(&mut self, kv: KeyValue) {
-        self.attributes.push(kv);
     }
 }
 
@@ -261,12 +256,12 @@ impl Drop for Phase {
     fn drop(&mut self) {
         self.trace.export(SpanRecord {
             id: self.id,
-            parent: self.parent,
+            parent: Some(self.parent),
             name: Cow::Borrowed(self.name),
             kind: SpanKind::Internal,
             start: self.start,
             end: SystemTime::now(),
-            attributes: std::mem::take(&mut self.attributes),
+            attributes: Vec::new(),
             error: None,
         });
     }

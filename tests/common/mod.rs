@@ -135,13 +135,14 @@ impl Proc {
         std::fs::read_to_string(self.path("stderr.log")).unwrap_or_default()
     }
 
-    /// The JSONL event log at `{dir}/events.jsonl`, once `n` lines are in.
+    /// The JSONL event log at `{dir}/events.jsonl` without the `request`
+    /// line that closes each request, once `n` such lines are in.
     pub async fn events(&self, n: usize) -> Vec<Value> {
         self.events_of(&[], n).await
     }
 
-    /// The log's events of the given kinds (all when empty), once there
-    /// are at least `n` of them.
+    /// The log's events of the given kinds, once there are at least `n` of
+    /// them; with no kinds, every event but `request`.
     pub async fn events_of(&self, kinds: &[&str], n: usize) -> Vec<Value> {
         for _ in 0..200 {
             let text = std::fs::read_to_string(self.path("events.jsonl")).unwrap_or_default();
@@ -151,7 +152,10 @@ impl Proc {
                 .lines()
                 .filter(|l| !l.trim().is_empty())
                 .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .filter(|e| kinds.is_empty() || kinds.iter().any(|k| e["event"] == *k))
+                .filter(|e| match kinds {
+                    [] => e["event"] != "request",
+                    _ => kinds.iter().any(|k| e["event"] == *k),
+                })
                 .collect();
             if lines.len() >= n {
                 return lines;
