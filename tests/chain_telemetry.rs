@@ -33,7 +33,21 @@ async fn event_log_and_metrics_record_every_tier_and_verifier_call() {
     assert_eq!(streamed.header("x-conclave-attempts"), Some("4"));
 
     // (The local lane's `lane_swap` events are checked elsewhere.)
-    let events = gw.events_of(&["attempt", "request"], 14).await;
+    let events = gw.events_of(&["attempt"], 14).await;
+    // Each request closes with its `request` line: the whole request's
+    // attempts, tokens and the time to the first token the client saw.
+    let requests = gw.events_of(&["request"], 4).await;
+    let closing = requests.iter().find(|e| e["request_id"] == id).unwrap();
+    assert_eq!(closing["status"], "200");
+    assert_eq!(closing["strategy"], "chain");
+    assert_eq!(closing["attempts"], 4);
+    assert_eq!(closing["key"], "anonymous");
+    let (ttft, total) = (
+        closing["ttft_ms"].as_f64().unwrap(),
+        closing["duration_ms"].as_f64().unwrap(),
+    );
+    assert!(ttft > 0.0 && ttft <= total, "{closing}");
+    assert!(closing["tokens"].as_u64().unwrap() > 0, "{closing}");
     let of = |rid: &str| {
         let mut v: Vec<Value> = events
             .iter()

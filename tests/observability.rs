@@ -275,7 +275,7 @@ async fn a_stuck_event_log_drops_and_counts_events_and_never_slows_requests() {
     ));
     let reader = reader.recv_timeout(Duration::from_secs(10)).unwrap();
     let requests = 400;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let http = client();
     let sent = futures::stream::iter(0..requests)
         .map(|_| {
