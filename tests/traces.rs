@@ -6,7 +6,9 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use axum::Router;
@@ -33,7 +35,7 @@ type Shared = Arc<Mutex<Seen>>;
 
 async fn traces(State(seen): State<Shared>, body: Bytes) -> &'static str {
     let req = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf body");
-    let mut seen = seen.lock().unwrap();
+    let mut seen = seen.lock();
     for rs in req.resource_spans {
         for kv in rs.resource.map(|r| r.attributes).unwrap_or_default() {
             if kv.key == "service.name" {
@@ -54,7 +56,7 @@ async fn upstream_chat(
     headers: HeaderMap,
 ) -> axum::Json<serde_json::Value> {
     if let Some(tp) = headers.get("traceparent").and_then(|v| v.to_str().ok()) {
-        seen.lock().unwrap().traceparents.push(tp.to_owned());
+        seen.lock().traceparents.push(tp.to_owned());
     }
     axum::Json(json!({
         "id": "c1", "object": "chat.completion", "created": 1, "model": "remote-1",
@@ -169,15 +171,11 @@ async fn a_judge_request_is_one_trace_with_phases_attempts_and_a_lane_wait() {
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let arrived = eventually(15, || async {
-        seen.lock()
-            .unwrap()
-            .spans
-            .iter()
-            .any(|s| s.name == "chat council")
+        seen.lock().spans.iter().any(|s| s.name == "chat council")
     })
     .await;
     assert!(arrived, "no request span arrived:\n{}", gw.stderr());
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let seen = std::mem::take(&mut *seen.lock());
     let spans = &seen.spans;
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     let by_name = |name: &str| -> &Span {
@@ -302,7 +300,6 @@ async fn unsampled_and_unsampled_by_ratio_requests_export_nothing() {
     assert_eq!(r.status, 200);
     let arrived = eventually(15, || async {
         seen.lock()
-            .unwrap()
             .spans
             .iter()
             .any(|s| s.name == "chat a" && s.kind == 2)
@@ -310,7 +307,7 @@ async fn unsampled_and_unsampled_by_ratio_requests_export_nothing() {
     .await;
     assert!(arrived, "{}", gw.stderr());
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock();
     let requests: Vec<&Span> = seen.spans.iter().filter(|s| s.kind == 2).collect();
     assert_eq!(requests.len(), 1, "only the sampled request is traced");
     assert!(seen.spans.iter().all(|s| hex(&s.trace_id) == TRACE));
