@@ -101,8 +101,13 @@ impl Config {
             .event_log
             .as_ref()
             .map_or("off".to_owned(), |p| p.display().to_string());
+        let traces = self
+            .telemetry
+            .otlp_endpoint
+            .as_deref()
+            .map_or("off".to_owned(), |e| format!("to {e}"));
         format!(
-            "listening on {listening}: {} models, {} routes ({}); upstreams: {}; auth {auth}; event log {events}",
+            "listening on {listening}: {} models, {} routes ({}); upstreams: {}; auth {auth}; event log {events}; traces {traces}",
             self.models.len(),
             self.routes.len(),
             if routes.is_empty() {

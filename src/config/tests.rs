@@ -199,3 +199,41 @@ fn mock_behaviour_errors_have_paths() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn telemetry_is_off_by_default_and_checked_when_set() {
+    let cfg = parse(GOOD, "t.toml", &env, &crate::strategy::ALL).unwrap();
+    assert_eq!(cfg.telemetry.otlp_endpoint, None);
+    assert_eq!(cfg.telemetry.sample_ratio, 1.0);
+    assert_eq!(cfg.server.event_log_buffer, 16_384);
+    let bad = format!(
+        "{GOOD}\n[telemetry]\notlp_endpoint = \"collector:4318\"\nsample_ratio = 1.5\n\
+         service_name = \" \"\notlp_timeout = \"0s\"\nexporter = \"jaeger\"\n"
+    );
+    let errs = errors(&bad);
+    assert!(
+        errs.iter().any(|e| e.starts_with("telemetry.exporter")),
+        "{errs:?}"
+    );
+    let bad = format!(
+        "{GOOD}\n[telemetry]\notlp_endpoint = \"collector:4318\"\nsample_ratio = 1.5\n\
+         service_name = \" \"\notlp_timeout = \"0s\"\n"
+    )
+    .replace("[server]\n", "[server]\nevent_log_buffer = 0\n");
+    let errs = errors(&bad);
+    for key in [
+        "telemetry.otlp_endpoint",
+        "telemetry.sample_ratio",
+        "telemetry.service_name",
+        "telemetry.otlp_timeout",
+        "server.event_log_buffer",
+    ] {
+        assert!(errs.iter().any(|e| e.starts_with(key)), "{key}: {errs:?}");
+    }
+    let good = format!("{GOOD}\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n");
+    let cfg = parse(&good, "t.toml", &env, &crate::strategy::ALL).unwrap();
+    assert_eq!(
+        cfg.telemetry.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318")
+    );
+}

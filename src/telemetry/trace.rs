@@ -308,3 +308,18 @@ impl HttpClient for OnRuntime {
         task.await?
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::traces_url;
+
+    #[test]
+    fn a_base_url_gets_the_traces_path_and_a_full_one_is_kept() {
+        assert_eq!(traces_url("http://c:4318"), "http://c:4318/v1/traces");
+        assert_eq!(traces_url("http://c:4318/"), "http://c:4318/v1/traces");
+        assert_eq!(
+            traces_url("https://c/otlp/v1/traces"),
+            "https://c/otlp/v1/traces"
+        );
+    }
+}
