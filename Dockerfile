@@ -15,7 +15,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --home-dir /var/lib/conclave --create-home conclave
 COPY --from=build /src/target/release/conclave /usr/local/bin/conclave
-COPY config/demo.toml config/example.toml /etc/conclave/
+COPY config/demo.toml config/example.toml config/governed.toml /etc/conclave/
 USER conclave
 WORKDIR /var/lib/conclave
 EXPOSE 4000

@@ -147,6 +147,7 @@ impl ConcreteModel {
             redactor: self.info.redactor.clone(),
         };
         let resp = self.send(&call.ctx, &out, &x, attempt).await?;
+        up.show_simulated();
         if !(200..300).contains(&resp.status) {
             return Err(decode::status_error(resp, &x).await);
         }

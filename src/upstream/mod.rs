@@ -155,6 +155,16 @@ impl Upstream {
         }
     }
 
+    /// Shows what the simulator has loaded now, after a call that may
+    /// have swapped it (a real llama-swap is shown by its probe).
+    pub fn show_simulated(&self) {
+        if self.probe.is_none()
+            && let Some(l) = self.transport.loaded()
+        {
+            show_loaded(&self.name, &self.models, |m| Some(l.iter().any(|x| x == m)));
+        }
+    }
+
     /// Whether the upstream answers and, for llama-swap, what it has
     /// loaded (the probe's answer if fresh, else asked now), for `/readyz`
     /// and `conclave check --probe`.
