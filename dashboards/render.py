@@ -277,15 +277,21 @@ def no_data(cv, x, y, w, h):
     cv.text(x + w / 2, y + h / 2, "No data", size=14, c=MUTED, ha="center", va="center")
 
 
+def range_series(prom, p):
+    """(legend, times, values) of every target of panel P over the window."""
+    series = []
+    for t in p["targets"]:
+        for labels, ts, vs in prom.range(t["expr"]):
+            series.append((legend_name(t.get("legendFormat"), labels, t["expr"]), ts, vs))
+    return series
+
+
 def draw_timeseries(cv, prom, p, x, y, w, h):
     d = p["fieldConfig"]["defaults"]
     unit, decimals = d.get("unit", "short"), d.get("decimals")
     custom = d.get("custom", {})
     stacked = custom.get("stacking", {}).get("mode") == "normal"
-    series = []
-    for t in p["targets"]:
-        for labels, ts, vs in prom.range(t["expr"]):
-            series.append((legend_name(t.get("legendFormat"), labels, t["expr"]), ts, vs))
+    series = range_series(prom, p)
     if not series:
         return no_data(cv, x, y, w, h)
     colors = series_colors(len(series))
@@ -564,10 +570,7 @@ def draw_table(cv, prom, p, x, y, w, h):
 def draw_timeline(cv, prom, p, x, y, w, h):
     d = p["fieldConfig"]["defaults"]
     mappings = d.get("mappings", [])
-    series = []
-    for t in p["targets"]:
-        for labels, ts, vs in prom.range(t["expr"]):
-            series.append((legend_name(t.get("legendFormat"), labels, t["expr"]), ts, vs))
+    series = range_series(prom, p)
     if not series:
         return no_data(cv, x, y, w, h)
     series.sort()

@@ -74,7 +74,9 @@ async fn metrics_follow_the_contract() {
         r#"conclave_tokens_total{model="small",kind="output"} 2000"#,
         r#"conclave_cost_usd_total{model="small",key="anonymous"} 0.021"#,
         r#"conclave_inflight_requests{route="fast"} 0"#,
-        r#"conclave_llama_swap_warm{upstream="sim",model="big"} 0"#,
+        // What the simulated llama-swap holds now: the last model asked.
+        r#"conclave_llama_swap_warm{upstream="sim",model="big"} 1"#,
+        r#"conclave_llama_swap_warm{upstream="sim",model="small"} 0"#,
     ];
     for e in expect {
         assert!(text.contains(e), "missing {e}\n{text}");
