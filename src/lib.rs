@@ -27,8 +27,9 @@
 //! - [`redact`]: keeps the config's secrets out of what upstreams say.
 //! - [`attempt`]: the record of one upstream call, reported once to the
 //!   request's sinks.
-//! - [`telemetry`]: metric names, the Prometheus recorder, the JSONL event
-//!   log; the attempt sink that feeds them.
+//! - [`telemetry`]: the metric contract and the Prometheus recorder, the
+//!   JSONL event log, OpenTelemetry traces; the attempt sink and the
+//!   request record that feed them.
 //! - [`context`]: the per-request context (id, route, key, deadline,
 //!   options, running usage totals).
 //! - [`labels`]: the bounded label sets (role, verdict, warm); a leaf.

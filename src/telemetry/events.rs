@@ -11,12 +11,11 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use metrics::counter;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
+use metrics::counter;
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Map, Value};
