@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
+use super::finish::Reason;
 use super::{Endpoint, Usage, UsageField};
 
 /// At most this many `choices` in one answer or chunk (OpenAI caps `n` at 128).
@@ -135,49 +136,6 @@ struct ChoiceProbe<'a> {
     #[serde(default, borrow)]
     delta: Option<DeltaProbe<'a>>,
 }
-
-/// A `finish_reason` that is not null: its text when it is a string
-/// (anything else an upstream sends there is accepted and not kept).
-struct Reason(Option<String>);
-
-impl<'de> Deserialize<'de> for Reason {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Reason;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a finish reason")
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Reason, E> {
-                Ok(Reason(Some(v.chars().take(MAX_REASON).collect())))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Reason, E> {
-                Ok(Reason(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Reason, E> {
-                Ok(Reason(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Reason, E> {
-                Ok(Reason(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Reason, E> {
-                Ok(Reason(None))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Reason, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Reason(None))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Reason, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Reason(None))
-            }
-        }
-        d.deserialize_any(Visit)
-    }
-}
-
-/// The most characters of a finish reason kept.
-const MAX_REASON: usize = 64;
 
 #[derive(Deserialize)]
 struct DeltaProbe<'a> {

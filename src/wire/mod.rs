@@ -8,6 +8,7 @@
 //! validity); [`output`] assembles the assistant's text when a strategy
 //! must judge it.
 
+mod finish;
 mod inspect;
 mod output;
 mod request;
