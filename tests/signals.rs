@@ -223,25 +223,19 @@ async fn sighup_reopens_the_event_log_without_losing_a_line() {
     let gw = Proc::gateway(&config("", ""));
     let log = gw.path("events.jsonl");
     let requests = 300;
-    let sender = tokio::spawn({
-        let base = gw.base.clone();
-        async move {
-            let http = client();
-            for _ in 0..requests {
-                post_via(&http, &base, chat("ok", "hi").to_string(), &[]).await;
-            }
-        }
-    });
-    // Three rotations while requests keep coming.
+    // Three rotations while requests keep coming: a quarter, half and
+    // three quarters of the way through.
+    let http = client();
     let mut files = Vec::new();
-    for i in 1..=3 {
-        tokio::time::sleep(Duration::from_millis(80)).await;
-        let rotated = gw.path(&format!("events.{i}.jsonl"));
-        std::fs::rename(&log, &rotated).unwrap();
-        gw.signal("HUP");
-        files.push(rotated);
+    for i in 0..requests {
+        if i > 0 && i % 75 == 0 {
+            let rotated = gw.path(&format!("events.{}.jsonl", i / 75));
+            std::fs::rename(&log, &rotated).unwrap();
+            gw.signal("HUP");
+            files.push(rotated);
+        }
+        post_via(&http, &gw.base, chat("ok", "hi").to_string(), &[]).await;
     }
-    sender.await.unwrap();
     files.push(log);
     let lines = |p: &std::path::Path| -> Vec<String> {
         std::fs::read_to_string(p)
