@@ -89,7 +89,24 @@ async fn metrics_follow_the_contract() {
     ] {
         assert!(text.contains(h), "missing histogram {h}\n{text}");
     }
-    // Only streamed answers have a time to first token.
+    // The client's first token: the whole answer for a whole request, the
+    // first content chunk (after the mock's 30 ms) for a stream.
+    for route in ["fast", "big"] {
+        let n = series(
+            &text,
+            &format!(
+                r#"conclave_request_ttft_seconds_count{{route="{route}",strategy="passthrough"}}"#
+            ),
+        );
+        assert_eq!(n, Some(1.0), "{route}");
+    }
+    let seen = series(
+        &text,
+        r#"conclave_request_ttft_seconds_sum{route="big",strategy="passthrough"}"#,
+    )
+    .unwrap();
+    assert!(seen >= 0.03, "client ttft {seen}");
+    // Only streamed answers have an upstream time to first token.
     assert!(!text.contains(r#"conclave_attempt_ttft_seconds_count{route="fast""#));
     let ttft = series(
         &text,

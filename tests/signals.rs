@@ -233,6 +233,8 @@ async fn sighup_reopens_the_event_log_without_losing_a_line() {
             std::fs::rename(&log, &rotated).unwrap();
             gw.signal("HUP");
             files.push(rotated);
+            let reopened = eventually(5, || async { log.exists() }).await;
+            assert!(reopened, "SIGHUP did not reopen the event log");
         }
         post_via(&http, &gw.base, chat("ok", "hi").to_string(), &[]).await;
     }

@@ -192,6 +192,17 @@ async fn a_judge_request_is_one_trace_with_phases_attempts_and_a_lane_wait() {
     for s in spans {
         assert_eq!(hex(&s.trace_id), TRACE, "{} is in another trace", s.name);
         assert!(s.end_time_unix_nano >= s.start_time_unix_nano, "{}", s.name);
+        // A child lies within its parent's time (the client's span is not
+        // ours to check).
+        if let Some(p) = spans.iter().find(|p| p.span_id == s.parent_span_id) {
+            assert!(
+                p.start_time_unix_nano <= s.start_time_unix_nano
+                    && s.end_time_unix_nano <= p.end_time_unix_nano,
+                "{} outside its parent {}",
+                s.name,
+                p.name
+            );
+        }
     }
 
     // The request continues the client's span.
@@ -267,12 +278,15 @@ async fn a_judge_request_is_one_trace_with_phases_attempts_and_a_lane_wait() {
         .filter(|s| s.name == "conclave.queue")
         .collect();
     assert!(!queued.is_empty(), "no lane wait span in {names:?}");
-    for q in queued {
-        assert!(
-            attempts.iter().any(|a| a.span_id == q.parent_span_id),
-            "a lane wait outside its attempt"
-        );
-    }
+    assert_eq!(queued.len(), 1, "only the second panellist waited");
+    let q = queued[0];
+    assert!(
+        attempts.iter().any(|a| a.span_id == q.parent_span_id),
+        "a lane wait outside its attempt"
+    );
+    // It waited at least for the first panellist's 20 ms swap.
+    let waited = q.end_time_unix_nano - q.start_time_unix_nano;
+    assert!(waited >= 15_000_000, "{waited} ns");
 
     // The upstream was told which span called it.
     assert_eq!(

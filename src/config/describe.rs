@@ -105,7 +105,7 @@ impl Config {
             .telemetry
             .otlp_endpoint
             .as_deref()
-            .map_or("off".to_owned(), |e| format!("to {e}"));
+            .map_or("off".to_owned(), |e| format!("to {}", without_userinfo(e)));
         format!(
             "listening on {listening}: {} models, {} routes ({}); upstreams: {}; auth {auth}; event log {events}; traces {traces}",
             self.models.len(),
@@ -117,6 +117,18 @@ impl Config {
             },
             upstreams.join(", "),
         )
+    }
+}
+
+/// A URL as it may be printed: a `user:password@` in it is left out.
+fn without_userinfo(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => url.to_owned(),
     }
 }
 

@@ -200,8 +200,11 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
     if raw.estimate_output_tokens == 0 {
         errs.push("server.estimate_output_tokens", "must be greater than 0");
     }
-    if raw.event_log_buffer == 0 {
-        errs.push("server.event_log_buffer", "must be greater than 0");
+    if !(1..=MAX_EVENT_LOG_BUFFER).contains(&raw.event_log_buffer) {
+        errs.push(
+            "server.event_log_buffer",
+            format!("must be between 1 and {MAX_EVENT_LOG_BUFFER} (events, allocated up front)"),
+        );
     }
     if raw.max_connections == 0 {
         errs.push("server.max_connections", "must be greater than 0");
@@ -231,6 +234,9 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
         },
     })
 }
+
+/// The largest event-log queue: its slots are allocated when it opens.
+const MAX_EVENT_LOG_BUFFER: usize = 1 << 20;
 
 fn telemetry(v: Option<toml::Value>, errs: &mut Errors) -> TelemetryConfig {
     let raw: raw::Telemetry = match v {

@@ -11,7 +11,7 @@ use opentelemetry::trace::SpanKind;
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 use serde::Serialize;
 
-use super::trace::SpanRecord;
+use super::trace::{SpanRecord, int};
 use super::{
     ATTEMPT_DURATION, ATTEMPT_TTFT, ATTEMPTS_TOTAL, EventBody, GENERATION_TPS, TOKENS_TOTAL,
     Telemetry, UPSTREAM_ERRORS_TOTAL,
@@ -44,6 +44,9 @@ pub struct AttemptEvent {
     #[serde(skip_serializing_if = "is_zero")]
     retries: u32,
 }
+
+/// The shortest lane wait that gets a `conclave.queue` span.
+const QUEUED: Duration = Duration::from_millis(1);
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
@@ -142,11 +145,11 @@ fn span(r: &AttemptRecord) {
     if let Some(u) = r.usage {
         a.push(KeyValue::new(
             "gen_ai.usage.input_tokens",
-            u.prompt_tokens as i64,
+            int(u.prompt_tokens),
         ));
         a.push(KeyValue::new(
             "gen_ai.usage.output_tokens",
-            u.completion_tokens as i64,
+            int(u.completion_tokens),
         ));
         a.push(KeyValue::new("conclave.usage_estimated", u.estimated));
     }
@@ -174,7 +177,9 @@ fn span(r: &AttemptRecord) {
     }
     let start = r.started_at;
     let sent = start + r.waited;
-    if !r.waited.is_zero() {
+    // Every call passes its lane's gate; a wait shorter than this is the
+    // gate's own bookkeeping, not a queue.
+    if r.waited >= QUEUED {
         trace.export(SpanRecord {
             id: trace.new_id(),
             parent: Some(ids.id),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use metrics::counter;
 use parking_lot::Mutex;
@@ -111,8 +111,13 @@ impl EventLog {
 
     /// Writes what is queued to the current file, then continues in a new
     /// file at the same path.
+    /// (A full queue, behind a stuck writer, gets the request from a
+    /// thread of its own: the caller, on the runtime, never waits.)
     pub fn reopen(&self) {
-        let _ = self.tx.send(Msg::Reopen);
+        if let Err(TrySendError::Full(msg)) = self.tx.try_send(Msg::Reopen) {
+            let tx = self.tx.clone();
+            std::thread::spawn(move || tx.send(msg));
+        }
     }
 
     /// Flushes what is queued and stops the writer.
@@ -121,6 +126,18 @@ impl EventLog {
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();
         }
+    }
+
+    /// [`close`](Self::close), waiting at most `within` for a writer that
+    /// may be stuck (a full disk, a pipe nobody reads); whether it closed.
+    pub fn close_within(self: &Arc<Self>, within: Duration) -> bool {
+        let (done, closed) = std::sync::mpsc::channel();
+        let log = self.clone();
+        std::thread::spawn(move || {
+            log.close();
+            let _ = done.send(());
+        });
+        closed.recv_timeout(within).is_ok()
     }
 }
 

@@ -16,7 +16,7 @@ pub mod trace;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
 use dashmap::DashMap;
@@ -27,6 +27,9 @@ pub use request::record_request;
 use trace::Tracer;
 
 use crate::context::RequestCtx;
+
+/// The longest shutdown waits for the event log's writer to flush.
+const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 
 /// Shared by every request, and kept across config reloads: the event
 /// log, the cost totals and the trace exporter.
@@ -133,13 +136,18 @@ impl Telemetry {
         out
     }
 
-    /// Flushes and closes the event log, and sends the spans queued.
+    /// Sends the spans queued, then flushes and closes the event log
+    /// (waiting at most [`CLOSE_WITHIN`] for a stuck writer).
     pub fn shutdown(&self) {
-        if let Some(log) = self.events.swap(None) {
-            log.close();
-        }
         if let Some(t) = &self.tracer {
             t.shutdown();
+        }
+        if let Some(log) = self.events.swap(None)
+            && !log.close_within(CLOSE_WITHIN)
+        {
+            tracing::warn!(
+                "the event log's writer did not finish within {CLOSE_WITHIN:?}; events still queued are lost"
+            );
         }
     }
 }

@@ -10,7 +10,7 @@ use opentelemetry::trace::SpanKind;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
-use super::trace::SpanRecord;
+use super::trace::{SpanRecord, int};
 use super::{EventBody, OVERHEAD, REQUEST_DURATION, REQUEST_TTFT, REQUESTS_TOTAL};
 use crate::context::{RequestCtx, Totals};
 
@@ -54,7 +54,8 @@ pub fn record_request(ctx: &RequestCtx, status: &'static str) {
             "tokens_estimated": totals.estimated,
             "cost_usd": totals.cost_usd,
         }));
-        let at = SystemTime::now() - wall;
+        let now = SystemTime::now();
+        let at = now.checked_sub(wall).unwrap_or(now);
         ctx.telemetry.emit(ctx, "request", EventBody::Fields(f), at);
     }
     if ctx.trace.is_some() {
@@ -93,8 +94,8 @@ fn span(
     let mut a = vec![
         KeyValue::new("gen_ai.operation.name", "chat"),
         KeyValue::new("gen_ai.request.model", ctx.route.to_string()),
-        KeyValue::new("gen_ai.usage.input_tokens", t.input_tokens as i64),
-        KeyValue::new("gen_ai.usage.output_tokens", t.output_tokens as i64),
+        KeyValue::new("gen_ai.usage.input_tokens", int(t.input_tokens)),
+        KeyValue::new("gen_ai.usage.output_tokens", int(t.output_tokens)),
         KeyValue::new("conclave.route", ctx.route.to_string()),
         KeyValue::new("conclave.strategy", ctx.strategy),
         KeyValue::new("conclave.request_id", ctx.id.clone()),

@@ -52,6 +52,7 @@ pub struct Tracer {
     /// Share of new traces recorded (an incoming `traceparent`'s sampled
     /// flag decides for the traces it continues).
     ratio: f64,
+    export_timeout: Duration,
 }
 
 impl Tracer {
@@ -93,6 +94,7 @@ impl Tracer {
                 .build(),
             ids: RandomIdGenerator::default(),
             ratio: cfg.sample_ratio,
+            export_timeout: cfg.otlp_timeout,
         }))
     }
 
@@ -115,9 +117,11 @@ impl Tracer {
         })
     }
 
-    /// Sends what is queued (shutdown).
+    /// Sends what is queued (shutdown), for at most one export's time
+    /// and a few seconds more.
     pub fn shutdown(&self) {
-        if let Err(e) = self.processor.shutdown() {
+        let within = self.export_timeout + Duration::from_secs(5);
+        if let Err(e) = self.processor.shutdown_with_timeout(within) {
             tracing::warn!("trace export shutdown: {e}");
         }
     }
@@ -132,6 +136,11 @@ fn traces_url(endpoint: &str) -> String {
         }
         _ => endpoint.to_owned(),
     }
+}
+
+/// A count as an OTLP integer (saturating).
+pub fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A request's place in its trace.
@@ -233,6 +242,8 @@ pub struct Phase {
     parent: SpanId,
     name: &'static str,
     start: SystemTime,
+    /// Its end is `start` plus the time since, as attempts' ends are.
+    began: tokio::time::Instant,
 }
 
 impl Phase {
@@ -244,6 +255,7 @@ impl Phase {
             parent: parent.unwrap_or(trace.id),
             name,
             start: SystemTime::now(),
+            began: tokio::time::Instant::now(),
         }
     }
 
@@ -260,7 +272,7 @@ impl Drop for Phase {
             name: Cow::Borrowed(self.name),
             kind: SpanKind::Internal,
             start: self.start,
-            end: SystemTime::now(),
+            end: self.start + self.began.elapsed(),
             attributes: Vec::new(),
             error: None,
         });

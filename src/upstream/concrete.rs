@@ -112,16 +112,22 @@ impl ConcreteModel {
             (true, Some(t)) => by.min(Instant::now() + t),
             _ => by,
         };
+        let local = up.lane == Lane::Local;
         let paced = match &up.pace {
             None => Duration::ZERO,
-            Some(p) => p
-                .turn(first_due)
-                .await
-                .map_err(|no| self.throttled(&call.ctx, no))?,
+            Some(p) => match p.turn(first_due).await {
+                Ok(waited) => waited,
+                Err(no) => {
+                    // The whole attempt was a wait: none of it upstream time.
+                    attempt.set_queued(attempt.elapsed(), local);
+                    return Err(self.throttled(&call.ctx, no));
+                }
+            },
         };
         let admitted = match up.gate.admit(&self.info.upstream_model, first_due).await {
             Ok(a) => a,
             Err(LaneTimeout) => {
+                attempt.set_queued(attempt.elapsed(), local);
                 return Err(ModelError::Timeout {
                     upstream: up.name.clone(),
                     phase: TimeoutPhase::Lane,
@@ -129,7 +135,7 @@ impl ConcreteModel {
                 });
             }
         };
-        attempt.set_queued(paced + admitted.queued, up.lane == Lane::Local);
+        attempt.set_queued(paced + admitted.queued, local);
         if let Some(from) = &admitted.swapped_from {
             lane_swap(&call.ctx, &up.name, from, &self.info.upstream_model);
         }

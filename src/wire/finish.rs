@@ -1,5 +1,6 @@
 //! A choice's `finish_reason` as upstreams send it: read leniently, since
-//! an odd value there must not make an answer unreadable.
+//! an odd value there must not make an answer unreadable, and kept only
+//! when it looks like one (a short word), since it is upstream text.
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -17,7 +18,10 @@ impl<'de> Deserialize<'de> for Reason {
                 f.write_str("a finish reason")
             }
             fn visit_str<E>(self, v: &str) -> Result<Reason, E> {
-                Ok(Reason(Some(v.chars().take(MAX_REASON).collect())))
+                let word = v.len() <= MAX_REASON
+                    && v.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                Ok(Reason(word.then(|| v.to_owned())))
             }
             fn visit_bool<E>(self, _: bool) -> Result<Reason, E> {
                 Ok(Reason(None))
@@ -44,12 +48,103 @@ impl<'de> Deserialize<'de> for Reason {
     }
 }
 
-/// The most characters of a finish reason kept.
+/// The longest finish reason kept.
 const MAX_REASON: usize = 64;
+
+/// A whole answer's `choices`, read without keeping them: how many, and
+/// the first one's `finish_reason` (each choice may be any JSON value).
+#[derive(Default)]
+pub struct WholeChoices {
+    pub count: usize,
+    pub finish_reason: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for WholeChoices {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = WholeChoices;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<WholeChoices, A::Error> {
+                let mut out = WholeChoices::default();
+                if let Some(first) = seq.next_element::<FirstChoice>()? {
+                    out.count = 1;
+                    out.finish_reason = first.0;
+                }
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    out.count += 1;
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(Visit)
+    }
+}
+
+/// The first choice: its `finish_reason` when it is an object that has
+/// one; anything else is accepted and not kept.
+struct FirstChoice(Option<String>);
+
+impl<'de> Deserialize<'de> for FirstChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = FirstChoice;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a choice")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<FirstChoice, A::Error> {
+                let mut reason = None;
+                while let Some(key) = a.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == "finish_reason" {
+                        reason = a.next_value::<Option<Reason>>()?.and_then(|r| r.0);
+                    } else {
+                        a.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(FirstChoice(reason))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<FirstChoice, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(FirstChoice(None))
+            }
+            fn visit_unit<E>(self) -> Result<FirstChoice, E> {
+                Ok(FirstChoice(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<FirstChoice, E> {
+                Ok(FirstChoice(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<FirstChoice, E> {
+                Ok(FirstChoice(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<FirstChoice, E> {
+                Ok(FirstChoice(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<FirstChoice, E> {
+                Ok(FirstChoice(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<FirstChoice, E> {
+                Ok(FirstChoice(None))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
 
 #[cfg(test)]
 mod tests {
-    use super::Reason;
+    use super::{Reason, WholeChoices};
 
     fn read(json: &str) -> Option<String> {
         serde_json::from_str::<Reason>(json)
@@ -58,12 +153,11 @@ mod tests {
     }
 
     #[test]
-    fn strings_are_kept_and_anything_else_is_accepted() {
+    fn words_are_kept_and_anything_else_is_accepted() {
         assert_eq!(read(r#""length""#).as_deref(), Some("length"));
-        assert_eq!(
-            read(&format!("\"{}\"", "x".repeat(500))).map(|s| s.len()),
-            Some(64)
-        );
+        // Not a word: too long, or text an upstream put there.
+        assert_eq!(read(&format!("\"{}\"", "x".repeat(65))), None);
+        assert_eq!(read(r#""stop because sk-123""#), None);
         for odd in [
             "5",
             "-1",
@@ -74,5 +168,18 @@ mod tests {
         ] {
             assert_eq!(read(odd), None, "{odd}");
         }
+    }
+
+    #[test]
+    fn whole_choices_are_counted_not_kept() {
+        let read = |json: &str| serde_json::from_str::<WholeChoices>(json).unwrap();
+        let c = read(r#"[{"message": {}, "finish_reason": "length"}, {}, null, 3]"#);
+        assert_eq!((c.count, c.finish_reason.as_deref()), (4, Some("length")));
+        let c = read(r#"[null, {"finish_reason": "stop"}]"#);
+        assert_eq!((c.count, c.finish_reason), (2, None));
+        assert_eq!(read("[]").count, 0);
+        // A million empty choices cost no memory of their own.
+        let many = format!("[{}{{}}]", "{},".repeat(1_000_000));
+        assert_eq!(read(&many).count, 1_000_001);
     }
 }

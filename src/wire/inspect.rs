@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
-use super::finish::Reason;
+use super::finish::{Reason, WholeChoices};
 use super::{Endpoint, Usage, UsageField};
 
 /// At most this many `choices` in one answer or chunk (OpenAI caps `n` at 128).
@@ -58,14 +58,14 @@ pub struct ChunkInfo {
     pub choices: usize,
     /// The first choice carries a `finish_reason`.
     pub finished: bool,
-    /// That `finish_reason`, when it is a string.
+    /// That `finish_reason`, when it is a word.
     pub finish_reason: Option<String>,
     /// Bytes of answer text in the first choice's delta (content and
     /// tool-call arguments), for estimating usage.
     pub text_bytes: usize,
-    /// Some choice's delta carries content or a tool call: the answer has
-    /// really begun (a role-only first chunk, or llama-swap's loading
-    /// `reasoning_content`, has not).
+    /// Some choice's delta carries content or a tool call (or, on
+    /// `/v1/completions`, text): the answer has really begun (a role-only
+    /// first chunk, or llama-swap's loading `reasoning_content`, has not).
     pub real: bool,
     /// llama-swap's `sendLoadingState` banner: a chunk without `id` or
     /// `object` (llama-swap writes it, not the model) whose delta holds
@@ -117,7 +117,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
                 let mut out = Choices::default();
                 while let Some(choice) = seq.next_element::<ChoiceProbe<'a>>()? {
                     out.count += 1;
-                    out.real |= choice.delta.as_ref().is_some_and(DeltaProbe::is_real);
+                    out.real |= choice.is_real();
                     if out.first.is_none() {
                         out.first = Some(choice);
                     }
@@ -135,6 +135,16 @@ struct ChoiceProbe<'a> {
     finish_reason: Option<Reason>,
     #[serde(default, borrow)]
     delta: Option<DeltaProbe<'a>>,
+    /// A legacy `/v1/completions` chunk's text.
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+}
+
+impl ChoiceProbe<'_> {
+    fn is_real(&self) -> bool {
+        self.delta.as_ref().is_some_and(DeltaProbe::is_real)
+            || self.text.as_ref().is_some_and(|t| !t.is_empty())
+    }
 }
 
 #[derive(Deserialize)]
@@ -297,18 +307,12 @@ struct CompletionProbe {
     #[serde(default)]
     usage: Option<Usage>,
     #[serde(default)]
-    choices: Option<Vec<WholeChoice>>,
+    choices: Option<WholeChoices>,
     /// Embeddings answer with `data` instead of `choices`.
     #[serde(default)]
     data: Option<Vec<serde::de::IgnoredAny>>,
     #[serde(default)]
     error: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct WholeChoice {
-    #[serde(default)]
-    finish_reason: Option<Reason>,
 }
 
 /// What a whole (non-streamed) 200 response turned out to be.
@@ -343,11 +347,11 @@ pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, 
     }
     match probe.choices {
         None => Err(NotAnAnswer::NoChoices),
-        Some(c) if c.is_empty() => Err(NotAnAnswer::NoChoices),
-        Some(c) if c.len() > MAX_CHOICES => Err(NotAnAnswer::TooManyChoices(c.len())),
+        Some(c) if c.count == 0 => Err(NotAnAnswer::NoChoices),
+        Some(c) if c.count > MAX_CHOICES => Err(NotAnAnswer::TooManyChoices(c.count)),
         Some(c) => Ok(WholeBody::Answer {
             usage: probe.usage,
-            finish_reason: c.into_iter().next().and_then(|c| c.finish_reason?.0),
+            finish_reason: c.finish_reason,
         }),
     }
 }
