@@ -116,7 +116,9 @@ impl EventLog {
     pub fn reopen(&self) {
         if let Err(TrySendError::Full(msg)) = self.tx.try_send(Msg::Reopen) {
             let tx = self.tx.clone();
-            std::thread::spawn(move || tx.send(msg));
+            std::thread::spawn(move || {
+                let _ = tx.send(msg);
+            });
         }
     }
 
