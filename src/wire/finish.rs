@@ -5,6 +5,35 @@
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
+/// Visitor methods that accept a scalar or an array and keep nothing of
+/// it: what a lenient reader does with whatever it does not expect.
+macro_rules! keep_nothing_of_the_rest {
+    ($nothing:expr) => {
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($nothing)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($nothing)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($nothing)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($nothing)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($nothing)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut a: A,
+        ) -> Result<Self::Value, A::Error> {
+            while a.next_element::<IgnoredAny>()?.is_some() {}
+            Ok($nothing)
+        }
+    };
+}
+
 /// A `finish_reason` that is not null: its text when it is a string
 /// (anything else an upstream sends there is accepted and not kept).
 pub struct Reason(pub Option<String>);
@@ -23,22 +52,7 @@ impl<'de> Deserialize<'de> for Reason {
                         .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
                 Ok(Reason(word.then(|| v.to_owned())))
             }
-            fn visit_bool<E>(self, _: bool) -> Result<Reason, E> {
-                Ok(Reason(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Reason, E> {
-                Ok(Reason(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Reason, E> {
-                Ok(Reason(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Reason, E> {
-                Ok(Reason(None))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Reason, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Reason(None))
-            }
+            keep_nothing_of_the_rest!(Reason(None));
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Reason, A::Error> {
                 while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                 Ok(Reason(None))
@@ -112,28 +126,7 @@ impl<'de> Deserialize<'de> for FirstChoice {
                 }
                 Ok(FirstChoice(reason))
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut a: A,
-            ) -> Result<FirstChoice, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(FirstChoice(None))
-            }
-            fn visit_unit<E>(self) -> Result<FirstChoice, E> {
-                Ok(FirstChoice(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<FirstChoice, E> {
-                Ok(FirstChoice(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<FirstChoice, E> {
-                Ok(FirstChoice(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<FirstChoice, E> {
-                Ok(FirstChoice(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<FirstChoice, E> {
-                Ok(FirstChoice(None))
-            }
+            keep_nothing_of_the_rest!(FirstChoice(None));
             fn visit_str<E>(self, _: &str) -> Result<FirstChoice, E> {
                 Ok(FirstChoice(None))
             }
