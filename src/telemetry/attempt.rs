@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::trace::{SpanRecord, int};
 use super::{
     ATTEMPT_DURATION, ATTEMPT_TTFT, ATTEMPTS_TOTAL, EventBody, GENERATION_TPS, TOKENS_TOTAL,
-    Telemetry, UPSTREAM_ERRORS_TOTAL,
+    Telemetry, UPSTREAM_ERRORS_TOTAL, ms,
 };
 use crate::attempt::{AttemptRecord, AttemptSink};
 
@@ -52,10 +52,6 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
-}
-
 impl AttemptSink for Telemetry {
     fn record(&self, r: &AttemptRecord) {
         let ctx = &r.ctx;
@@ -89,9 +85,7 @@ impl AttemptSink for Telemetry {
             counter!(UPSTREAM_ERRORS_TOTAL, "upstream" => m.upstream.clone(), "kind" => *kind)
                 .increment(1);
         }
-        if r.span.is_some() {
-            span(r);
-        }
+        span(r);
         if self.events_enabled() {
             let ev = AttemptEvent {
                 attempt: r.index,
@@ -123,7 +117,7 @@ impl AttemptSink for Telemetry {
     }
 }
 
-/// The attempt's span (a client call, named by the GenAI conventions'
+/// When the request is traced: the attempt's span (a client call, named by the GenAI conventions'
 /// `{operation} {model}`), and its lane wait as a child span.
 fn span(r: &AttemptRecord) {
     let (Some(trace), Some(ids)) = (&r.ctx.trace, r.span) else {

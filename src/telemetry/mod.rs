@@ -158,6 +158,11 @@ fn escape_label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// A duration in milliseconds, to the microsecond (events and spans).
+fn ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
 /// Maps an HTTP status to a `'static` label value.
 pub fn status_label(code: u16) -> &'static str {
     match code {

@@ -88,7 +88,7 @@ pub fn prometheus() -> Option<&'static PrometheusHandle> {
 }
 
 fn builder() -> Result<PrometheusBuilder, BuildError> {
-    let buckets: [(&str, &[f64]); 9] = [
+    let buckets: [(&str, &[f64]); 8] = [
         (REQUEST_DURATION, DURATION_BUCKETS),
         (ATTEMPT_DURATION, DURATION_BUCKETS),
         (REQUEST_TTFT, TTFT_BUCKETS),
@@ -97,18 +97,14 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         (LANE_WAIT, WAIT_BUCKETS),
         (GENERATION_TPS, TPS_BUCKETS),
         (RACE_SCORE, SCORE_BUCKETS),
-        // Anything added later without buckets of its own.
-        ("_seconds", DURATION_BUCKETS),
     ];
     let mut b = PrometheusBuilder::new();
     for (name, values) in buckets {
-        let matcher = match name.strip_prefix('_') {
-            Some(_) => Matcher::Suffix(name.into()),
-            None => Matcher::Full(name.into()),
-        };
-        b = b.set_buckets_for_metric(matcher, values)?;
+        b = b.set_buckets_for_metric(Matcher::Full(name.into()), values)?;
     }
-    Ok(b)
+    // Any `_seconds` histogram added later without buckets of its own
+    // (a full name is matched before a suffix).
+    b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), DURATION_BUCKETS)
 }
 
 fn describe() {

@@ -11,12 +11,8 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use super::trace::{SpanRecord, int};
-use super::{EventBody, OVERHEAD, REQUEST_DURATION, REQUEST_TTFT, REQUESTS_TOTAL};
+use super::{EventBody, OVERHEAD, REQUEST_DURATION, REQUEST_TTFT, REQUESTS_TOTAL, ms};
 use crate::context::{RequestCtx, Totals};
-
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
-}
 
 /// Records the end of one client request: count, duration, overhead and
 /// time to first token; its `request` event and span. `status` is the
@@ -58,9 +54,7 @@ pub fn record_request(ctx: &RequestCtx, status: &'static str) {
         let at = now.checked_sub(wall).unwrap_or(now);
         ctx.telemetry.emit(ctx, "request", EventBody::Fields(f), at);
     }
-    if ctx.trace.is_some() {
-        span(ctx, status, wall, overhead, ttft, totals);
-    }
+    span(ctx, status, wall, overhead, ttft, totals);
     if ctx.access_log {
         tracing::info!(
             target: "conclave::access",
@@ -80,7 +74,7 @@ pub fn record_request(ctx: &RequestCtx, status: &'static str) {
     }
 }
 
-/// The request's own span (the root of its trace, or a child of the
+/// The request's own span, when it is traced (the root of its trace, or a child of the
 /// client's span), with the GenAI conventions' names where they fit.
 fn span(
     ctx: &RequestCtx,
