@@ -92,6 +92,7 @@ impl Graph {
                 upstream_model: m.upstream_model.clone(),
                 input_per_mtok: m.price.input_per_mtok,
                 output_per_mtok: m.price.output_per_mtok,
+                image_tokens: m.image_tokens,
                 redactor: redactor.clone(),
             });
             let concrete = Arc::new(ConcreteModel { info, upstream });

@@ -38,30 +38,46 @@ pub trait ChatModel: Send + Sync {
     /// a strategy adds up its members', a concrete model prices one call.
     fn estimate(&self, size: CallSize) -> Spend {
         Spend {
-            tokens: size.tokens(),
+            tokens: size.tokens(IMAGE_TOKENS),
             cost_usd: 0.0,
         }
     }
 }
 
-/// One call's size, as estimated before it is made: input tokens, and
-/// the most output it may produce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Input tokens an image is estimated at unless its model says otherwise
+/// (`image_tokens`): above what OpenAI (1,445 at most for a high-detail
+/// image on GPT-4o, about 2,650 on the patch-priced minis), Anthropic
+/// (about 1,600) and Gemini (258 a 768-pixel tile) charge for one.
+pub const IMAGE_TOKENS: u64 = 4_096;
+
+/// One call's size, as estimated before it is made: input tokens, the
+/// images among the input (each model prices them), and the most output
+/// it may produce (every answer it may write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CallSize {
     pub input: u64,
+    pub images: u64,
     pub output: u64,
 }
 
 impl CallSize {
-    pub fn tokens(self) -> u64 {
-        self.input.saturating_add(self.output)
+    /// Input with each image at `image_tokens`, plus output.
+    pub fn tokens(self, image_tokens: u64) -> u64 {
+        self.input_tokens(image_tokens).saturating_add(self.output)
+    }
+
+    /// Input with each image at `image_tokens`.
+    pub fn input_tokens(self, image_tokens: u64) -> u64 {
+        self.input
+            .saturating_add(self.images.saturating_mul(image_tokens))
     }
 
     /// A call that reads this one's input and answer, and writes up to
     /// `output` (a verifier, a judge, a synthesis).
     pub fn reading(self, output: u32) -> CallSize {
         CallSize {
-            input: self.tokens(),
+            input: self.input.saturating_add(self.output),
+            images: self.images,
             output: u64::from(output),
         }
     }

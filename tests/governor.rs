@@ -231,7 +231,9 @@ async fn tpm_counts_estimates_then_real_usage_and_refuses_what_never_fits() {
     let e = error_of(&r, 429);
     assert_eq!(e["code"], "rate_limit_exceeded");
     assert!(e["message"].as_str().unwrap().contains("never fit"), "{e}");
-    assert_eq!(r.header("retry-after"), None);
+    // Said with when the limit is whole again, and not to retry as is.
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.header("x-should-retry"), Some("false"));
 
     // 1 token of input (`hi`) and up to 800 out: 801 are taken first.
     let r = call(&gw, &capped("big", "hi", 800), "k-alpha").await;

@@ -17,6 +17,7 @@ use super::request::{
 use super::{Gateway, options, sse};
 use crate::model::Call;
 use crate::wire::ChatRequest;
+use crate::wire::billing::{answers, check_caps};
 
 pub async fn chat_completions(
     State(gw): State<Arc<Gateway>>,
@@ -60,6 +61,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             code: Some("invalid_request_body"),
         });
     }
+    check_caps(&req.extra).map_err(ApiError::bad_cap)?;
     if req.messages.is_empty() {
         return Err(ApiError::BadRequest {
             message: "`messages` must contain at least one message.".into(),
@@ -81,7 +83,7 @@ async fn handle(
     drop(body);
     let (route, node) = resolve(&app, &caller, &req.model)?;
     let opts = options::read(headers)?;
-    let asked = Asked::new(&app, req.input_tokens_estimate(), req.max_output_tokens());
+    let asked = Asked::new(&app, req.billable(), answers(&req.extra));
     let Opened { ctx, guard, limits } = open(gw, &app, id, (route, node), caller, opts, asked)?;
     let call = Call::new(ctx.clone());
     let include_usage = req.wants_stream_usage();

@@ -3,6 +3,7 @@
 //! lists, before a stream starts; one SSE `data: {"error": …}` event after.
 //! 5xx messages name the upstream that failed, never a key or an internal URL.
 
+use crate::wire::billing::BadCap;
 use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -104,7 +105,13 @@ impl ApiError {
             }
             ApiError::Governed(r) => Shape {
                 retry_after: r.retry_after.map(|s| s.to_string()),
-                headers: r.headers.pairs(),
+                headers: {
+                    let mut h = r.headers.pairs();
+                    if r.never {
+                        h.push(("x-should-retry", "false".into()));
+                    }
+                    h
+                },
                 ..plain(
                     StatusCode::TOO_MANY_REQUESTS,
                     match r.scope {
@@ -176,6 +183,15 @@ impl ApiError {
                 "internal_error",
             ),
             ApiError::Model(e) => model_shape(e),
+        }
+    }
+
+    /// A body whose output cap or answer count is not a positive integer.
+    pub fn bad_cap(e: BadCap) -> Self {
+        ApiError::BadRequest {
+            message: e.to_string(),
+            param: Some(e.param.into()),
+            code: Some("invalid_value"),
         }
     }
 

@@ -20,6 +20,7 @@ use super::request::{
 };
 use super::{Gateway, options};
 use crate::model::Call;
+use crate::wire::billing::{Billable, answers, check_caps, output_cap, prompt_fields};
 use crate::wire::{Endpoint, estimate_tokens, text_len};
 
 pub async fn completions(
@@ -92,16 +93,23 @@ async fn forward(
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         == Some(true);
-    let input = ["prompt", "input"]
+    check_caps(&req).map_err(ApiError::bad_cap)?;
+    let counted = ["prompt", "input"];
+    let prompt: usize = counted
         .iter()
         .filter_map(|k| req.get(*k))
-        .map(|v| estimate_tokens(text_len(v)))
+        .map(text_len)
         .sum();
-    let max_output = match endpoint {
-        Endpoint::Embeddings => Some(0),
-        _ => req.get("max_tokens").and_then(Value::as_u64),
+    let bill = Billable {
+        input: estimate_tokens(prompt)
+            .saturating_add(estimate_tokens(prompt_fields(&req, &counted) as usize)),
+        images: 0,
+        output: match endpoint {
+            Endpoint::Embeddings => Some(0),
+            _ => output_cap(&req).map(|cap| cap.saturating_mul(answers(&req))),
+        },
     };
-    let asked = Asked::new(&app, input, max_output);
+    let asked = Asked::new(&app, bill, answers(&req));
     let opts = options::read(headers)?;
     let Opened { ctx, guard, limits } = open(gw, &app, id, (route, node), caller, opts, asked)?;
     let call = Call::new(ctx.clone());

@@ -26,6 +26,7 @@ use crate::governor::{RateHeaders, record_rejection};
 use crate::graph::Node;
 use crate::model::{CallSize, Reply};
 use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, record_request, status_label};
+use crate::wire::billing::Billable;
 
 /// The response of a handler that may have failed before its route was
 /// known (counted under `route="unknown"`), with the request id.
@@ -103,15 +104,17 @@ pub struct Asked {
 }
 
 impl Asked {
-    /// A request reading `input` tokens with output cap `max_output`
-    /// (the gateway's assumption when the client set none).
-    pub fn new(app: &AppState, input: u64, max_output: Option<u64>) -> Self {
+    /// A request billable for `bill`, its output at the gateway's
+    /// assumption (times its answers) when the client set no cap.
+    pub fn new(app: &AppState, bill: Billable, answers: u64) -> Self {
+        let assumed = u64::from(app.estimate_output_tokens).saturating_mul(answers);
         Asked {
             size: CallSize {
-                input,
-                output: max_output.unwrap_or(u64::from(app.estimate_output_tokens)),
+                input: bill.input,
+                images: bill.images,
+                output: bill.output.unwrap_or(assumed),
             },
-            capped: max_output.is_some(),
+            capped: bill.output.is_some(),
         }
     }
 }

@@ -171,6 +171,8 @@ pub struct Model {
     pub upstream_model: String,
     pub price: Price,
     pub json_mode: bool,
+    /// Input tokens one image is estimated at, for budgets and `tpm`.
+    pub image_tokens: u64,
 }
 
 /// A route: an alias of another name, or a strategy that owns its config

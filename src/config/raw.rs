@@ -223,6 +223,8 @@ pub struct Model {
     /// Whether the upstream honours `response_format = json_object`
     /// (used for verifier calls). Default true.
     pub json_mode: Option<bool>,
+    /// Input tokens one image is estimated at, for budgets.
+    pub image_tokens: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -431,6 +431,7 @@ fn models(
                 upstream_model: m.model.unwrap_or(name),
                 price: m.price,
                 json_mode: m.json_mode.unwrap_or(true),
+                image_tokens: m.image_tokens.unwrap_or(crate::model::IMAGE_TOKENS),
             },
         );
     }

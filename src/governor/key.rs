@@ -4,7 +4,6 @@
 //! what an earlier one reserved.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use metrics::{Gauge, gauge};
@@ -22,10 +21,6 @@ pub struct KeyGov {
     pub limits: KeyLimits,
     rpm: Option<PerMinute>,
     tpm: Option<PerMinute>,
-    /// Tokens the `tpm` limit is owed (positive) or owes back (negative)
-    /// since requests' real usage differed from their estimates; taken
-    /// with the next request's tokens.
-    tpm_owed: AtomicI64,
     pub(super) budget: Arc<Budget>,
     /// `conclave_budget_remaining_tokens` for this key, looked up once.
     remaining: Option<Gauge>,
@@ -83,7 +78,6 @@ impl KeyGov {
             limits,
             rpm: limits.rpm.and_then(PerMinute::new),
             tpm: limits.tpm.and_then(PerMinute::new),
-            tpm_owed: AtomicI64::new(0),
             budget,
             remaining: limits
                 .daily_tokens
@@ -112,7 +106,9 @@ impl KeyGov {
             .as_ref()
             .filter(|t| capped && estimate.tokens > u64::from(t.limit()))
         {
-            return Err(self.too_big(estimate.tokens, tpm.limit(), headers));
+            let s = tpm.now();
+            headers.tokens = Some(s);
+            return Err(self.too_big(estimate.tokens, tpm.limit(), s.reset, headers));
         }
         if let Some(over) = self.daily().never_fits(estimate) {
             return Err(self.budget_rejection(over, now, headers));
@@ -127,39 +123,42 @@ impl KeyGov {
                 }
             }
         }
+        // A later limit that says no gives back what the earlier took.
+        let undo_rpm = || {
+            if let Some(rpm) = &self.rpm {
+                rpm.refund(1);
+            }
+        };
         if budgeted {
             if let Err(over) = self.budget.reserve(self.daily(), estimate, today) {
+                undo_rpm();
                 return Err(self.budget_rejection(over, now, headers));
             }
         }
-        // The tokens `tpm` took for this request's own estimate (the rest
-        // of what it took, or gave back, settled earlier requests).
+        // The tokens `tpm` took for this request; its real usage later
+        // charges what it spent beyond them as debt, or refunds the rest.
         let mut taken = 0;
         if let Some(tpm) = &self.tpm {
-            let owed = self.tpm_owed.swap(0, Ordering::Relaxed);
-            let want = i64::try_from(estimate.tokens)
-                .unwrap_or(i64::MAX)
-                .saturating_add(owed)
-                .max(1);
-            let mut n = u32::try_from(want).unwrap_or(u32::MAX);
-            if !capped || owed > 0 {
+            let mut n = u32::try_from(estimate.tokens).unwrap_or(u32::MAX);
+            if !capped {
                 n = n.min(tpm.limit());
             }
             match tpm.take(n) {
                 Ok(s) => {
                     headers.tokens = Some(s);
-                    taken = i64::from(n) - owed;
+                    taken = u64::from(n.max(1));
                 }
                 Err(d) => {
-                    self.tpm_owed.fetch_add(owed, Ordering::Relaxed);
+                    undo_rpm();
                     if budgeted {
                         self.budget.settle(estimate, Spend::default(), today);
                     }
+                    if let Denied::TooMany { whole } = d {
+                        headers.tokens = Some(tpm.exhausted(whole));
+                        return Err(self.too_big(u64::from(n), tpm.limit(), whole, headers));
+                    }
                     let wait = wait_of(d);
                     headers.tokens = Some(tpm.exhausted(wait));
-                    if d == Denied::TooMany {
-                        return Err(self.too_big(u64::from(n), tpm.limit(), headers));
-                    }
                     return Err(self.rate_rejection(
                         Scope::Tpm,
                         tpm.limit(),
@@ -187,11 +186,15 @@ impl KeyGov {
         }
     }
 
-    /// A request's real spend differed from its estimate by `delta`
-    /// tokens: the `tpm` limit takes (or gives back) the difference.
-    pub(super) fn correct_tpm(&self, delta: i64) {
-        if self.tpm.is_some() && delta != 0 {
-            self.tpm_owed.fetch_add(delta, Ordering::Relaxed);
+    /// A request spent `spent` tokens where `tpm` took `taken` for it:
+    /// the limit charges the difference as debt, or refunds it.
+    pub(super) fn correct_tpm(&self, taken: u64, spent: u64) {
+        if let Some(tpm) = &self.tpm {
+            if spent > taken {
+                tpm.charge(spent - taken);
+            } else {
+                tpm.refund(taken - spent);
+            }
         }
     }
 
@@ -203,13 +206,22 @@ impl KeyGov {
         }
     }
 
-    /// More tokens than a minute's `tpm` holds: no retry helps.
-    fn too_big(&self, asked: u64, limit: u32, headers: RateHeaders) -> Box<Rejection> {
-        let mut r = self.rate_rejection(Scope::Tpm, limit, asked, Duration::ZERO, headers);
-        r.retry_after = None;
+    /// More tokens than a minute's `tpm` holds: no retry helps. It still
+    /// says when the limit is whole again (`whole`), and tells clients
+    /// not to retry as it is.
+    fn too_big(
+        &self,
+        asked: u64,
+        limit: u32,
+        whole: Duration,
+        headers: RateHeaders,
+    ) -> Box<Rejection> {
+        let mut r = self.rate_rejection(Scope::Tpm, limit, asked, whole, headers);
+        r.never = true;
         r.message = format!(
             "This request may use up to {asked} tokens, more than key `{}`'s limit of {limit} \
-             tokens per minute; it can never fit. Lower `max_tokens` or shorten the conversation.",
+             tokens per minute; it can never fit. Lower `max_tokens` (or `n`) or shorten the \
+             request.",
             self.name
         );
         r
@@ -240,6 +252,7 @@ impl KeyGov {
             limit: f64::from(limit),
             asked: asked as f64,
             retry_after: Some(secs),
+            never: false,
             headers,
         })
     }
@@ -291,8 +304,10 @@ impl KeyGov {
         let never = asked > limit;
         let (message, retry_after) = if never {
             (
-                format!("{message} It is more than the whole daily budget: lower `max_tokens`."),
-                None,
+                format!(
+                    "{message} It is more than the whole daily budget: lower `max_tokens` (or `n`)."
+                ),
+                Some(secs),
             )
         } else if busy {
             (
@@ -312,6 +327,7 @@ impl KeyGov {
             limit,
             asked,
             retry_after,
+            never,
             headers,
         })
     }
@@ -319,7 +335,6 @@ impl KeyGov {
 
 fn wait_of(d: Denied) -> Duration {
     match d {
-        Denied::Wait(w) => w,
-        Denied::TooMany => Duration::ZERO,
+        Denied::Wait(w) | Denied::TooMany { whole: w } => w,
     }
 }

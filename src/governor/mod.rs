@@ -68,8 +68,12 @@ pub struct Rejection {
     pub message: String,
     pub limit: f64,
     pub asked: f64,
-    /// Whole seconds after which a retry succeeds; `None` when none will.
+    /// Whole seconds after which a retry succeeds, or (`never`) after
+    /// which the limit is whole again.
     pub retry_after: Option<u64>,
+    /// No retry of the same request can succeed: clients are told not to
+    /// retry (`x-should-retry: false`).
+    pub never: bool,
     pub headers: RateHeaders,
 }
 

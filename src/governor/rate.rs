@@ -1,59 +1,36 @@
-//! Per-minute rate limits: GCRA from the `governor` crate, on tokio's
-//! clock (so tests run them under paused time), with what a limited
+//! Per-minute rate limits: GCRA (the generic cell rate algorithm) on
+//! tokio's clock, so tests run it under paused time, with what a limited
 //! response tells its client: OpenAI's `x-ratelimit-*` figures and an
 //! honest `Retry-After`.
+//!
+//! A limit of `L` a minute lets `L` cells through at once when idle and
+//! one more every `60 s / L`. Its whole state is one instant, the
+//! *theoretical arrival time* (TAT): a take of `n` moves it `n` cells
+//! later and is allowed while it stays within a minute of now. Unlike
+//! a token bucket, the TAT may also be moved past that minute: what a
+//! request spent beyond what it took (its real usage over its estimate)
+//! is [`PerMinute::charge`]d as debt, and nothing more fits until the
+//! debt is paid back; what it took but did not use is
+//! [`PerMinute::refund`]ed.
 
-use std::num::NonZeroU32;
-use std::ops::Add;
 use std::time::Duration;
 
-use governor::clock::{Clock, Reference};
-use governor::middleware::{StateInformationMiddleware, StateSnapshot};
-use governor::nanos::Nanos;
-use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
-/// A moment on tokio's clock, as `governor` measures time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Tick(Instant);
+/// The window a per-minute limit is whole again within.
+const MINUTE: Duration = Duration::from_secs(60);
 
-impl Add<Nanos> for Tick {
-    type Output = Tick;
-
-    fn add(self, d: Nanos) -> Tick {
-        Tick(self.0 + Duration::from(d))
-    }
-}
-
-impl Reference for Tick {
-    fn duration_since(&self, earlier: Self) -> Nanos {
-        self.0.saturating_duration_since(earlier.0).into()
-    }
-
-    fn saturating_sub(&self, d: Nanos) -> Self {
-        self.0.checked_sub(d.into()).map_or(*self, Tick)
-    }
-}
-
-/// tokio's clock: real time in production, paused time in tests.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokioClock;
-
-impl Clock for TokioClock {
-    type Instant = Tick;
-
-    fn now(&self) -> Tick {
-        Tick(Instant::now())
-    }
-}
-
-type Gcra = RateLimiter<NotKeyed, InMemoryState, TokioClock, StateInformationMiddleware>;
+/// The most debt a limit carries: a day's worth of waiting.
+const MAX_DEBT: Duration = Duration::from_secs(86_400);
 
 /// `limit` cells a minute, all of them available at once when idle.
 pub struct PerMinute {
     limit: u32,
-    gcra: Gcra,
+    /// Time one cell takes to come back: a minute over `limit`.
+    per_cell: Duration,
+    /// When the limit is whole again (in the past while it is).
+    tat: Mutex<Instant>,
 }
 
 /// Where a limit stands after a request: OpenAI's `x-ratelimit-limit-*`,
@@ -71,18 +48,21 @@ pub struct Standing {
 pub enum Denied {
     /// Not now: a retry after this long succeeds.
     Wait(Duration),
-    /// Never: more cells than the limit holds.
-    TooMany,
+    /// Never: more cells than the limit holds. `whole` is how long until
+    /// the limit is whole again (all that waiting could ever give).
+    TooMany { whole: Duration },
 }
 
 impl PerMinute {
     /// `None` for a limit of 0.
     pub fn new(limit: u32) -> Option<Self> {
-        let n = NonZeroU32::new(limit)?;
+        if limit == 0 {
+            return None;
+        }
         Some(PerMinute {
             limit,
-            gcra: RateLimiter::direct_with_clock(Quota::per_minute(n), TokioClock)
-                .with_middleware::<StateInformationMiddleware>(),
+            per_cell: MINUTE / limit,
+            tat: Mutex::new(Instant::now()),
         })
     }
 
@@ -90,28 +70,69 @@ impl PerMinute {
         self.limit
     }
 
+    /// How long `n` cells take to come back.
+    fn cells(&self, n: u64) -> Duration {
+        let nanos = self.per_cell.as_nanos().saturating_mul(u128::from(n));
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)).min(MAX_DEBT * 2)
+    }
+
     /// Takes `n` cells (at least one) if they are all there now.
     pub fn take(&self, n: u32) -> Result<Standing, Denied> {
-        let n = NonZeroU32::new(n.max(1)).unwrap_or(NonZeroU32::MIN);
-        match self.gcra.check_n(n) {
-            Ok(Ok(snapshot)) => Ok(self.standing(&snapshot)),
-            Ok(Err(not_until)) => Err(Denied::Wait(not_until.wait_time_from(TokioClock.now()))),
-            Err(_) => Err(Denied::TooMany),
+        let n = n.max(1);
+        let now = Instant::now();
+        let mut tat = self.tat.lock();
+        let from = (*tat).max(now);
+        if n > self.limit {
+            return Err(Denied::TooMany { whole: from - now });
         }
+        let next = from + self.cells(u64::from(n));
+        let over = next.saturating_duration_since(now + MINUTE);
+        if !over.is_zero() {
+            return Err(Denied::Wait(over));
+        }
+        *tat = next;
+        Ok(self.standing(next, now))
     }
 
-    fn standing(&self, s: &StateSnapshot) -> Standing {
-        let remaining = s.remaining_burst_capacity().min(self.limit);
-        let per_cell = s.quota().replenish_interval();
+    /// Takes `n` more cells whatever is left: a debt that later takes
+    /// wait out (at most a day of it is kept).
+    pub fn charge(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut tat = self.tat.lock();
+        let next = (*tat).max(now) + self.cells(n);
+        *tat = next.min(now + MINUTE + MAX_DEBT);
+    }
+
+    /// Gives `n` cells back (never more than makes the limit whole).
+    pub fn refund(&self, n: u64) {
+        let now = Instant::now();
+        let mut tat = self.tat.lock();
+        let back = tat.checked_sub(self.cells(n)).unwrap_or(now);
+        *tat = back.max(now);
+    }
+
+    /// Where the limit stands now, without taking anything.
+    pub fn now(&self) -> Standing {
+        let now = Instant::now();
+        let tat = (*self.tat.lock()).max(now);
+        self.standing(tat, now)
+    }
+
+    fn standing(&self, tat: Instant, now: Instant) -> Standing {
+        let room = (now + MINUTE).saturating_duration_since(tat);
+        let cells = room.as_nanos() / self.per_cell.as_nanos().max(1);
         Standing {
             limit: self.limit,
-            remaining,
-            reset: per_cell * (self.limit - remaining),
+            remaining: u32::try_from(cells).unwrap_or(u32::MAX).min(self.limit),
+            reset: tat - now,
         }
     }
 
-    /// Where the limit stands without taking anything: a denial is all
-    /// used up, until it has room for one again.
+    /// Where the limit stands after a denial: all used up, until it has
+    /// room for one again.
     pub fn exhausted(&self, wait: Duration) -> Standing {
         Standing {
             limit: self.limit,
@@ -182,13 +203,48 @@ mod tests {
         let s = tpm.take(400).ok();
         assert_eq!(s.map(|s| s.remaining), Some(600));
         assert_eq!(s.map(|s| s.reset), Some(Duration::from_secs(24)));
-        assert_eq!(tpm.take(1001), Err(Denied::TooMany));
+        assert!(matches!(tpm.take(1001), Err(Denied::TooMany { .. })));
         let Err(Denied::Wait(wait)) = tpm.take(700) else {
             panic!("700 more fit in 600");
         };
         assert_eq!(retry_after_secs(wait), 6);
         tokio::time::advance(Duration::from_secs(6)).await;
         assert!(tpm.take(700).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn debt_carries_over_until_it_is_paid_back() {
+        let tpm = PerMinute::new(1000).unwrap();
+        assert!(tpm.take(1000).is_ok());
+        // The request used 5,000 more than it took: five more minutes.
+        tpm.charge(5000);
+        assert_eq!(tpm.now().remaining, 0);
+        assert_eq!(tpm.now().reset, Duration::from_secs(360));
+        let Err(Denied::Wait(wait)) = tpm.take(10) else {
+            panic!("a key in debt got tokens");
+        };
+        assert_eq!(retry_after_secs(wait), 300 + 1);
+        tokio::time::advance(Duration::from_secs(301)).await;
+        assert!(tpm.take(10).is_ok(), "paid back: it fits again");
+        // Too many for a minute even after waiting: says how long until whole.
+        let Err(Denied::TooMany { whole }) = tpm.take(1001) else {
+            panic!("1001 of 1000 fit");
+        };
+        assert!(whole > Duration::from_secs(59), "{whole:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refunds_give_back_what_was_not_used_but_never_more() {
+        let tpm = PerMinute::new(1000).unwrap();
+        assert!(tpm.take(800).is_ok());
+        tpm.refund(300);
+        assert_eq!(tpm.now().remaining, 500);
+        tpm.refund(10_000);
+        assert_eq!(tpm.now().remaining, 1000);
+        assert!(tpm.take(1000).is_ok());
+        // Debt is bounded: a huge charge waits a day at most.
+        tpm.charge(u64::MAX);
+        assert!(tpm.now().reset <= Duration::from_secs(86_400 + 60));
     }
 
     #[test]

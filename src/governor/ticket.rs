@@ -4,7 +4,8 @@
 //! gone) is charged once, with its real usage or the estimate made when
 //! an upstream reported none. Each charge releases as much of the
 //! reservation; what is left is released when the request's context
-//! goes, and the `tpm` limit is corrected by what the estimate missed.
+//! goes, and the `tpm` limit charges what the estimate missed as debt
+//! (or refunds what it overestimated).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -19,7 +20,7 @@ use crate::model::Spend;
 pub struct Ticket {
     key: Arc<KeyGov>,
     /// Tokens `tpm` took for the request, for its correction.
-    taken: i64,
+    taken: u64,
     state: Mutex<State>,
 }
 
@@ -31,7 +32,7 @@ struct State {
 }
 
 impl Ticket {
-    pub(super) fn new(key: Arc<KeyGov>, held: Spend, taken: i64) -> Self {
+    pub(super) fn new(key: Arc<KeyGov>, held: Spend, taken: u64) -> Self {
         Ticket {
             key,
             taken,
@@ -74,9 +75,6 @@ impl Drop for Ticket {
         self.key
             .budget
             .settle(s.held, Spend::default(), utc_day(SystemTime::now()));
-        let delta = i64::try_from(s.spent)
-            .unwrap_or(i64::MAX)
-            .saturating_sub(self.taken);
-        self.key.correct_tpm(delta);
+        self.key.correct_tpm(self.taken, s.spent);
     }
 }

@@ -263,12 +263,12 @@ impl ChatModel for ConcreteModel {
 
     fn estimate(&self, size: CallSize) -> Spend {
         let usage = Usage {
-            prompt_tokens: size.input,
+            prompt_tokens: size.input_tokens(self.info.image_tokens),
             completion_tokens: size.output,
             estimated: true,
         };
         Spend {
-            tokens: size.tokens(),
+            tokens: size.tokens(self.info.image_tokens),
             cost_usd: self.info.cost(&usage),
         }
     }

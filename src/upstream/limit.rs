@@ -52,7 +52,7 @@ impl Pace {
                     });
                 }
                 // One call never exceeds a limit of at least one.
-                Err(Denied::TooMany) => {
+                Err(Denied::TooMany { .. }) => {
                     return Err(NoTurn {
                         limit: self.0.limit(),
                         wait: Duration::from_secs(60),

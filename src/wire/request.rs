@@ -51,17 +51,10 @@ impl ChatRequest {
             .sum()
     }
 
-    /// Input tokens, estimated as usage is when an upstream reports none.
-    pub fn input_tokens_estimate(&self) -> u64 {
-        estimate_tokens(self.text_bytes())
-    }
-
     /// The output cap the client set (`max_completion_tokens`, else
-    /// `max_tokens`).
+    /// `max_tokens`), clamped (see [`super::billing`]).
     pub fn max_output_tokens(&self) -> Option<u64> {
-        ["max_completion_tokens", "max_tokens"]
-            .iter()
-            .find_map(|k| self.extra.get(*k).and_then(Value::as_u64))
+        super::billing::output_cap(&self.extra)
     }
 
     /// The body sent to an upstream: the same request under the upstream's

@@ -2,6 +2,7 @@
 //! `mock`) on 127.0.0.1:0 with a temporary config, and talks HTTP to it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod billing;
 pub mod evil;
 pub mod fake;
 pub mod world;

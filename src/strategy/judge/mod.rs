@@ -151,14 +151,16 @@ impl ChatModel for Judge {
     /// reading the guidance.
     fn estimate(&self, size: CallSize) -> Spend {
         let panel: Spend = self.panel.iter().map(|m| m.model.estimate(size)).sum();
+        let answers = size.output.saturating_mul(self.panel.len() as u64);
         let read = CallSize {
-            input: size.input + size.output * self.panel.len() as u64,
+            input: size.input.saturating_add(answers),
             output: 0,
+            ..size
         };
         let s = &self.synthesis;
         let guided = CallSize {
-            input: size.input + u64::from(s.max_tokens),
-            output: size.output,
+            input: size.input.saturating_add(u64::from(s.max_tokens)),
+            ..size
         };
         panel
             + s.member.model.estimate(read.reading(s.max_tokens))

@@ -118,12 +118,12 @@ impl ChatModel for Oracle {
         let n = u64::from(self.caps.calls_per_request);
         let answer = u64::from(self.oracle.max_tokens) + 200;
         let oracle = self.oracle.member.model.estimate(CallSize {
-            input: size.input,
             output: u64::from(self.oracle.max_tokens),
+            ..size
         });
         let base = self.base.model.estimate(CallSize {
             input: size.input.saturating_add(n.saturating_mul(answer)),
-            output: size.output,
+            ..size
         });
         base * (n + 2) + oracle * n
     }

@@ -47,11 +47,11 @@ impl Gates {
     /// writes up to `max_tokens` (or the baseline); a judge reads the
     /// request and each answer and writes its own cap.
     pub fn estimate(&self, race: &Race, req: &ChatRequest, pool: usize) -> u64 {
+        let bill = req.billable();
         let size = CallSize {
-            input: req.input_tokens_estimate(),
-            output: req
-                .max_output_tokens()
-                .unwrap_or(self.baseline_tokens_per_run),
+            input: bill.input,
+            images: bill.images,
+            output: bill.output.unwrap_or(self.baseline_tokens_per_run),
         };
         race.spend(size, pool).tokens
     }
