@@ -4,6 +4,7 @@
 
 pub mod evil;
 pub mod fake;
+pub mod vendor;
 pub mod world;
 
 use std::io::{BufRead, BufReader};

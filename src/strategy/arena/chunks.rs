@@ -242,7 +242,10 @@ mod tests {
             deltas(&last),
             [json!([{"content": "hi"}, null]), json!([{}, "stop"])]
         );
-        assert!(c.take(&json!({"choices": [{"delta": {"content": "late"}}]})).is_empty());
+        assert!(
+            c.take(&json!({"choices": [{"delta": {"content": "late"}}]}))
+                .is_empty()
+        );
         assert!(c.end().is_empty());
         for chunk in first.iter().chain(&last) {
             let keys: Vec<&String> = chunk.as_object().unwrap().keys().collect();

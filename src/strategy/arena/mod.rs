@@ -34,9 +34,9 @@ use crate::model::{CallSize, ChatModel, Completion, Meta, Reply, ReplyBody, Spen
 use crate::store::Store;
 use crate::store::arena::Arena as Opened;
 use crate::strategy::{event, pinned};
-use shape::Face;
 use crate::stream;
 use crate::wire::{ChatRequest, Usage, content_text};
+use shape::Face;
 
 /// The header that carries the arena id.
 pub const ARENA_ID: &str = "x-conclave-arena-id";

@@ -147,8 +147,12 @@ pub fn finish(v: Option<&Value>, tools: bool) -> Option<&'static str> {
     let lower = said.to_ascii_lowercase();
     let word = lower.strip_prefix("finish_reason_").unwrap_or(&lower);
     let reason = match word {
-        "length" | "max_tokens" | "max_output_tokens" | "max_completion_tokens"
-        | "model_length" | "model_context_window_exceeded" => "length",
+        "length"
+        | "max_tokens"
+        | "max_output_tokens"
+        | "max_completion_tokens"
+        | "model_length"
+        | "model_context_window_exceeded" => "length",
         "content_filter" | "safety" | "recitation" | "blocklist" | "prohibited_content"
         | "spii" | "image_safety" | "refusal" => "content_filter",
         "tool_calls" | "tool_call" | "tool_use" | "function_call" => "tool_calls",
