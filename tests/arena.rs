@@ -7,6 +7,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
+use common::vendor;
 use common::*;
 use serde_json::{Value, json};
 
@@ -431,4 +432,328 @@ fn check_refuses_two_contestants_that_are_the_same_model() {
         err.contains("routes.ab.contestants[1]") && err.contains("same model as \"x\""),
         "{err}"
     );
+}
+
+/// Every field an arena's whole answer may carry, by path (`*`: any
+/// element of an array).
+const WHOLE_FIELDS: &[&str] = &[
+    "id",
+    "object",
+    "created",
+    "model",
+    "arena_id",
+    "usage",
+    "usage.prompt_tokens",
+    "usage.completion_tokens",
+    "usage.total_tokens",
+    "choices",
+    "choices.*",
+    "choices.*.index",
+    "choices.*.finish_reason",
+    "choices.*.message",
+    "choices.*.message.role",
+    "choices.*.message.content",
+    "choices.*.message.tool_calls",
+    "choices.*.message.tool_calls.*",
+    "choices.*.message.tool_calls.*.id",
+    "choices.*.message.tool_calls.*.type",
+    "choices.*.message.tool_calls.*.function",
+    "choices.*.message.tool_calls.*.function.name",
+    "choices.*.message.tool_calls.*.function.arguments",
+];
+
+/// The same for a stream's chunks.
+const CHUNK_FIELDS: &[&str] = &[
+    "id",
+    "object",
+    "created",
+    "model",
+    "arena_id",
+    "usage",
+    "usage.prompt_tokens",
+    "usage.completion_tokens",
+    "usage.total_tokens",
+    "choices",
+    "choices.*",
+    "choices.*.index",
+    "choices.*.finish_reason",
+    "choices.*.delta",
+    "choices.*.delta.role",
+    "choices.*.delta.content",
+    "choices.*.delta.tool_calls",
+    "choices.*.delta.tool_calls.*",
+    "choices.*.delta.tool_calls.*.index",
+    "choices.*.delta.tool_calls.*.id",
+    "choices.*.delta.tool_calls.*.type",
+    "choices.*.delta.tool_calls.*.function",
+    "choices.*.delta.tool_calls.*.function.name",
+    "choices.*.delta.tool_calls.*.function.arguments",
+];
+
+/// Every field path in `v` that is not in `allowed`.
+fn unexpected(v: &Value, allowed: &[&str]) -> Vec<String> {
+    fn walk(v: &Value, at: &str, out: &mut Vec<String>) {
+        let join = |k: &str| {
+            if at.is_empty() {
+                k.to_owned()
+            } else {
+                format!("{at}.{k}")
+            }
+        };
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    out.push(join(k));
+                    walk(x, &join(k), out);
+                }
+            }
+            Value::Array(a) => {
+                for x in a {
+                    out.push(join("*"));
+                    walk(x, &join("*"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    walk(v, "", &mut all);
+    all.retain(|p| !allowed.contains(&p.as_str()));
+    all.dedup();
+    all
+}
+
+/// `v` with what a model said (text, a tool call's name and arguments)
+/// as `T`, and ids (a tool call's, after checking it is nine letters and
+/// digits; the arena's) as `ID`: what must not differ by model.
+fn blanked(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| {
+                    let x = match (k.as_str(), x) {
+                        ("content" | "name" | "arguments", Value::String(s)) if !s.is_empty() => {
+                            json!("T")
+                        }
+                        ("id" | "arena_id", Value::String(_)) => json!("ID"),
+                        _ => blanked(x),
+                    };
+                    (k.clone(), x)
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(blanked).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Checks what every arena answer must: one `created`, the arena's own
+/// (not a contestant's, and from this request's time), tool-call ids in
+/// conclave's format, none of the vendors' tells in the body or the
+/// headers, and no field outside `allowed`.
+fn assert_blind(r: &Resp, parts: &[Value], allowed: &[&str], t0: u64) {
+    let t1 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let created: HashSet<u64> = parts
+        .iter()
+        .map(|p| p["created"].as_u64().unwrap())
+        .collect();
+    assert_eq!(created.len(), 1, "several created: {created:?}\n{}", r.text);
+    let created = *created.iter().next().unwrap();
+    assert!(
+        (t0..=t1).contains(&created),
+        "created {created} not in {t0}..={t1}"
+    );
+    for p in parts {
+        let odd = unexpected(p, allowed);
+        assert!(
+            odd.is_empty(),
+            "fields outside the allow-list: {odd:?} in {p}"
+        );
+        for choice in p["choices"].as_array().unwrap() {
+            let msg = choice.get("message").or(choice.get("delta")).unwrap();
+            for call in msg["tool_calls"].as_array().into_iter().flatten() {
+                if let Some(id) = call["id"].as_str() {
+                    assert!(
+                        id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()),
+                        "tool call id {id}"
+                    );
+                }
+            }
+        }
+        let text = blanked(p).to_string();
+        for tell in vendor::TELLS {
+            assert!(!text.contains(tell), "{tell} in {p}");
+        }
+    }
+    for (h, v) in &r.headers {
+        let v = v.to_str().unwrap_or_default();
+        for tell in vendor::TELLS {
+            assert!(!v.contains(tell), "{tell} in header {h}: {v}");
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+async fn vendors() -> Proc {
+    let v1 = vendor::start().await;
+    let routes = arena("ab", &["vendor-a", "vendor-b"], "")
+        + &arena("half", &["vendor-b", "vendor-down"], "");
+    Proc::gateway(&front_of(
+        &v1,
+        &["vendor-a", "vendor-b", "vendor-down"],
+        &routes,
+    ))
+}
+
+#[tokio::test]
+async fn a_whole_arena_answer_differs_by_model_only_in_what_it_says() {
+    let gw = vendors().await;
+    let (mut orders, mut shapes) = (HashSet::new(), HashSet::new());
+    for _ in 0..24 {
+        let t0 = now_secs();
+        let r = post(&gw.base, &chat("ab", "which?")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let v = r.json();
+        assert_blind(&r, std::slice::from_ref(&v), WHOLE_FIELDS, t0);
+        let choices = v["choices"].as_array().unwrap();
+        let texts: Vec<&str> = choices
+            .iter()
+            .map(|c| c["message"]["content"].as_str().unwrap())
+            .collect();
+        let mut sorted = texts.clone();
+        sorted.sort();
+        assert_eq!(sorted, [vendor::TEXT_A, vendor::TEXT_B]);
+        for c in choices {
+            assert_eq!(c["finish_reason"], "tool_calls");
+            let call = &c["message"]["tool_calls"][0];
+            assert_eq!(call["function"]["name"], "lookup");
+            assert_eq!(call["function"]["arguments"], "{\"q\":\"x\"}");
+        }
+        // Both vendors' counts together, without their details.
+        assert_eq!(
+            v["usage"],
+            json!({"prompt_tokens": 24, "completion_tokens": 16, "total_tokens": 40})
+        );
+        // A and B look alike but for the text...
+        let mut one = blanked(&choices[0]);
+        let mut two = blanked(&choices[1]);
+        one["index"] = json!(0);
+        two["index"] = json!(0);
+        assert_eq!(one, two);
+        // ...so swapping them changes nothing else.
+        orders.insert(texts[0] == vendor::TEXT_A);
+        let mut shape = blanked(&v);
+        shape["created"] = json!(0);
+        shapes.insert(shape.to_string());
+        if orders.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(orders.len(), 2, "24 answers all showed one vendor as A");
+    assert_eq!(shapes.len(), 1, "{shapes:#?}");
+}
+
+/// A stream's chunks, parsed (without `[DONE]`).
+fn chunks_of(r: &Resp) -> Vec<Value> {
+    r.data_events()
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_streamed_arena_answer_differs_by_model_only_in_what_it_says() {
+    let gw = vendors().await;
+    for include_usage in [false, true] {
+        let (mut orders, mut shapes) = (HashSet::new(), HashSet::new());
+        for _ in 0..24 {
+            let t0 = now_secs();
+            let mut body = chat_stream("ab", "which?");
+            body["stream_options"] = json!({"include_usage": include_usage});
+            let r = post(&gw.base, &body).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+            let chunks = chunks_of(&r);
+            assert_blind(&r, &chunks, CHUNK_FIELDS, t0);
+            // One id, model, object and arena id in every chunk.
+            let heads: HashSet<String> = chunks
+                .iter()
+                .map(|c| json!([c["id"], c["object"], c["model"], c["arena_id"]]).to_string())
+                .collect();
+            assert_eq!(heads.len(), 1, "{heads:?}");
+            let (usage, answers): (Vec<&Value>, Vec<&Value>) = chunks
+                .iter()
+                .partition(|c| c["choices"].as_array().unwrap().is_empty());
+            if include_usage {
+                assert_eq!(usage.len(), 1, "{}", r.text);
+                assert_eq!(
+                    usage[0]["usage"],
+                    json!({"prompt_tokens": 24, "completion_tokens": 16, "total_tokens": 40})
+                );
+            } else {
+                assert!(usage.is_empty(), "{}", r.text);
+            }
+            // Each choice: its text, and its chunks' shapes in order (a
+            // run of alike chunks counts once: how a text is cut up is
+            // the text's).
+            let mut text = [String::new(), String::new()];
+            let mut seq: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
+            for c in answers {
+                assert!(c.get("usage").is_none(), "{c}");
+                let choices = c["choices"].as_array().unwrap();
+                assert_eq!(choices.len(), 1, "{c}");
+                let i = choices[0]["index"].as_u64().unwrap() as usize;
+                text[i].push_str(choices[0]["delta"]["content"].as_str().unwrap_or(""));
+                let shape = blanked(&choices[0]["delta"]);
+                let shape = json!([shape, choices[0]["finish_reason"]]);
+                if seq[i].last() != Some(&shape) {
+                    seq[i].push(shape);
+                }
+            }
+            let mut sorted = text.to_vec();
+            sorted.sort();
+            assert_eq!(sorted, [vendor::TEXT_A, vendor::TEXT_B]);
+            assert_eq!(seq[0], seq[1], "A and B stream differently");
+            assert_eq!(seq[0].last().unwrap()[1], "tool_calls", "{:?}", seq[0]);
+            orders.insert(text[0] == vendor::TEXT_A);
+            shapes.insert(json!(seq[0]).to_string());
+            if orders.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(orders.len(), 2, "24 answers all showed one vendor as A");
+        assert_eq!(shapes.len(), 1, "{shapes:#?}");
+    }
+}
+
+#[tokio::test]
+async fn the_answer_left_when_a_contestant_fails_is_as_blind() {
+    let gw = vendors().await;
+    for stream in [false, true] {
+        let t0 = now_secs();
+        let body = if stream {
+            chat_stream("half", "which?")
+        } else {
+            chat("half", "which?")
+        };
+        let r = post(&gw.base, &body).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.header("x-conclave-arena"), Some("incomplete"));
+        let (parts, allowed) = if stream {
+            (chunks_of(&r), CHUNK_FIELDS)
+        } else {
+            (vec![r.json()], WHOLE_FIELDS)
+        };
+        assert_blind(&r, &parts, allowed, t0);
+        assert!(!r.text.contains("down"), "{}", r.text);
+    }
 }

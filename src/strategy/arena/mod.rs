@@ -3,19 +3,24 @@
 //! (A) and 1 (B) in a shuffled order, with no model name anywhere, and an
 //! arena id to vote on later (`POST /v1/arena/{id}/vote`, in `api`).
 //! Streamed, the two answers arrive interleaved as OpenAI streams several
-//! choices. The arena and its vote live in the store, so a restart loses
-//! neither; the leaderboard is computed from the votes ([`board`]).
+//! choices. What the client gets is built from scratch by allow-list, so
+//! nothing in it differs by model except what each model said ([`shape`]
+//! for whole answers, [`chunks`] for streams); the models' names stay in
+//! the store and the events. The arena and its vote live in the store, so
+//! a restart loses neither; the leaderboard is computed from the votes
+//! ([`board`]).
 
 pub mod board;
+mod chunks;
 pub mod config;
 pub mod pick;
+mod shape;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::StreamExt;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde::Deserialize;
@@ -25,19 +30,16 @@ use crate::clock::{unix_secs, unix_secs_i64};
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::Call;
-use crate::model::{CallSize, ChatModel, ChunkStream, Completion, Meta, Reply, ReplyBody, Spend};
+use crate::model::{CallSize, ChatModel, Completion, Meta, Reply, ReplyBody, Spend};
 use crate::store::Store;
 use crate::store::arena::Arena as Opened;
 use crate::strategy::{event, pinned};
 use crate::stream;
 use crate::wire::{ChatRequest, Usage, content_text};
+use shape::Face;
 
 /// The header that carries the arena id.
 pub const ARENA_ID: &str = "x-conclave-arena-id";
-/// Stands in for the upstreams' `system_fingerprint`.
-const FINGERPRINT: &str = "conclave-arena";
-/// The top-level fields of a contestant's answer that reach the client.
-const KEPT: &[&str] = &["object", "created", "choices"];
 /// Characters of the prompt kept with a vote.
 const EXCERPT: usize = 200;
 
@@ -166,27 +168,6 @@ impl Arena {
     }
 }
 
-/// Makes a contestant's chunk or answer anonymous: the route's name, the
-/// arena's id and fingerprint, and its choices at `index`.
-fn disguise(obj: &mut Map<String, Value>, route: &str, id: &str, index: usize) {
-    // Only OpenAI's own fields: anything else an upstream adds (a
-    // provider's name, a service tier) could tell the models apart.
-    obj.retain(|k, _| KEPT.contains(&k.as_str()));
-    obj.insert("model".into(), Value::from(route));
-    obj.insert("id".into(), Value::from(id));
-    obj.insert("system_fingerprint".into(), Value::from(FINGERPRINT));
-    obj.remove("usage");
-    stream::set_choice_index(obj, index);
-}
-
-fn usage_json(ctx_totals: crate::context::Totals) -> Value {
-    json!({
-        "prompt_tokens": ctx_totals.input_tokens,
-        "completion_tokens": ctx_totals.output_tokens,
-        "total_tokens": ctx_totals.input_tokens.saturating_add(ctx_totals.output_tokens),
-    })
-}
-
 #[async_trait]
 impl ChatModel for Arena {
     /// Both contestants of the most expensive pair could answer: two calls.
@@ -229,6 +210,8 @@ impl ChatModel for Arena {
                 param: Some("n"),
             });
         }
+        // The answer's one `created`: when the request reached the arena.
+        let created = unix_secs();
         let (i, j) = self.pair().await;
         let (a, b) = if rand::rng().random_bool(0.5) {
             (i, j)
@@ -242,13 +225,19 @@ impl ChatModel for Arena {
             self.contestants[b].model.chat(call.clone(), asked.clone()),
         );
         let route = self.name.clone();
+        let face = |id: String, arena_id: Option<String>| Face {
+            id,
+            created,
+            model: route.to_string(),
+            arena_id,
+        };
         let (ra, rb) = match (ra, rb) {
             (Ok(ra), Ok(rb)) => (ra, rb),
             (Ok(one), Err(e)) | (Err(e), Ok(one)) => {
                 tracing::debug!(route = %route, error = %e, "an arena contestant failed");
                 one.attempt.set_verdict(Verdict::Ok, None);
                 let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
-                let mut reply = anonymous(one, &route, &id, 0, &call)?;
+                let mut reply = answer(vec![one], face(id, None), &call)?;
                 reply.meta.add_header("x-conclave-arena", "incomplete");
                 return Ok(reply);
             }
@@ -270,7 +259,7 @@ impl ChatModel for Arena {
         let id = arena_id
             .clone()
             .unwrap_or_else(|| format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()));
-        let mut reply = both(ra, rb, &route, &id, arena_id.as_deref(), &call)?;
+        let mut reply = answer(vec![ra, rb], face(id, arena_id.clone()), &call)?;
         match &arena_id {
             Some(aid) => reply.meta.add_header(ARENA_ID, aid),
             None => reply.meta.add_header("x-conclave-arena", "unrecorded"),
@@ -279,158 +268,52 @@ impl ChatModel for Arena {
     }
 }
 
-/// One contestant's answer alone, as choice `index`, anonymous.
-fn anonymous(
-    one: Reply,
-    route: &str,
-    id: &str,
-    index: usize,
-    call: &Call,
-) -> Result<Reply, ModelError> {
-    let (route, id) = (route.to_owned(), id.to_owned());
-    let body = match one.body {
-        ReplyBody::Whole(c) => {
-            let mut v: Value = serde_json::from_slice(&c.body)?;
-            if let Some(obj) = v.as_object_mut() {
-                disguise(obj, &route, &id, index);
-                obj.insert("usage".into(), usage_json(call.ctx.totals()));
+/// The answer the client gets: contestants' replies as choices 0, 1, …
+/// of one anonymous answer ([`shape`], [`chunks`]), whole when every
+/// reply is whole, streamed otherwise.
+fn answer(replies: Vec<Reply>, face: Face, call: &Call) -> Result<Reply, ModelError> {
+    let face = Arc::new(face);
+    let mut attempt = None;
+    let mut bodies = Vec::new();
+    for r in replies {
+        attempt.get_or_insert(r.attempt);
+        bodies.push(r.body);
+    }
+    let attempt = attempt.ok_or_else(|| ModelError::Invalid {
+        upstream: face.model.as_str().into(),
+        detail: "no contestant answered".into(),
+    })?;
+    let body = if bodies.iter().all(|b| matches!(b, ReplyBody::Whole(_))) {
+        let mut values = Vec::new();
+        for b in &bodies {
+            if let ReplyBody::Whole(c) = b {
+                values.push(serde_json::from_slice::<Value>(&c.body)?);
             }
-            ReplyBody::Whole(Completion {
-                body: Bytes::from(serde_json::to_vec(&v)?),
-                usage: c.usage,
-            })
         }
-        ReplyBody::Stream(s) => ReplyBody::Stream(with_usage_last(
-            relabel(s, route.clone(), id.clone(), None, index),
-            call,
-            &route,
-            &id,
-        )),
-    };
-    Ok(Reply {
-        body,
-        meta: Meta::default(),
-        attempt: one.attempt,
-    })
-}
-
-/// A contestant's stream as choice `index`: usage-only chunks dropped,
-/// every other chunk anonymous (and carrying the arena id).
-fn relabel(
-    s: ChunkStream,
-    route: String,
-    id: String,
-    arena: Option<String>,
-    index: usize,
-) -> ChunkStream {
-    let anonymous_route = route.clone();
-    let real = ChunkStream::new(
-        s.filter(|c| {
-            let keep = c.as_ref().map_or(true, |c| c.choices > 0);
-            async move { keep }
+        let t = call.ctx.totals();
+        ReplyBody::Whole(Completion {
+            body: Bytes::from(serde_json::to_vec(&shape::whole(&face, &values, t))?),
+            usage: Some(Usage {
+                prompt_tokens: t.input_tokens,
+                completion_tokens: t.output_tokens,
+                estimated: t.estimated,
+            }),
         })
-        .map(move |c| {
-            // An error names no upstream: it would say who answered.
-            c.map_err(|e| {
-                tracing::debug!(error = %e, "an arena contestant's stream failed");
-                ModelError::Invalid {
-                    upstream: anonymous_route.as_str().into(),
-                    detail: format!("choice {index} broke off"),
-                }
-            })
-        }),
-    );
-    stream::rewrite(real, move |obj| {
-        disguise(obj, &route, &id, index);
-        if let Some(a) = &arena {
-            obj.insert("arena_id".into(), Value::from(a.as_str()));
-        }
-        true
-    })
-}
-
-/// `s`, then one usage chunk with every call of the request.
-fn with_usage_last(s: ChunkStream, call: &Call, route: &str, id: &str) -> ChunkStream {
-    let ctx = call.ctx.clone();
-    let (route, id) = (route.to_owned(), id.to_owned());
-    let last = futures::stream::once(async move {
-        let created = unix_secs();
-        stream::chunk_of(&json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": route,
-            "system_fingerprint": FINGERPRINT,
-            "choices": [],
-            "usage": usage_json(ctx.totals()),
-        }))
-    });
-    ChunkStream::new(s.chain(last))
-}
-
-/// Both answers as one: A as choice 0, B as choice 1.
-fn both(
-    ra: Reply,
-    rb: Reply,
-    route: &str,
-    id: &str,
-    arena: Option<&str>,
-    call: &Call,
-) -> Result<Reply, ModelError> {
-    let body = match (ra.body, rb.body) {
-        (ReplyBody::Whole(a), ReplyBody::Whole(b)) => {
-            let (va, vb): (Value, Value) = (
-                serde_json::from_slice(&a.body)?,
-                serde_json::from_slice(&b.body)?,
-            );
-            let choice = |v: &Value, index: usize| {
-                let mut c = v
-                    .pointer("/choices/0")
-                    .cloned()
-                    .unwrap_or_else(|| json!({}));
-                if let Some(o) = c.as_object_mut() {
-                    o.insert("index".into(), json!(index));
-                }
-                c
+    } else {
+        let mut streams = Vec::new();
+        for (index, b) in bodies.into_iter().enumerate() {
+            let s = match b {
+                ReplyBody::Stream(s) => s,
+                ReplyBody::Whole(c) => stream::whole_to_stream(&c)?,
             };
-            let t = call.ctx.totals();
-            let mut out = json!({
-                "id": id,
-                "object": "chat.completion",
-                "created": va.get("created").cloned().unwrap_or(json!(0)),
-                "model": route,
-                "system_fingerprint": FINGERPRINT,
-                "choices": [choice(&va, 0), choice(&vb, 1)],
-                "usage": usage_json(t),
-            });
-            if let (Some(aid), Some(o)) = (arena, out.as_object_mut()) {
-                o.insert("arena_id".into(), Value::from(aid));
-            }
-            ReplyBody::Whole(Completion {
-                body: Bytes::from(serde_json::to_vec(&out)?),
-                usage: Some(Usage {
-                    prompt_tokens: t.input_tokens,
-                    completion_tokens: t.output_tokens,
-                    estimated: t.estimated,
-                }),
-            })
+            streams.push(chunks::choice(s, face.clone(), index));
         }
-        (a, b) => {
-            let s = |r: ReplyBody| match r {
-                ReplyBody::Stream(s) => Ok(s),
-                ReplyBody::Whole(c) => stream::whole_to_stream(&c),
-            };
-            let arena = arena.map(str::to_owned);
-            let merged = stream::merge(vec![
-                relabel(s(a)?, route.to_owned(), id.to_owned(), arena.clone(), 0),
-                relabel(s(b)?, route.to_owned(), id.to_owned(), arena, 1),
-            ]);
-            ReplyBody::Stream(with_usage_last(merged, call, route, id))
-        }
+        let merged = stream::merge(streams);
+        ReplyBody::Stream(chunks::usage_last(merged, face, call.ctx.clone()))
     };
     Ok(Reply {
         body,
         meta: Meta::default(),
-        attempt: ra.attempt,
+        attempt,
     })
 }
