@@ -311,11 +311,7 @@ async fn a_sessions_cost_cap_holds_across_requests_and_a_restart() {
 async fn concurrent_consults_of_one_session_stay_within_its_cap() {
     let mock = Proc::mock(MOCK);
     let cap = 0.1;
-    let gw = Proc::gateway(&priced(
-        &mock,
-        &format!("max_session_cost_usd = {cap}"),
-        "",
-    ));
+    let gw = Proc::gateway(&priced(&mock, &format!("max_session_cost_usd = {cap}"), ""));
     let asks = (0..10).map(|i| {
         let base = gw.base.clone();
         async move {
@@ -332,11 +328,17 @@ async fn concurrent_consults_of_one_session_stay_within_its_cap() {
     let consults = asked(&mock, "sage").await.len();
     let spent = consults as f64 * CONSULT_USD;
     assert!(consults >= 1, "no consult at all");
-    assert!(spent <= cap + 1e-9, "{consults} consults: ${spent} > ${cap}");
+    assert!(
+        spent <= cap + 1e-9,
+        "{consults} consults: ${spent} > ${cap}"
+    );
     // The events say the same.
     let ev = gw.events_of(&["oracle_consult"], 10).await;
     let charged: f64 = ev.iter().filter_map(|e| e["cost_usd"].as_f64()).sum();
-    assert!((charged - spent).abs() < 1e-9, "{charged} vs {spent}: {ev:?}");
+    assert!(
+        (charged - spent).abs() < 1e-9,
+        "{charged} vs {spent}: {ev:?}"
+    );
 }
 
 /// A new `x-conclave-session` per request does not reset what a key may
@@ -366,7 +368,10 @@ async fn new_sessions_do_not_escape_the_keys_daily_cap() {
     let consults = asked(&mock, "sage").await.len();
     let spent = consults as f64 * CONSULT_USD;
     assert!(consults >= 1, "no consult at all");
-    assert!(spent <= cap + 1e-9, "{consults} consults: ${spent} > ${cap}");
+    assert!(
+        spent <= cap + 1e-9,
+        "{consults} consults: ${spent} > ${cap}"
+    );
     let ev = gw.events_of(&["oracle_consult"], 10).await;
     assert!(
         ev.iter().any(|e| e["error"]
