@@ -25,6 +25,8 @@ pub enum ApiError {
     Unauthorized { reason: &'static str },
     #[error("Only an admin key may read {what}.")]
     AdminOnly { what: &'static str },
+    #[error("Only the metrics key (server.metrics_key_env) or an admin key may read {what}.")]
+    OperatorOnly { what: &'static str },
     #[error("{}", .0.message)]
     Governed(Box<Rejection>),
     #[error("No open arena `{id}`: it is unknown, or expired unvoted after its route's vote_ttl.")]
@@ -91,7 +93,7 @@ impl ApiError {
                 "invalid_request_error",
                 "invalid_api_key",
             ),
-            ApiError::AdminOnly { .. } => {
+            ApiError::AdminOnly { .. } | ApiError::OperatorOnly { .. } => {
                 plain(StatusCode::FORBIDDEN, "permission_error", "admin_only")
             }
             ApiError::Governed(r) => Shape {
