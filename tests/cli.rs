@@ -272,15 +272,17 @@ fn serve_with_a_state_store_it_cannot_open_never_listens() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         let mut held = false;
+        let mut waited = 0;
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {
                 break s;
             }
             // While it runs, the port must stay free.
             held |= std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
-            if std::time::Instant::now() > deadline {
+            waited += 1;
+            // About 20 s.
+            if waited > 4000 {
                 let _ = child.kill();
                 panic!("serve with state_path {} did not exit", state.display());
             }

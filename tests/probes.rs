@@ -9,13 +9,14 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::routing::get;
 use common::*;
 use parking_lot::Mutex;
 use serde_json::json;
+use tokio::time::Instant;
 
 /// A fake upstream that counts `GET /{name}/v1/models` per name; the
 /// name `hang` never answers.

@@ -1,8 +1,9 @@
 //! The HTTP surface: the axum router and shared state. Handlers (`chat`,
-//! `forward` for completions and embeddings, `info`, `ready`) run models through
+//! `forward` for completions and embeddings, `info`) run models through
 //! one request life cycle (`request`) and answer through `reply` and
-//! `sse`; `auth`, `body` and `options` read what the client sent; `error`
-//! is the one OpenAI error mapping.
+//! `sse`; `ready` answers `/readyz` from its cache; `auth`, `body` and
+//! `options` read what the client sent; `error` is the one OpenAI error
+//! mapping.
 //!
 //! [`Gateway`] holds the current [`AppState`] behind an atomic swap, so a
 //! config reload (SIGHUP) changes what new requests see while requests in
