@@ -97,15 +97,19 @@ pub enum Control {
     Shutdown,
 }
 
-/// Runs the gateway on `listener` until `control` says `Shutdown` (or is
-/// closed), then drains in-flight requests and flushes the event log.
-/// `source` is the config file that `Reload` re-reads.
-pub async fn serve(
-    listener: TcpListener,
+/// A gateway with everything that can fail to open already open (traces,
+/// the event log, the state store, the graph): what `serve` needs before
+/// it binds a port, so a bad store or log never leaves a port bound or a
+/// "listening on" printed.
+pub struct Prepared {
     config: Config,
-    source: Option<PathBuf>,
-    mut control: mpsc::UnboundedReceiver<Control>,
-) -> Result<(), ServeError> {
+    shared: Shared,
+    gateway: Arc<Gateway>,
+}
+
+/// Opens what the gateway needs: traces, the event log, the state store
+/// and the governor's spend, and builds the first state from `config`.
+pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
     let tracer = match &config.telemetry.otlp_endpoint {
         Some(endpoint) => Some(telemetry::trace::Tracer::new(
             &config.telemetry,
@@ -131,41 +135,84 @@ pub async fn serve(
     };
     let governor = Governor::open(persisted.then(|| store.clone()))?;
     governor.start_flushing();
-    if config.keys.is_empty() && !config.server.listen.ip().is_loopback() {
-        tracing::warn!(
-            "no [[keys]] configured: anyone who can reach {} may use every model",
-            config.server.listen
-        );
-    }
     let shared = Shared {
-        telemetry: telemetry.clone(),
-        governor: governor.clone(),
+        telemetry,
+        governor,
         store,
         started_at: clock::unix_secs(),
     };
     let gateway = Arc::new(Gateway::new(AppState::new(&config, &shared)?));
-    let server = tokio::spawn(server::run(
-        listener,
-        api::router(gateway.clone()),
-        config.server.limits,
-        gateway.stop.clone(),
-        gateway.hard.clone(),
-    ));
-    let mut running = config;
-    while let Some(Control::Reload) = control.recv().await {
-        if let Some(path) = &source {
-            running = reload::reload(path, running, &gateway, &shared);
-        }
-    }
-    tracing::info!("shutting down: no new connections; draining requests in flight");
-    gateway.stop.cancel();
-    if let Err(e) = server.await {
-        tracing::warn!("the server task failed: {e}");
-    }
-    let _ = tokio::task::spawn_blocking(move || {
-        governor.flush_blocking();
-        telemetry.shutdown();
+    Ok(Prepared {
+        config,
+        shared,
+        gateway,
     })
-    .await;
-    Ok(())
+}
+
+/// Runs the gateway on `listener` until `control` says `Shutdown` (or is
+/// closed), then drains in-flight requests and flushes the event log.
+/// `source` is the config file that `Reload` re-reads.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    source: Option<PathBuf>,
+    control: mpsc::UnboundedReceiver<Control>,
+) -> Result<(), ServeError> {
+    prepare(config)?.run(listener, source, control).await
+}
+
+impl Prepared {
+    /// The config it was prepared from.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// [`serve`] once prepared: nothing here can fail to open.
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        source: Option<PathBuf>,
+        mut control: mpsc::UnboundedReceiver<Control>,
+    ) -> Result<(), ServeError> {
+        let Prepared {
+            config,
+            shared,
+            gateway,
+        } = self;
+        let listen = listener.local_addr().unwrap_or(config.server.listen);
+        if config.keys.is_empty() && !listen.ip().is_loopback() {
+            tracing::warn!(
+                "no [[keys]] configured: anyone who can reach {listen} may use every model"
+            );
+        }
+        let server = tokio::spawn(server::run(
+            listener,
+            api::router(gateway.clone()),
+            config.server.limits,
+            gateway.stop.clone(),
+            gateway.hard.clone(),
+        ));
+        let mut running = config;
+        while let Some(Control::Reload) = control.recv().await {
+            if let Some(path) = &source {
+                running = reload::reload(path, running, &gateway, &shared);
+            }
+        }
+        tracing::info!("shutting down: no new connections; draining requests in flight");
+        gateway.stop.cancel();
+        if let Err(e) = server.await {
+            tracing::warn!("the server task failed: {e}");
+        }
+        let Shared {
+            governor,
+            telemetry,
+            ..
+        } = shared;
+        let _ = tokio::task::spawn_blocking(move || {
+            governor.flush_blocking();
+            telemetry.shutdown();
+        })
+        .await;
+        Ok(())
+    }
 }

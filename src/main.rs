@@ -271,6 +271,16 @@ async fn run(command: Command) -> ExitCode {
             for w in &cfg.warnings {
                 tracing::warn!("{w}");
             }
+            // Everything that can fail to open opens before the port is
+            // bound and "listening on" is said.
+            let prepared = match conclave::prepare(cfg) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let cfg = prepared.config();
             let addr = listen.unwrap_or(cfg.server.listen);
             let listener = match TcpListener::bind(addr).await {
                 Ok(l) => l,
@@ -286,7 +296,7 @@ async fn run(command: Command) -> ExitCode {
             raise_fd_limit(cfg.server.limits.max_connections);
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(signals(tx));
-            match conclave::serve(listener, cfg, Some(config), rx).await {
+            match prepared.run(listener, Some(config), rx).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");

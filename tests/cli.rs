@@ -240,3 +240,67 @@ fn check_warns_about_a_verifier_that_is_never_called() {
         "{out}"
     );
 }
+
+/// `serve` opens everything that can fail (the state store here) before
+/// it binds the port and says "listening on": a store it cannot open is
+/// a clear error, a non-zero exit, and a port nobody ever held.
+#[test]
+fn serve_with_a_state_store_it_cannot_open_never_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![0x5a_u8; 64 * 1024]).unwrap();
+    for state in [dir.path().to_path_buf(), garbage] {
+        let config = dir.path().join("c.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nstate_path = \"{}\"\n\n[upstreams.sim]\nkind = \"mock\"\n\n[models.m]\nupstream = \"sim\"\n",
+                state.display()
+            ),
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_conclave"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--config")
+            .arg(&config)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut held = false;
+        let mut waited = 0;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            // While it runs, the port must stay free.
+            held |= std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+            waited += 1;
+            // About 20 s.
+            if waited > 4000 {
+                let _ = child.kill();
+                panic!("serve with state_path {} did not exit", state.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(status.code(), Some(1), "{stdout}{stderr}");
+        assert!(
+            !stdout.contains("listening on") && !stderr.contains("listening on"),
+            "{}: {stdout}{stderr}",
+            state.display()
+        );
+        assert!(stderr.contains("the state store"), "{stderr}");
+        assert!(!held, "port {port} was bound");
+        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    }
+}

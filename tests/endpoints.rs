@@ -193,7 +193,8 @@ async fn outside_chat_strategies_keys_and_errors_answer_clearly() {
         json!({"model": "vec", "input": "x"}),
     )
     .await;
-    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert_eq!(r.json()["error"]["code"], "model_not_found");
     let r = post_to(
         &gw,
         "/v1/embeddings",
@@ -262,4 +263,80 @@ async fn models_retrieve_answers_for_every_name_a_key_may_use() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+}
+
+/// A model the key may not use answers exactly as a model that does not
+/// exist, on every endpoint that names one: status, body, headers and
+/// metrics, so a key cannot enumerate the gateway's model names.
+#[tokio::test]
+async fn a_forbidden_model_answers_exactly_like_an_unknown_one() {
+    let mock = Proc::mock(MOCK);
+    let gw = gateway(&mock);
+    let narrow = "sk-narrow-0123456789";
+    // `text` exists (the narrow key may not use it); `nope` does not.
+    // Same length, so even Content-Length cannot tell them apart.
+    let (forbidden, unknown) = ("text", "nope");
+    let ask = |model: &'static str| {
+        let http = client();
+        let gw = &gw;
+        async move {
+            let post = |path: &str, body: serde_json::Value| {
+                send(http.post(gw.url(path)).bearer_auth(narrow).json(&body))
+            };
+            vec![
+                post("/v1/chat/completions", chat(model, "hi")).await,
+                post("/v1/chat/completions", chat_stream(model, "hi")).await,
+                post("/v1/completions", json!({"model": model, "prompt": "x"})).await,
+                post("/v1/embeddings", json!({"model": model, "input": "x"})).await,
+                send(
+                    http.get(gw.url(&format!("/v1/models/{model}")))
+                        .bearer_auth(narrow),
+                )
+                .await,
+            ]
+        }
+    };
+    let before = gw.metrics().await;
+    let a = ask(forbidden).await;
+    let b = ask(unknown).await;
+    for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(a.status, 404, "{i}: {}", a.text);
+        assert_eq!(a.status, b.status, "{i}");
+        assert_eq!(
+            a.text.replace(forbidden, "X"),
+            b.text.replace(unknown, "X"),
+            "{i}"
+        );
+        let e = a.json()["error"].clone();
+        assert_eq!(e["code"], "model_not_found", "{i}");
+        assert_eq!(
+            e["message"],
+            "The model `text` does not exist or you do not have access to it."
+        );
+        let headers = |r: &Resp| {
+            let mut h: Vec<(String, String)> = r
+                .headers
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "date" | "x-request-id"))
+                .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+                .collect();
+            h.sort();
+            h
+        };
+        assert_eq!(headers(a), headers(b), "{i}");
+    }
+    // Both are counted alike, under no model's name.
+    let after = gw.metrics().await;
+    let unknown_404 = |m: &str| {
+        samples(
+            m,
+            "conclave_requests_total",
+            &[("route", "unknown"), ("status", "404")],
+        )
+        .iter()
+        .sum::<f64>()
+    };
+    assert_eq!(unknown_404(&after) - unknown_404(&before), 8.0, "{after}");
+    assert!(!after.contains("route=\"text\""), "{after}");
+    assert!(mock.received().await.is_empty());
 }

@@ -233,7 +233,7 @@ async fn malformed_requests_are_400_and_name_the_field() {
 }
 
 #[tokio::test]
-async fn keys_401_403_and_the_models_a_key_sees() {
+async fn keys_401_404_and_the_models_a_key_sees() {
     let mock = Proc::mock(MOCK);
     let keys = r#"
 [[keys]]
@@ -260,8 +260,9 @@ key_env = "KEY_ADMIN"
 
     let team = [("authorization", "Bearer k-team")];
     let r = post_with(&gw.base, &chat("other", "hi"), &team).await;
-    let e = openai_error(&r, 403);
-    assert_eq!(e["code"], "model_not_allowed", "{}", r.text);
+    // A model outside the key's list does not exist for the key.
+    let e = openai_error(&r, 404);
+    assert_eq!(e["code"], "model_not_found", "{}", r.text);
     let r = post_with(&gw.base, &chat("ok", "hi"), &team).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let r = post_with(

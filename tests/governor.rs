@@ -130,9 +130,10 @@ async fn keys_are_checked_by_digest_and_every_bad_header_is_a_401() {
     assert_eq!(call(&gw, &body, "k-hashed").await.status, 200);
     let r = post_with(&gw.base, &body, &[("x-api-key", "k-hashed")]).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    // A model outside the key's list is a 403, and never reaches upstream.
+    // A model outside the key's list is a 404 (as if it did not exist),
+    // and never reaches upstream.
     let r = call(&gw, &chat("big", "hi"), "k-alpha").await;
-    assert_eq!(error_of(&r, 403)["code"], "model_not_allowed");
+    assert_eq!(error_of(&r, 404)["code"], "model_not_found");
     // Only an admin key reads the usage view.
     let r = send(
         client()

@@ -241,24 +241,33 @@ async fn a_failing_oracle_is_a_tool_error_and_the_base_answers_alone() {
     );
 }
 
+/// The oracle priced by output only ($2000 per Mtok): a consult reserves
+/// `oracle_max_tokens = 25` tokens, $0.05, and costs what the mock says
+/// it wrote (6 tokens), $0.012.
+const PRICED_SAGE: &str = "\n[models.sage]\nupstream = \"up\"\nprice = { input_per_mtok = 0.0, output_per_mtok = 2000.0 }\n";
+const CONSULT_USD: f64 = 0.012;
+
+fn priced(mock: &Proc, extra: &str, server: &str) -> String {
+    front_of(
+        &mock.v1(),
+        &["base", "broken-sage"],
+        &routes(&format!("oracle_max_tokens = 25\n{extra}")),
+    )
+    .replace("[server]\n", &format!("[server]\n{server}"))
+        + PRICED_SAGE
+}
+
 #[tokio::test]
 async fn a_sessions_cost_cap_holds_across_requests_and_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mock = Proc::mock(MOCK);
-    // One consult costs 100 input + 6 output tokens at $1000 per Mtok:
-    // $0.106; the cap is $0.1, so a session gets one.
-    let toml = front_of(
-        &mock.v1(),
-        &["base", "broken-sage"],
-        &routes("max_session_cost_usd = 0.1"),
-    )
-    .replace(
-        "[server]\n",
-        &format!(
-            "[server]\nstate_path = \"{}\"\n",
-            dir.path().join("s.db").display()
-        ),
-    ) + "\n[models.sage]\nupstream = \"up\"\nprice = { input_per_mtok = 1000.0, output_per_mtok = 1000.0 }\n";
+    // The first consult reserves $0.05 of $0.06 and costs $0.012; a
+    // second would reserve $0.05 more: over the cap, so it is refused.
+    let toml = priced(
+        &mock,
+        "max_session_cost_usd = 0.06",
+        &format!("state_path = \"{}\"\n", dir.path().join("s.db").display()),
+    );
     let in_session = |s: &'static str| [("x-conclave-session", s)];
     let gw = Proc::gateway(&toml);
     let r = post_with(&gw.base, &chat("wise", "hard one"), &in_session("s1")).await;
@@ -284,7 +293,7 @@ async fn a_sessions_cost_cap_holds_across_requests_and_a_restart() {
         ev[0]["error"]
             .as_str()
             .unwrap()
-            .contains("this session has spent $0.1060"),
+            .contains("this session has spent $0.0120 of its $0.0600"),
         "{ev:?}"
     );
     // Another session has its own budget.
@@ -294,6 +303,94 @@ async fn a_sessions_cost_cap_holds_across_requests_and_a_restart() {
         "Final answer with the expert's help."
     );
     assert_eq!(asked(&mock, "sage").await.len(), 2);
+}
+
+/// Ten requests of one session at once: each consult reserves its worst
+/// case before it is made, so together they stay within the session's cap.
+#[tokio::test]
+async fn concurrent_consults_of_one_session_stay_within_its_cap() {
+    let mock = Proc::mock(MOCK);
+    let cap = 0.1;
+    let gw = Proc::gateway(&priced(&mock, &format!("max_session_cost_usd = {cap}"), ""));
+    let asks = (0..10).map(|i| {
+        let base = gw.base.clone();
+        async move {
+            let r = post_with(
+                &base,
+                &chat("wise", &format!("hard question {i}")),
+                &[("x-conclave-session", "shared")],
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.text);
+        }
+    });
+    futures::future::join_all(asks).await;
+    let consults = asked(&mock, "sage").await.len();
+    let spent = consults as f64 * CONSULT_USD;
+    assert!(consults >= 1, "no consult at all");
+    assert!(
+        spent <= cap + 1e-9,
+        "{consults} consults: ${spent} > ${cap}"
+    );
+    // The events say the same.
+    let ev = gw.events_of(&["oracle_consult"], 10).await;
+    let charged: f64 = ev.iter().filter_map(|e| e["cost_usd"].as_f64()).sum();
+    assert!(
+        (charged - spent).abs() < 1e-9,
+        "{charged} vs {spent}: {ev:?}"
+    );
+}
+
+/// A new `x-conclave-session` per request does not reset what a key may
+/// spend: its daily cap on the route holds across sessions; another key
+/// has its own.
+#[tokio::test]
+async fn new_sessions_do_not_escape_the_keys_daily_cap() {
+    let mock = Proc::mock(MOCK);
+    let cap = 0.1;
+    let keys = "[[keys]]\nname = \"one\"\nkey_env = \"K1\"\n\n[[keys]]\nname = \"two\"\nkey_env = \"K2\"\n\n";
+    let toml = priced(&mock, &format!("max_key_daily_cost_usd = {cap}"), "")
+        .replace("[upstreams.up]", &format!("{keys}[upstreams.up]"));
+    let gw = Proc::gateway_env(&toml, &[("K1", "k-one"), ("K2", "k-two")]);
+    for i in 0..10 {
+        let session = format!("fresh-{i}");
+        let r = post_with(
+            &gw.base,
+            &chat("wise", &format!("hard question {i}")),
+            &[
+                ("authorization", "Bearer k-one"),
+                ("x-conclave-session", session.as_str()),
+            ],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    let consults = asked(&mock, "sage").await.len();
+    let spent = consults as f64 * CONSULT_USD;
+    assert!(consults >= 1, "no consult at all");
+    assert!(
+        spent <= cap + 1e-9,
+        "{consults} consults: ${spent} > ${cap}"
+    );
+    let ev = gw.events_of(&["oracle_consult"], 10).await;
+    assert!(
+        ev.iter().any(|e| e["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("this key has spent"))),
+        "{ev:?}"
+    );
+    // The other key still gets its consult.
+    let r = post_with(
+        &gw.base,
+        &chat("wise", "hard one"),
+        &[("authorization", "Bearer k-two")],
+    )
+    .await;
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "Final answer with the expert's help."
+    );
+    assert_eq!(asked(&mock, "sage").await.len(), consults + 1);
 }
 
 /// A base that calls a client tool and the oracle in one turn: the client

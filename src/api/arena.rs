@@ -153,7 +153,8 @@ pub async fn leaderboard(
 ) -> Result<Response, ApiError> {
     let app = gw.state();
     let caller = app.keys.authenticate(&headers)?;
-    let routes: Vec<&String> = app.arenas.keys().collect();
+    // Only the arenas this key may use: others do not exist for it.
+    let routes: Vec<&String> = app.arenas.keys().filter(|r| caller.may_use(r)).collect();
     let route = match q.get("route") {
         Some(r) => r.clone(),
         None if routes.len() == 1 => routes[0].clone(),
@@ -172,12 +173,9 @@ pub async fn leaderboard(
             });
         }
     };
-    let Some(contestants) = app.arenas.get(&route) else {
+    let Some(contestants) = app.arenas.get(&route).filter(|_| caller.may_use(&route)) else {
         return Err(ApiError::NotFound { model: route });
     };
-    if !caller.may_use(&route) {
-        return Err(ApiError::Forbidden { model: route });
-    }
     let (store, r) = (app.store.clone(), route.clone());
     let votes = tokio::task::spawn_blocking(move || store.votes(&r))
         .await

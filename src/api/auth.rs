@@ -2,6 +2,8 @@
 //! `[[keys]]` table. A presented key is hashed (SHA-256) and compared with
 //! every key's digest in constant time, so neither the comparison nor the
 //! config needs the secret. No keys configured means no auth (local use).
+//! `/metrics` and `/readyz` take the metrics key (`server.metrics_key_env`)
+//! or an admin key once a metrics key is set, and are open until then.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -96,6 +98,31 @@ impl Keys {
         found.ok_or(ApiError::Unauthorized {
             reason: "Incorrect API key provided.",
         })
+    }
+
+    /// Whether a request may read `/metrics` or `/readyz` (`what`): any
+    /// request while no metrics key is set (`metrics_key`, its digest),
+    /// else one presenting that key or an admin key.
+    pub fn operator(
+        &self,
+        metrics_key: Option<&[u8; 32]>,
+        headers: &HeaderMap,
+        what: &'static str,
+    ) -> Result<(), ApiError> {
+        let Some(metrics_key) = metrics_key else {
+            return Ok(());
+        };
+        let digest = crate::config::digest(presented(headers)?);
+        if constant_eq(metrics_key, &digest) {
+            return Ok(());
+        }
+        match self.0.iter().find(|k| constant_eq(&k.digest, &digest)) {
+            Some(k) if k.caller.admin => Ok(()),
+            Some(_) => Err(ApiError::OperatorOnly { what }),
+            None => Err(ApiError::Unauthorized {
+                reason: "Incorrect API key provided.",
+            }),
+        }
     }
 }
 

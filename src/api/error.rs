@@ -24,10 +24,10 @@ pub enum ApiError {
     },
     #[error("{reason}")]
     Unauthorized { reason: &'static str },
-    #[error("This key may not use the model `{model}`.")]
-    Forbidden { model: String },
     #[error("Only an admin key may read {what}.")]
     AdminOnly { what: &'static str },
+    #[error("Only the metrics key (server.metrics_key_env) or an admin key may read {what}.")]
+    OperatorOnly { what: &'static str },
     #[error("{}", .0.message)]
     Governed(Box<Rejection>),
     #[error("No open arena `{id}`: it is unknown, or expired unvoted after its route's vote_ttl.")]
@@ -36,7 +36,9 @@ pub enum ApiError {
     ArenaNotYours,
     #[error("Arena `{id}` already has its vote ({outcome}); an arena takes one.")]
     ArenaVoted { id: String, outcome: String },
-    #[error("The model `{model}` does not exist. GET /v1/models lists the models you can use.")]
+    /// An unknown model, or one the key may not use: the two answer
+    /// alike, so a key cannot learn which names exist (as OpenAI does).
+    #[error("The model `{model}` does not exist or you do not have access to it.")]
     NotFound { model: String },
     #[error("The request body is larger than the gateway's limit of {limit} bytes.")]
     TooLarge { limit: usize },
@@ -92,15 +94,7 @@ impl ApiError {
                 "invalid_request_error",
                 "invalid_api_key",
             ),
-            ApiError::Forbidden { .. } => Shape {
-                param: Some("model".into()),
-                ..plain(
-                    StatusCode::FORBIDDEN,
-                    "permission_error",
-                    "model_not_allowed",
-                )
-            },
-            ApiError::AdminOnly { .. } => {
+            ApiError::AdminOnly { .. } | ApiError::OperatorOnly { .. } => {
                 plain(StatusCode::FORBIDDEN, "permission_error", "admin_only")
             }
             ApiError::Governed(r) => Shape {

@@ -1,11 +1,11 @@
 //! The small read-only endpoints: `/v1/models`, `/v1/keys/usage`,
-//! `/metrics`, `/healthz`, `/readyz`.
+//! `/metrics`, `/healthz` (`/readyz` is in `ready`).
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
@@ -13,7 +13,6 @@ use super::Gateway;
 use super::error::ApiError;
 use crate::governor;
 use crate::graph::Node;
-use crate::upstream::llama_swap::Loaded;
 
 pub async fn models(
     State(gw): State<Arc<Gateway>>,
@@ -88,8 +87,16 @@ fn entry(name: &str, node: &Node, created: u64) -> Value {
     })
 }
 
-pub async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
-    let mut resp = gw.state().telemetry.render().into_response();
+/// `GET /metrics`, behind the metrics key when one is set.
+pub async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let app = gw.state();
+    if let Err(e) = app
+        .keys
+        .operator(app.metrics_key.as_ref(), &headers, "/metrics")
+    {
+        return e.into_response();
+    }
+    let mut resp = app.telemetry.render().into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -99,48 +106,4 @@ pub async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
 
 pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
-}
-
-/// Ready when every upstream answers (any HTTP status counts).
-pub async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
-    let app = gw.state();
-    let checks = app
-        .graph
-        .upstreams
-        .iter()
-        .map(|u| async move { (u.name.clone(), u.status().await) });
-    let results = futures::future::join_all(checks).await;
-    let ready = results.iter().all(|(_, s)| s.ready.is_ok());
-    let mut upstreams = Map::new();
-    let mut swapping = Map::new();
-    for (name, status) in results {
-        let v = match status.ready {
-            Ok(()) => json!("ok"),
-            Err(e) => json!(format!("unreachable: {e}")),
-        };
-        upstreams.insert(name.to_string(), v);
-        if let Some(l) = status.loaded {
-            swapping.insert(name.to_string(), loaded_json(l));
-        }
-    }
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    let mut body =
-        json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": upstreams});
-    if !swapping.is_empty() {
-        body["llama_swap"] = Value::Object(swapping);
-    }
-    (status, Json(body)).into_response()
-}
-
-/// A llama-swap upstream's probe answer: `{"loaded": [...]}`, or
-/// `{"loaded": null, "error": "..."}` when it could not be read.
-fn loaded_json(l: Result<Loaded, String>) -> Value {
-    match l {
-        Ok(models) => json!({"loaded": *models}),
-        Err(e) => json!({"loaded": null, "error": e}),
-    }
 }

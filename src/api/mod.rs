@@ -1,8 +1,9 @@
 //! The HTTP surface: the axum router and shared state. Handlers (`chat`,
 //! `forward` for completions and embeddings, `info`) run models through
 //! one request life cycle (`request`) and answer through `reply` and
-//! `sse`; `auth`, `body` and `options` read what the client sent; `error`
-//! is the one OpenAI error mapping.
+//! `sse`; `ready` answers `/readyz` from its cache; `auth`, `body` and
+//! `options` read what the client sent; `error` is the one OpenAI error
+//! mapping.
 //!
 //! [`Gateway`] holds the current [`AppState`] behind an atomic swap, so a
 //! config reload (SIGHUP) changes what new requests see while requests in
@@ -16,6 +17,7 @@ pub mod error;
 mod forward;
 mod info;
 mod options;
+mod ready;
 mod reply;
 mod request;
 mod sse;
@@ -69,6 +71,10 @@ pub struct AppState {
     pub arenas: IndexMap<String, Vec<String>>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
+    /// The digest of the key `/metrics` and `/readyz` require, if any.
+    pub metrics_key: Option<[u8; 32]>,
+    /// `/readyz`'s last answer, reused for `server.readyz_cache`.
+    pub ready: ready::Cached<ready::Answer>,
 }
 
 impl AppState {
@@ -100,6 +106,12 @@ impl AppState {
                 })
                 .collect(),
             started_at: shared.started_at,
+            metrics_key: config
+                .server
+                .metrics_key
+                .as_ref()
+                .map(|k| crate::config::digest(&k.0)),
+            ready: ready::Cached::new(config.server.readyz_cache),
         })
     }
 }
@@ -155,7 +167,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/keys/usage", get(info::keys_usage))
         .route("/metrics", get(info::metrics))
         .route("/healthz", get(info::healthz))
-        .route("/readyz", get(info::readyz))
+        .route("/readyz", get(ready::readyz))
         .fallback(unknown_url)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(gateway)

@@ -78,21 +78,19 @@ pub async fn admit(
     Ok((app, caller, body))
 }
 
-/// The node a client's `model` names, if the caller may use it.
+/// The node a client's `model` names, if the caller may use it. A model
+/// the caller may not use is not found, exactly as an unknown one.
 pub fn resolve<'a>(
     app: &'a AppState,
     caller: &Caller,
     model: &str,
 ) -> Result<(&'a Arc<str>, &'a Node), ApiError> {
-    let (route, node) = app.graph.get(model).ok_or_else(|| ApiError::NotFound {
-        model: model.to_owned(),
-    })?;
-    if !caller.may_use(route) {
-        return Err(ApiError::Forbidden {
+    app.graph
+        .get(model)
+        .filter(|(route, _)| caller.may_use(route))
+        .ok_or_else(|| ApiError::NotFound {
             model: model.to_owned(),
-        });
-    }
-    Ok((route, node))
+        })
 }
 
 /// What a request asks of a node, for its key's limits: the size of

@@ -64,6 +64,11 @@ pub struct Server {
     pub event_log_buffer: usize,
     /// Connection limits, fixed for the life of the process.
     pub limits: crate::server::Limits,
+    /// The key `/metrics` and `/readyz` require (admin keys also pass);
+    /// `None`: both are open.
+    pub metrics_key: Option<Secret>,
+    /// How long `/readyz` reuses its last probe of the upstreams.
+    pub readyz_cache: Duration,
 }
 
 /// `[telemetry]`: where traces go (`None`: tracing off) and how many.
@@ -284,7 +289,8 @@ pub fn mock_models(
     }
 }
 impl Config {
-    /// Every secret the config holds (upstream keys and API keys), which
+    /// Every secret the config holds (upstream keys, API keys and the
+    /// metrics key), which
     /// nothing an upstream says may repeat.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
         let upstream = self.upstreams.values().filter_map(|u| match &u.kind {
@@ -293,11 +299,13 @@ impl Config {
             } => Some(k.0.as_str()),
             _ => None,
         });
-        upstream.chain(
-            self.keys
-                .iter()
-                .filter_map(|k| k.secret.as_ref().map(|s| s.0.as_str())),
-        )
+        upstream
+            .chain(
+                self.keys
+                    .iter()
+                    .filter_map(|k| k.secret.as_ref().map(|s| s.0.as_str())),
+            )
+            .chain(self.server.metrics_key.as_ref().map(|s| s.0.as_str()))
     }
 
     /// Follows passthrough routes down to the name they stand for.

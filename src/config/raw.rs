@@ -41,6 +41,10 @@ pub struct Server {
     pub estimate_output_tokens: u32,
     #[serde(default = "default_event_log_buffer")]
     pub event_log_buffer: usize,
+    /// The env var holding the key `/metrics` and `/readyz` then require.
+    pub metrics_key_env: Option<String>,
+    #[serde(default = "default_readyz_cache", with = "humantime_serde")]
+    pub readyz_cache: Duration,
 }
 
 impl Default for Server {
@@ -60,8 +64,14 @@ impl Default for Server {
             access_log: false,
             estimate_output_tokens: default_estimate_output_tokens(),
             event_log_buffer: default_event_log_buffer(),
+            metrics_key_env: None,
+            readyz_cache: default_readyz_cache(),
         }
     }
+}
+
+fn default_readyz_cache() -> Duration {
+    Duration::from_secs(5)
 }
 
 fn default_event_log_buffer() -> usize {

@@ -103,7 +103,7 @@ pub(super) fn validate(
         }
     };
     let mut warnings = Vec::new();
-    let server = server(doc.remove("server"), errs);
+    let server = server(doc.remove("server"), env, errs);
     let telemetry = telemetry(doc.remove("telemetry"), errs);
     let keys = keys::keys(doc.remove("keys"), env, errs);
     let upstreams = upstreams(doc.remove("upstreams"), env, errs);
@@ -166,7 +166,11 @@ pub(super) fn table(
     }
 }
 
-fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
+fn server(
+    v: Option<toml::Value>,
+    env: &dyn Fn(&str) -> Option<String>,
+    errs: &mut Errors,
+) -> Option<Server> {
     let raw: raw::Server = match v {
         Some(v) => errs.parse("server", v)?,
         None => raw::Server::default(),
@@ -215,6 +219,11 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
             "must be greater than 0 (omit it to turn keep-alives off)",
         );
     }
+    positive(Some(raw.readyz_cache), "server.readyz_cache", errs);
+    let metrics_key = raw
+        .metrics_key_env
+        .as_deref()
+        .and_then(|var| secret(env, var, "server.metrics_key_env", errs));
     Some(Server {
         listen: listen?,
         request_timeout: raw.request_timeout,
@@ -232,6 +241,8 @@ fn server(v: Option<toml::Value>, errs: &mut Errors) -> Option<Server> {
             idle_timeout: raw.idle_timeout,
             shutdown_grace: raw.shutdown_grace,
         },
+        metrics_key,
+        readyz_cache: raw.readyz_cache,
     })
 }
 

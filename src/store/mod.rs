@@ -1,14 +1,15 @@
 //! The embedded store (`server.state_path`): one SQLite file holding what
 //! must survive a restart: each key's spend per UTC day ([`spend`]), the
-//! arenas and their votes ([`arena`]), and what each session spent on
-//! oracle consults (`oracle`). It is created with its schema
-//! on first start and migrated in order by `PRAGMA user_version`; a file
+//! arenas and their votes ([`arena`]), and what each session, and each
+//! key per oracle route and day, spent on oracle consults (`oracle`). It
+//! is created with its schema on first start and migrated in order by
+//! `PRAGMA user_version`; a file
 //! from a newer conclave is refused rather than misread; arenas that
 //! expired unvoted are deleted then. Without a path the same store lives
 //! in memory. Every call blocks: async code runs it on `spawn_blocking`.
 
 pub mod arena;
-mod oracle;
+pub mod oracle;
 mod spend;
 
 pub use spend::SpendRow;
@@ -47,6 +48,14 @@ const MIGRATIONS: &[&str] = &[
         calls     INTEGER NOT NULL,
         cost_usd  REAL    NOT NULL,
         updated   INTEGER NOT NULL       -- Unix seconds
+    );",
+    "CREATE TABLE oracle_key (
+        key       TEXT    NOT NULL,      -- key name, or anonymous
+        route     TEXT    NOT NULL,
+        day       TEXT    NOT NULL,      -- UTC, YYYY-MM-DD
+        calls     INTEGER NOT NULL,
+        cost_usd  REAL    NOT NULL,
+        PRIMARY KEY (key, route, day)
     );",
 ];
 

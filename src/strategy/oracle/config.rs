@@ -28,6 +28,8 @@ struct Raw {
     max_calls_per_request: u32,
     #[serde(default = "default_session_cost")]
     max_session_cost_usd: f64,
+    #[serde(default = "default_key_daily_cost")]
+    max_key_daily_cost_usd: f64,
     #[serde(default = "default_temperature")]
     oracle_temperature: f64,
     #[serde(default = "default_oracle_max_tokens")]
@@ -47,6 +49,9 @@ fn default_max_calls() -> u32 {
 }
 fn default_session_cost() -> f64 {
     2.0
+}
+fn default_key_daily_cost() -> f64 {
+    10.0
 }
 fn default_temperature() -> f64 {
     0.2
@@ -85,11 +90,13 @@ pub(crate) fn parse(
             "is the base model itself; an oracle is a stronger model to ask",
         );
     }
-    if !(c.max_session_cost_usd.is_finite() && c.max_session_cost_usd >= 0.0) {
-        errs.push(
-            format!("{path}.max_session_cost_usd"),
-            "must be a number >= 0",
-        );
+    for (key, usd) in [
+        ("max_session_cost_usd", c.max_session_cost_usd),
+        ("max_key_daily_cost_usd", c.max_key_daily_cost_usd),
+    ] {
+        if !(usd.is_finite() && usd >= 0.0) {
+            errs.push(format!("{path}.{key}"), "must be a number >= 0");
+        }
     }
     if !(c.oracle_temperature.is_finite() && (0.0..=2.0).contains(&c.oracle_temperature)) {
         errs.push(
@@ -119,6 +126,7 @@ pub(crate) fn parse(
         caps: Caps {
             calls_per_request: c.max_calls_per_request,
             session_cost_usd: c.max_session_cost_usd,
+            key_daily_cost_usd: c.max_key_daily_cost_usd,
         },
         temperature: c.oracle_temperature,
         max_tokens: c.oracle_max_tokens,
@@ -142,8 +150,12 @@ impl RouteSpec for OracleSpec {
 
     fn describe(&self, _config: &Config) -> String {
         format!(
-            "oracle: {} asks {} (up to {} consult(s) a request, ${:.2} a session)",
-            self.base, self.oracle, self.caps.calls_per_request, self.caps.session_cost_usd
+            "oracle: {} asks {} (up to {} consult(s) a request, ${:.2} a session, ${:.2} a key a day)",
+            self.base,
+            self.oracle,
+            self.caps.calls_per_request,
+            self.caps.session_cost_usd,
+            self.caps.key_daily_cost_usd
         )
     }
 

@@ -1,6 +1,7 @@
 //! One consult: the `oracle_consult` tool conclave adds to the base's
 //! request, the question it sends the oracle (with a hint and the last
-//! few messages), and what the base gets back as the tool's result.
+//! few messages), the most that question can cost, and what the base gets
+//! back as the tool's result.
 
 use std::time::Duration;
 
@@ -8,12 +9,15 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
-use crate::model::Call;
+use crate::model::{Call, CallSize};
 use crate::strategy::Member;
 use crate::wire::{ChatRequest, Message};
 
 /// The tool's name.
 pub const TOOL: &str = "oracle_consult";
+
+/// Tokens a chat template may add per message, beyond its text.
+const TEMPLATE_TOKENS: u64 = 8;
 
 const DESCRIPTION: &str = "Ask a stronger expert model one focused question when the answer \
 needs judgement you are unsure of: a design trade-off, a subtle bug, whether an approach is \
@@ -94,13 +98,8 @@ impl OracleCall {
         said[from..].join("\n")
     }
 
-    /// Asks the oracle; its answer.
-    pub async fn ask(
-        &self,
-        call: &Call,
-        q: &Question,
-        conversation: &[Message],
-    ) -> Result<String, ModelError> {
+    /// The request that asks the oracle `q`.
+    pub fn request(&self, q: &Question, conversation: &[Message]) -> ChatRequest {
         let mut user = format!("Question: {}\n", q.question);
         if let Some(h) = &q.hint {
             user.push_str(&format!("\nContext hint: {h}\n"));
@@ -123,7 +122,26 @@ impl OracleCall {
                 extra.insert("max_tokens".into(), json!(self.max_tokens));
             }
         }
-        let req = ChatRequest::internal(&self.member.name, INSTRUCTION, user, extra);
+        ChatRequest::internal(&self.member.name, INSTRUCTION, user, extra)
+    }
+
+    /// The most `req` can cost: every byte of its text a token, plus the
+    /// chat template's tokens per message, in; `oracle_max_tokens` out.
+    pub fn worst_usd(&self, req: &ChatRequest) -> f64 {
+        let template = TEMPLATE_TOKENS.saturating_mul(req.messages.len() as u64);
+        let input = (req.text_bytes() as u64).saturating_add(template);
+        self.member
+            .model
+            .estimate(CallSize {
+                input,
+                images: 0,
+                output: u64::from(self.max_tokens),
+            })
+            .cost_usd
+    }
+
+    /// Asks the oracle `req`; its answer.
+    pub async fn ask(&self, call: &Call, req: ChatRequest) -> Result<String, ModelError> {
         let (_phase, consulting) = call.phase("oracle.consult");
         let call = consulting
             .with_role(Role::Oracle)

@@ -1,15 +1,21 @@
-//! One request's consults: each one checked against the caps (per request,
-//! and what the session has spent, read from the store), run, charged what
-//! its attempt recorded (estimates and failed calls included), and written
-//! as an `oracle_consult` event. A refused or failed consult is a tool
-//! error for the base, never a failed request.
+//! One request's consults: each one checked against the caps (per
+//! request; and what its session and its key's day on the route have
+//! spent, reservations of consults in flight included), its worst case
+//! reserved in the store before it is made and settled to what its
+//! attempt recorded after (estimates and failed calls included), and
+//! written as an `oracle_consult` event. A refused or failed consult is a
+//! tool error for the base, never a failed request.
+
+use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
 
 use super::consult::Question;
 use super::turn::ToolCall;
 use super::{Oracle, clip};
+use crate::governor::budget::{day_name, utc_day};
 use crate::model::Call;
+use crate::store::oracle::{OracleLedgers, Reserved};
 use crate::strategy::event;
 use crate::wire::Message;
 
@@ -26,20 +32,9 @@ pub struct Ledger {
     pub session_spent: Option<f64>,
 }
 
-impl Oracle {
-    /// What `session` has spent, or `None` when the store cannot say.
-    async fn session_spent(&self, session: &str) -> Option<f64> {
-        let (store, s) = (self.store.clone(), session.to_owned());
-        match tokio::task::spawn_blocking(move || store.oracle_spend(&s)).await {
-            Ok(Ok((_, cost))) => Some(cost),
-            Ok(Err(e)) => {
-                tracing::error!("cannot read a session's oracle spend: {e}");
-                None
-            }
-            Err(_) => None,
-        }
-    }
+const ON_YOUR_OWN: &str = "answer on your own";
 
+impl Oracle {
     /// Runs one consult (or refuses it); the tool result the base gets.
     pub(super) async fn consult(
         &self,
@@ -69,6 +64,34 @@ impl Oracle {
         }
     }
 
+    /// Where a consult of this request is counted.
+    fn ledgers(&self, call: &Call, ledger: &Ledger) -> OracleLedgers {
+        OracleLedgers {
+            session: ledger
+                .session
+                .clone()
+                .map(|s| (s, self.caps.session_cost_usd)),
+            key: call.ctx.key.to_string(),
+            route: self.name.to_string(),
+            day: day_name(utc_day(SystemTime::now())),
+            key_cap: self.caps.key_daily_cost_usd,
+        }
+    }
+
+    /// Reserves `worst` for a consult, or says why it may not be made.
+    async fn reserve(&self, at: &OracleLedgers, worst: f64) -> Result<Reserved, String> {
+        let (store, at) = (self.store.clone(), at.clone());
+        let now = crate::clock::unix_secs_i64();
+        match tokio::task::spawn_blocking(move || store.reserve_oracle(&at, worst, now)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                tracing::error!("cannot reserve an oracle consult's cost: {e}");
+                Err(format!("oracle unavailable; {ON_YOUR_OWN}"))
+            }
+            Err(_) => Err(format!("oracle unavailable; {ON_YOUR_OWN}")),
+        }
+    }
+
     async fn run(
         &self,
         call: &Call,
@@ -86,50 +109,59 @@ impl Oracle {
         f.insert("context_hint".into(), hint);
         if ledger.calls >= self.caps.calls_per_request {
             return Err(format!(
-                "oracle budget exhausted: at most {} consult(s) per request; answer on your own",
+                "oracle budget exhausted: at most {} consult(s) per request; {ON_YOUR_OWN}",
                 self.caps.calls_per_request
             ));
         }
-        let spent = match &ledger.session {
-            Some(s) => {
-                let spent = self
-                    .session_spent(s)
-                    .await
-                    .ok_or("oracle unavailable; answer on your own")?;
-                ledger.session_spent = Some(spent);
-                spent
-            }
-            None => ledger.cost_usd,
-        };
-        if spent >= self.caps.session_cost_usd {
-            return Err(format!(
-                "oracle budget exhausted: this session has spent ${spent:.4} of its ${:.2}; \
-                 answer on your own",
+        let req = self.oracle.request(&q, conversation);
+        let worst = self.oracle.worst_usd(&req);
+        f.insert("reserved_usd".into(), json!(worst));
+        let session_full = |spent: f64| {
+            format!(
+                "oracle budget exhausted: this session has spent ${spent:.4} of its ${:.4} \
+                 and a consult may cost up to ${worst:.4}; {ON_YOUR_OWN}",
                 self.caps.session_cost_usd
-            ));
+            )
+        };
+        // Without a session, the request is the session (and only this
+        // request's consults, one at a time, count against it).
+        if ledger.session.is_none() && ledger.cost_usd + worst > self.caps.session_cost_usd {
+            return Err(session_full(ledger.cost_usd));
         }
+        let at = self.ledgers(call, ledger);
+        let session_held = match self.reserve(&at, worst).await? {
+            Reserved::Held { session, .. } => session,
+            Reserved::SessionFull { spent } => {
+                ledger.session_spent = Some(spent);
+                return Err(session_full(spent));
+            }
+            Reserved::KeyFull { spent } => {
+                return Err(format!(
+                    "oracle budget exhausted: this key has spent ${spent:.4} of its ${:.4} \
+                     a day on this route and a consult may cost up to ${worst:.4}; {ON_YOUR_OWN}",
+                    self.caps.key_daily_cost_usd
+                ));
+            }
+        };
         // What the consult cost, as its attempt recorded it: consults of a
         // request run one at a time, so the request's totals tell.
         let before = call.ctx.totals();
-        let asked = self.oracle.ask(call, &q, conversation).await;
+        let asked = self.oracle.ask(call, req).await;
         let after = call.ctx.totals();
         let cost = (after.cost_usd - before.cost_usd).max(0.0);
         let tokens = (after.input_tokens + after.output_tokens)
             .saturating_sub(before.input_tokens + before.output_tokens);
         ledger.calls += 1;
         ledger.cost_usd += cost;
-        ledger.session_spent = ledger.session_spent.map(|s| s + cost);
+        ledger.session_spent = session_held.map(|s| (s - worst + cost).max(0.0));
         f.insert("cost_usd".into(), json!(cost));
         f.insert("tokens".into(), json!(tokens));
-        if let Some(s) = &ledger.session {
-            let (store, s) = (self.store.clone(), s.clone());
-            let now = crate::clock::unix_secs_i64();
-            let saved =
-                tokio::task::spawn_blocking(move || store.add_oracle_spend(&s, cost, now)).await;
-            if !matches!(saved, Ok(Ok(()))) {
-                tracing::error!("cannot record an oracle consult's cost for its session");
-            }
+        let (store, now) = (self.store.clone(), crate::clock::unix_secs_i64());
+        let settled =
+            tokio::task::spawn_blocking(move || store.settle_oracle(&at, worst, cost, now)).await;
+        if !matches!(settled, Ok(Ok(()))) {
+            tracing::error!("cannot settle an oracle consult's cost");
         }
-        asked.map_err(|e| format!("the oracle failed ({}); answer on your own", e.kind()))
+        asked.map_err(|e| format!("the oracle failed ({}); {ON_YOUR_OWN}", e.kind()))
     }
 }

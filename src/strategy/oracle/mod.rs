@@ -4,8 +4,10 @@
 //! oracle itself, hands the base the answer as the tool's result and asks
 //! it again. The client sees only the base's final answer (streamed live
 //! when it starts with text); its own tools work as usual. Consults are
-//! capped per request and by what the session (`x-conclave-session`, else
-//! the request) has spent, kept in the store across restarts.
+//! capped per request, by what the session (`x-conclave-session`, else
+//! the request) has spent, and by what the key has spent on the route
+//! today; each consult reserves its worst case against both before it is
+//! made, kept in the store across restarts.
 
 pub mod config;
 mod consult;
@@ -37,7 +39,10 @@ const EVENT_TEXT: usize = 4000;
 #[derive(Debug, Clone, Copy)]
 pub struct Caps {
     pub calls_per_request: u32,
+    /// What a session (else the request) may spend on consults.
     pub session_cost_usd: f64,
+    /// What a key may spend on this route's consults in a UTC day.
+    pub key_daily_cost_usd: f64,
 }
 
 pub struct Oracle {
