@@ -78,7 +78,13 @@ impl Patterns {
         }
         if secret.len() < WINDOW {
             let s = self.source(secret, false, true);
-            self.add(secret, Place { source: s, offset: 0 });
+            self.add(
+                secret,
+                Place {
+                    source: s,
+                    offset: 0,
+                },
+            );
             return;
         }
         let prefix = generic_prefix(secret);

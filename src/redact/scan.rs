@@ -71,7 +71,13 @@ impl Matcher {
 
     /// The whole run around a window match at `m`, read as a piece of the
     /// source at `place`; it does not reach back before `floor`.
-    fn grow(&self, hay: &[u8], m: Range<usize>, place: Place, floor: usize) -> Option<Range<usize>> {
+    fn grow(
+        &self,
+        hay: &[u8],
+        m: Range<usize>,
+        place: Place,
+        floor: usize,
+    ) -> Option<Range<usize>> {
         let src = self.sources.get(place.source as usize)?;
         let (mut start, mut end) = (m.start, m.end);
         if src.whole {

@@ -74,7 +74,11 @@ fn event_text(data: &[u8]) -> Option<Cow<'_, str>> {
     let mut pieces: Vec<Cow<'_, str>> = Vec::new();
     for c in ev.choices.into_iter().flatten() {
         if let Some(d) = c.delta {
-            pieces.extend([d.content, d.reasoning_content, d.refusal].into_iter().flatten());
+            pieces.extend(
+                [d.content, d.reasoning_content, d.refusal]
+                    .into_iter()
+                    .flatten(),
+            );
             let calls = d.tool_calls.into_iter().flatten();
             pieces.extend(calls.filter_map(|t| t.function?.arguments));
         }
@@ -103,7 +107,9 @@ fn cut_text(v: &mut Value, mut n: usize) {
             return;
         }
         let k = n.min(s.len());
-        let k = (k..=s.len()).find(|i| s.is_char_boundary(*i)).unwrap_or(s.len());
+        let k = (k..=s.len())
+            .find(|i| s.is_char_boundary(*i))
+            .unwrap_or(s.len());
         let rest = s.split_off(k);
         n -= k.min(n);
         *s = if std::mem::take(&mut first) {
@@ -152,7 +158,11 @@ impl Redactor {
             let head = floor_char(&text, TAIL);
             let joined = format!("{}{}", carry.tail, &text[..head]);
             let from = carry.tail.len();
-            if let Some(r) = m.runs(joined.as_bytes()).iter().find(|r| r.start < from && r.end > from) {
+            if let Some(r) = m
+                .runs(joined.as_bytes())
+                .iter()
+                .find(|r| r.start < from && r.end > from)
+            {
                 cut = r.end - from;
             }
         }

@@ -42,7 +42,10 @@ fn keys_and_any_run_of_them_are_removed() {
         "Authorization: Bearer [REDACTED] was wrong"
     );
     assert_eq!(r.redact("key sk-concla… cut"), "key [REDACTED]… cut");
-    assert_eq!(r.redact("suffix …SECRET-0123456789abcdef!"), "suffix …[REDACTED]!");
+    assert_eq!(
+        r.redact("suffix …SECRET-0123456789abcdef!"),
+        "suffix …[REDACTED]!"
+    );
     assert_eq!(r.redact("middle (ECRET-012)"), "middle ([REDACTED])");
     assert_eq!(
         r.redact("SK-CONCLAVE-SECRET-0123456789ABCDEF upper"),
@@ -52,7 +55,10 @@ fn keys_and_any_run_of_them_are_removed() {
         r.redact("sk-conclave-SECRET-0123456789abcdefsk-conclave-SEC and other-key-abcdef"),
         "[REDACTED] and [REDACTED]"
     );
-    assert_eq!(r.redact("sk-concl is 8, sk-conc is 7"), "[REDACTED] is 8, sk-conc is 7");
+    assert_eq!(
+        r.redact("sk-concl is 8, sk-conc is 7"),
+        "[REDACTED] is 8, sk-conc is 7"
+    );
     assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
 }
 
@@ -68,11 +74,17 @@ fn base64_forms_are_removed() {
         for enc in [STANDARD.encode(&text), URL_SAFE_NO_PAD.encode(&text)] {
             let out = r.clean(format!("header: {enc} end"));
             assert!(!leaks(&out, KEY), "{text}: {out}");
-            assert!(out.starts_with("header: ") && out.ends_with(" end"), "{out}");
+            assert!(
+                out.starts_with("header: ") && out.ends_with(" end"),
+                "{out}"
+            );
         }
     }
     let enc = STANDARD.encode(format!("Bearer {KEY}"));
-    assert_eq!(r.clean(format!("Basic {enc}.")), "Basic QmVhcmVyI[REDACTED].");
+    assert_eq!(
+        r.clean(format!("Basic {enc}.")),
+        "Basic QmVhcmVyI[REDACTED]."
+    );
 }
 
 #[test]
@@ -104,7 +116,10 @@ fn generic_prefixes_alone_are_not_secret() {
 #[test]
 fn short_secrets_are_matched_whole_and_not_inside_words() {
     let r = Redactor::new(["k-team"]).unwrap_or_else(|e| unreachable!("{e}"));
-    assert_eq!(r.redact("Bearer k-team; work-team, K-TEAM"), "Bearer [REDACTED]; work-team, [REDACTED]");
+    assert_eq!(
+        r.redact("Bearer k-team; work-team, K-TEAM"),
+        "Bearer [REDACTED]; work-team, [REDACTED]"
+    );
 }
 
 #[test]
@@ -130,8 +145,13 @@ fn relay(r: &Redactor, pieces: &[&str]) -> String {
     let mut out = String::new();
     for p in pieces {
         let ev = r.event(&mut carry, content_event(p));
-        let v: serde_json::Value = serde_json::from_slice(&ev).unwrap_or_else(|e| unreachable!("{e}"));
-        out.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or_default());
+        let v: serde_json::Value =
+            serde_json::from_slice(&ev).unwrap_or_else(|e| unreachable!("{e}"));
+        out.push_str(
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap_or_default(),
+        );
     }
     out
 }
@@ -139,22 +159,37 @@ fn relay(r: &Redactor, pieces: &[&str]) -> String {
 #[test]
 fn a_secret_streamed_in_pieces_is_cut_as_it_goes() {
     let r = r();
-    let pieces: Vec<&str> = ["here: ", "sk-", "con", "cla", "ve-", "SEC", "RET", "-01", "234", "567", "89a", "bcd", "ef", " ok"].to_vec();
+    let pieces: Vec<&str> = [
+        "here: ", "sk-", "con", "cla", "ve-", "SEC", "RET", "-01", "234", "567", "89a", "bcd",
+        "ef", " ok",
+    ]
+    .to_vec();
     let out = relay(&r, &pieces);
     assert!(!leaks(&out, KEY), "{out}");
-    assert!(out.starts_with("here: sk-con") && out.ends_with(" ok"), "{out}");
+    assert!(
+        out.starts_with("here: sk-con") && out.ends_with(" ok"),
+        "{out}"
+    );
     // Events without text (a role chunk, a finish chunk) do not reset it.
     let mut carry = Carry::default();
     let _ = r.event(&mut carry, content_event("sk-conc"));
-    let _ = r.event(&mut carry, Bytes::from(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#));
+    let _ = r.event(
+        &mut carry,
+        Bytes::from(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#),
+    );
     let ev = r.event(&mut carry, content_event("lave"));
     assert!(!String::from_utf8_lossy(&ev).contains("lave"), "{ev:?}");
     // Tool-call arguments are text too.
     let mut carry = Carry::default();
-    let args = |a: &str| Bytes::from(serde_json::json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": a}}]}}]}).to_string());
+    let args = |a: &str| {
+        Bytes::from(serde_json::json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": a}}]}}]}).to_string())
+    };
     let _ = r.event(&mut carry, args("{\"k\":\"sk-conc"));
     let ev = r.event(&mut carry, args("lave-S\"}"));
-    assert!(String::from_utf8_lossy(&ev).contains(r#""arguments":"[REDACTED]\"}""#), "{ev:?}");
+    assert!(
+        String::from_utf8_lossy(&ev).contains(r#""arguments":"[REDACTED]\"}""#),
+        "{ev:?}"
+    );
 }
 
 #[test]
