@@ -27,6 +27,8 @@ const TAIL: usize = 64;
 pub struct Carry {
     /// The end of the answer text so far, as the upstream sent it.
     tail: String,
+    /// The tail and the start of the next event's text, read together.
+    joined: String,
 }
 
 #[derive(Deserialize)]
@@ -155,20 +157,26 @@ impl Redactor {
         // How much of this event's text continues a run from before.
         let mut cut = 0;
         if !carry.tail.is_empty() {
-            let head = floor_char(&text, TAIL);
-            let joined = format!("{}{}", carry.tail, &text[..head]);
+            let joined = &mut carry.joined;
+            joined.clear();
+            joined.push_str(&carry.tail);
+            joined.push_str(&text[..floor_char(&text, TAIL)]);
             let from = carry.tail.len();
-            if let Some(r) = m
-                .runs(joined.as_bytes())
-                .iter()
-                .find(|r| r.start < from && r.end > from)
-            {
+            let runs = m.runs(joined.as_bytes());
+            if let Some(r) = runs.iter().find(|r| r.start < from && r.end > from) {
                 cut = r.end - from;
             }
         }
-        carry.tail.push_str(&text);
-        let old = carry.tail.len() - suffix_len(&carry.tail, TAIL);
-        carry.tail.drain(..old);
+        if text.len() >= TAIL {
+            carry.tail.clear();
+            carry
+                .tail
+                .push_str(&text[text.len() - suffix_len(&text, TAIL)..]);
+        } else {
+            carry.tail.push_str(&text);
+            let old = carry.tail.len() - suffix_len(&carry.tail, TAIL);
+            carry.tail.drain(..old);
+        }
         if cut == 0 {
             return self.redact_bytes(data);
         }
