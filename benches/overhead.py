@@ -49,11 +49,15 @@ request_timeout = "60s"
 [upstreams.mock]
 kind = "openai"
 base_url = "{base}/v1"
+api_key_env = "BENCH_UPSTREAM_KEY"
 [models.bench]
 upstream = "mock"
 """
 
 KEY = "bench-key"
+# A cloud upstream has a key, and every answer is scanned for it (and for
+# the client keys): the benchmark measures that path too.
+UPSTREAM_KEY = "sk-bench-upstream-7Qz9Xk2Lm4Pn8Rt0Vb6Yc3"
 GOVERNED_KEYS = """
 [[keys]]
 name = "bench"
@@ -138,6 +142,7 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
         subprocess.run(["cargo", "bench", "-q", "--bench", "ttft", "--no-run"], cwd=ROOT, check=True)
 
+    os.environ["BENCH_UPSTREAM_KEY"] = UPSTREAM_KEY
     tmp = tempfile.mkdtemp(prefix="conclave-bench-")
     with open(os.path.join(tmp, "mock.toml"), "w") as f:
         f.write(MOCK_TOML)

@@ -8,7 +8,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "conclave")
+# CONCLAVE_BIN: another build to measure (say, the one before a change).
+BIN = os.environ.get("CONCLAVE_BIN") or os.path.join(ROOT, "target", "release", "conclave")
 
 
 def start(args, tmp, name):

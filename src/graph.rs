@@ -50,6 +50,8 @@ pub enum BuildError {
     },
     #[error(transparent)]
     Unresolved(#[from] Unresolved),
+    #[error(transparent)]
+    Redact(#[from] crate::redact::BuildError),
 }
 
 impl Graph {
@@ -71,7 +73,7 @@ impl Graph {
                 })?;
             upstreams.insert(name.as_str(), Arc::new(built));
         }
-        let redactor = Arc::new(Redactor::new(config.secrets()));
+        let redactor = Arc::new(Redactor::new(config.secrets())?);
         let mut g = Graph {
             names: Vec::new(),
             nodes: HashMap::new(),

@@ -25,6 +25,7 @@
 //!   timeouts, graceful shutdown.
 //! - `reload`: SIGHUP, a new config for new requests.
 //! - [`redact`]: keeps the config's secrets out of what upstreams say.
+//! - [`log_line`]: stderr's text log, one line per event.
 //! - [`attempt`]: the record of one upstream call, reported once to the
 //!   request's sinks.
 //! - [`telemetry`]: the metric contract and the Prometheus recorder, the
@@ -48,6 +49,7 @@ pub mod error;
 pub mod governor;
 pub mod graph;
 pub mod labels;
+pub mod log_line;
 pub mod mock;
 pub mod model;
 pub mod redact;

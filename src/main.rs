@@ -141,12 +141,16 @@ async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
 
 fn init_logs(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
     match format {
-        LogFormat::Json => logs.json().init(),
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.with_writer(std::io::stderr).json().init(),
+        LogFormat::Text => {
+            // One event, one line, whatever text it quotes.
+            let ansi = std::io::stderr().is_terminal();
+            logs.with_writer(conclave::log_line::OneLine { ansi })
+                .with_ansi(ansi)
+                .init()
+        }
     }
 }
 

@@ -16,7 +16,9 @@ use serde_json::Value;
 /// connections afterwards.
 const CONCURRENT: usize = 6;
 
-const KEY: &str = "sk-conclave-SECRET-0123456789abcdef";
+/// Random past its prefix, as real keys are (a word in it, like the
+/// product's name, would also be found in innocent text).
+const KEY: &str = "sk-T3st-SECRET-q7Zr9XwP2mVt4LbN8cJd";
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Want {

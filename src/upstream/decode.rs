@@ -4,10 +4,12 @@
 //!
 //! Nothing an upstream sends is trusted: a body or an event past its size
 //! bound, a 200 that is not an answer (`{}`, `[]`, invalid UTF-8), and a
-//! stream that stalls between events are failures of the attempt, and
-//! every string the upstream wrote is redacted ([`Exchange`]) before it
-//! becomes part of an error. Stream events are relayed one by one as they
-//! arrive, each as its own bytes.
+//! stream that stalls between events are failures of the attempt. Every
+//! byte the upstream wrote is redacted before anything reads it: error
+//! text before it becomes part of an error ([`Exchange`]), a whole body
+//! once, each stream event as it arrives (with a carry-over between
+//! events). Stream events are relayed one by one as they arrive, each as
+//! its own bytes; only a `Retry-After` that is a number or a date is kept.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use crate::attempt::Attempt;
 use crate::error::{ModelError, TimeoutPhase, WITHHELD};
 use crate::labels::Warm;
 use crate::model::{Chunk, ChunkStream, Completion};
-use crate::redact::Redactor;
+use crate::redact::{Carry, Redactor};
 use crate::wire::{
     AssistantOutput, Endpoint, MAX_RESPONSE, Usage, UsageField, WholeBody, error_message,
     inspect_chunk, inspect_completion,
@@ -174,8 +176,15 @@ pub async fn status_error(resp: RawResponse, x: &Exchange) -> ModelError {
         status: resp.status,
         message,
         code,
-        retry_after: resp.retry_after.map(|r| x.clean(&r)),
+        retry_after: resp.retry_after.filter(|r| is_retry_after(r)),
     }
+}
+
+/// A `Retry-After` value: seconds or an HTTP date, nothing else.
+fn is_retry_after(v: &str) -> bool {
+    let v = v.trim();
+    (!v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()))
+        || httpdate::parse_http_date(v).is_ok()
 }
 
 /// Reads a whole (non-streamed) answer.
@@ -193,7 +202,7 @@ pub async fn whole(
                 "the response body is larger than {MAX_RESPONSE} bytes"
             )));
         }
-        Ok(b) => b,
+        Ok(b) => x.redactor.redact_bytes(b),
     };
     let usage = match inspect_completion(&body, endpoint) {
         Ok(WholeBody::Answer {
@@ -246,6 +255,7 @@ pub async fn stream(
         last_event: None,
         arrived: x.started,
         x,
+        carry: Carry::default(),
         attempt: attempt.clone(),
         open: true,
         permit: Some(permit),
@@ -277,6 +287,8 @@ struct Relay {
     /// When the bytes being parsed arrived (the time of their events).
     arrived: Instant,
     x: Exchange,
+    /// What redaction remembers of the events before.
+    carry: Carry,
     attempt: Attempt,
     open: bool,
     /// The lane's permit, held until the answer is read.
@@ -333,6 +345,7 @@ impl Relay {
     }
 
     fn chunk(&mut self, data: Bytes) -> Result<Chunk, ModelError> {
+        let data = self.x.redactor.event(&mut self.carry, data);
         let info = inspect_chunk(&data, self.attempt.wants_summary()).map_err(|e| {
             self.x
                 .invalid(&format!("a stream event is not a chunk: {e}"))

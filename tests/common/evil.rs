@@ -1,7 +1,9 @@
 //! A hostile OpenAI-compatible upstream for black-box tests, run in the
 //! test process on 127.0.0.1:0. The request's `model` picks its fault; the
 //! failure messages quote the `Authorization` header it received, so a
-//! test can prove the gateway's key never travels any further.
+//! test can prove the gateway's key never travels any further. The
+//! [`ECHOES`] quote it in the disguises a redactor must see through, and
+//! in 200 answers that echo the request's headers.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::convert::Infallible;
@@ -37,6 +39,18 @@ pub const FAULTS: &[&str] = &[
     "trickle-forever",
     "stall-after-first",
     "huge-tool-index",
+];
+
+/// Faults that quote the key received in a disguise, by model name.
+pub const ECHOES: &[&str] = &[
+    "echo-upper-500",
+    "echo-suffix-500",
+    "echo-middle-500",
+    "echo-base64-500",
+    "echo-wrapped-500",
+    "echo-upper-error-event",
+    "echo-retry-after",
+    "echo-headers",
 ];
 
 /// Starts the evil upstream; returns its `…/v1` base URL.
@@ -107,6 +121,9 @@ async fn chat(headers: HeaderMap, body: Bytes) -> Response {
             json!({"error": {"message": echo, "type": "x", "code": auth}}),
         )
     };
+    if let Some(r) = disguised(&model, stream, &headers, &auth) {
+        return r;
+    }
     match model.as_str() {
         "echo-500" => status_echo(500),
         "echo-400" => status_echo(400),
@@ -296,7 +313,146 @@ async fn chat(headers: HeaderMap, body: Bytes) -> Response {
     }
 }
 
-/// Whether `text` holds the key, or any 8-character piece of its start.
+/// `text` wrapped every `width` characters, each new line indented.
+fn wrap(text: &str, width: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let lines: Vec<String> = chars.chunks(width).map(|c| c.iter().collect()).collect();
+    lines.join("\n  ")
+}
+
+/// The [`ECHOES`]: `auth` is the `Authorization` header received.
+fn disguised(model: &str, stream: bool, headers: &HeaderMap, auth: &str) -> Option<Response> {
+    use base64::Engine as _;
+    let key = auth.trim_start_matches("Bearer ");
+    let message = match model {
+        "echo-upper-500" | "echo-upper-error-event" => {
+            format!("AUTHORIZATION: {}", auth.to_uppercase())
+        }
+        "echo-suffix-500" => format!("key ending in …{}", &key[key.len().min(8)..]),
+        "echo-middle-500" => format!(
+            "key …{}…",
+            &key[4.min(key.len())..key.len().saturating_sub(4)]
+        ),
+        "echo-base64-500" => {
+            let b = base64::engine::general_purpose::STANDARD;
+            format!(
+                "basic {} / {}",
+                b.encode(auth),
+                b.encode(format!("user:{key}"))
+            )
+        }
+        "echo-wrapped-500" => format!("you sent:\n{}", wrap(auth, 6)),
+        // No key: text that would forge a log line of its own.
+        "multiline-500" => {
+            "upstream broke:\n2099-01-01T00:00:00Z  INFO conclave: FORGED\r\nthe end".into()
+        }
+        _ => String::new(),
+    };
+    Some(match model {
+        "echo-upper-error-event" if stream => raw(
+            200,
+            "text/event-stream",
+            sse(
+                vec![
+                    chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+                    chunk(json!({"content": "about to fail"}), Value::Null),
+                    Bytes::from(format!(
+                        "data: {}\n\n",
+                        json!({"error": {"message": message}})
+                    )),
+                ],
+                false,
+            ),
+        ),
+        "echo-upper-error-event" => json_response(200, json!({"error": {"message": message}})),
+        m if m.ends_with("-500") => json_response(
+            500,
+            json!({"error": {"message": message, "type": "x", "code": message}}),
+        ),
+        "echo-retry-after" => Response::builder()
+            .status(429)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::RETRY_AFTER, auth.to_uppercase())
+            .body(Body::from(
+                json!({"error": {"message": "slow down"}}).to_string(),
+            ))
+            .unwrap(),
+        "echo-headers" => {
+            // A debugging proxy's answer: every request header, in every
+            // disguise, as the answer text.
+            let mut dump = String::new();
+            for (name, value) in headers {
+                dump.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("")));
+            }
+            let b = base64::engine::general_purpose::STANDARD;
+            dump.push_str(&format!(
+                "upper: {}\nbase64: {}\nwrapped: {}\n",
+                auth.to_uppercase(),
+                b.encode(auth),
+                wrap(auth, 6)
+            ));
+            let echoed = |r: Response| {
+                let (mut parts, body) = r.into_parts();
+                if let Ok(v) = header::HeaderValue::from_str(auth) {
+                    parts.headers.insert("x-echo-authorization", v);
+                }
+                Response::from_parts(parts, body)
+            };
+            if !stream {
+                return Some(echoed(json_response(200, completion(&dump))));
+            }
+            // Whole in one event, then again a few characters per event.
+            let mut events = vec![
+                chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+                chunk(json!({"content": dump}), Value::Null),
+            ];
+            let chars: Vec<char> = dump.chars().collect();
+            for piece in chars.chunks(3) {
+                let piece: String = piece.iter().collect();
+                events.push(chunk(json!({"content": piece}), Value::Null));
+            }
+            events.push(chunk(json!({}), json!("stop")));
+            events.push(Bytes::from("data: [DONE]\n\n"));
+            echoed(raw(200, "text/event-stream", sse(events, false)))
+        }
+        _ => return None,
+    })
+}
+
+/// Whether `text` holds 8 characters in a row of `key` in any disguise:
+/// any letter case, wrapped over lines (raw or JSON-escaped line breaks,
+/// indentation), or base64 of any string holding the key (either
+/// alphabet, any alignment).
 pub fn leaks(text: &str, key: &str) -> bool {
-    text.contains(&key[..8.min(key.len())])
+    leak(text, key).is_some()
+}
+
+/// The first piece of `key` that [`leaks`] finds in `text`.
+pub fn leak(text: &str, key: &str) -> Option<String> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    let flat: String = text
+        .replace("\\n", "\n")
+        .replace("\\r", "\r")
+        .lines()
+        .map(|l| l.trim_start_matches([' ', '\t']).trim_end_matches('\r'))
+        .collect();
+    let lower = flat.to_ascii_lowercase();
+    let windows = |s: &str| -> Vec<String> {
+        (0..=s.len().saturating_sub(8))
+            .map(|i| s[i..(i + 8).min(s.len())].to_owned())
+            .collect()
+    };
+    let plain = windows(&key.to_ascii_lowercase());
+    if let Some(w) = plain.into_iter().find(|w| lower.contains(w.as_str())) {
+        return Some(w);
+    }
+    (0..3).find_map(|skip| {
+        let rest = &key.as_bytes()[skip.min(key.len())..];
+        let whole = &rest[..rest.len() / 3 * 3];
+        [STANDARD_NO_PAD.encode(whole), URL_SAFE_NO_PAD.encode(whole)]
+            .iter()
+            .filter(|enc| enc.len() >= 8)
+            .find_map(|enc| windows(enc).into_iter().find(|w| flat.contains(w.as_str())))
+    })
 }

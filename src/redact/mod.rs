@@ -1,0 +1,115 @@
+//! [`Redactor`]: removes the config's secrets (upstream API keys and the
+//! gateway's own keys) from everything an upstream sends.
+//!
+//! An upstream may echo the request's `Authorization` header: in an error
+//! message, an error event, a broken body, or a 200 answer that quotes the
+//! headers it received. So every byte an upstream sends is redacted where
+//! it enters conclave (`upstream::decode`): error text before it becomes a
+//! [`ModelError`](crate::error::ModelError), a whole answer's body before
+//! it is read, each stream event as it is relayed ([`Redactor::event`]).
+//! The client's response, attempt trails and summaries, the event log,
+//! traces and stderr are then safe by construction.
+//!
+//! What counts as the secret, for a key of 8 or more bytes:
+//! - any run of 8 or more of its characters (a prefix, a suffix or a
+//!   middle part), in any letter case; the run is replaced as far as the
+//!   text keeps following the key, so `Bearer <key>` becomes
+//!   `Bearer [REDACTED]`;
+//! - the same in its base64 forms (standard or URL-safe, padded or not, at
+//!   any of the three alignments, so the base64 of `Bearer <key>` or of
+//!   `user:<key>` is caught), with the partial groups at the ends;
+//! - either of them wrapped over lines: `\n`, `\r\n` or their JSON escapes,
+//!   with the next line's indentation, may interrupt a run anywhere.
+//!
+//! Windows made (almost) only of a well-known vendor prefix (`sk-`,
+//! `sk-proj-`, `sk-ant-api03-`, …) are not the secret: a window must hold
+//! 4 characters past it, so innocent text about key formats is left
+//! alone. A secret shorter than 8 bytes is matched only whole and not
+//! inside a word. A stream may let out at most 7 characters of a run
+//! that an upstream spreads over several events before the run is
+//! recognised (see [`stream`]).
+
+mod patterns;
+mod scan;
+pub mod stream;
+#[cfg(test)]
+mod tests;
+mod view;
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+use patterns::Patterns;
+use scan::{Matcher, replace};
+pub use stream::Carry;
+
+/// What a secret is replaced with.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// The secrets' matcher could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("the secrets' matcher could not be built: {0}")]
+pub struct BuildError(#[from] aho_corasick::BuildError);
+
+#[derive(Default)]
+pub struct Redactor {
+    /// `None`: no secrets, nothing to do.
+    matcher: Option<Matcher>,
+    secrets: usize,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redactor({} secrets)", self.secrets)
+    }
+}
+
+impl Redactor {
+    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Result<Self, BuildError> {
+        let mut p = Patterns::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for s in secrets {
+            if !s.is_empty() && !seen.contains(&s) {
+                seen.push(s);
+                p.add_secret(s.as_bytes());
+            }
+        }
+        Ok(Redactor {
+            matcher: Matcher::new(p)?,
+            secrets: seen.len(),
+        })
+    }
+
+    /// `text` with every run of secret replaced by `[REDACTED]`.
+    pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        let Some(m) = &self.matcher else {
+            return Cow::Borrowed(text);
+        };
+        let runs = m.runs(text.as_bytes());
+        if runs.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let out = replace(text.as_bytes(), &runs, REDACTED.as_bytes());
+        // Runs are whole characters; lossy only in theory.
+        Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// [`Redactor::redact`] into an owned string.
+    pub fn clean(&self, text: impl AsRef<str>) -> String {
+        self.redact(text.as_ref()).into_owned()
+    }
+
+    /// A body (any bytes) without secrets; the same bytes when it had none.
+    /// A run inside a JSON string leaves it a valid JSON string.
+    pub fn redact_bytes(&self, data: Bytes) -> Bytes {
+        let Some(m) = &self.matcher else {
+            return data;
+        };
+        let runs = m.runs(&data);
+        if runs.is_empty() {
+            return data;
+        }
+        Bytes::from(replace(&data, &runs, REDACTED.as_bytes()))
+    }
+}
