@@ -21,8 +21,9 @@
 //!   rewrite chunks, commit at the first real delta, merge).
 //! - [`api`]: the axum router, auth, SSE relaying and the single mapping of
 //!   errors to OpenAI-shaped HTTP responses.
-//! - [`server`]: the accept loop: connection cap, header and idle
-//!   timeouts, graceful shutdown.
+//! - [`server`]: the accept loop: connection and in-flight cap, HTTP/2
+//!   stream and header bounds, header, idle and request timeouts, graceful
+//!   shutdown.
 //! - `reload`: SIGHUP, a new config for new requests.
 //! - [`redact`]: keeps the config's secrets out of what upstreams say.
 //! - [`attempt`]: the record of one upstream call, reported once to the
@@ -144,10 +145,18 @@ pub async fn serve(
         started_at: clock::unix_secs(),
     };
     let gateway = Arc::new(Gateway::new(AppState::new(&config, &shared)?));
+    let budget: server::Budget = {
+        let gateway = gateway.clone();
+        Arc::new(move || {
+            let state = gateway.state();
+            state.body_read_timeout + state.request_timeout
+        })
+    };
     let server = tokio::spawn(server::run(
         listener,
         api::router(gateway.clone()),
         config.server.limits,
+        budget,
         gateway.stop.clone(),
         gateway.hard.clone(),
     ));

@@ -225,7 +225,10 @@ async fn at_the_cap_the_longest_idle_connection_makes_room() {
     );
     assert!(t0.elapsed() < Duration::from_secs(2));
     let oldest = closed_within(&mut idle[0], Duration::from_secs(2)).await;
-    assert!(oldest.is_some(), "the longest-idle connection is still open");
+    assert!(
+        oldest.is_some(),
+        "the longest-idle connection is still open"
+    );
     for s in &mut idle[1..] {
         assert!(
             closed_within(s, Duration::from_millis(200)).await.is_none(),

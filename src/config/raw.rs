@@ -41,6 +41,10 @@ pub struct Server {
     pub estimate_output_tokens: u32,
     #[serde(default = "default_event_log_buffer")]
     pub event_log_buffer: usize,
+    #[serde(default = "default_http2_max_streams")]
+    pub http2_max_streams: u32,
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
 }
 
 impl Default for Server {
@@ -60,12 +64,20 @@ impl Default for Server {
             access_log: false,
             estimate_output_tokens: default_estimate_output_tokens(),
             event_log_buffer: default_event_log_buffer(),
+            http2_max_streams: default_http2_max_streams(),
+            max_header_bytes: default_max_header_bytes(),
         }
     }
 }
 
 fn default_event_log_buffer() -> usize {
     16_384
+}
+fn default_http2_max_streams() -> u32 {
+    16
+}
+fn default_max_header_bytes() -> usize {
+    32 * 1024
 }
 
 /// `[telemetry]`: OpenTelemetry trace export (off without an endpoint).
