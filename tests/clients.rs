@@ -277,3 +277,60 @@ async fn a_request_head_over_max_header_bytes_is_431() {
     let settled = eventually(5, || async { gw.open_fds() <= fds + 2 }).await;
     assert!(settled, "descriptors: {fds} -> {}", gw.open_fds());
 }
+
+#[tokio::test]
+async fn an_http1_client_that_stops_reading_is_cut_off_at_the_request_limit() {
+    // About 6 MB of SSE: more than the socket buffers between the two hold.
+    let words = "word ".repeat(40_000);
+    let gw = Proc::gateway(&format!(
+        r#"
+[server]
+request_timeout = "1s"
+body_read_timeout = "1s"
+header_read_timeout = "1s"
+
+[upstreams.sim]
+kind = "mock"
+
+[upstreams.sim.models.talker]
+reply = {{ text = "{words}" }}
+
+[models.talker]
+upstream = "sim"
+"#
+    ));
+    let fds = gw.open_fds();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut s = sock.connect(addr(&gw).parse().unwrap()).await.unwrap();
+    let body = chat_stream("talker", "hi").to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(format!("{head}{body}").as_bytes())
+        .await
+        .unwrap();
+    // The client reads nothing until past the request's limit (1 s slot
+    // wait + 1 s body + 1 s request + 2 s grace): the answer is stuck
+    // behind it, so the handler cannot end it; the server must.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let closed = eventually(3, || async { gw.open_fds() <= fds }).await;
+    assert!(
+        closed,
+        "the connection of a request past its limit is still open ({fds} -> {} descriptors)",
+        gw.open_fds()
+    );
+    // What was sent before reaches the client, then the end.
+    let mut buf = vec![0u8; 64 * 1024];
+    let drained = timeout(Duration::from_secs(5), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the connection was left open");
+}
