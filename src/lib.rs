@@ -21,8 +21,9 @@
 //!   rewrite chunks, commit at the first real delta, merge).
 //! - [`api`]: the axum router, auth, SSE relaying and the single mapping of
 //!   errors to OpenAI-shaped HTTP responses.
-//! - [`server`]: the accept loop: connection cap, header and idle
-//!   timeouts, graceful shutdown.
+//! - [`server`]: the accept loop: connection and in-flight cap, HTTP/2
+//!   stream and header bounds, header, idle and request timeouts, graceful
+//!   shutdown.
 //! - `reload`: SIGHUP, a new config for new requests.
 //! - [`redact`]: keeps the config's secrets out of what upstreams say.
 //! - [`log_line`]: stderr's text log, one line per event.
@@ -187,10 +188,18 @@ impl Prepared {
                 "no [[keys]] configured: anyone who can reach {listen} may use every model"
             );
         }
+        let budget: server::Budget = {
+            let gateway = gateway.clone();
+            Arc::new(move || {
+                let state = gateway.state();
+                state.body_read_timeout + state.request_timeout
+            })
+        };
         let server = tokio::spawn(server::run(
             listener,
             api::router(gateway.clone()),
             config.server.limits,
+            budget,
             gateway.stop.clone(),
             gateway.hard.clone(),
         ));

@@ -195,3 +195,142 @@ async fn connections_past_the_cap_wait_in_the_backlog() {
         .unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
 }
+
+/// A keep-alive connection that has been served once and now idles.
+async fn served_then_idle(p: &Proc) -> TcpStream {
+    let mut s = TcpStream::connect(addr(p)).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    s
+}
+
+#[tokio::test]
+async fn at_the_cap_the_longest_idle_connection_makes_room() {
+    let gw = gateway("max_connections = 4\nidle_timeout = \"60s\"");
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(served_then_idle(&gw).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Idle for longer than the shortest idle time that may be cut short.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let t0 = Instant::now();
+    assert!(
+        healthz_fast(&gw).await,
+        "a new connection waited for an idle one to time out"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    let oldest = closed_within(&mut idle[0], Duration::from_secs(2)).await;
+    assert!(
+        oldest.is_some(),
+        "the longest-idle connection is still open"
+    );
+    for s in &mut idle[1..] {
+        assert!(
+            closed_within(s, Duration::from_millis(200)).await.is_none(),
+            "a connection that was not the longest idle was closed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_request_head_over_max_header_bytes_is_431() {
+    let gw = gateway("");
+    let fds = gw.open_fds();
+    // 100 KB: under hyper's own 400 KB buffer, over the 32 KiB default.
+    let mut head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
+    head.extend(std::iter::repeat_n(b'a', 100 * 1024));
+    head.extend_from_slice(b"\r\n\r\n");
+    for _ in 0..20 {
+        let mut s = TcpStream::connect(addr(&gw)).await.unwrap();
+        let (mut rd, mut wr) = s.split();
+        let head = head.clone();
+        let write = async move {
+            // The server may stop reading at its bound: ignore the rest.
+            let _ = wr.write_all(&head).await;
+        };
+        let read = async {
+            let mut out = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(Ok(n @ 1..)) = timeout(Duration::from_secs(5), rd.read(&mut buf)).await {
+                out.extend_from_slice(&buf[..n]);
+            }
+            out
+        };
+        let ((), out) = tokio::join!(write, read);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 431"), "{text}");
+    }
+    // A head under the bound is served as before.
+    let mut s = TcpStream::connect(addr(&gw)).await.unwrap();
+    let mut head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
+    head.extend(std::iter::repeat_n(b'a', 16 * 1024));
+    head.extend_from_slice(b"\r\nConnection: close\r\n\r\n");
+    s.write_all(&head).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200"));
+    let settled = eventually(5, || async { gw.open_fds() <= fds + 2 }).await;
+    assert!(settled, "descriptors: {fds} -> {}", gw.open_fds());
+}
+
+#[tokio::test]
+async fn an_http1_client_that_stops_reading_is_cut_off_at_the_request_limit() {
+    // About 6 MB of SSE: more than the socket buffers between the two hold.
+    let words = "word ".repeat(40_000);
+    let gw = Proc::gateway(&format!(
+        r#"
+[server]
+request_timeout = "1s"
+body_read_timeout = "1s"
+header_read_timeout = "1s"
+
+[upstreams.sim]
+kind = "mock"
+
+[upstreams.sim.models.talker]
+reply = {{ text = "{words}" }}
+
+[models.talker]
+upstream = "sim"
+"#
+    ));
+    let fds = gw.open_fds();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut s = sock.connect(addr(&gw).parse().unwrap()).await.unwrap();
+    let body = chat_stream("talker", "hi").to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(format!("{head}{body}").as_bytes())
+        .await
+        .unwrap();
+    // The client reads nothing until past the request's limit (1 s slot
+    // wait + 1 s body + 1 s request + 2 s grace): the answer is stuck
+    // behind it, so the handler cannot end it; the server must.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let closed = eventually(3, || async { gw.open_fds() <= fds }).await;
+    assert!(
+        closed,
+        "the connection of a request past its limit is still open ({fds} -> {} descriptors)",
+        gw.open_fds()
+    );
+    // What was sent before reaches the client, then the end.
+    let mut buf = vec![0u8; 64 * 1024];
+    let drained = timeout(Duration::from_secs(5), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the connection was left open");
+}

@@ -48,6 +48,8 @@ pub enum ApiError {
     BodyTimeout { after: Duration },
     #[error("The gateway is shutting down; retry the request.")]
     ShuttingDown,
+    #[error("The gateway has no room for another request right now; retry the request.")]
+    ServerBusy,
     #[error("Unknown request URL: {method} {path}.")]
     UnknownUrl { method: String, path: String },
     #[error("Method not allowed for this URL.")]
@@ -159,6 +161,14 @@ impl ApiError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "server_error",
                     "server_shutting_down",
+                )
+            },
+            ApiError::ServerBusy => Shape {
+                retry_after: Some("1".into()),
+                ..plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "server_busy",
                 )
             },
             ApiError::UnknownUrl { .. } => plain(

@@ -45,6 +45,10 @@ pub struct Server {
     pub metrics_key_env: Option<String>,
     #[serde(default = "default_readyz_cache", with = "humantime_serde")]
     pub readyz_cache: Duration,
+    #[serde(default = "default_http2_max_streams")]
+    pub http2_max_streams: u32,
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
 }
 
 impl Default for Server {
@@ -66,6 +70,8 @@ impl Default for Server {
             event_log_buffer: default_event_log_buffer(),
             metrics_key_env: None,
             readyz_cache: default_readyz_cache(),
+            http2_max_streams: default_http2_max_streams(),
+            max_header_bytes: default_max_header_bytes(),
         }
     }
 }
@@ -76,6 +82,12 @@ fn default_readyz_cache() -> Duration {
 
 fn default_event_log_buffer() -> usize {
     16_384
+}
+fn default_http2_max_streams() -> u32 {
+    16
+}
+fn default_max_header_bytes() -> usize {
+    32 * 1024
 }
 
 /// `[telemetry]`: OpenTelemetry trace export (off without an endpoint).

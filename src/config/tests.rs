@@ -237,3 +237,22 @@ fn telemetry_is_off_by_default_and_checked_when_set() {
         Some("http://127.0.0.1:4318")
     );
 }
+
+#[test]
+fn http2_streams_and_header_bytes_are_bounded() {
+    let cfg = parse(GOOD, "t.toml", &env, &crate::strategy::ALL).unwrap();
+    assert_eq!(cfg.server.limits.http2_max_streams, 16);
+    assert_eq!(cfg.server.limits.max_header_bytes, 32 * 1024);
+    for (setting, key) in [
+        ("http2_max_streams = 0", "server.http2_max_streams"),
+        ("http2_max_streams = 5000", "server.http2_max_streams"),
+        ("max_header_bytes = 4096", "server.max_header_bytes"),
+        ("max_header_bytes = 2000000", "server.max_header_bytes"),
+    ] {
+        let errs = errors(&GOOD.replace("[server]\n", &format!("[server]\n{setting}\n")));
+        assert!(
+            errs.iter().any(|e| e.starts_with(key)),
+            "{setting}: {errs:?}"
+        );
+    }
+}

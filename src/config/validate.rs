@@ -213,6 +213,18 @@ fn server(
     if raw.max_connections == 0 {
         errs.push("server.max_connections", "must be greater than 0");
     }
+    if !(1..=MAX_HTTP2_STREAMS).contains(&raw.http2_max_streams) {
+        errs.push(
+            "server.http2_max_streams",
+            format!("must be between 1 and {MAX_HTTP2_STREAMS}"),
+        );
+    }
+    if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&raw.max_header_bytes) {
+        errs.push(
+            "server.max_header_bytes",
+            format!("must be between {MIN_HEADER_BYTES} and {MAX_HEADER_BYTES}"),
+        );
+    }
     if raw.sse_keepalive.is_some_and(|d| d.is_zero()) {
         errs.push(
             "server.sse_keepalive",
@@ -240,11 +252,19 @@ fn server(
             header_read_timeout: raw.header_read_timeout,
             idle_timeout: raw.idle_timeout,
             shutdown_grace: raw.shutdown_grace,
+            http2_max_streams: raw.http2_max_streams,
+            max_header_bytes: raw.max_header_bytes,
         },
         metrics_key,
         readyz_cache: raw.readyz_cache,
     })
 }
+
+/// Bounds of `server.http2_max_streams` and `server.max_header_bytes`
+/// (hyper's HTTP/1 head buffer cannot be smaller than 8 KiB).
+const MAX_HTTP2_STREAMS: u32 = 1024;
+const MIN_HEADER_BYTES: usize = 8 * 1024;
+const MAX_HEADER_BYTES: usize = 1024 * 1024;
 
 /// The largest event-log queue: its slots are allocated when it opens.
 const MAX_EVENT_LOG_BUFFER: usize = 1 << 20;
