@@ -47,47 +47,27 @@ fn kinds() -> Vec<Kind> {
         }
         b
     };
+    let kind = |name, budget, extra| Kind {
+        name,
+        budget,
+        body: base(extra),
+    };
+    let schema = json!({"type": "object", "description": "s".repeat(6000)});
     vec![
         // The probe's bodies against its 2,000-token budget.
-        Kind {
-            name: "tools-32k",
-            budget: 2000,
-            body: base(json!({"tools": tools(32_000)})),
-        },
-        Kind {
-            name: "images-20",
-            budget: 2000,
-            body: base(json!({"messages": with_images(20)})),
-        },
-        Kind {
-            name: "n-100",
-            budget: 2000,
-            body: base(json!({"n": 100})),
-        },
+        kind("tools-32k", 2000, json!({"tools": tools(32_000)})),
+        kind("images-20", 2000, json!({"messages": with_images(20)})),
+        kind("n-100", 2000, json!({"n": 100})),
         // Bodies of which some fit.
-        Kind {
-            name: "tools-8k",
-            budget: 50_000,
-            body: base(json!({"tools": tools(8_000)})),
-        },
-        Kind {
-            name: "images-4",
-            budget: 50_000,
-            body: base(json!({"messages": with_images(4)})),
-        },
-        Kind {
-            name: "n-20",
-            budget: 50_000,
-            body: base(json!({"n": 20})),
-        },
-        Kind {
-            name: "schema",
-            budget: 50_000,
-            body: base(
-                json!({"response_format": {"type": "json_schema", "json_schema": {
-                "name": "s", "schema": {"type": "object", "description": "s".repeat(6000)}}}}),
-            ),
-        },
+        kind("tools-8k", 50_000, json!({"tools": tools(8_000)})),
+        kind("images-4", 50_000, json!({"messages": with_images(4)})),
+        kind("n-20", 50_000, json!({"n": 20})),
+        kind(
+            "schema",
+            50_000,
+            json!({"response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "s", "schema": schema}}}),
+        ),
     ]
 }
 
