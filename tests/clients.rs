@@ -1,6 +1,8 @@
 //! Clients that hold resources: half-sent headers, trickled bodies, idle
-//! keep-alive connections and floods beyond `server.max_connections` are
-//! all bounded, and `/healthz` keeps answering through them.
+//! keep-alive connections, floods beyond `server.max_connections`, heads
+//! over `max_header_bytes` and clients that stop reading are all bounded,
+//! `/healthz` keeps answering through them, and at the cap the
+//! longest-idle connection makes room for a new one.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
