@@ -1,6 +1,8 @@
 //! Clients that hold resources: half-sent headers, trickled bodies, idle
-//! keep-alive connections and floods beyond `server.max_connections` are
-//! all bounded, and `/healthz` keeps answering through them.
+//! keep-alive connections, floods beyond `server.max_connections`, heads
+//! over `max_header_bytes` and clients that stop reading are all bounded,
+//! `/healthz` keeps answering through them, and at the cap the
+//! longest-idle connection makes room for a new one.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -278,10 +280,40 @@ async fn a_request_head_over_max_header_bytes_is_431() {
     assert!(settled, "descriptors: {fds} -> {}", gw.open_fds());
 }
 
+/// An upstream whose streamed answer never ends and always has the next
+/// chunk ready: only a client that does not read can hold it up.
+async fn endless_upstream() -> String {
+    use axum::body::{Body, Bytes};
+    let chunk = Bytes::from(format!(
+        "data: {}\n\n",
+        serde_json::json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "w".repeat(4000)}, "finish_reason": null}]})
+    ));
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            let chunk = chunk.clone();
+            async move {
+                let s =
+                    futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
+                axum::response::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(Body::from_stream(s))
+                    .unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{a}/v1")
+}
+
 #[tokio::test]
 async fn an_http1_client_that_stops_reading_is_cut_off_at_the_request_limit() {
-    // About 6 MB of SSE: more than the socket buffers between the two hold.
-    let words = "word ".repeat(40_000);
+    let up = endless_upstream().await;
     let gw = Proc::gateway(&format!(
         r#"
 [server]
@@ -289,21 +321,21 @@ request_timeout = "1s"
 body_read_timeout = "1s"
 header_read_timeout = "1s"
 
-[upstreams.sim]
-kind = "mock"
+[upstreams.up]
+kind = "openai"
+base_url = "{up}"
+timeout = "60s"
+stream_idle_timeout = "60s"
 
-[upstreams.sim.models.talker]
-reply = {{ text = "{words}" }}
-
-[models.talker]
-upstream = "sim"
+[models.m]
+upstream = "up"
 "#
     ));
     let fds = gw.open_fds();
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.set_recv_buffer_size(4096).unwrap();
     let mut s = sock.connect(addr(&gw).parse().unwrap()).await.unwrap();
-    let body = chat_stream("talker", "hi").to_string();
+    let body = chat_stream("m", "hi").to_string();
     let head = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -313,7 +345,8 @@ upstream = "sim"
         .unwrap();
     // The client reads nothing until past the request's limit (1 s slot
     // wait + 1 s body + 1 s request + 2 s grace): the answer is stuck
-    // behind it, so the handler cannot end it; the server must.
+    // behind it, so the handler cannot end it; the server must. (The
+    // connection to the upstream goes with it.)
     tokio::time::sleep(Duration::from_secs(7)).await;
     let closed = eventually(3, || async { gw.open_fds() <= fds }).await;
     assert!(
