@@ -29,6 +29,7 @@
 //! that an upstream spreads over several events before the run is
 //! recognised (see [`stream`]).
 
+mod grams;
 mod patterns;
 mod scan;
 pub mod stream;
@@ -79,6 +80,11 @@ impl Redactor {
             matcher: Matcher::new(p)?,
             secrets: seen.len(),
         })
+    }
+
+    /// There are secrets to look for.
+    pub fn is_active(&self) -> bool {
+        self.matcher.is_some()
     }
 
     /// `text` with every run of secret replaced by `[REDACTED]`.
