@@ -1,6 +1,7 @@
 //! Reading upstream payloads without re-serialising them: whether a body
-//! or a stream event is an answer at all (bounded), and its usage, choices
-//! and errors; editing usage out for clients that did not ask for it.
+//! or a stream event is an answer at all (bounded), and its usage, choices,
+//! errors and (for redaction across events) answer text; editing usage out
+//! for clients that did not ask for it.
 
 use std::borrow::Cow;
 use std::ops::Range;
