@@ -7,9 +7,9 @@
 //! `arguments`, or a completion's `text`: what `wire::inspect_chunk_text`
 //! reads) is read after the last [`TAIL`] bytes of the text before it: a
 //! run of secret that began in earlier events and goes on in this one is
-//! cut from this event's text too. Nothing is held back, so at most the first
-//! [`WINDOW`](super::patterns::WINDOW)` - 1` characters of such a run go
-//! out before the run is recognised: never a run of 8.
+//! cut from this event's text too. Nothing is held back, so what goes out
+//! before the run counts (at most 7 characters, or a vendor prefix and 3
+//! more) stays out; what comes after it never does.
 
 use bytes::Bytes;
 use serde_json::Value;
