@@ -1,14 +1,14 @@
 //! What a secret can look like in text: the strings a piece of it may be
 //! taken from ([`Source`]: the secret, and the stable runs of its base64
-//! forms) and the 8-byte windows of them that the matcher searches for.
+//! forms, at each of the three alignments and in both alphabets), and
+//! which runs of them count as the secret.
 //!
-//! A run of 8 or more characters of a source contains at least one of its
-//! windows, so searching for every window finds every such run. Windows
-//! that lie (almost) wholly inside a well-known key prefix (`sk-proj-`,
-//! `sk-ant-`, …) are left out: they say nothing about this key and appear
-//! in innocent text. A window must hold [`MIN_OWN`] bytes past the prefix.
-
-use std::collections::HashMap;
+//! A run counts when it is at least [`WINDOW`] bytes long and holds a
+//! window of 8 with [`MIN_OWN`] bytes of the key past a well-known vendor
+//! prefix (`sk-proj-`, `sk-ant-`, …): windows of the prefix alone say
+//! nothing about this key and appear in innocent text. A key that is
+//! nearly all prefix counts only whole; one shorter than [`WINDOW`] only
+//! whole and outside words ([`Patterns::short`]).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
@@ -49,26 +49,18 @@ pub struct Source {
     /// A base64 run: the partial groups around it (which also depend on
     /// what was encoded beside the secret) are removed with it.
     pub base64: bool,
-    /// Matched only whole and between word boundaries (a secret shorter
-    /// than [`WINDOW`]): a short secret is a common word part.
-    pub whole: bool,
+    /// The shortest run of it that counts.
+    pub min_len: usize,
+    /// A run that counts ends at or after this offset of the source.
+    pub min_end: usize,
 }
 
-/// Where a pattern occurs: in which source, at which offset.
-#[derive(Clone, Copy)]
-pub struct Place {
-    pub source: u32,
-    pub offset: u32,
-}
-
-/// Every source of every secret, and the distinct patterns (ASCII
-/// lower-cased) with the places each occurs at.
+/// Every source of every secret, and the secrets too short for one.
 #[derive(Default)]
 pub struct Patterns {
     pub sources: Vec<Source>,
-    pub patterns: Vec<Vec<u8>>,
-    pub places: Vec<Vec<Place>>,
-    index: HashMap<Vec<u8>, usize>,
+    /// Secrets shorter than [`WINDOW`], ASCII lower-cased.
+    pub short: Vec<Vec<u8>>,
 }
 
 impl Patterns {
@@ -77,79 +69,47 @@ impl Patterns {
             return;
         }
         if secret.len() < WINDOW {
-            let s = self.source(secret, false, true);
-            self.add(
-                secret,
-                Place {
-                    source: s,
-                    offset: 0,
-                },
-            );
+            self.short.push(secret.to_ascii_lowercase());
             return;
         }
         let prefix = generic_prefix(secret);
-        let s = self.source(secret, false, false);
-        let mut any = false;
-        for i in 0..=secret.len() - WINDOW {
-            if i + WINDOW >= prefix + MIN_OWN {
-                self.add(&secret[i..i + WINDOW], place(s, i));
-                any = true;
-            }
-        }
-        if !any {
+        let n = secret.len();
+        let (min_len, min_end) = if n >= prefix + MIN_OWN {
+            (WINDOW, WINDOW.max(prefix + MIN_OWN))
+        } else {
             // Mostly prefix: only the whole key is the key.
-            self.add(secret, place(s, 0));
-        }
-        for skip in 0..3 {
-            let Some(rest) = secret.get(skip..) else {
-                continue;
-            };
-            let whole = &rest[..rest.len() / 3 * 3];
-            for engine in [STANDARD_NO_PAD, URL_SAFE_NO_PAD] {
-                let text = engine.encode(whole).into_bytes();
-                if text.len() < WINDOW {
-                    continue;
-                }
-                let s = self.source(&text, true, false);
-                for j in 0..=text.len() - WINDOW {
-                    // The last byte of the secret the window's last
-                    // character depends on.
-                    let last = skip + ((j + WINDOW) * 6 - 1) / 8;
-                    if last + 1 >= prefix + MIN_OWN {
-                        self.add(&text[j..j + WINDOW], place(s, j));
-                    }
-                }
-            }
-        }
-    }
-
-    fn source(&mut self, bytes: &[u8], base64: bool, whole: bool) -> u32 {
-        let id = u32::try_from(self.sources.len()).unwrap_or(u32::MAX);
+            (n, n)
+        };
         self.sources.push(Source {
-            bytes: bytes.into(),
-            base64,
-            whole,
+            bytes: secret.into(),
+            base64: false,
+            min_len,
+            min_end,
         });
-        id
-    }
-
-    fn add(&mut self, pattern: &[u8], at: Place) {
-        let key = pattern.to_ascii_lowercase();
-        match self.index.get(&key) {
-            Some(&i) => self.places[i].push(at),
-            None => {
-                self.index.insert(key.clone(), self.patterns.len());
-                self.patterns.push(key);
-                self.places.push(vec![at]);
+        for skip in 0..3 {
+            let rest = &secret[skip..];
+            let whole = &rest[..rest.len() / 3 * 3];
+            let standard = STANDARD_NO_PAD.encode(whole).into_bytes();
+            let url = URL_SAFE_NO_PAD.encode(whole).into_bytes();
+            let both = if url == standard {
+                vec![standard]
+            } else {
+                vec![standard, url]
+            };
+            for text in both {
+                // The first end of a window whose last character depends
+                // on enough of the key's own bytes.
+                let need = prefix + MIN_OWN - 1;
+                let first = (WINDOW..=text.len()).find(|&end| skip + (end * 6 - 1) / 8 >= need);
+                let Some(min_end) = first else { continue };
+                self.sources.push(Source {
+                    bytes: text.into(),
+                    base64: true,
+                    min_len: WINDOW,
+                    min_end,
+                });
             }
         }
-    }
-}
-
-fn place(source: u32, offset: usize) -> Place {
-    Place {
-        source,
-        offset: u32::try_from(offset).unwrap_or(u32::MAX),
     }
 }
 

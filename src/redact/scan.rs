@@ -1,14 +1,18 @@
-//! [`Matcher`]: finds the runs of secret in a text. One Aho-Corasick pass
-//! (ASCII case-insensitive) over the text's [`View`] finds a window of a
-//! [`Source`]; the run is then grown both ways for as long as the text
-//! keeps following that source (and, for a base64 run, over the partial
-//! groups at its ends), and the search goes on after it.
+//! [`Matcher`]: finds the runs of secret in a text. [`Grams`] points at
+//! the places of the text's [`View`] where a piece of a [`Source`] is; from
+//! each, the run is grown both ways for as long as the text keeps
+//! following that source (ASCII case-insensitively; for a base64 run, also
+//! over the partial groups at its ends), kept if it counts
+//! ([`Source::min_len`], [`Source::min_end`]), and the search goes on
+//! after it. Secrets shorter than 8 bytes are found whole by an
+//! Aho-Corasick automaton.
 
 use std::ops::Range;
 
-use aho_corasick::{AhoCorasick, Input, MatchKind};
+use aho_corasick::{AhoCorasick, MatchKind};
 
-use super::patterns::{Patterns, Place, Source, is_base64, is_word};
+use super::grams::{Grams, Place};
+use super::patterns::{Patterns, Source, is_base64, is_word};
 use super::view::View;
 
 /// Characters of a base64 group that may mix the secret's bits with its
@@ -16,25 +20,31 @@ use super::view::View;
 const PARTIAL_GROUP: usize = 3;
 
 pub struct Matcher {
-    ac: AhoCorasick,
+    grams: Grams,
     sources: Vec<Source>,
-    places: Vec<Vec<Place>>,
+    /// The secrets shorter than 8 bytes, if any.
+    short: Option<AhoCorasick>,
 }
 
 impl Matcher {
     /// `None` when there is nothing to look for.
     pub fn new(p: Patterns) -> Result<Option<Matcher>, aho_corasick::BuildError> {
-        if p.patterns.is_empty() {
+        if p.sources.is_empty() && p.short.is_empty() {
             return Ok(None);
         }
-        let ac = AhoCorasick::builder()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::LeftmostLongest)
-            .build(&p.patterns)?;
+        let short = match p.short.is_empty() {
+            true => None,
+            false => Some(
+                AhoCorasick::builder()
+                    .ascii_case_insensitive(true)
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(&p.short)?,
+            ),
+        };
         Ok(Some(Matcher {
-            ac,
+            grams: Grams::new(&p.sources),
             sources: p.sources,
-            places: p.places,
+            short,
         }))
     }
 
@@ -43,66 +53,64 @@ impl Matcher {
     pub fn runs(&self, raw: &[u8]) -> Vec<Range<usize>> {
         let view = View::new(raw);
         let hay: &[u8] = &view.text;
-        let mut out: Vec<Range<usize>> = Vec::new();
-        let mut at = 0;
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        // The end of the last run: a run grows no further back.
         let mut floor = 0;
-        while at < hay.len() {
-            let Some(m) = self.ac.find(Input::new(hay).span(at..hay.len())) else {
-                break;
-            };
-            let best = self.places[m.pattern()]
-                .iter()
-                .filter_map(|p| self.grow(hay, m.range(), *p, floor))
-                .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
-            let Some(run) = best else {
-                at = m.start() + 1;
+        for (at, places) in self.grams.hits(hay) {
+            if at < floor {
                 continue;
-            };
-            let raw_run = widen(raw, view.to_raw(run.clone()));
-            match out.last_mut() {
-                Some(last) if last.end >= raw_run.start => last.end = last.end.max(raw_run.end),
-                _ => out.push(raw_run),
             }
-            floor = run.end;
-            at = run.end;
+            let best = places
+                .iter()
+                .filter_map(|p| self.grow(hay, at, *p, floor))
+                .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
+            if let Some(run) = best {
+                floor = run.end;
+                runs.push(run);
+            }
+        }
+        if let Some(ac) = &self.short {
+            let whole = ac.find_iter(hay).map(|m| m.range()).filter(|r| {
+                let free_before = r.start == 0 || !is_word(hay[r.start - 1]);
+                free_before && hay.get(r.end).is_none_or(|b| !is_word(*b))
+            });
+            runs.extend(whole);
+            runs.sort_by_key(|r| r.start);
+        }
+        let mut out: Vec<Range<usize>> = Vec::with_capacity(runs.len());
+        for r in runs {
+            let r = widen(raw, view.to_raw(r));
+            match out.last_mut() {
+                Some(last) if last.end >= r.start => last.end = last.end.max(r.end),
+                _ => out.push(r),
+            }
         }
         out
     }
 
-    /// The whole run around a window match at `m`, read as a piece of the
-    /// source at `place`; it does not reach back before `floor`.
-    fn grow(
-        &self,
-        hay: &[u8],
-        m: Range<usize>,
-        place: Place,
-        floor: usize,
-    ) -> Option<Range<usize>> {
+    /// The run around the 4 bytes at `at`, read as a piece of the source
+    /// at `place`, if it counts; it does not reach back before `floor`.
+    fn grow(&self, hay: &[u8], at: usize, place: Place, floor: usize) -> Option<Range<usize>> {
         let src = self.sources.get(place.source as usize)?;
-        let (mut start, mut end) = (m.start, m.end);
-        if src.whole {
-            let free_before = start == 0 || !is_word(hay[start - 1]);
-            let free_after = hay.get(end).is_none_or(|b| !is_word(*b));
-            return (free_before && free_after).then_some(start..end);
-        }
-        let src = &src.bytes;
-        let mut k = place.offset as usize + (end - start);
-        while k < src.len() && end < hay.len() && hay[end].eq_ignore_ascii_case(&src[k]) {
+        let bytes = &src.bytes;
+        let (mut start, mut end) = (at, at);
+        let (mut k0, mut k1) = (place.offset as usize, place.offset as usize);
+        while k1 < bytes.len() && end < hay.len() && hay[end].eq_ignore_ascii_case(&bytes[k1]) {
             end += 1;
-            k += 1;
+            k1 += 1;
         }
-        let mut k = place.offset as usize;
-        while k > 0 && start > floor && hay[start - 1].eq_ignore_ascii_case(&src[k - 1]) {
+        while k0 > 0 && start > floor && hay[start - 1].eq_ignore_ascii_case(&bytes[k0 - 1]) {
             start -= 1;
-            k -= 1;
+            k0 -= 1;
         }
-        if self.sources[place.source as usize].base64 {
+        if k1 - k0 < src.min_len || k1 < src.min_end {
+            return None;
+        }
+        if src.base64 {
             for _ in 0..PARTIAL_GROUP {
                 if start > floor && is_base64(hay[start - 1]) {
                     start -= 1;
                 }
-            }
-            for _ in 0..PARTIAL_GROUP {
                 if hay.get(end).is_some_and(|b| is_base64(*b)) {
                     end += 1;
                 }

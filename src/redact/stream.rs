@@ -3,18 +3,15 @@
 //! model streams tokens) is still found.
 //!
 //! Each event's own bytes are scanned whole. Then the answer text the
-//! event adds (each choice's `delta.content`, `reasoning_content`,
-//! `refusal`, tool-call `arguments`, a completion's `text`) is read after
-//! the last [`TAIL`] bytes of the text before it: a run of secret that
-//! began in earlier events and goes on in this one is cut from this
-//! event's text too. Nothing is held back, so at most the first
-//! [`WINDOW`](super::patterns::WINDOW)` - 1` characters of such a run go
-//! out before the run is recognised: never a run of 8.
-
-use std::borrow::Cow;
+//! event adds (its first choice's `delta.content` and tool-call
+//! `arguments`, or a completion's `text`: what `wire::inspect_chunk_text`
+//! reads) is read after the last [`TAIL`] bytes of the text before it: a
+//! run of secret that began in earlier events and goes on in this one is
+//! cut from this event's text too. Nothing is held back, so what goes out
+//! before the run counts (at most 7 characters, or a vendor prefix and 3
+//! more) stays out; what comes after it never does.
 
 use bytes::Bytes;
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::{REDACTED, Redactor};
@@ -29,74 +26,6 @@ pub struct Carry {
     tail: String,
     /// The tail and the start of the next event's text, read together.
     joined: String,
-}
-
-#[derive(Deserialize)]
-struct EventText<'a> {
-    #[serde(default, borrow)]
-    choices: Option<Vec<ChoiceText<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct ChoiceText<'a> {
-    #[serde(default, borrow)]
-    delta: Option<DeltaText<'a>>,
-    #[serde(default, borrow)]
-    text: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct DeltaText<'a> {
-    #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    refusal: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    tool_calls: Option<Vec<ToolText<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct ToolText<'a> {
-    #[serde(default, borrow)]
-    function: Option<FunctionText<'a>>,
-}
-
-#[derive(Deserialize)]
-struct FunctionText<'a> {
-    #[serde(default, borrow)]
-    arguments: Option<Cow<'a, str>>,
-}
-
-/// The answer text of an event, its pieces in the order [`cut_text`]
-/// walks them.
-fn event_text(data: &[u8]) -> Option<Cow<'_, str>> {
-    let ev: EventText<'_> = serde_json::from_slice(data).ok()?;
-    let mut pieces: Vec<Cow<'_, str>> = Vec::new();
-    for c in ev.choices.into_iter().flatten() {
-        if let Some(d) = c.delta {
-            pieces.extend(
-                [d.content, d.reasoning_content, d.refusal]
-                    .into_iter()
-                    .flatten(),
-            );
-            let calls = d.tool_calls.into_iter().flatten();
-            pieces.extend(calls.filter_map(|t| t.function?.arguments));
-        }
-        pieces.extend(c.text);
-    }
-    let mut pieces = pieces.into_iter().filter(|p| !p.is_empty());
-    let first = pieces.next()?;
-    match pieces.next() {
-        None => Some(first),
-        Some(second) => {
-            let mut all = first.into_owned();
-            all.push_str(&second);
-            pieces.for_each(|p| all.push_str(&p));
-            Some(Cow::Owned(all))
-        }
-    }
 }
 
 /// Takes the first `n` bytes of an event's answer text out (the first
@@ -120,38 +49,34 @@ fn cut_text(v: &mut Value, mut n: usize) {
             rest
         };
     };
-    let Some(choices) = v.get_mut("choices").and_then(Value::as_array_mut) else {
+    let Some(c) = v.pointer_mut("/choices/0") else {
         return;
     };
-    for c in choices {
-        if let Some(d) = c.get_mut("delta") {
-            for key in ["content", "reasoning_content", "refusal"] {
-                if let Some(s) = d.get_mut(key) {
-                    cut(s);
-                }
-            }
-            if let Some(calls) = d.get_mut("tool_calls").and_then(Value::as_array_mut) {
-                for t in calls {
-                    if let Some(a) = t.get_mut("function").and_then(|f| f.get_mut("arguments")) {
-                        cut(a);
-                    }
+    if let Some(d) = c.get_mut("delta") {
+        if let Some(s) = d.get_mut("content") {
+            cut(s);
+        }
+        if let Some(calls) = d.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            for t in calls {
+                if let Some(a) = t.get_mut("function").and_then(|f| f.get_mut("arguments")) {
+                    cut(a);
                 }
             }
         }
-        if let Some(t) = c.get_mut("text") {
-            cut(t);
-        }
+    }
+    if let Some(t) = c.get_mut("text") {
+        cut(t);
     }
 }
 
 impl Redactor {
     /// One stream event's payload without secrets, read after the events
-    /// before it (`carry`).
-    pub fn event(&self, carry: &mut Carry, data: Bytes) -> Bytes {
+    /// before it (`carry`); `text` is the answer text it adds.
+    pub fn event(&self, carry: &mut Carry, data: Bytes, text: Option<&str>) -> Bytes {
         let Some(m) = &self.matcher else {
             return data;
         };
-        let Some(text) = event_text(&data) else {
+        let Some(text) = text.filter(|t| !t.is_empty()) else {
             return self.redact_bytes(data);
         };
         // How much of this event's text continues a run from before.
@@ -160,7 +85,7 @@ impl Redactor {
             let joined = &mut carry.joined;
             joined.clear();
             joined.push_str(&carry.tail);
-            joined.push_str(&text[..floor_char(&text, TAIL)]);
+            joined.push_str(&text[..floor_char(text, TAIL)]);
             let from = carry.tail.len();
             let runs = m.runs(joined.as_bytes());
             if let Some(r) = runs.iter().find(|r| r.start < from && r.end > from) {
@@ -171,9 +96,9 @@ impl Redactor {
             carry.tail.clear();
             carry
                 .tail
-                .push_str(&text[text.len() - suffix_len(&text, TAIL)..]);
+                .push_str(&text[text.len() - suffix_len(text, TAIL)..]);
         } else {
-            carry.tail.push_str(&text);
+            carry.tail.push_str(text);
             let old = carry.tail.len() - suffix_len(&carry.tail, TAIL);
             carry.tail.drain(..old);
         }

@@ -139,12 +139,20 @@ fn content_event(text: &str) -> Bytes {
     Bytes::from(v.to_string())
 }
 
+/// One event through the redactor, with the text the relay reads of it.
+fn relay_one(r: &Redactor, carry: &mut Carry, data: Bytes) -> Bytes {
+    let text = crate::wire::inspect_chunk_text(&data, false)
+        .ok()
+        .and_then(|i| i.text);
+    r.event(carry, data, text.as_deref())
+}
+
 /// The content a client puts together from the events.
 fn relay(r: &Redactor, pieces: &[&str]) -> String {
     let mut carry = Carry::default();
     let mut out = String::new();
     for p in pieces {
-        let ev = r.event(&mut carry, content_event(p));
+        let ev = relay_one(r, &mut carry, content_event(p));
         let v: serde_json::Value =
             serde_json::from_slice(&ev).unwrap_or_else(|e| unreachable!("{e}"));
         out.push_str(
@@ -172,20 +180,21 @@ fn a_secret_streamed_in_pieces_is_cut_as_it_goes() {
     );
     // Events without text (a role chunk, a finish chunk) do not reset it.
     let mut carry = Carry::default();
-    let _ = r.event(&mut carry, content_event("sk-conc"));
-    let _ = r.event(
+    let _ = relay_one(&r, &mut carry, content_event("sk-conc"));
+    let _ = relay_one(
+        &r,
         &mut carry,
         Bytes::from(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#),
     );
-    let ev = r.event(&mut carry, content_event("lave"));
+    let ev = relay_one(&r, &mut carry, content_event("lave"));
     assert!(!String::from_utf8_lossy(&ev).contains("lave"), "{ev:?}");
     // Tool-call arguments are text too.
     let mut carry = Carry::default();
     let args = |a: &str| {
         Bytes::from(serde_json::json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": a}}]}}]}).to_string())
     };
-    let _ = r.event(&mut carry, args("{\"k\":\"sk-conc"));
-    let ev = r.event(&mut carry, args("lave-S\"}"));
+    let _ = relay_one(&r, &mut carry, args("{\"k\":\"sk-conc"));
+    let ev = relay_one(&r, &mut carry, args("lave-S\"}"));
     assert!(
         String::from_utf8_lossy(&ev).contains(r#""arguments":"[REDACTED]\"}""#),
         "{ev:?}"
@@ -198,7 +207,7 @@ fn innocent_streams_pass_untouched() {
     let mut carry = Carry::default();
     for p in ["The ", "quick ", "sk-", "brown ", "fox"] {
         let ev = content_event(p);
-        assert_eq!(r.event(&mut carry, ev.clone()), ev);
+        assert_eq!(relay_one(&r, &mut carry, ev.clone()), ev);
     }
 }
 

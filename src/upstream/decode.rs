@@ -31,7 +31,7 @@ use crate::model::{Chunk, ChunkStream, Completion};
 use crate::redact::{Carry, Redactor};
 use crate::wire::{
     AssistantOutput, Endpoint, MAX_RESPONSE, Usage, UsageField, WholeBody, error_message,
-    inspect_chunk, inspect_completion,
+    inspect_chunk, inspect_chunk_text, inspect_completion,
 };
 
 /// Largest single SSE line or event accepted from an upstream.
@@ -345,14 +345,21 @@ impl Relay {
     }
 
     fn chunk(&mut self, data: Bytes) -> Result<Chunk, ModelError> {
-        let data = self.x.redactor.event(&mut self.carry, data);
-        let info = inspect_chunk(&data, self.attempt.wants_summary()).map_err(|e| {
+        let (summarize, redactor) = (self.attempt.wants_summary(), &self.x.redactor);
+        let info = match redactor.is_active() {
+            true => inspect_chunk_text(&data, summarize),
+            false => inspect_chunk(&data, summarize),
+        };
+        let info = info.map_err(|e| {
             self.x
                 .invalid(&format!("a stream event is not a chunk: {e}"))
         })?;
         if let Some(message) = info.error {
             return Err(self.x.reported(&message, true));
         }
+        // Read as the upstream sent it (the summary is redacted when
+        // recorded), relayed without secrets.
+        let data = redactor.event(&mut self.carry, data, info.text.as_deref());
         if let UsageField::Present(u) = info.usage {
             self.attempt.set_usage(u);
         }
@@ -370,7 +377,7 @@ impl Relay {
         }
         self.finished_choice |= info.finished;
         if let Some(r) = &info.finish_reason {
-            self.attempt.set_finish_reason(r);
+            self.attempt.set_finish_reason(&self.x.redactor.redact(r));
         }
         self.output_bytes += info.text_bytes;
         if let Some(summary) = &info.summary {

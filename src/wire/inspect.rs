@@ -1,6 +1,7 @@
 //! Reading upstream payloads without re-serialising them: whether a body
-//! or a stream event is an answer at all (bounded), and its usage, choices
-//! and errors; editing usage out for clients that did not ask for it.
+//! or a stream event is an answer at all (bounded), and its usage, choices,
+//! errors and (for redaction across events) answer text; editing usage out
+//! for clients that did not ask for it.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -76,6 +77,10 @@ pub struct ChunkInfo {
     /// The first choice's delta as one line of text (content, then
     /// `tool call: name(arguments)` pieces), when asked for.
     pub summary: Option<String>,
+    /// The first choice's answer text as a client puts it together
+    /// (content, tool-call arguments, a completion's `text`), when asked
+    /// for and not empty: redaction reads it across events.
+    pub text: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -141,6 +146,19 @@ struct ChoiceProbe<'a> {
 }
 
 impl ChoiceProbe<'_> {
+    /// The answer text this choice adds, in [`ChunkInfo::text`]'s order.
+    fn answer_text(&self) -> String {
+        let mut out = String::new();
+        if let Some(d) = &self.delta {
+            out.push_str(d.content.as_deref().unwrap_or_default());
+            for f in d.functions() {
+                out.push_str(f.arguments.as_deref().unwrap_or_default());
+            }
+        }
+        out.push_str(self.text.as_deref().unwrap_or_default());
+        out
+    }
+
     fn is_real(&self) -> bool {
         self.delta.as_ref().is_some_and(DeltaProbe::is_real)
             || self.text.as_ref().is_some_and(|t| !t.is_empty())
@@ -219,6 +237,16 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Usage
 /// chunk), a usage-only object, or an error object; anything else is not
 /// part of an answer.
 pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAnswer> {
+    read_chunk(data, summarize, false)
+}
+
+/// [`inspect_chunk`], with the first choice's answer text
+/// ([`ChunkInfo::text`]).
+pub fn inspect_chunk_text(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAnswer> {
+    read_chunk(data, summarize, true)
+}
+
+fn read_chunk(data: &[u8], summarize: bool, text: bool) -> Result<ChunkInfo, NotAnAnswer> {
     object_bytes(data)?;
     let probe: ChunkProbe = serde_json::from_slice(data)?;
     let usage = match probe.usage {
@@ -236,6 +264,7 @@ pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAns
         loading: false,
         error: None,
         summary: None,
+        text: None,
     };
     if let Some(e) = probe.error.filter(|e| !e.is_null()) {
         info.error = Some(error_message(&e));
@@ -262,6 +291,10 @@ pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAns
     info.finish_reason = reason.and_then(|r| r.0.clone());
     info.text_bytes = delta.map_or(0, DeltaProbe::text_bytes);
     info.summary = delta.filter(|_| summarize).map(DeltaProbe::summary);
+    info.text = first
+        .filter(|_| text)
+        .map(ChoiceProbe::answer_text)
+        .filter(|t| !t.is_empty());
     Ok(info)
 }
 
@@ -357,142 +390,4 @@ pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunk_inspection_reads_usage_and_errors() {
-        let c = inspect_chunk(
-            br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
-            false,
-        )
-        .unwrap_or_else(|e| unreachable!("{e}"));
-        assert_eq!(
-            c.usage,
-            UsageField::Present(Usage {
-                prompt_tokens: 3,
-                completion_tokens: 4,
-                estimated: false,
-            })
-        );
-        assert_eq!(c.choices, 0);
-        let c = inspect_chunk(br#"{"choices":[{}],"usage":null}"#, false)
-            .unwrap_or_else(|e| unreachable!("{e}"));
-        assert_eq!(c.usage, UsageField::Null);
-        let c = inspect_chunk(br#"{"error":{"message":"boom"}}"#, false)
-            .unwrap_or_else(|e| unreachable!("{e}"));
-        assert_eq!(c.error.as_deref(), Some("boom"));
-        assert!(inspect_chunk(b"not json", false).is_err());
-    }
-
-    #[test]
-    fn llama_swap_s_banner_is_told_from_a_model_s_reasoning() {
-        let loading = |data: &[u8]| {
-            inspect_chunk(data, true)
-                .unwrap_or_else(|e| unreachable!("{e}"))
-                .loading
-        };
-        // What llama-swap writes while it loads a model.
-        assert!(loading(
-            "{\"choices\":[{\"delta\":{\"reasoning_content\":\"llama-swap loading model: q\\n\"}}]}".as_bytes()
-        ));
-        assert!(loading(
-            br#"{"choices":[{"delta":{"reasoning_content":"."}}]}"#
-        ));
-        // A reasoning model's own thinking carries the chunk's id.
-        assert!(!loading(
-            br#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning_content":"Let me think"}}]}"#
-        ));
-        assert!(!loading(br#"{"choices":[{"delta":{"content":"hi"}}]}"#));
-        assert!(!loading(br#"{"choices":[{"delta":{"role":"assistant"}}]}"#));
-        let c = inspect_chunk(
-            br#"{"choices":[{"delta":{"reasoning_content":"."}}]}"#,
-            true,
-        )
-        .unwrap_or_else(|e| unreachable!("{e}"));
-        assert!(!c.real);
-        assert_eq!(c.text_bytes, 0);
-        assert_eq!(c.summary.as_deref(), Some(""));
-    }
-
-    #[test]
-    fn one_parse_counts_choices_and_summarises_the_first() {
-        let data = br#"{"choices":[{"delta":{"content":"Hi","tool_calls":[{"function":{"name":"f","arguments":"{}"}}]},"finish_reason":null},{"delta":{"role":"assistant"}}]}"#;
-        let c = inspect_chunk(data, true).unwrap_or_else(|e| unreachable!("{e}"));
-        assert_eq!(c.choices, 2);
-        assert!(c.real);
-        assert!(!c.finished);
-        assert_eq!(c.text_bytes, 4);
-        assert_eq!(c.summary.as_deref(), Some("Hi\ntool call: f({})"));
-        let role_only = inspect_chunk(br#"{"choices":[{"delta":{"role":"assistant"}}]}"#, false)
-            .unwrap_or_else(|e| unreachable!("{e}"));
-        assert!(!role_only.real);
-        assert!(role_only.summary.is_none());
-        let many = format!(
-            r#"{{"choices":[{}]}}"#,
-            vec!["{}"; MAX_CHOICES + 1].join(",")
-        );
-        assert!(matches!(
-            inspect_chunk(many.as_bytes(), false),
-            Err(NotAnAnswer::TooManyChoices(n)) if n == MAX_CHOICES + 1
-        ));
-        assert!(inspect_chunk(br#"{"choices":null}"#, false).is_err());
-    }
-
-    #[test]
-    fn null_usage_is_removed_exactly() {
-        let cases = [
-            (
-                r#"{"id":"x","choices":[],"usage":null}"#,
-                r#"{"id":"x","choices":[]}"#,
-            ),
-            (r#"{"usage":null,"id":"x"}"#, r#"{"id":"x"}"#),
-            (
-                r#"{"c":"a\",\"usage\":null","usage":null}"#,
-                r#"{"c":"a\",\"usage\":null"}"#,
-            ),
-            (r#"{"id": "x", "usage": null}"#, r#"{"id":"x"}"#),
-        ];
-        for (input, want) in cases {
-            let got = match null_usage_span(input.as_bytes()) {
-                Some(r) => format!("{}{}", &input[..r.start], &input[r.end..]),
-                None => String::from_utf8(strip_usage(input.as_bytes()).unwrap().to_vec()).unwrap(),
-            };
-            assert_eq!(got, want, "{input}");
-        }
-    }
-
-    #[test]
-    fn a_success_status_is_not_an_answer_by_itself() {
-        for body in [
-            &b"{}"[..],
-            b"[]",
-            b"{\"choices\":[]}",
-            b"\"x\"",
-            b"{\"choices\":[{\"message\":{\"content\":\"\xff\"}}]}",
-        ] {
-            assert!(
-                inspect_completion(body, Endpoint::Chat).is_err(),
-                "{}",
-                String::from_utf8_lossy(body)
-            );
-        }
-        assert!(matches!(
-            inspect_completion(br#"{"error":{"message":"nope"}}"#, Endpoint::Chat),
-            Ok(WholeBody::Error(m)) if m == "nope"
-        ));
-        assert!(matches!(
-            inspect_completion(br#"{"choices":[{"message":{}}]}"#, Endpoint::Chat),
-            Ok(WholeBody::Answer { usage: None, .. })
-        ));
-        for chunk in [&b"{}"[..], b"[]", b"[{\"choices\":[]}]", b"{\"id\":\"x\"}"] {
-            assert!(
-                inspect_chunk(chunk, false).is_err(),
-                "{}",
-                String::from_utf8_lossy(chunk)
-            );
-        }
-        assert!(inspect_chunk(br#"{"choices":[],"usage":{"prompt_tokens":1}}"#, false).is_ok());
-        assert!(inspect_chunk(br#"{"usage":{"prompt_tokens":1}}"#, false).is_ok());
-    }
-}
+mod tests;
