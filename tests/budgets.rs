@@ -161,6 +161,16 @@ key_env = "KEY_A"
 tpm = 1000
 "#;
 
+/// Posts a chat body as written (numbers JSON cannot round-trip).
+async fn post_raw(gw: &Proc, body: String, auth: &str) -> Resp {
+    let req = client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("authorization", auth)
+        .header("content-type", "application/json")
+        .body(body);
+    send(req).await
+}
+
 #[tokio::test]
 async fn caps_that_are_not_positive_integers_are_a_400_and_huge_ones_never_fit() {
     let gw = Proc::gateway_env(SIM, &[("KEY_A", "k-alpha")]);
@@ -177,14 +187,7 @@ async fn caps_that_are_not_positive_integers_are_a_400_and_huge_ones_never_fit()
         let body = format!(
             r#"{{"model": "echo", "messages": [{{"role": "user", "content": "hi"}}], "{field}": {bad}}}"#
         );
-        let r = send(
-            client()
-                .post(gw.url("/v1/chat/completions"))
-                .header("authorization", h[0].1)
-                .header("content-type", "application/json")
-                .body(body),
-        )
-        .await;
+        let r = post_raw(&gw, body, h[0].1).await;
         assert_eq!(r.status, 400, "{field} = {bad}: {}", r.text);
         let e = &r.json()["error"];
         assert_eq!(e["param"], field, "{e}");
@@ -194,14 +197,7 @@ async fn caps_that_are_not_positive_integers_are_a_400_and_huge_ones_never_fit()
     // minute of 1,000 tokens holds. Said so, with when to look again.
     let body = r#"{"model": "echo", "messages": [{"role": "user", "content": "hi"}],
                    "max_tokens": 18446744073709551616}"#;
-    let r = send(
-        client()
-            .post(gw.url("/v1/chat/completions"))
-            .header("authorization", h[0].1)
-            .header("content-type", "application/json")
-            .body(body),
-    )
-    .await;
+    let r = post_raw(&gw, body.to_owned(), h[0].1).await;
     assert_eq!(r.status, 429, "{}", r.text);
     assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
     assert!(r.text.contains("never fit"), "{}", r.text);
