@@ -337,7 +337,7 @@ async fn run(command: Command) -> ExitCode {
             send_loading_state,
             echo_unknown,
         } => {
-            let (models, mut swap) = match &config {
+            let mut setup = match &config {
                 Some(path) => match conclave::config::mock_models(path, upstream.as_deref()) {
                     Ok(m) => m,
                     Err(e) => {
@@ -347,11 +347,12 @@ async fn run(command: Command) -> ExitCode {
                 },
                 None => Default::default(),
             };
-            swap.delay = swap_delay.or(swap.delay);
-            swap.loading_state |= send_loading_state;
+            setup.swap.delay = swap_delay.or(setup.swap.delay);
+            setup.swap.loading_state |= send_loading_state;
             let sim = Arc::new(conclave::mock::Simulator::new(
-                models,
-                swap,
+                setup.models,
+                setup.swap,
+                setup.quirks,
                 echo_unknown || config.is_none(),
             ));
             let listener = match TcpListener::bind(listen).await {

@@ -32,7 +32,7 @@ pub use keys::digest;
 pub use raw::{Lane, Price};
 pub use strategies::{Built, Resolve, RouteSpec, Strategies, Unresolved};
 
-use crate::mock::{Behavior, SwapSim};
+use crate::mock::{Behavior, Quirks, SwapSim};
 
 /// A validated config: no `Option`s left for "filled in later".
 #[derive(Debug)]
@@ -135,6 +135,7 @@ pub enum UpstreamKind {
     },
     Mock {
         swap: SwapSim,
+        quirks: Quirks,
         models: IndexMap<String, Behavior>,
     },
 }
@@ -235,13 +236,19 @@ pub fn parse(
     }
 }
 
+/// What `conclave mock` plays: the simulated models, llama-swap
+/// emulation and the quirks of real servers.
+#[derive(Debug, Default)]
+pub struct MockSetup {
+    pub models: IndexMap<String, Behavior>,
+    pub swap: SwapSim,
+    pub quirks: Quirks,
+}
+
 /// The simulated models (and llama-swap emulation) of one `kind = "mock"`
 /// upstream of the config at `path`, for `conclave mock`: the first one,
 /// or `name`.
-pub fn mock_models(
-    path: &Path,
-    name: Option<&str>,
-) -> Result<(IndexMap<String, Behavior>, SwapSim), ConfigErrors> {
+pub fn mock_models(path: &Path, name: Option<&str>) -> Result<MockSetup, ConfigErrors> {
     let file = path.display().to_string();
     let fail = |path: String, message: String| ConfigErrors {
         file: file.clone(),
@@ -281,7 +288,11 @@ pub fn mock_models(
         swap = validate::swap_sim(u, &at, &mut errs);
     }
     match parsed {
-        Some(u) if errs.0.is_empty() => Ok((u.models, swap)),
+        Some(u) if errs.0.is_empty() => Ok(MockSetup {
+            quirks: Quirks::new(&u.quirks),
+            models: u.models,
+            swap,
+        }),
         _ => Err(ConfigErrors {
             file,
             errors: errs.0,

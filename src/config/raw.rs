@@ -8,7 +8,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-use crate::mock::Behavior;
+use crate::mock::{Behavior, Quirk};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4000";
 
@@ -222,6 +222,9 @@ pub struct MockUpstream {
     /// streamed requests.
     #[serde(default)]
     pub send_loading_state: bool,
+    /// Behaviours of real servers to play (see `mock::Quirk`).
+    #[serde(default)]
+    pub quirks: Vec<Quirk>,
     #[serde(default)]
     pub models: IndexMap<String, Behavior>,
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
-use crate::mock::SwapSim;
+use crate::mock::{Quirks, SwapSim};
 use crate::server::Limits;
 
 use super::{
@@ -391,6 +391,7 @@ fn upstreams(
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     kind: UpstreamKind::Mock {
                         swap: swap_sim(&u, &path, errs),
+                        quirks: Quirks::new(&u.quirks),
                         models: u.models,
                     },
                 }

@@ -12,6 +12,7 @@
 mod answer;
 mod behavior;
 mod embeddings;
+mod quirks;
 pub mod server;
 
 use std::collections::{HashMap, VecDeque};
@@ -28,6 +29,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
+pub use quirks::{Quirk, Quirks};
 
 use crate::wire::{Endpoint, content_text};
 
@@ -90,6 +92,7 @@ pub struct Process {
 pub struct Simulator {
     models: IndexMap<String, Behavior>,
     swap: SwapSim,
+    quirks: Quirks,
     /// Answer models it does not list (echo) instead of 404.
     echo_unknown: bool,
     /// Per-model call counters for `when_call` rules.
@@ -108,10 +111,16 @@ pub struct Simulator {
 impl Simulator {
     /// A simulator of `models`; with `echo_unknown` any other model name
     /// echoes, without it gets a 404 `model_not_found`.
-    pub fn new(models: IndexMap<String, Behavior>, swap: SwapSim, echo_unknown: bool) -> Self {
+    pub fn new(
+        models: IndexMap<String, Behavior>,
+        swap: SwapSim,
+        quirks: Quirks,
+        echo_unknown: bool,
+    ) -> Self {
         Simulator {
             models,
             swap,
+            quirks,
             echo_unknown,
             calls: Mutex::new(HashMap::new()),
             loaded: tokio::sync::Mutex::new(None),
@@ -437,7 +446,12 @@ mod tests {
 
     #[tokio::test]
     async fn echo_whole_and_streamed() {
-        let sim = Arc::new(Simulator::new(IndexMap::new(), SwapSim::default(), true));
+        let sim = Arc::new(Simulator::new(
+            IndexMap::new(),
+            SwapSim::default(),
+            Quirks::default(),
+            true,
+        ));
         let (status, body) = collect(
             sim.respond(
                 Endpoint::Chat,

@@ -9,7 +9,7 @@ use futures::TryStreamExt;
 use indexmap::IndexMap;
 
 use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
-use crate::mock::{Behavior, Simulator, SwapSim};
+use crate::mock::{Behavior, Quirks, Simulator, SwapSim};
 use crate::wire::Endpoint;
 
 pub struct MockTransport {
@@ -19,9 +19,9 @@ pub struct MockTransport {
 }
 
 impl MockTransport {
-    pub fn new(models: IndexMap<String, Behavior>, swap: SwapSim) -> Self {
+    pub fn new(models: IndexMap<String, Behavior>, swap: SwapSim, quirks: Quirks) -> Self {
         MockTransport {
-            sim: Arc::new(Simulator::new(models, swap, true)),
+            sim: Arc::new(Simulator::new(models, swap, quirks, true)),
             swaps: swap.delay.is_some(),
         }
     }

@@ -118,9 +118,15 @@ impl Upstream {
                 }
                 Box::new(t)
             }
-            UpstreamKind::Mock { swap, models } => {
-                Box::new(mock::MockTransport::new(models.clone(), *swap))
-            }
+            UpstreamKind::Mock {
+                swap,
+                quirks,
+                models,
+            } => Box::new(mock::MockTransport::new(
+                models.clone(),
+                *swap,
+                quirks.clone(),
+            )),
         };
         Ok(Upstream {
             gate: Gate::new(cfg.lane == Lane::Local, &name, cfg.limits, probe.clone()),
