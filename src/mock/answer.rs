@@ -34,6 +34,13 @@ pub(super) async fn respond(
     }
 }
 
+/// How many tokens the answer to `req` has (what a server generates).
+pub(super) fn token_count(b: &Resolved, req: &Value, model: &str) -> u64 {
+    let a = Answer::new(b, req, model, 0);
+    let args = a.tool_call.as_ref().map_or(0, |t| split_tokens(&t.1).len());
+    a.tokens.len().max(args) as u64
+}
+
 /// The content of one simulated answer.
 struct Answer {
     /// A legacy Completions answer (`text` choices) rather than chat.

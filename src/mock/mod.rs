@@ -29,6 +29,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
+use quirks::{NO_STREAM_TOOL_CHOICE, ToolAsk, generate_detached};
 pub use quirks::{Quirk, Quirks};
 
 use crate::wire::{Endpoint, content_text};
@@ -69,6 +70,9 @@ pub struct Stats {
     pub completed: AtomicU64,
     pub cancelled: AtomicU64,
     pub loads: AtomicU64,
+    /// Tokens of whole answers generated after their client left (quirk
+    /// `generates_after_disconnect`): work the server did for nobody.
+    pub tokens_generated_after_disconnect: Arc<AtomicU64>,
 }
 
 /// How the simulator plays llama-swap.
@@ -200,7 +204,7 @@ impl Simulator {
             *n
         };
         let text = request_text(&req);
-        let b = match self.models.get(&model) {
+        let mut b = match self.models.get(&model) {
             Some(b) => b.resolve(&text, call),
             None if self.echo_unknown => Behavior::default().resolve(&text, call),
             None => {
@@ -214,6 +218,7 @@ impl Simulator {
         };
         let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
         let include_usage = !b.omit_usage
+            && !self.quirks.has(Quirk::NoStreamUsage)
             && req
                 .pointer("/stream_options/include_usage")
                 .and_then(Value::as_bool)
@@ -239,6 +244,21 @@ impl Simulator {
                 .clone()
                 .unwrap_or_else(|| format!("mock: simulated HTTP {status}"));
             return guard.done(error_response(status, &msg, b.retry_after));
+        }
+        if endpoint == Endpoint::Chat {
+            let ask = ToolAsk::of(&req);
+            if stream && ask == ToolAsk::Auto && self.quirks.has(Quirk::NoStreamToolChoice) {
+                return guard.done(error_response(500, NO_STREAM_TOOL_CHOICE, None));
+            }
+            if ask == ToolAsk::Auto && self.quirks.has(Quirk::IgnoresToolChoiceAuto) {
+                b.reply = ReplySpec::Echo;
+            }
+            if !stream && self.quirks.has(Quirk::GeneratesAfterDisconnect) {
+                let tokens = answer::token_count(&b, &req, &model);
+                let wasted = self.stats.tokens_generated_after_disconnect.clone();
+                generate_detached(b.ttft, tokens, b.tokens_per_second, wasted).await;
+                (b.ttft, b.tokens_per_second) = (Duration::ZERO, 0.0);
+            }
         }
         match endpoint {
             Endpoint::Embeddings => {

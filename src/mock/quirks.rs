@@ -3,7 +3,12 @@
 //! llama.cpp's server, llama-cpp-python, vLLM or Ollama do, so conclave's
 //! own calls are tested against them without the servers.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
 use serde::Deserialize;
+use serde_json::Value;
 
 /// One behaviour of a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -72,5 +77,121 @@ impl Quirks {
 
     pub fn has(&self, q: Quirk) -> bool {
         self.0.contains(&q)
+    }
+}
+
+/// What a request's tools ask of the model: nothing, a free choice
+/// (`tool_choice` `"auto"` or absent), or a named or required call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolAsk {
+    None,
+    Auto,
+    Forced,
+}
+
+impl ToolAsk {
+    pub fn of(req: &Value) -> Self {
+        let has_tools = ["tools", "functions"].iter().any(|k| {
+            req.get(k)
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+        });
+        if !has_tools {
+            return ToolAsk::None;
+        }
+        match req.get("tool_choice") {
+            None | Some(Value::Null) => ToolAsk::Auto,
+            Some(Value::String(s)) if s == "auto" => ToolAsk::Auto,
+            Some(Value::String(s)) if s == "none" => ToolAsk::None,
+            Some(_) => ToolAsk::Forced,
+        }
+    }
+}
+
+/// llama-cpp-python's answer to a streamed request with automatic tool
+/// choice.
+pub const NO_STREAM_TOOL_CHOICE: &str = "Automatic streaming tool choice is not supported";
+
+/// Generates a whole answer's `tokens` on a task of its own, as a server
+/// that does not notice its client leaving: when the caller stops
+/// waiting, the task goes on and counts every token written after that
+/// in `wasted`. Returns once the answer is written.
+pub async fn generate_detached(
+    ttft: Duration,
+    tokens: u64,
+    tokens_per_second: f64,
+    wasted: Arc<AtomicU64>,
+) {
+    let gone = Arc::new(AtomicBool::new(false));
+    let seen = gone.clone();
+    let task = tokio::spawn(async move {
+        if !ttft.is_zero() {
+            tokio::time::sleep(ttft).await;
+        }
+        let gap =
+            (tokens_per_second > 0.0).then(|| Duration::from_secs_f64(1.0 / tokens_per_second));
+        for i in 0..tokens {
+            if let (Some(gap), true) = (gap, i > 0) {
+                tokio::time::sleep(gap).await;
+            }
+            if seen.load(Ordering::Acquire) {
+                wasted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    let mut left = Left(Some(gone));
+    let _ = task.await;
+    left.0 = None;
+}
+
+/// Marks the caller gone when dropped before the answer was written.
+struct Left(Option<Arc<AtomicBool>>);
+
+impl Drop for Left {
+    fn drop(&mut self) {
+        if let Some(gone) = &self.0 {
+            gone.store(true, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tool_asks() {
+        assert_eq!(ToolAsk::of(&json!({})), ToolAsk::None);
+        assert_eq!(ToolAsk::of(&json!({"tools": [{}]})), ToolAsk::Auto);
+        assert_eq!(
+            ToolAsk::of(&json!({"tools": [{}], "tool_choice": "auto"})),
+            ToolAsk::Auto
+        );
+        assert_eq!(
+            ToolAsk::of(&json!({"tools": [{}], "tool_choice": "none"})),
+            ToolAsk::None
+        );
+        assert_eq!(
+            ToolAsk::of(
+                &json!({"tools": [{}], "tool_choice": {"type": "function", "function": {"name": "f"}}})
+            ),
+            ToolAsk::Forced
+        );
+        assert_eq!(ToolAsk::of(&json!({"tools": []})), ToolAsk::None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_that_leaves_wastes_the_rest() {
+        let wasted = Arc::new(AtomicU64::new(0));
+        let generating = generate_detached(Duration::from_millis(100), 10, 10.0, wasted.clone());
+        // 100 ms to the first token, then one every 100 ms: leave after 4.
+        let _ = tokio::time::timeout(Duration::from_millis(450), generating).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(wasted.load(Ordering::Relaxed), 6);
+
+        let all = Arc::new(AtomicU64::new(0));
+        generate_detached(Duration::ZERO, 10, 10.0, all.clone()).await;
+        assert_eq!(all.load(Ordering::Relaxed), 0);
     }
 }

@@ -134,5 +134,6 @@ async fn stats(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
         "completed": s.completed.load(Ordering::Relaxed),
         "cancelled": s.cancelled.load(Ordering::Relaxed),
         "loads": s.loads.load(Ordering::Relaxed),
+        "tokens_generated_after_disconnect": s.tokens_generated_after_disconnect.load(Ordering::Relaxed),
     }))
 }

@@ -8,6 +8,7 @@
 //! validity); [`output`] assembles the assistant's text when a strategy
 //! must judge it.
 
+pub mod assemble;
 pub mod billing;
 mod finish;
 mod inspect;
