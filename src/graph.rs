@@ -97,7 +97,7 @@ impl Graph {
                 image_tokens: m.image_tokens,
                 redactor: redactor.clone(),
             });
-            let concrete = Arc::new(ConcreteModel { info, upstream });
+            let concrete = Arc::new(ConcreteModel::new(info, upstream));
             g.insert(
                 name,
                 Node {

@@ -8,6 +8,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -137,6 +138,27 @@ pub struct Call {
     /// The trace span of the strategy phase this call is made in; its
     /// attempts are that span's children (`None`: the request's span).
     pub span: Option<SpanId>,
+    /// Set when the caller may drop the call before it ends (a race or
+    /// hedge candidate, a panellist, a verifier past its timeout): a whole
+    /// answer is then streamed from the upstream, so that dropping the
+    /// call stops the server's generation. A call that must still go out
+    /// whole (its server refuses tools on a stream) and is dropped while
+    /// the server works on it is counted here.
+    pub cancellable: Option<Arc<Unstopped>>,
+}
+
+/// Calls dropped while their server went on generating for nobody.
+#[derive(Debug, Default)]
+pub struct Unstopped(AtomicU32);
+
+impl Unstopped {
+    pub fn count(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub fn add(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 impl Call {
@@ -152,7 +174,19 @@ impl Call {
             idle_timeout: None,
             deadline: None,
             span: None,
+            cancellable: None,
         }
+    }
+
+    /// This call, marked as one the caller may drop before it ends; the
+    /// tally counts the upstream calls that kept generating when it was.
+    pub fn cancellable(&self) -> (Call, Arc<Unstopped>) {
+        let tally = Arc::new(Unstopped::default());
+        let call = Call {
+            cancellable: Some(tally.clone()),
+            ..self.clone()
+        };
+        (call, tally)
     }
 
     /// Opens a strategy phase's span (a judge's panel, a race's scoring)

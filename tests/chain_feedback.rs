@@ -76,7 +76,8 @@ async fn feedback_reaches_the_next_tier_and_never_the_client() {
             ])
         );
         // The verifier: the original conversation (system prompt included,
-        // no notes), the candidate, JSON mode, not streamed.
+        // no notes), the candidate, JSON mode, streamed from the server
+        // (so a verifier past its timeout stops generating).
         for (i, candidate) in [
             (1, "BAD draft from l-bad"),
             (3, "BAD draft, take two, from l-meh"),
@@ -84,7 +85,7 @@ async fn feedback_reaches_the_next_tier_and_never_the_client() {
             let vb = &got[i]["body"];
             assert_eq!(vb["response_format"], json!({"type": "json_object"}));
             assert_eq!(vb["max_tokens"], 256, "the verifier call is capped");
-            assert!(vb.get("stream").is_none_or(|s| s != true), "{vb}");
+            assert_eq!(vb["stream"], true, "{vb}");
             let msgs = vb["messages"].as_array().unwrap();
             assert_eq!(msgs[0]["role"], "system");
             let text = msgs

@@ -29,8 +29,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
-use quirks::{NO_STREAM_TOOL_CHOICE, ToolAsk, generate_detached};
 pub use quirks::{Quirk, Quirks};
+use quirks::{ToolAsk, empty_stream, generate_detached};
 
 use crate::wire::{Endpoint, content_text};
 
@@ -248,7 +248,7 @@ impl Simulator {
         if endpoint == Endpoint::Chat {
             let ask = ToolAsk::of(&req);
             if stream && ask == ToolAsk::Auto && self.quirks.has(Quirk::NoStreamToolChoice) {
-                return guard.done(error_response(500, NO_STREAM_TOOL_CHOICE, None));
+                return guard.done(empty_stream());
             }
             if ask == ToolAsk::Auto && self.quirks.has(Quirk::IgnoresToolChoiceAuto) {
                 b.reply = ReplySpec::Echo;

@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::MockResponse;
+
 /// One behaviour of a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -23,13 +25,14 @@ pub enum Quirk {
     /// `tool_calls`) gets HTTP 500 with a Python traceback, as
     /// llama-cpp-python answers.
     RejectsNullContent,
-    /// A streamed request with tools and `tool_choice` `"auto"` (or none)
-    /// is refused with HTTP 500 "Automatic streaming tool choice is not
-    /// supported", as llama-cpp-python does.
+    /// A streamed request with tools and `tool_choice` `"auto"`,
+    /// `"required"` or none gets a 200 with an empty event stream, as
+    /// llama-cpp-python's `chatml-function-calling` answers (its log says
+    /// "Automatic streaming tool choice is not supported").
     NoStreamToolChoice,
-    /// Tools with `tool_choice` `"auto"` (or none) are ignored: the model
-    /// answers in text (llama-cpp-python's default chat formats). A named
-    /// `tool_choice` is still honoured.
+    /// Tools with `tool_choice` `"auto"`, `"required"` or none are
+    /// ignored: the model answers in text (llama-cpp-python's default chat
+    /// formats). A named `tool_choice` is still honoured.
     IgnoresToolChoiceAuto,
     /// Streams never carry `usage`, whatever `stream_options` asks.
     NoStreamUsage,
@@ -80,8 +83,9 @@ impl Quirks {
     }
 }
 
-/// What a request's tools ask of the model: nothing, a free choice
-/// (`tool_choice` `"auto"` or absent), or a named or required call.
+/// What a request's tools ask of the model: nothing, a choice the
+/// quirky servers treat alike (`tool_choice` `"auto"`, `"required"` or
+/// absent), or a named function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolAsk {
     None,
@@ -101,16 +105,24 @@ impl ToolAsk {
         }
         match req.get("tool_choice") {
             None | Some(Value::Null) => ToolAsk::Auto,
-            Some(Value::String(s)) if s == "auto" => ToolAsk::Auto,
             Some(Value::String(s)) if s == "none" => ToolAsk::None,
+            Some(Value::String(_)) => ToolAsk::Auto,
             Some(_) => ToolAsk::Forced,
         }
     }
 }
 
-/// llama-cpp-python's answer to a streamed request with automatic tool
-/// choice.
-pub const NO_STREAM_TOOL_CHOICE: &str = "Automatic streaming tool choice is not supported";
+/// A 200 event stream with nothing in it: llama-cpp-python's answer when
+/// the handler fails after the response began (streamed automatic tool
+/// choice, a prompt longer than the context).
+pub fn empty_stream() -> MockResponse {
+    MockResponse {
+        status: 200,
+        content_type: "text/event-stream",
+        retry_after: None,
+        body: Box::pin(futures::stream::empty()),
+    }
+}
 
 /// Generates a whole answer's `tokens` on a task of its own, as a server
 /// that does not notice its client leaving: when the caller stops

@@ -13,7 +13,8 @@ use tokio::time::{Instant, timeout_at};
 use std::time::{Duration, SystemTime};
 
 use super::decode::{self, Exchange, round_ms};
-use super::lane::LaneTimeout;
+use super::delivery::{self, Armed, StreamsTools, Wire};
+use super::lane::{LaneTimeout, Permit};
 use super::limit::{MAX_TRIES, NoTurn, retry_delay};
 use super::{CallIds, RawResponse, Upstream};
 use crate::attempt::{Attempt, ModelInfo};
@@ -29,18 +30,28 @@ use crate::wire::{ChatRequest, Endpoint, Usage, text_len};
 pub struct ConcreteModel {
     pub info: Arc<ModelInfo>,
     pub upstream: Arc<Upstream>,
+    /// Whether its server takes tools on a stream (learned).
+    streams_tools: StreamsTools,
 }
 
 /// One request on its way upstream.
 struct Outgoing {
     endpoint: Endpoint,
     body: Bytes,
-    stream: bool,
+    wire: Wire,
     /// Bytes of text in the request, for a usage estimate.
     input_bytes: usize,
 }
 
 impl ConcreteModel {
+    pub fn new(info: Arc<ModelInfo>, upstream: Arc<Upstream>) -> Self {
+        ConcreteModel {
+            info,
+            upstream,
+            streams_tools: StreamsTools::default(),
+        }
+    }
+
     /// Relays a Completions or Embeddings body (a JSON object) to this
     /// model: `model` becomes the upstream's name, a stream asks for usage,
     /// and the call is recorded as an attempt like any chat call.
@@ -71,7 +82,7 @@ impl ConcreteModel {
         let out = Outgoing {
             endpoint,
             body: Bytes::from(serde_json::to_vec(&body)?),
-            stream,
+            wire: if stream { Wire::Stream } else { Wire::Whole },
             input_bytes,
         };
         self.call(call, out).await
@@ -100,15 +111,11 @@ impl ConcreteModel {
         attempt: &Attempt,
     ) -> Result<ReplyBody, ModelError> {
         let up = &self.upstream;
-        // The request's deadline, or the call's own when it is earlier.
-        let by = call
-            .deadline
-            .unwrap_or(call.ctx.deadline)
-            .min(call.ctx.deadline);
+        let by = deadline(call);
         // A streamed call's first token is due `ttft_timeout` after the
         // call began, queueing included: a chain's local tier that cannot
         // start in time moves the chain on, as a slow one does.
-        let first_due = match (out.stream, call.ttft_timeout) {
+        let first_due = match (out.wire == Wire::Stream, call.ttft_timeout) {
             (true, Some(t)) => by.min(Instant::now() + t),
             _ => by,
         };
@@ -140,6 +147,30 @@ impl ConcreteModel {
             lane_swap(&call.ctx, &up.name, from, &self.info.upstream_model);
         }
         attempt.set_warm(up.warm(&self.info.upstream_model).await);
+        // A whole call its caller may drop: from here on, the server works
+        // on it until it ends.
+        let armed = Armed::new(match out.wire {
+            Wire::Whole => call.cancellable.clone(),
+            _ => None,
+        });
+        let answer = self
+            .answer(call, &out, first_due, attempt, admitted.permit)
+            .await;
+        armed.disarm();
+        answer
+    }
+
+    /// Sends the call and reads its answer as `out.wire` says.
+    async fn answer(
+        &self,
+        call: &Call,
+        out: &Outgoing,
+        first_due: Instant,
+        attempt: &Attempt,
+        permit: Permit,
+    ) -> Result<ReplyBody, ModelError> {
+        let up = &self.upstream;
+        let by = deadline(call);
         let started = Instant::now();
         let total = by.min(started + up.timeout);
         let first = total.min(first_due);
@@ -152,20 +183,40 @@ impl ConcreteModel {
             input_bytes: out.input_bytes,
             redactor: self.info.redactor.clone(),
         };
-        let resp = self.send(&call.ctx, &out, &x, attempt).await?;
+        let resp = self.send(&call.ctx, out, &x, attempt).await?;
         up.show_simulated();
         if !(200..300).contains(&resp.status) {
             return Err(decode::status_error(resp, &x).await);
         }
-        if out.stream {
-            decode::stream(resp, x, attempt, admitted.permit)
+        match out.wire {
+            Wire::Stream => decode::stream(resp, x, attempt, permit)
                 .await
-                .map(ReplyBody::Stream)
-        } else {
-            decode::whole(resp, &x, out.endpoint, attempt)
+                .map(ReplyBody::Stream),
+            Wire::Assemble => {
+                let s = decode::stream(resp, x, attempt, permit).await?;
+                delivery::collect(s, &up.name).await.map(ReplyBody::Whole)
+            }
+            Wire::Whole => decode::whole(resp, &x, out.endpoint, attempt)
                 .await
-                .map(ReplyBody::Whole)
+                .map(ReplyBody::Whole),
         }
+    }
+
+    /// One chat call, on the wire as `wire` says.
+    async fn chat_as(
+        &self,
+        call: &Call,
+        req: &Arc<ChatRequest>,
+        wire: Wire,
+    ) -> Result<Reply, ModelError> {
+        let sent = wire.request(req);
+        let out = Outgoing {
+            endpoint: Endpoint::Chat,
+            body: sent.to_upstream_body(&self.info.upstream_model)?,
+            wire,
+            input_bytes: req.text_bytes(),
+        };
+        self.call(call.clone(), out).await
     }
 }
 
@@ -236,6 +287,13 @@ impl ConcreteModel {
     }
 }
 
+/// The request's deadline, or the call's own when it is earlier.
+fn deadline(call: &Call) -> Instant {
+    call.deadline
+        .unwrap_or(call.ctx.deadline)
+        .min(call.ctx.deadline)
+}
+
 /// The `lane_swap` event: the local lane changed the model it serves.
 fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
     if !ctx.telemetry.events_enabled() {
@@ -251,14 +309,31 @@ fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
 
 #[async_trait]
 impl ChatModel for ConcreteModel {
+    /// Sends the call as [`Wire::plan`] says; a server that refuses the
+    /// stream is asked again whole (see [`delivery`]).
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        let out = Outgoing {
-            endpoint: Endpoint::Chat,
-            body: req.to_upstream_body(&self.info.upstream_model)?,
-            stream: req.is_stream(),
-            input_bytes: req.text_bytes(),
+        let tools = delivery::carries_tools(&req);
+        let wire = Wire::plan(&req, &call, self.streams_tools.refused());
+        let reply = match self.chat_as(&call, &req, wire).await {
+            Err(e) if wire.streamed() => {
+                let Some(why) = delivery::refusal(&e, tools) else {
+                    return Err(e);
+                };
+                tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, refusal = ?why, "the server refused a stream; asking whole");
+                let whole = self.chat_as(&call, &req, Wire::Whole).await?;
+                // An empty stream may be a prompt too long for the model;
+                // tools it answers whole were what it would not stream.
+                if tools && self.streams_tools.learn_refused() {
+                    tracing::info!(model = %self.info.name, "its server refuses tools on a stream: its calls with tools go out whole from now on");
+                }
+                whole
+            }
+            answered => answered?,
         };
-        self.call(call, out).await
+        match req.is_stream() {
+            true => delivery::as_stream(reply),
+            false => Ok(reply),
+        }
     }
 
     fn estimate(&self, size: CallSize) -> Spend {

@@ -21,6 +21,7 @@ use futures::{Stream, StreamExt};
 use serde_json::Value;
 use tokio::time::{Instant, Sleep, sleep_until, timeout_at};
 
+use super::delivery::EMPTY_STREAM;
 use super::lane::Permit;
 use super::sse::SseParser;
 use super::{BodyStream, RawResponse};
@@ -266,7 +267,7 @@ pub async fn stream(
     };
     let first = match timeout_at(first_by, relay.next()).await {
         Err(_) => return Err(relay.fail_now(first_phase)),
-        Ok(None) => return Err(relay.x.invalid("the stream ended before its first event")),
+        Ok(None) => return Err(relay.x.invalid(EMPTY_STREAM)),
         Ok(Some(Err(e))) => return Err(e),
         Ok(Some(Ok(c))) => c,
     };
@@ -331,7 +332,7 @@ impl Relay {
 
     fn done(&mut self) -> Next {
         if !self.relayed {
-            return self.fail(self.x.invalid("the stream ended before its first event"));
+            return self.fail(self.x.invalid(EMPTY_STREAM));
         }
         self.open = false;
         self.permit = None;
@@ -452,6 +453,9 @@ impl Stream for Relay {
             if this.body_ended {
                 if this.finished_choice {
                     return this.done();
+                }
+                if !this.relayed {
+                    return this.fail(this.x.cut(EMPTY_STREAM));
                 }
                 return this.fail(this.x.cut("the stream ended without [DONE]"));
             }

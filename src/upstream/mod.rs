@@ -7,6 +7,7 @@
 
 mod concrete;
 pub mod decode;
+pub mod delivery;
 pub mod lane;
 pub mod limit;
 pub mod llama_swap;

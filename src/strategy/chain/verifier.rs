@@ -52,6 +52,7 @@ impl Verifier {
     ) -> Decision {
         let req = self.request(original, output);
         let call = call.with_role(Role::Verifier).with_timeout(self.timeout);
+        let (call, _) = call.cancellable();
         let reply = match self.model.chat(call, Arc::new(req)).await {
             Ok(r) => r,
             Err(e) => return Decision::Failed(format!("the verifier failed: {e}")),

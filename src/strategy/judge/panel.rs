@@ -55,7 +55,7 @@ pub async fn run(
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let call = call.with_role(Role::Panel);
+            let (call, _) = call.with_role(Role::Panel).cancellable();
             let req = req.clone();
             async move { (i, ask(m, call, req).await) }
         })

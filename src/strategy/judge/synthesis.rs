@@ -68,6 +68,7 @@ impl Synthesis {
         candidates: &[(String, &AssistantOutput)],
     ) -> Result<Judgement, String> {
         let call = call.with_role(Role::Synthesis).with_timeout(self.timeout);
+        let (call, _) = call.cancellable();
         let labels: Vec<&str> = candidates.iter().map(|(l, _)| l.as_str()).collect();
         let mut req = self.request(original, candidates);
         let first = self.ask(&call, &req).await?;

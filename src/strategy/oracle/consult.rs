@@ -146,6 +146,7 @@ impl OracleCall {
         let call = consulting
             .with_role(Role::Oracle)
             .with_timeout(self.timeout);
+        let (call, _) = call.cancellable();
         let reply = self.member.model.chat(call, req.into()).await?;
         let (reply, out) = reply.buffer().await?;
         reply.attempt.set_verdict(Verdict::Ok, None);

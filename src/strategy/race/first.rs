@@ -45,14 +45,13 @@ pub async fn run(
     let started = Instant::now();
     let failed = Arc::new(AtomicUsize::new(0));
     let wake = Arc::new(Notify::new());
+    let mut tallies = Vec::with_capacity(pool);
     let mut pending: FuturesUnordered<_> = (0..pool)
         .map(|i| {
-            let (call, asked, failed, wake) = (
-                call.with_role(Role::Candidate),
-                asked.clone(),
-                failed.clone(),
-                wake.clone(),
-            );
+            let (candidate, tally) = call.with_role(Role::Candidate).cancellable();
+            tallies.push(tally);
+            let (call, asked, failed, wake) =
+                (candidate, asked.clone(), failed.clone(), wake.clone());
             async move {
                 if i > 0
                     && let Some(delay) = race.hedge_delay
@@ -87,6 +86,10 @@ pub async fn run(
     // Dropping the candidates still running aborts their upstream calls
     // (a candidate still held by hedge_delay never starts).
     drop(pending);
+    let still: Vec<(usize, bool)> = still
+        .into_iter()
+        .map(|i| (i, tallies.get(i).is_none_or(|t| t.count() == 0)))
+        .collect();
     record(race, call, (&winner, &lost, &still), pool, started);
     match winner {
         Some((_, mut reply)) => {
@@ -179,32 +182,41 @@ async fn attempt(
     }
 }
 
-type Outcome<'a> = (&'a Option<(usize, Reply)>, &'a [(usize, Lost)], &'a [usize]);
+/// The winner, the losers, and the candidates cancelled (with whether
+/// their servers stopped generating).
+type Outcome<'a> = (
+    &'a Option<(usize, Reply)>,
+    &'a [(usize, Lost)],
+    &'a [(usize, bool)],
+);
 
 /// `race_candidate` per candidate and `race_finished`.
 fn record(race: &Race, call: &Call, (winner, lost, still): Outcome, pool: usize, started: Instant) {
     let name = |i: usize| &*race.candidates[i].name;
-    let row = |i: usize, verdict: &str, error: Option<String>| {
+    let row = |i: usize, verdict: &str, error: Option<String>, stopped: Option<bool>| {
         let mut f = Map::new();
         f.insert("model".into(), json!(name(i)));
         f.insert("verdict".into(), json!(verdict));
         if let Some(e) = error {
             f.insert("error".into(), json!(e));
         }
+        if let Some(stopped) = stopped {
+            f.insert("generation_stopped".into(), json!(stopped));
+        }
         event(&call.ctx, "race_candidate", f);
     };
     if let Some((i, _)) = winner {
-        row(*i, "winner", None);
+        row(*i, "winner", None, None);
     }
     for (i, why) in lost {
         let e = match why {
             Lost::Failed(e) => e.to_string(),
             Lost::Unusable(what) => (*what).to_owned(),
         };
-        row(*i, "error", Some(e));
+        row(*i, "error", Some(e), None);
     }
-    for i in still {
-        row(*i, "cancelled", None);
+    for (i, stopped) in still {
+        row(*i, "cancelled", None, Some(*stopped));
     }
     let mut f = Map::new();
     f.insert("mode".into(), json!("first"));
@@ -218,7 +230,7 @@ fn record(race: &Race, call: &Call, (winner, lost, still): Outcome, pool: usize,
     );
     f.insert(
         "cancelled".into(),
-        json!(still.iter().map(|i| name(*i)).collect::<Vec<_>>()),
+        json!(still.iter().map(|(i, _)| name(*i)).collect::<Vec<_>>()),
     );
     f.insert(
         "elapsed_ms".into(),

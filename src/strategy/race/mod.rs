@@ -77,6 +77,13 @@ pub struct Race {
     pub hedge_delay: Option<Duration>,
 }
 
+/// A candidate cancelled before it finished, and whether its server
+/// stopped generating (its calls were streamed, or never sent).
+struct Cancelled {
+    index: usize,
+    stopped: bool,
+}
+
 /// A total at or above this is perfect.
 const PERFECT: f64 = 0.999;
 
@@ -197,8 +204,13 @@ impl Race {
         let asked = Race::whole(&req);
         let started = Instant::now();
         let (phase, racing) = call.phase("race.candidates");
+        let mut tallies = Vec::with_capacity(pool);
         let mut pending: FuturesUnordered<_> = (0..pool)
-            .map(|i| self.run(i, racing.with_role(Role::Candidate), asked.clone(), started))
+            .map(|i| {
+                let (candidate, tally) = racing.with_role(Role::Candidate).cancellable();
+                tallies.push(tally);
+                self.run(i, candidate, asked.clone(), started)
+            })
             .collect();
         let mut done = Vec::new();
         while let Some(s) = pending.next().await {
@@ -211,9 +223,18 @@ impl Race {
         let cancelled: Vec<usize> = (0..pool)
             .filter(|i| !done.iter().any(|s| s.index == *i))
             .collect();
-        // Dropping the candidates still running aborts their upstream calls.
+        // Dropping the candidates still running aborts their upstream calls
+        // (and stops their servers' generation, unless a call had to go out
+        // whole: its tally says so).
         drop(pending);
         drop(phase);
+        let cancelled: Vec<Cancelled> = cancelled
+            .into_iter()
+            .map(|index| Cancelled {
+                index,
+                stopped: tallies.get(index).is_none_or(|t| t.count() == 0),
+            })
+            .collect();
         self.finish(call, done, &cancelled, started)
     }
 
@@ -222,7 +243,7 @@ impl Race {
         &self,
         call: &Call,
         mut done: Vec<Scored>,
-        cancelled: &[usize],
+        cancelled: &[Cancelled],
         started: Instant,
     ) -> Result<Reply, ModelError> {
         let mut standings: Vec<Standing> = done
@@ -239,10 +260,11 @@ impl Race {
         for s in &done {
             self.record_candidate(call, s, winner.as_deref());
         }
-        for i in cancelled {
+        for c in cancelled {
             let mut f = Map::new();
-            f.insert("model".into(), json!(&*self.candidates[*i].name));
+            f.insert("model".into(), json!(&*self.candidates[c.index].name));
             f.insert("verdict".into(), json!("cancelled"));
+            f.insert("generation_stopped".into(), json!(c.stopped));
             event(&call.ctx, "race_candidate", f);
         }
         let mut f = Map::new();
@@ -261,7 +283,7 @@ impl Race {
             json!(
                 cancelled
                     .iter()
-                    .map(|i| &*self.candidates[*i].name)
+                    .map(|c| &*self.candidates[c.index].name)
                     .collect::<Vec<_>>()
             ),
         );
@@ -269,8 +291,8 @@ impl Race {
             "elapsed_ms".into(),
             json!(started.elapsed().as_secs_f64() * 1000.0),
         );
-        // Unknown for a whole answer cut short: estimated from the answers
-        // that finished.
+        // Unknown for an answer cut short: estimated from the answers that
+        // finished, for the candidates whose generation really stopped.
         let mut tokens: Vec<u64> = done
             .iter()
             .filter(|s| s.viable)
@@ -278,7 +300,7 @@ impl Race {
             .collect();
         tokens.sort_unstable();
         let median = tokens.get(tokens.len() / 2).copied().unwrap_or(0);
-        let saved = median * cancelled.len() as u64;
+        let saved = median * cancelled.iter().filter(|c| c.stopped).count() as u64;
         counter!(RACE_TOKENS_SAVED, "route" => self.name.clone()).increment(saved);
         f.insert("tokens_saved_estimate".into(), json!(saved));
         event(&call.ctx, "race_finished", f);

@@ -42,6 +42,7 @@ impl Judge {
         answer: &AssistantOutput,
     ) -> Result<f64, String> {
         let call = call.with_role(Role::Judge).with_timeout(self.timeout);
+        let (call, _) = call.cancellable();
         let mut extra = Map::new();
         extra.insert("max_tokens".into(), json!(self.max_tokens));
         extra.insert("tools".into(), json!([tool_spec()]));

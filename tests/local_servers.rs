@@ -1,0 +1,191 @@
+//! conclave's own calls in front of servers that behave like real local
+//! ones (`conclave mock` with `quirks`): cancelled internal calls stop
+//! generating, and tools work where a server refuses them on a stream.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A local server: whole answers go on after their client leaves, tools
+/// are refused on a stream, streams carry no usage (llama-cpp-python).
+fn mock_toml() -> String {
+    let long = "word ".repeat(120);
+    format!(
+        r#"
+[upstreams.local]
+kind = "mock"
+quirks = ["generates_after_disconnect", "no_stream_tool_choice", "no_stream_usage"]
+
+[upstreams.local.models.quick]
+reply = {{ text = "{{\"n\": 4}}" }}
+ttft = "20ms"
+
+[upstreams.local.models.slowpoke]
+reply = {{ text = "{long}" }}
+ttft = "20ms"
+tokens_per_second = 150
+
+[upstreams.local.models.caller]
+reply = {{ tool_call = {{ name = "calc", arguments = {{ n = 4 }} }} }}
+"#
+    )
+}
+
+fn routes() -> &'static str {
+    r#"
+[routes.best]
+strategy = "race"
+candidates = ["quick", "slowpoke"]
+rubric = { format = 1 }
+
+[routes.hedge]
+strategy = "race"
+mode = "first"
+candidates = ["quick", "slowpoke"]
+
+[routes.council]
+strategy = "judge"
+panel = ["quick", "slowpoke"]
+synthesis = "quick"
+default = "quick"
+panel_timeout = "150ms"
+"#
+}
+
+fn world() -> (Proc, Proc) {
+    let mock = Proc::mock(&mock_toml());
+    let gw = Proc::gateway(&front_of(
+        &mock.v1(),
+        &["quick", "slowpoke", "caller"],
+        routes(),
+    ));
+    (mock, gw)
+}
+
+fn json_request(route: &str) -> Value {
+    let mut b = chat(route, "2+2 as JSON");
+    b["response_format"] = json!({"type": "json_object"});
+    b
+}
+
+fn calc_tool() -> Value {
+    json!([{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}])
+}
+
+/// Tokens the mock generated for clients that had left, once the slowest
+/// abandoned answer (120 tokens at 150 a second) would have ended.
+async fn wasted(mock: &Proc) -> u64 {
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    mock.stats().await["tokens_generated_after_disconnect"]
+        .as_u64()
+        .unwrap()
+}
+
+fn candidate<'a>(events: &'a [Value], model: &str) -> &'a Value {
+    events
+        .iter()
+        .rev()
+        .find(|e| e["model"] == model)
+        .unwrap_or_else(|| panic!("no event for {model}: {events:?}"))
+}
+
+/// Issue 23, finding 1: a race's loser, a hedge's straggler and a panellist
+/// past `panel_timeout` are cancelled, and their servers stop generating.
+#[tokio::test]
+async fn cancelled_internal_calls_stop_generating() {
+    let (mock, gw) = world();
+    let r = post(&gw.base, &json_request("best")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-conclave-served-by"), Some("quick"));
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "{\"n\": 4}");
+    assert_eq!(r.json()["object"], "chat.completion", "{}", r.text);
+    let ev = gw.events_of(&["race_candidate"], 2).await;
+    let loser = candidate(&ev, "slowpoke");
+    assert_eq!(loser["verdict"], "cancelled", "{ev:?}");
+    assert_eq!(loser["generation_stopped"], true, "{ev:?}");
+    let fin = &gw.events_of(&["race_finished"], 1).await[0];
+    assert!(fin["tokens_saved_estimate"].as_u64().unwrap() > 0, "{fin}");
+
+    let r = post(&gw.base, &chat("hedge", "q")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-conclave-served-by"), Some("quick"));
+
+    let r = post(&gw.base, &chat("council", "q")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+
+    assert_eq!(wasted(&mock).await, 0, "{}", mock.stats().await);
+    // Every call to the slow model was cancellable, and went out streamed.
+    for q in mock.received().await {
+        if q["model"] == "slowpoke" {
+            assert_eq!(q["body"]["stream"], true, "{q}");
+        }
+    }
+}
+
+/// Finding 3: a server that refuses tools on a stream answers them whole;
+/// it is remembered, and a cancelled call that had to go whole is not
+/// claimed as saved.
+#[tokio::test]
+async fn tools_go_whole_where_streams_are_refused() {
+    let (mock, gw) = world();
+    let mut body = chat_stream("caller", "use the tool");
+    body["tools"] = calc_tool();
+    let r = post(&gw.base, &body).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let events = r.data_events();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("\"calc\""), "{}", r.text);
+    let asked: Vec<Value> = mock
+        .received()
+        .await
+        .into_iter()
+        .map(|q| q["body"]["stream"].clone())
+        .collect();
+    assert_eq!(asked, [json!(true), Value::Null], "refused, then whole");
+
+    // Learned: the next call with tools goes whole at once.
+    let r = post(&gw.base, &body).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(mock.received().await.len(), 3);
+    // A whole request with tools works as before.
+    let mut whole = chat("caller", "use the tool");
+    whole["tools"] = calc_tool();
+    let r = post(&gw.base, &whole).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let call = &r.json()["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "calc", "{}", r.text);
+
+    // A race with tools: its candidates learn the refusal, go whole, and
+    // the loser's server keeps generating: not counted as saved.
+    mock_clear(&mock).await;
+    let mut race = json_request("best");
+    race["tools"] = calc_tool();
+    let r = post(&gw.base, &race).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let ev = gw.events_of(&["race_candidate"], 2).await;
+    assert_eq!(
+        candidate(&ev, "slowpoke")["generation_stopped"],
+        false,
+        "{ev:?}"
+    );
+    let fin = &gw.events_of(&["race_finished"], 1).await[0];
+    assert_eq!(fin["tokens_saved_estimate"], 0, "{fin}");
+    assert!(wasted(&mock).await > 0, "the mock did keep generating");
+}
+
+async fn mock_clear(mock: &Proc) {
+    client()
+        .delete(mock.url("/mock/requests"))
+        .send()
+        .await
+        .unwrap();
+}
