@@ -267,7 +267,7 @@ pub async fn stream(
     };
     let first = match timeout_at(first_by, relay.next()).await {
         Err(_) => return Err(relay.fail_now(first_phase)),
-        Ok(None) => return Err(relay.x.invalid(EMPTY_STREAM)),
+        Ok(None) => return Err(relay.x.invalid("the stream ended before its first event")),
         Ok(Some(Err(e))) => return Err(e),
         Ok(Some(Ok(c))) => c,
     };
@@ -332,7 +332,7 @@ impl Relay {
 
     fn done(&mut self) -> Next {
         if !self.relayed {
-            return self.fail(self.x.invalid(EMPTY_STREAM));
+            return self.fail(self.x.invalid("the stream ended before its first event"));
         }
         self.open = false;
         self.permit = None;
@@ -454,7 +454,9 @@ impl Stream for Relay {
                 if this.finished_choice {
                     return this.done();
                 }
-                if !this.relayed {
+                if this.last_event.is_none() {
+                    // Not even `[DONE]`: what llama-cpp-python sends when
+                    // it fails after the response began.
                     return this.fail(this.x.cut(EMPTY_STREAM));
                 }
                 return this.fail(this.x.cut("the stream ended without [DONE]"));

@@ -29,8 +29,8 @@ use crate::stream::whole_to_stream;
 use crate::wire::assemble::Assembler;
 use crate::wire::{ChatRequest, MAX_RESPONSE, UsageField};
 
-/// What a stream with no answer event in it is called in errors.
-pub const EMPTY_STREAM: &str = "the stream ended before any answer event";
+/// What a 200 stream that ended without a single event is called.
+pub const EMPTY_STREAM: &str = "the stream ended before any event";
 
 /// How one call goes on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,11 +115,7 @@ pub fn refusal(e: &ModelError, tools: bool) -> Option<Refusal> {
             streamed: true,
             ..
         } if tools && says_stream(message) => Some(Refusal::Tools),
-        ModelError::StreamCut { detail, .. } | ModelError::Invalid { detail, .. }
-            if detail == EMPTY_STREAM =>
-        {
-            Some(Refusal::Empty)
-        }
+        ModelError::StreamCut { detail, .. } if detail == EMPTY_STREAM => Some(Refusal::Empty),
         _ => None,
     }
 }
