@@ -31,6 +31,20 @@ tokens_per_second = 150
 
 [upstreams.local.models.caller]
 reply = {{ tool_call = {{ name = "calc", arguments = {{ n = 4 }} }} }}
+
+[upstreams.local.models.base]
+reply = {{ text = "An easy answer." }}
+
+[[upstreams.local.models.base.rules]]
+when_contains = "SAGE-SAYS"
+then = {{ reply = {{ text = "Final answer with the expert's help." }} }}
+
+[[upstreams.local.models.base.rules]]
+when_contains = "hard"
+then = {{ reply = {{ tool_call = {{ name = "oracle_consult", arguments = {{ question = "Is a spinlock sound here?" }} }} }} }}
+
+[upstreams.local.models.sage]
+reply = {{ text = "SAGE-SAYS: no, use a mutex." }}
 "#
     )
 }
@@ -47,6 +61,11 @@ strategy = "race"
 mode = "first"
 candidates = ["quick", "slowpoke"]
 
+[routes.wise]
+strategy = "oracle"
+base = "base"
+oracle = "sage"
+
 [routes.council]
 strategy = "judge"
 panel = ["quick", "slowpoke"]
@@ -60,7 +79,7 @@ fn world() -> (Proc, Proc) {
     let mock = Proc::mock(&mock_toml());
     let gw = Proc::gateway(&front_of(
         &mock.v1(),
-        &["quick", "slowpoke", "caller"],
+        &["quick", "slowpoke", "caller", "base", "sage"],
         routes(),
     ));
     (mock, gw)
@@ -188,4 +207,31 @@ async fn mock_clear(mock: &Proc) {
         .send()
         .await
         .unwrap();
+}
+
+/// Finding 3: a streamed oracle route whose base turns carry the consult
+/// tool, on a server that refuses tools on a stream: the turns go whole,
+/// the final answer streams to the client.
+#[tokio::test]
+async fn a_streamed_oracle_route_works_where_tools_cannot_stream() {
+    let (mock, gw) = world();
+    let r = post(&gw.base, &chat_stream("wise", "a hard question")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let events = r.data_events();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.text
+    );
+    let text = common::world::streamed_text(&events);
+    assert_eq!(text, "Final answer with the expert's help.", "{}", r.text);
+    assert!(!r.text.contains("oracle_consult"), "{}", r.text);
+    let sage = mock
+        .received()
+        .await
+        .into_iter()
+        .filter(|q| q["model"] == "sage")
+        .count();
+    assert_eq!(sage, 1, "the oracle was consulted once");
 }
