@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 
 use super::verdict;
 use crate::labels::{Role, Verdict};
