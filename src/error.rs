@@ -181,13 +181,16 @@ impl ModelError {
                 message,
                 ..
             } => format!(
-                "upstream `{upstream}` is rate limiting: {}",
+                "upstream `{upstream}` is rate limiting (HTTP 429): {}",
                 without_traceback(message)
             ),
             ModelError::Status {
-                upstream, message, ..
+                upstream,
+                status,
+                message,
+                ..
             } => format!(
-                "upstream `{upstream}` rejected the request: {}",
+                "upstream `{upstream}` rejected the request (HTTP {status}): {}",
                 without_traceback(message)
             ),
             ModelError::Reported {
@@ -295,12 +298,12 @@ mod tests {
         let e = status(400, trace, None);
         assert_eq!(
             e.public_message(),
-            "upstream `u` rejected the request: 7 validation errors:\n  {'type': 'string_type', 'input': None}"
+            "upstream `u` rejected the request (HTTP 400): 7 validation errors:\n  {'type': 'string_type', 'input': None}"
         );
         let e = status(400, "bad tool schema", None);
         assert_eq!(
             e.public_message(),
-            "upstream `u` rejected the request: bad tool schema"
+            "upstream `u` rejected the request (HTTP 400): bad tool schema"
         );
         let e = ModelError::Reported {
             upstream: "u".into(),
