@@ -6,7 +6,8 @@
 //!   and the judge synthesis's second turn are accepted: the client gets 200;
 //! - an upstream 500 whose message is a pydantic dump and a Python
 //!   traceback reaches the client (passthrough whole and streamed, a stream
-//!   error event, `chain_exhausted`, an oracle whose consult or base fails)
+//!   error event, `chain_exhausted`, a failed verifier, an oracle whose
+//!   consult or base fails)
 //!   only as a short, stable message, while the event log keeps the detail;
 //!   nor does it reach another model as a tool result;
 //! - a synthesis on a server that ignores `tool_choice: "auto"` answers in
@@ -138,6 +139,12 @@ default = "def"
 [routes.fall]
 strategy = "chain"
 tiers = ["trace500", "trace-event"]
+
+[routes.checked]
+strategy = "chain"
+tiers = ["def"]
+verifier = "trace500"
+verify = ["def"]
 "#;
 
 fn world() -> (Proc, Proc) {
@@ -253,6 +260,17 @@ async fn an_upstreams_traceback_reaches_the_event_log_but_never_the_client() {
     );
     assert_no_internals("chain_exhausted", &r.text);
 
+    // A verifier that fails: the trail says so, briefly.
+    let r = post(&gw.base, &chat("checked", "hi")).await;
+    assert_eq!(r.status, 502, "{}", r.text);
+    assert_eq!(
+        r.json()["error"]["attempts"][0]["feedback"],
+        "the verifier failed: upstream `up` failed (HTTP 500)",
+        "{}",
+        r.text
+    );
+    assert_no_internals("verifier", &r.text);
+
     // An oracle whose consult fails: the base answers alone, and neither
     // it nor the client hears the traceback.
     let r = post(&gw.base, &chat("unwise", "a hard one")).await;
@@ -272,12 +290,12 @@ async fn an_upstreams_traceback_reaches_the_event_log_but_never_the_client() {
     assert_no_internals("oracle base", &r.text);
 
     // The event log keeps the detail of each failed call.
-    let attempts = gw.events_of(&["attempt"], 9).await;
+    let attempts = gw.events_of(&["attempt"], 11).await;
     let failed: Vec<&Value> = attempts
         .iter()
         .filter(|a| a["model"] == "trace500")
         .collect();
-    assert_eq!(failed.len(), 5, "{attempts:#?}");
+    assert_eq!(failed.len(), 6, "{attempts:#?}");
     for a in failed {
         let error = a["error"].as_str().unwrap();
         assert!(error.contains("answered HTTP 500"), "{a}");

@@ -80,11 +80,15 @@ impl Verifier {
         let call = call.with_role(Role::Verifier).with_timeout(self.timeout);
         let reply = match self.model.chat(call, Arc::new(req)).await {
             Ok(r) => r,
-            Err(e) => return Decision::Failed(format!("the verifier failed: {e}")),
+            Err(e) => {
+                return Decision::Failed(format!("the verifier failed: {}", e.public_message()));
+            }
         };
         let (reply, said) = match reply.buffer().await {
             Ok(x) => x,
-            Err(e) => return Decision::Failed(format!("the verifier failed: {e}")),
+            Err(e) => {
+                return Decision::Failed(format!("the verifier failed: {}", e.public_message()));
+            }
         };
         match verdict::parse(&said.text) {
             Some(read) => {
