@@ -1,6 +1,15 @@
 //! `ModelError`: everything that can go wrong while a model (an upstream or a
 //! strategy) answers a request. It says *which* upstream failed and how,
 //! never with a secret in it; `api::error` turns it into HTTP in one place.
+//!
+//! Two texts: `Display` keeps the (redacted, bounded) detail an upstream
+//! sent, for the event log and the gateway's log; [`ModelError::public_message`]
+//! is what a client reads, in an error body, a stream's error event or an
+//! exhausted route's `attempts`: an upstream's own words only where they
+//! are about the client's request (4xx, without a traceback), and a short,
+//! stable text for an upstream's own failure (5xx, an error body or event
+//! in place of an answer, an invalid answer), whose detail (a Python
+//! traceback with file paths, a validation dump) is the operator's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -129,7 +138,7 @@ impl AttemptSummary {
             model: model.to_owned(),
             verdict: "error",
             feedback: None,
-            error: Some(e.to_string()),
+            error: Some(e.public_message()),
         }
     }
 
@@ -150,6 +159,53 @@ impl AttemptSummary {
 pub const WITHHELD: &str = "(message withheld: it may quote the gateway's credentials)";
 
 impl ModelError {
+    /// What a client is told (see the module's docs); `Display` keeps the
+    /// detail for the logs.
+    pub fn public_message(&self) -> String {
+        match self {
+            ModelError::Status {
+                upstream, status, ..
+            } if *status >= 500 || matches!(status, 401 | 403) => {
+                if *status >= 500 {
+                    format!("upstream `{upstream}` failed (HTTP {status})")
+                } else {
+                    // Its message may quote part of the gateway's key.
+                    format!(
+                        "upstream `{upstream}` rejected the gateway's credentials (HTTP {status})"
+                    )
+                }
+            }
+            ModelError::Status {
+                upstream,
+                status: 429,
+                message,
+                ..
+            } => format!(
+                "upstream `{upstream}` is rate limiting (HTTP 429): {}",
+                without_traceback(message)
+            ),
+            ModelError::Status {
+                upstream,
+                status,
+                message,
+                ..
+            } => format!(
+                "upstream `{upstream}` rejected the request (HTTP {status}): {}",
+                without_traceback(message)
+            ),
+            ModelError::Reported {
+                upstream, streamed, ..
+            } => format!(
+                "upstream `{upstream}` reported an error{}",
+                if *streamed { " in its stream" } else { "" }
+            ),
+            ModelError::Invalid { upstream, .. } => {
+                format!("upstream `{upstream}` sent an invalid response")
+            }
+            _ => self.to_string(),
+        }
+    }
+
     /// A short, bounded name for the `kind` label of
     /// `conclave_upstream_errors_total`.
     pub fn kind(&self) -> &'static str {
@@ -187,6 +243,17 @@ impl ModelError {
     }
 }
 
+/// An upstream's message without the Python traceback some servers append
+/// (`  File "/…/app.py", line 376, in …`): file paths are the operator's.
+fn without_traceback(message: &str) -> &str {
+    let cut = ["Traceback (most recent call last)", "File \""]
+        .iter()
+        .filter_map(|m| message.find(m))
+        .min()
+        .unwrap_or(message.len());
+    message[..cut].trim_end()
+}
+
 /// Upstreams word context-window overflows differently; these cover OpenAI,
 /// Anthropic, vLLM, llama.cpp and Ollama.
 fn is_context_length(code: Option<&str>, message: &str) -> bool {
@@ -219,6 +286,42 @@ mod tests {
             code: code.map(str::to_owned),
             retry_after: None,
         }
+    }
+
+    #[test]
+    fn clients_read_no_upstream_internals() {
+        let trace = "7 validation errors:\n  {'type': 'string_type', 'input': None}\n\n  \
+                     File \"/usr/lib/python3/site-packages/llama_cpp/server/app.py\", line 123";
+        let e = status(500, trace, None);
+        assert_eq!(e.public_message(), "upstream `u` failed (HTTP 500)");
+        assert!(e.to_string().contains("app.py"), "{e}");
+        let e = status(400, trace, None);
+        assert_eq!(
+            e.public_message(),
+            "upstream `u` rejected the request (HTTP 400): 7 validation errors:\n  {'type': 'string_type', 'input': None}"
+        );
+        let e = status(400, "bad tool schema", None);
+        assert_eq!(
+            e.public_message(),
+            "upstream `u` rejected the request (HTTP 400): bad tool schema"
+        );
+        let e = ModelError::Reported {
+            upstream: "u".into(),
+            message: trace.into(),
+            streamed: true,
+        };
+        assert_eq!(
+            e.public_message(),
+            "upstream `u` reported an error in its stream"
+        );
+        let e = ModelError::Invalid {
+            upstream: "u".into(),
+            detail: "the body is not an answer: expected value at line 1".into(),
+        };
+        assert_eq!(e.public_message(), "upstream `u` sent an invalid response");
+        let e = status(500, trace, None);
+        let s = AttemptSummary::failed("m", &e);
+        assert_eq!(s.error.as_deref(), Some("upstream `u` failed (HTTP 500)"));
     }
 
     #[test]

@@ -50,7 +50,7 @@ async fn escalation_chains_of_one_tier() {
             "1: local error, best_attempt has nothing to return",
             r(&["l-down"], v, BEST),
             &["l-down"],
-            exhausted(&[("l-down", ERR, "simulated outage")]),
+            exhausted(&[("l-down", ERR, "HTTP 503")]),
         ),
         case(
             "1: cloud self-certifies",

@@ -220,7 +220,9 @@ async fn outside_chat_strategies_keys_and_errors_answer_clearly() {
     )
     .await;
     assert_eq!(r.status, 502, "{}", r.text);
-    assert!(r.text.contains("embedding service down"), "{}", r.text);
+    // An upstream's 5xx text stays in the logs (issue 23, item 6).
+    assert!(r.text.contains("upstream `up` failed (HTTP"), "{}", r.text);
+    assert!(!r.text.contains("embedding service down"), "{}", r.text);
 
     let r = post_to(
         &gw,

@@ -265,7 +265,9 @@ async fn ties_break_on_tokens_then_name_and_all_failing_is_a_502() {
     let err = &r.json()["error"];
     assert_eq!(err["code"], "race_exhausted");
     assert_eq!(err["attempts"].as_array().unwrap().len(), 2, "{err}");
-    assert!(r.text.contains("down for maintenance"), "{}", r.text);
+    // An upstream's 5xx text stays in the event log (issue 23, item 6).
+    assert!(r.text.contains("failed (HTTP 503)"), "{}", r.text);
+    assert!(!r.text.contains("down for maintenance"), "{}", r.text);
 }
 
 #[tokio::test]

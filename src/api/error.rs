@@ -1,7 +1,10 @@
 //! The one place errors become HTTP: OpenAI's body
 //! `{"error": {"message", "type", "param", "code"}}` with the status DESIGN.md
 //! lists, before a stream starts; one SSE `data: {"error": …}` event after.
-//! 5xx messages name the upstream that failed, never a key or an internal URL.
+//! 5xx messages name the upstream that failed, never a key or an internal URL;
+//! a model's error reads [`ModelError::public_message`] (an upstream's own
+//! words only when they are about the client's request), while the log line
+//! of a failed request keeps the redacted detail.
 
 use crate::wire::billing::BadCap;
 use std::time::Duration;
@@ -239,7 +242,7 @@ fn model_shape(e: &ModelError) -> Shape {
         kind,
         code: Some(code.to_owned()),
         param: None,
-        message: e.to_string(),
+        message: e.public_message(),
         retry_after: None,
         extra: None,
         headers: Vec::new(),
@@ -256,11 +259,10 @@ fn model_shape(e: &ModelError) -> Shape {
             "upstream_timeout",
         ),
         ModelError::Status {
-            upstream,
             status,
-            message,
             code,
             retry_after,
+            ..
         } => match status {
             400 | 413 | 422 => Shape {
                 status: StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST),
@@ -268,34 +270,23 @@ fn model_shape(e: &ModelError) -> Shape {
                 code: code
                     .clone()
                     .or_else(|| Some("upstream_rejected_request".into())),
-                param: None,
-                message: format!("upstream `{upstream}` rejected the request: {message}"),
-                retry_after: None,
-                extra: None,
-                headers: Vec::new(),
+                ..upstream_err(StatusCode::BAD_REQUEST, "", "")
             },
             429 => Shape {
-                status: StatusCode::TOO_MANY_REQUESTS,
-                kind: "rate_limit_error",
-                code: Some("rate_limit_exceeded".into()),
-                param: None,
-                message: format!("upstream `{upstream}` is rate limiting: {message}"),
                 retry_after: retry_after.clone(),
-                extra: None,
-                headers: Vec::new(),
+                ..upstream_err(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "rate_limit_exceeded",
+                )
             },
             // The upstream refused conclave's own credentials: its message
             // may quote part of the key, so it is not passed on.
-            401 | 403 => Shape {
-                message: format!(
-                    "upstream `{upstream}` rejected the gateway's credentials (HTTP {status})"
-                ),
-                ..upstream_err(
-                    StatusCode::BAD_GATEWAY,
-                    "upstream_error",
-                    "upstream_auth_failed",
-                )
-            },
+            401 | 403 => upstream_err(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "upstream_auth_failed",
+            ),
             _ => upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "upstream_error"),
         },
         ModelError::Throttled { retry_after, .. } => Shape {

@@ -256,3 +256,44 @@ fn http2_streams_and_header_bytes_are_bounded() {
         );
     }
 }
+
+/// A table with an error reports that error only: its name still counts as
+/// defined wherever another table refers to it.
+#[test]
+fn a_broken_table_causes_no_follow_on_errors() {
+    let cases = [
+        // An upstream with an unknown key, referred to by a model.
+        (
+            "[upstreams.m]\nkind = \"mock\"\nbogus = 1\n[models.a]\nupstream = \"m\"\n",
+            "upstreams.m.bogus: unknown field `bogus`",
+        ),
+        // An upstream of an unknown kind, and one without a kind.
+        (
+            "[upstreams.m]\nkind = \"grpc\"\n[models.a]\nupstream = \"m\"\n",
+            "upstreams.m.kind: unknown upstream kind",
+        ),
+        (
+            "[upstreams.m]\nbase_url = \"http://127.0.0.1:9/v1\"\n[models.a]\nupstream = \"m\"\n",
+            "upstreams.m.kind: missing",
+        ),
+        // A model with an unknown key, referred to by routes and a key.
+        (
+            "[upstreams.m]\nkind = \"mock\"\n[models.x]\nupstream = \"m\"\nwhat = 2\n\
+             [routes.r]\nstrategy = \"chain\"\ntiers = [\"x\"]\n\
+             [routes.p]\nstrategy = \"passthrough\"\nmodel = \"x\"\n",
+            "models.x.what: unknown field `what`",
+        ),
+        // A broken route, referred to by another route.
+        (
+            "[upstreams.m]\nkind = \"mock\"\n[models.a]\nupstream = \"m\"\n\
+             [routes.s]\nstrategy = \"chain\"\ntiers = [\"a\"]\nbad = 3\n\
+             [routes.t]\nstrategy = \"passthrough\"\nmodel = \"s\"\n",
+            "routes.s.bad: unknown field `bad`",
+        ),
+    ];
+    for (text, want) in cases {
+        let errs = errors(text);
+        assert_eq!(errs.len(), 1, "{text}\n{errs:#?}");
+        assert!(errs[0].starts_with(want), "{text}\n{errs:#?}");
+    }
+}

@@ -106,11 +106,14 @@ pub(super) fn validate(
     let server = server(doc.remove("server"), env, errs);
     let telemetry = telemetry(doc.remove("telemetry"), errs);
     let keys = keys::keys(doc.remove("keys"), env, errs);
-    let upstreams = upstreams(doc.remove("upstreams"), env, errs);
     // Names whose tables failed to parse still count as defined, so one
-    // bad table does not cascade into "unknown model" errors elsewhere.
+    // bad table does not cascade into "unknown upstream" or "unknown
+    // model" errors elsewhere.
+    let mut broken_upstreams = HashSet::new();
+    let upstreams = upstreams(doc.remove("upstreams"), env, errs, &mut broken_upstreams);
     let mut broken = HashSet::new();
-    let models = models(doc.remove("models"), &upstreams, errs, &mut broken);
+    let known = |u: &str| upstreams.contains_key(u) || broken_upstreams.contains(u);
+    let models = models(doc.remove("models"), &known, errs, &mut broken);
     let routes = strategies.routes(doc.remove("routes"), errs, &mut broken);
     for key in doc.keys() {
         errs.push(
@@ -314,10 +317,13 @@ fn url(s: &str, path: &str, errs: &mut Errors) {
     }
 }
 
+/// Reads the `[upstreams]` tables; one whose table fails goes into
+/// `broken` (still a defined name).
 fn upstreams(
     v: Option<toml::Value>,
     env: &dyn Fn(&str) -> Option<String>,
     errs: &mut Errors,
+    broken: &mut HashSet<String>,
 ) -> IndexMap<String, Upstream> {
     let mut out = IndexMap::new();
     for (name, item) in table(v, "upstreams", errs) {
@@ -419,19 +425,26 @@ fn upstreams(
                 None
             }
         };
-        if let Some(u) = upstream {
-            if u.timeout.is_zero() {
-                errs.push(format!("{path}.timeout"), "must be greater than 0");
+        match upstream {
+            Some(u) => {
+                if u.timeout.is_zero() {
+                    errs.push(format!("{path}.timeout"), "must be greater than 0");
+                }
+                out.insert(name, u);
             }
-            out.insert(name, u);
+            None => {
+                broken.insert(name);
+            }
         }
     }
     out
 }
 
+/// Reads the `[models]` tables; `upstream_known` says whether an upstream
+/// name is defined (broken tables included).
 fn models(
     v: Option<toml::Value>,
-    upstreams: &IndexMap<String, Upstream>,
+    upstream_known: &dyn Fn(&str) -> bool,
     errs: &mut Errors,
     broken: &mut HashSet<String>,
 ) -> IndexMap<String, Model> {
@@ -442,7 +455,7 @@ fn models(
             broken.insert(name);
             continue;
         };
-        if !upstreams.contains_key(&m.upstream) {
+        if !upstream_known(&m.upstream) {
             errs.push(
                 format!("{path}.upstream"),
                 format!("unknown upstream \"{}\"", m.upstream),

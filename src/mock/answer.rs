@@ -172,7 +172,11 @@ fn whole_response(b: &Resolved, a: &Answer, mut guard: Finish) -> MockResponse {
             };
         }
         Some(FailMode::ErrorEvent) => {
-            return guard.done(error_response(500, "mock: simulated server error", None));
+            let message = b
+                .error_message
+                .as_deref()
+                .unwrap_or("mock: simulated server error");
+            return guard.done(error_response(500, message, None));
         }
         _ => {}
     }
@@ -237,7 +241,8 @@ fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finis
                 return;
             }
             Some(FailMode::ErrorEvent) => {
-                yield Ok(sse(&json!({"error": {"message": "mock: simulated error event", "type": "server_error"}})));
+                let message = b.error_message.as_deref().unwrap_or("mock: simulated error event");
+                yield Ok(sse(&json!({"error": {"message": message, "type": "server_error"}})));
                 guard.complete();
                 return;
             }

@@ -12,6 +12,7 @@
 mod answer;
 mod behavior;
 mod embeddings;
+mod null_content;
 mod quirks;
 pub mod server;
 
@@ -196,6 +197,9 @@ impl Simulator {
                 request_id,
                 body: req.clone(),
             });
+        }
+        if let Some(refused) = null_content::refusal(&self.quirks, &req) {
+            return guard.done(refused);
         }
         let call = {
             let mut calls = self.calls.lock();

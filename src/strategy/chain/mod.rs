@@ -9,6 +9,7 @@
 //! judged, and then replayed verbatim.
 
 pub mod config;
+pub mod verdict;
 pub mod verifier;
 
 use std::sync::Arc;

@@ -1,24 +1,50 @@
 //! The chain verifier: asks a model whether a tier's answer is good enough,
-//! as JSON `{"accept": bool, "feedback": "…"}`, and reads the verdict
-//! leniently (code fences, prose around it, keys in any case, the common
-//! synonyms small models use). Each call is capped (`verifier_max_tokens`)
+//! as a JSON object with `accept` (a boolean) and `feedback` (a string),
+//! and reads the verdict leniently ([`verdict`](super::verdict): code
+//! fences, prose, the keys and words small models use, a verdict leading
+//! an answer cut at `verifier_max_tokens`). The prompt describes the object
+//! in words and shows two complete examples, never a template a small model
+//! could copy as its answer. Each call is capped (`verifier_max_tokens`)
 //! and timed (`verifier_timeout`). A verifier that fails or says something
-//! unreadable counts as "escalate", the safe default, with no feedback: only
-//! a verifier's own words are ever passed to the next tier.
+//! unreadable counts as "escalate", the safe default, with no feedback;
+//! feedback that only repeats the verifier's own instructions is dropped:
+//! only a verifier's own words about the answer reach the next tier.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 
+use super::verdict;
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel};
 use crate::wire::{AssistantOutput, ChatRequest};
 
 const SYSTEM: &str = "You are a strict reviewer. You see a conversation and a candidate reply \
 written by another model. Decide whether the candidate correctly and completely answers the \
-last request, following the original system prompt. Reply only with a JSON object: \
-{\"accept\": true or false, \"feedback\": \"what is wrong and what must change, empty when accepting\"}.";
+last request, following the original system prompt. Answer with one JSON object and nothing \
+else. Its key accept is true when the candidate is good enough and false when it is not. Its \
+key feedback is empty when you accept; when you reject, it says in your own words which \
+mistake or omission you found in this candidate and how to fix it. Two examples of complete \
+answers, about other conversations:\n\
+{\"accept\": true, \"feedback\": \"\"}\n\
+{\"accept\": false, \"feedback\": \"The reply gives the tower's year of opening, 1889, but \
+the question asked for its height: it is 330 metres.\"}";
+
+/// The question closing the verifier's user message.
+const QUESTION: &str = "Does the candidate reply correctly and completely answer the last \
+request? Answer with the JSON object only.";
+
+/// Headings of the verifier's user message.
+const CONVERSATION: &str = "Conversation:";
+const CANDIDATE: &str = "Candidate reply to check:";
+
+/// Everything conclave writes into a verifier's request: feedback that
+/// only repeats it is no feedback.
+const PROMPT: &[&str] = &[SYSTEM, QUESTION, CONVERSATION, CANDIDATE];
+
+/// What the event log records for feedback dropped as a copy.
+const ECHO: &str = "(feedback dropped: it only repeats the verifier's instructions)";
 
 pub struct Verifier {
     pub name: Arc<str>,
@@ -55,22 +81,29 @@ impl Verifier {
         let (call, _) = call.cancellable();
         let reply = match self.model.chat(call, Arc::new(req)).await {
             Ok(r) => r,
-            Err(e) => return Decision::Failed(format!("the verifier failed: {e}")),
+            Err(e) => {
+                return Decision::Failed(format!("the verifier failed: {}", e.public_message()));
+            }
         };
         let (reply, said) = match reply.buffer().await {
             Ok(x) => x,
-            Err(e) => return Decision::Failed(format!("the verifier failed: {e}")),
-        };
-        match parse_verdict(&said.text) {
-            Some((true, feedback)) => {
-                reply.attempt.set_verdict(Verdict::Accept, feedback);
-                Decision::Accept
+            Err(e) => {
+                return Decision::Failed(format!("the verifier failed: {}", e.public_message()));
             }
-            Some((false, feedback)) => {
-                reply
-                    .attempt
-                    .set_verdict(Verdict::Escalate, feedback.clone());
-                Decision::Escalate(feedback)
+        };
+        match verdict::parse(&said.text) {
+            Some(read) => {
+                let (feedback, noted) = match read.feedback {
+                    Some(f) if verdict::echoes(&f, PROMPT) => (None, Some(ECHO.to_owned())),
+                    f => (f.clone(), f),
+                };
+                if read.accept {
+                    reply.attempt.set_verdict(Verdict::Accept, noted);
+                    Decision::Accept
+                } else {
+                    reply.attempt.set_verdict(Verdict::Escalate, noted);
+                    Decision::Escalate(feedback)
+                }
             }
             None => {
                 let shown: String = said.text.chars().take(120).collect();
@@ -97,70 +130,10 @@ impl Verifier {
 fn render(original: &ChatRequest, output: &AssistantOutput) -> String {
     let t = original.transcript();
     let mut out = t.system_block();
-    out.push_str(&format!("Conversation:\n{}\n", t.turns));
-    out.push_str(&format!(
-        "Candidate reply to check:\n<<<\n{}\n>>>\n\n",
-        output.render()
-    ));
-    out.push_str(
-        "Does the candidate reply correctly and completely answer the last request? \
-         Reply only with JSON: {\"accept\": true|false, \"feedback\": \"...\"}",
-    );
+    out.push_str(&format!("{CONVERSATION}\n{}\n", t.turns));
+    out.push_str(&format!("{CANDIDATE}\n<<<\n{}\n>>>\n\n", output.render()));
+    out.push_str(QUESTION);
     out
-}
-
-/// Keys read as the verdict, in any case.
-pub const VERDICT_KEYS: &[&str] = &[
-    "accept", "accepted", "approve", "approved", "verdict", "decision",
-];
-/// Values read as "accept" (strings in any case, trimmed), besides `true` and 1.
-pub const YES: &[&str] = &[
-    "true", "yes", "y", "accept", "accepted", "approve", "approved", "pass", "ok",
-];
-/// Values read as "reject", besides `false` and 0.
-pub const NO: &[&str] = &[
-    "false", "no", "n", "reject", "rejected", "escalate", "fail", "deny", "denied",
-];
-/// Keys read as the feedback, in any case.
-pub const FEEDBACK_KEYS: &[&str] = &["feedback", "reason", "comment", "explanation"];
-
-/// Reads a verdict out of a model's reply, tolerating code fences and
-/// prose around the object, keys in any case and the synonyms above.
-/// `None` when there is no verdict.
-pub fn parse_verdict(text: &str) -> Option<(bool, Option<String>)> {
-    let start = text.find('{')?;
-    let end = text.rfind('}')?;
-    let obj: Value = serde_json::from_str(text.get(start..=end)?).ok()?;
-    let obj = obj.as_object()?;
-    let field = |keys: &[&str]| {
-        keys.iter().find_map(|k| {
-            obj.iter()
-                .find(|(name, _)| name.trim().eq_ignore_ascii_case(k))
-                .map(|(_, v)| v)
-        })
-    };
-    let accept = match field(VERDICT_KEYS)? {
-        Value::Bool(b) => *b,
-        Value::Number(n) if n.as_f64() == Some(1.0) => true,
-        Value::Number(n) if n.as_f64() == Some(0.0) => false,
-        Value::String(s) => {
-            let s = s.trim().to_ascii_lowercase();
-            if YES.contains(&s.as_str()) {
-                true
-            } else if NO.contains(&s.as_str()) {
-                false
-            } else {
-                return None;
-            }
-        }
-        _ => return None,
-    };
-    let feedback = field(FEEDBACK_KEYS)
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned);
-    Some((accept, feedback))
 }
 
 #[cfg(test)]
@@ -168,30 +141,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn verdicts_are_read_leniently() {
-        assert_eq!(
-            parse_verdict(r#"{"accept": true, "feedback": ""}"#),
-            Some((true, None))
-        );
-        assert_eq!(
-            parse_verdict("Sure! ```json\n{\"accept\": false, \"feedback\": \"too short\"}\n```"),
-            Some((false, Some("too short".into())))
-        );
-        assert_eq!(parse_verdict(r#"{"accept": "no"}"#), Some((false, None)));
-        assert_eq!(parse_verdict(r#"{"Accept": true}"#), Some((true, None)));
-        assert_eq!(
-            parse_verdict(r#"{"APPROVED": "Yes", "Reason": "fine"}"#),
-            Some((true, Some("fine".into())))
-        );
-        assert_eq!(
-            parse_verdict(r#"{"verdict": "reject"}"#),
-            Some((false, None))
-        );
-        assert_eq!(parse_verdict(r#"{"accepted": 0}"#), Some((false, None)));
-        assert_eq!(parse_verdict("looks good to me"), None);
-        assert_eq!(parse_verdict(r#"{"verdict": "fine"}"#), None);
-        assert_eq!(parse_verdict(r#"{"score": 9}"#), None);
-        assert_eq!(parse_verdict("{not json}"), None);
+    fn the_prompt_has_no_template_to_copy() {
+        let req: ChatRequest = serde_json::from_value(json!({
+            "model": "m", "messages": [{"role": "user", "content": "Say hello"}]
+        }))
+        .unwrap();
+        let out = AssistantOutput::default();
+        let all = format!("{SYSTEM}\n{}", render(&req, &out));
+        for template in [
+            "what is wrong",
+            "what must change",
+            "true|false",
+            "true or false",
+            "\"...\"",
+        ] {
+            assert!(!all.contains(template), "{template} in {all}");
+        }
+        // Its examples are whole verdicts; copied back, their feedback
+        // is an echo, not feedback.
+        let examples: Vec<&str> = SYSTEM.lines().filter(|l| l.starts_with('{')).collect();
+        assert_eq!(examples.len(), 2, "{SYSTEM}");
+        let read: Vec<_> = examples.iter().filter_map(|e| verdict::parse(e)).collect();
+        assert_eq!(read.len(), 2);
+        assert!(read[0].accept && read[0].feedback.is_none());
+        assert!(!read[1].accept);
+        assert!(verdict::echoes(
+            read[1].feedback.as_deref().unwrap(),
+            PROMPT
+        ));
+        assert!(verdict::echoes(
+            "Decide whether the candidate correctly and completely answers the last request",
+            PROMPT
+        ));
+        assert!(!verdict::echoes(
+            "The reply is in English; the system prompt asks for French.",
+            PROMPT
+        ));
     }
 
     #[test]

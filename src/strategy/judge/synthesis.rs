@@ -7,6 +7,17 @@
 //! the tool gets a second turn (the tool's result) to write the guidance;
 //! one that writes guidance without calling it is still used, and a
 //! malformed call is reported and ignored.
+//!
+//! Servers that ignore `tool_choice: "auto"` (llama-cpp-python's default
+//! chat formats) get text only: a ranking the model wrote into it as a
+//! call (`{"name": "rank_responses", "arguments": …}`, bare `{"rankings":
+//! …}`, in `<tool_call>` tags or a code fence) is read as if called and
+//! cut out of the guidance; text without one is guidance without a ranking.
+//! No second turn with a named `tool_choice` is made to get one: the
+//! ranking only feeds the event log and verdicts, and that turn would put a
+//! whole synthesis call on the request's critical path. The assistant turn
+//! conclave writes for the second turn has `"content": ""` (never `null`,
+//! which llama-cpp-python answers with a 500).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,16 +83,19 @@ impl Synthesis {
         let labels: Vec<&str> = candidates.iter().map(|(l, _)| l.as_str()).collect();
         let mut req = self.request(original, candidates);
         let first = self.ask(&call, &req).await?;
-        let call_args = first
-            .tool_calls
-            .iter()
-            .find(|t| t.name == TOOL)
-            .map(|t| t.arguments.clone());
+        let called = first.tool_calls.iter().find(|t| t.name == TOOL);
+        let (call_args, text) = match called {
+            Some(t) => (Some(t.arguments.clone()), first.text.clone()),
+            None => match call_in_text(&first.text) {
+                Some((args, rest)) => (Some(args), rest),
+                None => (None, first.text.clone()),
+            },
+        };
         let ranking = match &call_args {
             Some(args) => parse_ranking(args, &labels),
             None => Err(format!("the synthesis did not call {TOOL}")),
         };
-        let mut guidance = first.text.trim().to_owned();
+        let mut guidance = text.trim().to_owned();
         if guidance.is_empty()
             && let Some(args) = call_args
         {
@@ -133,6 +147,45 @@ impl Synthesis {
             extra,
         )
     }
+}
+
+/// How many `{` of a text are tried as the start of a call written as text.
+const MAX_STARTS: usize = 16;
+
+/// A `rank_responses` call a model wrote as text: its arguments, and the
+/// text without it (and without the tags or fence around it).
+fn call_in_text(text: &str) -> Option<(String, String)> {
+    for (at, _) in text.match_indices('{').take(MAX_STARTS) {
+        let mut values = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Value>();
+        let Some(Ok(Value::Object(o))) = values.next() else {
+            continue;
+        };
+        let end = at + values.byte_offset();
+        let args = if o.contains_key("rankings") {
+            Value::Object(o)
+        } else if o.get("name").and_then(Value::as_str) == Some(TOOL) {
+            match o.get("arguments").or_else(|| o.get("parameters")) {
+                Some(a) => a.clone(),
+                None => continue,
+            }
+        } else {
+            continue;
+        };
+        let args = match args {
+            Value::String(s) => s,
+            v => v.to_string(),
+        };
+        let mut before = text[..at].trim_end();
+        for tag in ["<tool_call>", "```json", "```"] {
+            before = before.strip_suffix(tag).unwrap_or(before).trim_end();
+        }
+        let mut after = text[end..].trim_start();
+        for tag in ["</tool_call>", "```"] {
+            after = after.strip_prefix(tag).unwrap_or(after).trim_start();
+        }
+        return Some((args, format!("{before}\n{after}").trim().to_owned()));
+    }
+    None
 }
 
 /// The assistant turn that called the tool, for the second turn.
@@ -286,6 +339,32 @@ mod tests {
         ] {
             assert!(parse_ranking(bad, &labels).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_ranking_written_as_text_is_read_and_cut_out() {
+        let args = r#"{"rankings": [{"label": "A", "rank": 1, "score": 9, "reason": "ok"}]}"#;
+        for text in [
+            format!(
+                "<tool_call>{{\"name\": \"rank_responses\", \"arguments\": {args}}}</tool_call>\nSay four."
+            ),
+            format!("```json\n{args}\n```\nSay four."),
+            format!(
+                "Ranking: {{\"name\": \"rank_responses\", \"arguments\": {}}} Say four.",
+                json!(args)
+            ),
+        ] {
+            let (got, rest) = call_in_text(&text).unwrap_or_else(|| unreachable!("{text}"));
+            let ranked = parse_ranking(&got, &["A"]).unwrap_or_else(|e| unreachable!("{e}"));
+            assert_eq!(ranked[0].label, "A", "{text}");
+            assert!(rest.ends_with("Say four.") && !rest.contains('{'), "{rest}");
+            assert!(
+                !rest.contains("tool_call") && !rest.contains("```"),
+                "{rest}"
+            );
+        }
+        assert!(call_in_text("Prefer {the plain one}: it says 4.").is_none());
+        assert!(call_in_text(r#"{"name": "other", "arguments": {}}"#).is_none());
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! One base-model turn, assembled from a whole answer or from its stream
 //! chunks: its text, its tool calls (with their ids, which tool results
-//! must name), and how it finished; and a turn rendered back as a whole
-//! chat completion (after the oracle's calls were taken out of it).
+//! must name), and how it finished; a turn written back into the
+//! conversation (its `content` always a string, which every server takes);
+//! and a turn rendered back as a whole chat completion for the client
+//! (after the oracle's calls were taken out of it).
 
 use serde_json::{Map, Value, json};
 
@@ -134,7 +136,6 @@ impl Turn {
         }
     }
 
-    /// The assistant message of this turn, as the conversation records it.
     /// Gives every call without an id one of its own (tool results must
     /// name the call they answer).
     pub fn name_calls(&mut self, turn: u32) {
@@ -145,8 +146,12 @@ impl Turn {
         }
     }
 
+    /// The assistant message of this turn with only `calls` in it, as the
+    /// next turn's conversation carries it. Its `content` is a string, `""`
+    /// beside tool calls: llama-cpp-python answers 500 to `null` (and to a
+    /// missing `content`), and every server takes `""`.
     pub fn message(&self, calls: &[&ToolCall]) -> Value {
-        let mut m = json!({"role": "assistant", "content": if self.text.is_empty() { Value::Null } else { Value::from(self.text.as_str()) }});
+        let mut m = json!({"role": "assistant", "content": self.text});
         if !calls.is_empty() {
             m["tool_calls"] = Value::Array(
                 calls
@@ -173,9 +178,14 @@ impl Turn {
         } else {
             "tool_calls".to_owned()
         };
+        // For the client, OpenAI's shape: `null` when there is no text.
+        let mut message = self.message(calls);
+        if self.text.is_empty() {
+            message["content"] = Value::Null;
+        }
         out["choices"] = json!([{
             "index": 0,
-            "message": self.message(calls),
+            "message": message,
             "logprobs": null,
             "finish_reason": finish,
         }]);
@@ -216,6 +226,10 @@ mod tests {
             "search"
         );
         assert_eq!(whole["choices"][0]["finish_reason"], "tool_calls");
+        // The client gets OpenAI's `null`; the conversation gets `""`.
+        assert_eq!(whole["choices"][0]["message"]["content"], Value::Null);
+        let oracle: Vec<&ToolCall> = t.calls.iter().take(1).collect();
+        assert_eq!(t.message(&oracle)["content"], json!(""));
         let again = Turn::from_completion(whole.to_string().as_bytes()).unwrap();
         assert_eq!(again.calls, vec![t.calls[1].clone()]);
     }
