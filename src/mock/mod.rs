@@ -11,6 +11,7 @@
 
 mod answer;
 mod behavior;
+pub mod context;
 mod embeddings;
 mod quirks;
 pub mod server;
@@ -135,6 +136,25 @@ impl Simulator {
         self.models.keys().cloned().collect()
     }
 
+    /// `model`'s configured context window.
+    pub fn context_window(&self, model: &str) -> Option<u64> {
+        self.models.get(model)?.context_window
+    }
+
+    /// The first model with a context window, and its window (what a
+    /// llama-server without `?model=` reports on `/props`).
+    pub fn first_window(&self) -> Option<(String, u64)> {
+        self.models
+            .iter()
+            .find_map(|(m, b)| Some((m.clone(), b.context_window?)))
+    }
+
+    /// Loads `model` as llama-swap would for any request naming it (its
+    /// `/upstream/<model>/…` passthrough included).
+    pub async fn load(self: &Arc<Self>, model: &str) {
+        self.swap_to(model).await;
+    }
+
     /// The model llama-swap would report as loaded (ready).
     pub fn running(&self) -> Option<String> {
         self.process().filter(|p| p.ready).map(|p| p.model)
@@ -239,6 +259,11 @@ impl Simulator {
                 .clone()
                 .unwrap_or_else(|| format!("mock: simulated HTTP {status}"));
             return guard.done(error_response(status, &msg, b.retry_after));
+        }
+        if endpoint == Endpoint::Chat
+            && let Some(r) = context::overflow(b.context_window, &req, stream, &self.quirks)
+        {
+            return guard.done(r);
         }
         match endpoint {
             Endpoint::Embeddings => {

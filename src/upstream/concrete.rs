@@ -1,7 +1,8 @@
 //! [`ConcreteModel`]: a configured model on an upstream, and the single
 //! place where upstream calls are made and recorded. Every call opens an
 //! [`Attempt`] (probe warm state, send, decode, deadlines); strategies built
-//! on top never do their own bookkeeping.
+//! on top never do their own bookkeeping. A chat request that does not fit
+//! the model's context window is refused before that ([`super::fit`]).
 
 use std::sync::Arc;
 
@@ -252,6 +253,7 @@ fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
 #[async_trait]
 impl ChatModel for ConcreteModel {
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
+        self.fits(&call, &req).await?;
         let out = Outgoing {
             endpoint: Endpoint::Chat,
             body: req.to_upstream_body(&self.info.upstream_model)?,

@@ -167,12 +167,12 @@ impl ChatModel for Chain {
                 reply.meta.add_header("x-conclave-exhausted", "true");
                 Ok(reply)
             }
-            _ => Err(ModelError::Exhausted {
-                strategy: "chain",
-                members: "tiers",
-                route: self.name.clone(),
-                attempts: trail,
-            }),
+            _ => Err(ModelError::exhausted(
+                "chain",
+                "tiers",
+                self.name.clone(),
+                trail,
+            )),
         }
     }
 }
