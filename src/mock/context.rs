@@ -26,7 +26,9 @@ pub const DEFAULT_SYSTEM: u64 = 16;
 /// The prompt's tokens as the simulated server counts them: the messages'
 /// text at 4 bytes a token, each message's role markers, the answer's
 /// opening, and the default system message (with its markers) when the
-/// request has none. Deterministic.
+/// request has none. Deterministic; llama-cpp-python with SmolLM2 counted
+/// 31 tokens for one `hello` (this: 31), 21 with a short system message
+/// (22), 30 for an empty message (29).
 pub fn prompt_tokens(req: &Value) -> u64 {
     let messages = req
         .get("messages")
