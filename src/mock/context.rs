@@ -5,11 +5,14 @@
 //! words, or, with the `empty_stream_on_overflow` quirk, an empty 200
 //! event stream when streamed (llama-cpp-python sends its stream's 200
 //! before it reads the prompt, and ends the stream when that fails).
+//! `conclave mock` reports the window on llama.cpp's `/props` ([`props`]).
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::{MockResponse, Quirk, Quirks, once};
+use std::sync::Arc;
+
+use super::{MockResponse, Quirk, Quirks, Simulator, once};
 use crate::wire::content_text;
 
 /// Tokens a ChatML template (SmolLM2's, Qwen's) wraps each message in:
@@ -93,6 +96,27 @@ pub(super) fn overflow(
     })
 }
 
+impl Simulator {
+    /// `model`'s configured context window.
+    pub fn context_window(&self, model: &str) -> Option<u64> {
+        self.models.get(model)?.context_window
+    }
+
+    /// The first model with a context window, and its window (what a
+    /// llama-server without `?model=` reports on `/props`).
+    pub fn first_window(&self) -> Option<(String, u64)> {
+        self.models
+            .iter()
+            .find_map(|(m, b)| Some((m.clone(), b.context_window?)))
+    }
+
+    /// Loads `model` as llama-swap would for any request naming it (its
+    /// `/upstream/<model>/…` passthrough included).
+    pub async fn load(self: &Arc<Self>, model: &str) {
+        self.swap_to(model).await;
+    }
+}
+
 /// llama.cpp's `GET /props` for a model with window `n_ctx`.
 pub fn props(model: &str, n_ctx: u64) -> Value {
     json!({
@@ -110,10 +134,6 @@ pub fn props(model: &str, n_ctx: u64) -> Value {
 mod tests {
     use super::*;
     use crate::wire::ChatRequest;
-
-    fn req(v: Value) -> Value {
-        v
-    }
 
     #[test]
     fn conclave_estimates_at_least_what_the_server_counts() {
@@ -135,7 +155,7 @@ mod tests {
                 {"role": "tool", "tool_call_id": "c", "content": "42"}]}),
         ];
         for v in shapes {
-            let served = prompt_tokens(&req(v.clone()));
+            let served = prompt_tokens(&v);
             let r: ChatRequest = serde_json::from_value(v.clone()).unwrap();
             let estimate = r.billable().input;
             assert!(estimate >= served, "{estimate} < {served}: {v}");

@@ -136,25 +136,6 @@ impl Simulator {
         self.models.keys().cloned().collect()
     }
 
-    /// `model`'s configured context window.
-    pub fn context_window(&self, model: &str) -> Option<u64> {
-        self.models.get(model)?.context_window
-    }
-
-    /// The first model with a context window, and its window (what a
-    /// llama-server without `?model=` reports on `/props`).
-    pub fn first_window(&self) -> Option<(String, u64)> {
-        self.models
-            .iter()
-            .find_map(|(m, b)| Some((m.clone(), b.context_window?)))
-    }
-
-    /// Loads `model` as llama-swap would for any request naming it (its
-    /// `/upstream/<model>/…` passthrough included).
-    pub async fn load(self: &Arc<Self>, model: &str) {
-        self.swap_to(model).await;
-    }
-
     /// The model llama-swap would report as loaded (ready).
     pub fn running(&self) -> Option<String> {
         self.process().filter(|p| p.ready).map(|p| p.model)
