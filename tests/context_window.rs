@@ -70,6 +70,7 @@ tiers = ["small", "capped"]
 [routes.best]
 strategy = "race"
 candidates = ["small", "big"]
+cancel_on_perfect = false
 budget_tokens = 100000000
 confirm_threshold_tokens = 100000000
 
@@ -218,6 +219,9 @@ async fn a_chain_skips_a_tier_too_small_and_says_why() {
 #[tokio::test]
 async fn races_hedges_and_panels_skip_members_too_small() {
     let w = world();
+    // Learned first, so that the skip is immediate (a hedge cancels a
+    // candidate still learning its window once another has won).
+    assert_too_long(&post(&w.gw.base, &chat("small", &long())).await, 512);
     for route in ["best", "hedge"] {
         let r = post(&w.gw.base, &chat(route, &long())).await;
         assert_eq!(r.status, 200, "{route}: {}", r.text);
@@ -443,4 +447,72 @@ async fn a_window_is_learned_from_vllms_max_model_len() {
     assert_eq!(server.chats.load(Ordering::SeqCst), 1);
     // The list answered: /props was never asked.
     assert_eq!(server.props.load(Ordering::SeqCst), 0);
+}
+
+/// A llama-cpp-python-like server (window 512, reported nowhere but in its
+/// 400): a too-long whole request gets its 400, a too-long stream an empty
+/// 200 event stream. Chat calls are counted.
+async fn llama_cpp_python() -> (String, Arc<AtomicUsize>) {
+    let chats = Arc::new(AtomicUsize::new(0));
+    let app = Router::new()
+        .route(
+            "/v1/models",
+            routing::get(|| async {
+                axum::Json(json!({"object": "list", "data": [{"id": "smol", "object": "model", "owned_by": "me", "permissions": []}]}))
+            }),
+        )
+        .route(
+            "/v1/chat/completions",
+            routing::post(|State(n): State<Arc<AtomicUsize>>, body: axum::body::Bytes| async move {
+                use axum::response::IntoResponse;
+                n.fetch_add(1, Ordering::SeqCst);
+                let v: Value = serde_json::from_slice(&body).unwrap();
+                let bytes = v["messages"][0]["content"].as_str().unwrap_or_default().len();
+                let prompt = bytes.div_ceil(4) + 29;
+                if prompt >= 512 {
+                    if v["stream"] == true {
+                        return ([("content-type", "text/event-stream; charset=utf-8")], "").into_response();
+                    }
+                    let message = format!("This model's maximum context length is 512 tokens. However, you requested {prompt} tokens ({prompt} in the messages, None in the completion). Please reduce the length of the messages or completion.");
+                    let e = json!({"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
+                    return (axum::http::StatusCode::BAD_REQUEST, axum::Json(e)).into_response();
+                }
+                axum::Json(json!({"id": "x", "object": "chat.completion", "created": 1, "model": "smol",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "from smol"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": 2, "total_tokens": prompt + 2}})).into_response()
+            }),
+        )
+        .with_state(chats.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/v1"), chats)
+}
+
+/// llama-cpp-python says its window only in its 400: once heard, a
+/// too-long stream is refused before it is sent (instead of the server's
+/// empty 200 stream, a 502 to the client).
+#[tokio::test]
+async fn a_window_stated_in_a_servers_error_is_kept() {
+    let (v1, chats) = llama_cpp_python().await;
+    let gw = Proc::gateway(&front_of(&v1, &["smol"], ""));
+    let r = post(&gw.base, &chat("smol", &long())).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(
+        r.text.contains("upstream `up` rejected the request"),
+        "{}",
+        r.text
+    );
+    assert_eq!(chats.load(Ordering::SeqCst), 1);
+    for stream in [true, false] {
+        let r = post(&gw.base, &with_text("smol", &long(), stream)).await;
+        assert_too_long(&r, 512);
+    }
+    assert_eq!(chats.load(Ordering::SeqCst), 1);
+    // A request that fits still goes.
+    let r = post(&gw.base, &chat("smol", &mid())).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(chats.load(Ordering::SeqCst), 2);
+    let ev = gw.events_of(&["context_window_exceeded"], 2).await;
+    assert_eq!(ev[0]["window_source"], "error");
 }

@@ -88,6 +88,7 @@ impl ConcreteModel {
             }),
             Err(e) => {
                 tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, error = %e, "upstream call failed");
+                self.heard(&e);
                 attempt.fail(&e);
                 Err(e)
             }

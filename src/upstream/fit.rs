@@ -1,7 +1,8 @@
 //! Whether a request fits a concrete model's context window, checked
 //! before every chat call: the config's `context_window`, else the one its
-//! server reports ([`super::window`], waited for at most
-//! [`super::window::WAIT`]), else no check at all.
+//! server stated in an earlier context-length error, else the one it
+//! reports ([`super::window`], waited for at most [`super::window::WAIT`]),
+//! else no check at all.
 //!
 //! The rule: the request's input estimate (its text, the fields that reach
 //! the prompt and the chat template's own tokens, as budgets count them,
@@ -33,9 +34,11 @@ impl ConcreteModel {
     /// `Ok` unless `req` is known not to fit this model's context window.
     pub(super) async fn fits(&self, call: &Call, req: &ChatRequest) -> Result<(), ModelError> {
         let needed = req.billable().input.saturating_add(1);
-        let (window, source) = match self.info.context_window {
-            Some(w) => (w, "config"),
-            None => match self.learned(call).await {
+        let stated = || self.upstream.stated.get(&self.info.upstream_model);
+        let (window, source) = match (self.info.context_window, stated()) {
+            (Some(w), _) => (w, "config"),
+            (None, Some(w)) => (w, "error"),
+            (None, None) => match self.learned(call).await {
                 Some(w) => (w, "server"),
                 None => return Ok(()),
             },
@@ -50,6 +53,20 @@ impl ConcreteModel {
             fit,
             attempts: Vec::new(),
         })
+    }
+
+    /// Keeps the window a context-length error from the server states.
+    pub(super) fn heard(&self, e: &ModelError) {
+        if let ModelError::Status {
+            status: 400 | 413 | 422,
+            message,
+            ..
+        } = e
+        {
+            self.upstream
+                .stated
+                .hear(&self.info.upstream_model, message);
+        }
     }
 
     /// The window the server reports, if it says within [`WAIT`] (and

@@ -106,6 +106,8 @@ pub struct Upstream {
     pub probe: Option<Arc<WarmProbe>>,
     /// (name sent upstream, conclave's name) of its models.
     models: Vec<(String, Arc<str>)>,
+    /// Windows its server stated in context-length errors.
+    pub stated: window::Stated,
 }
 
 impl Upstream {
@@ -150,6 +152,7 @@ impl Upstream {
             transport,
             probe,
             models,
+            stated: window::Stated::default(),
         })
     }
 

@@ -10,6 +10,12 @@
 //!    instead, and only while the model is loaded: asking a cold one would
 //!    load it.
 //!
+//! 3. A window a server states in its own context-length error ("This
+//!    model's maximum context length is 512 tokens", as llama-cpp-python,
+//!    vLLM and OpenAI word it) is kept too ([`Stated`]): llama-cpp-python
+//!    reports its window nowhere else, so after one too-long whole request
+//!    the next one is checked before it is sent, streamed ones included.
+//!
 //! Lazy and bounded: asked on a model's first call, one fetch at a time
 //! per list or model (calls that need it meanwhile wait for that one), each
 //! fetch over within [`FETCH_TIMEOUT`] and reading at most [`MAX_BODY`]
@@ -172,6 +178,29 @@ impl Learner {
             tokio::time::timeout(FETCH_TIMEOUT, fetch)
                 .await
                 .unwrap_or(Err(()))
+        }
+    }
+}
+
+/// Windows servers stated in their context-length errors, by model (the
+/// name sent upstream), each kept for [`KEEP`].
+#[derive(Default)]
+pub struct Stated(Mutex<HashMap<String, (Instant, u64)>>);
+
+impl Stated {
+    pub fn get(&self, model: &str) -> Option<u64> {
+        let s = self.0.lock();
+        s.get(model)
+            .filter(|(until, _)| *until > Instant::now())
+            .map(|(_, w)| *w)
+    }
+
+    /// Keeps the window `message` states for `model`, if it states one.
+    pub fn hear(&self, model: &str, message: &str) {
+        if let Some(w) = parse::stated(message) {
+            self.0
+                .lock()
+                .insert(model.to_owned(), (Instant::now() + KEEP, w));
         }
     }
 }

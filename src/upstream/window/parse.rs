@@ -54,6 +54,22 @@ pub fn models(body: &Value) -> HashMap<String, u64> {
         .collect()
 }
 
+/// The window a context-length error states: `maximum context length is
+/// N tokens` (llama-cpp-python, vLLM, OpenAI).
+pub fn stated(message: &str) -> Option<u64> {
+    const SAYS: &str = "maximum context length is ";
+    let at = message.find(SAYS)? + SAYS.len();
+    let digits: String = message[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .take(12)
+        .collect();
+    digits
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (1..=MAX_CONTEXT_WINDOW).contains(n))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +99,37 @@ mod tests {
             json!("props"),
         ] {
             assert_eq!(props(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn windows_stated_in_errors() {
+        // llama-cpp-python (as conclave passes it on), vLLM, OpenAI.
+        for (msg, want) in [
+            (
+                "This model's maximum context length is 512 tokens. However, you requested 2389 tokens (2373 in the messages, 16 in the completion).",
+                Some(512),
+            ),
+            (
+                "This model's maximum context length is 32768 tokens. However, you requested 40000 tokens in the messages",
+                Some(32768),
+            ),
+            (
+                "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.",
+                Some(128000),
+            ),
+            (
+                "the request exceeds the available context size, try increasing it",
+                None,
+            ),
+            ("maximum context length is 0 tokens", None),
+            ("maximum context length is lots", None),
+            (
+                "maximum context length is 99999999999999999999 tokens",
+                None,
+            ),
+        ] {
+            assert_eq!(stated(msg), want, "{msg}");
         }
     }
 
