@@ -114,7 +114,9 @@ async fn models(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
         .map(|id| {
             let mut m =
                 json!({"id": id, "object": "model", "created": 0, "owned_by": "conclave-mock"});
-            // As llama-server: the training length, not the served window.
+            // As older llama-server builds: the training length only, not
+            // the served window (newer ones add `meta.n_ctx`), so `/props`
+            // is where a client learns it.
             if let Some(w) = sim.context_window(&id) {
                 m["meta"] = json!({"n_ctx_train": w.saturating_mul(4), "n_vocab": 49152});
             }

@@ -12,7 +12,8 @@
 //!
 //! 3. A window a server states in its own context-length error ("This
 //!    model's maximum context length is 512 tokens", as llama-cpp-python,
-//!    vLLM and OpenAI word it) is kept too ([`Stated`]): llama-cpp-python
+//!    vLLM and OpenAI word it; llama-server's "exceeds the available
+//!    context size (512 tokens)") is kept too ([`Stated`]): llama-cpp-python
 //!    reports its window nowhere else, so after one too-long whole request
 //!    the next one is checked before it is sent, streamed ones included.
 //!

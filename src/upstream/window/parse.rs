@@ -55,10 +55,12 @@ pub fn models(body: &Value) -> HashMap<String, u64> {
 }
 
 /// The window a context-length error states: `maximum context length is
-/// N tokens` (llama-cpp-python, vLLM, OpenAI).
+/// N tokens` (llama-cpp-python, vLLM, OpenAI) or `available context size
+/// (N tokens)` (llama-server).
 pub fn stated(message: &str) -> Option<u64> {
-    const SAYS: &str = "maximum context length is ";
-    let at = message.find(SAYS)? + SAYS.len();
+    let at = ["maximum context length is ", "available context size ("]
+        .iter()
+        .find_map(|says| message.find(says).map(|i| i + says.len()))?;
     let digits: String = message[at..]
         .chars()
         .take_while(char::is_ascii_digit)
@@ -77,7 +79,13 @@ mod tests {
 
     #[test]
     fn props_of_llama_cpp_versions() {
-        // llama-server (2025): the slot's settings, with n_ctx.
+        // llama-server (vendored in llama-cpp-python 0.3.36), as it
+        // answered (params and the template cut short).
+        let v = json!({"default_generation_settings": {"params": {"seed": 4294967295u64, "n_predict": -1},
+                       "n_ctx": 512}, "total_slots": 4, "model_alias": "smol", "model_path": "/m.gguf",
+                       "chat_template": "…", "build_info": "b0-unknown", "is_sleeping": false});
+        assert_eq!(props(&v), Some(512));
+        // Other builds: the slot's settings with its id first.
         let v = json!({"default_generation_settings": {"id": 0, "n_ctx": 4096, "params": {"n_predict": -1}},
                        "total_slots": 1, "model_path": "/m.gguf", "chat_template": "…", "build_info": "b5000"});
         assert_eq!(props(&v), Some(4096));
@@ -118,6 +126,11 @@ mod tests {
                 "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.",
                 Some(128000),
             ),
+            // llama-server (vendored in llama-cpp-python 0.3.36), as it answered.
+            (
+                "request (2373 tokens) exceeds the available context size (512 tokens), try increasing it",
+                Some(512),
+            ),
             (
                 "the request exceeds the available context size, try increasing it",
                 None,
@@ -144,9 +157,12 @@ mod tests {
             {"id": "groq", "context_window": 8192},
             // LM Studio: the loaded window wins over the model's largest.
             {"id": "lms", "max_context_length": 32768, "loaded_context_length": 4096},
-            {"id": "meta", "meta": {"n_ctx": 2048, "n_ctx_train": 8192}},
-            // llama-server: only the training length, which is not the window.
-            {"id": "smol", "meta": {"n_ctx_train": 8192, "n_vocab": 49152}},
+            // llama-server, as it answered (its window and its training length).
+            {"id": "smol", "aliases": ["smol"], "tags": [], "object": "model", "created": 1795524918,
+             "owned_by": "llamacpp", "meta": {"vocab_type": 2, "n_vocab": 49152, "n_ctx": 512,
+             "n_ctx_train": 8192, "n_embd": 576, "n_params": 134515008, "size": 96576768, "ftype": "Q4_1"}},
+            // Only the training length, which is not the window.
+            {"id": "trained", "meta": {"n_ctx_train": 8192, "n_vocab": 49152}},
             // OpenAI: nothing.
             {"id": "gpt-4o", "object": "model", "owned_by": "system"},
             {"max_model_len": 100},
@@ -158,7 +174,7 @@ mod tests {
             ("or/llama", 131072),
             ("groq", 8192),
             ("lms", 4096),
-            ("meta", 2048),
+            ("smol", 512),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
