@@ -8,6 +8,10 @@
 //! candidate alone. `mode = "first"` ([`first`]) is a hedge: the first
 //! viable answer (or, streamed, the first real delta) wins.
 //!
+//! A candidate the request does not fit (its context window) is never
+//! called: its `race_candidate` says `skipped` and why; when every one is,
+//! the race answers 400 `context_length_exceeded`.
+//!
 //! Records: a `race_candidate` event per candidate, `race_finished`,
 //! `conclave_race_score`, verdicts `winner` / `loser` / `cancelled`, the
 //! `x-conclave-race-score` header, and the response's `usage` counting
