@@ -34,6 +34,8 @@ pub struct ModelInfo {
     pub output_per_mtok: f64,
     /// Input tokens one image is estimated at.
     pub image_tokens: u64,
+    /// The context window the config gives (it wins over the server's).
+    pub context_window: Option<u64>,
     /// The config's secrets, kept out of everything this model's upstream
     /// says (errors are redacted where they are made, summaries here).
     pub redactor: Arc<Redactor>,

@@ -106,6 +106,18 @@ pub enum ModelError {
         param: Option<&'static str>,
     },
 
+    /// The request does not fit the model's known context window, so it
+    /// was not sent (or, on a strategy route, it fitted no member's).
+    #[error("{}", too_long_message(.fit, .attempts))]
+    TooLong {
+        /// The concrete model, or the strategy route.
+        model: Arc<str>,
+        /// The window it did not fit (on a route: the largest member's).
+        fit: TooLong,
+        /// On a strategy route: every member it skipped.
+        attempts: Vec<AttemptSummary>,
+    },
+
     /// Every member of a strategy route failed or was turned down.
     #[error("all {} {} of {} `{route}` failed", .attempts.len(), .members, .strategy)]
     Exhausted {
@@ -118,27 +130,75 @@ pub enum ModelError {
     },
 }
 
+/// A request's input estimate (`needed`, in tokens) against a context
+/// window it does not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLong {
+    pub window: u64,
+    pub needed: u64,
+}
+
+impl TooLong {
+    /// `context window 512 < ~2100 tokens`: why a member was skipped.
+    pub fn reason(self) -> String {
+        format!("context window {} < ~{} tokens", self.window, self.needed)
+    }
+}
+
+fn too_long_message(fit: &TooLong, attempts: &[AttemptSummary]) -> String {
+    let mut m = format!(
+        "This model's maximum context length is {} tokens; the request needs about {} tokens.",
+        fit.window, fit.needed
+    );
+    if !attempts.is_empty() {
+        m.push_str(" Every member was skipped: ");
+        let each: Vec<String> = attempts
+            .iter()
+            .map(|a| format!("{} ({})", a.model, a.feedback.as_deref().unwrap_or("")))
+            .collect();
+        m.push_str(&each.join(", "));
+        m.push('.');
+    }
+    m
+}
+
 /// One line of a strategy's attempt trail, shown in an exhausted-chain
 /// error. Built only through [`AttemptSummary::failed`] and
 /// [`AttemptSummary::rejected`], so every trail renders errors one way.
 #[derive(Debug, Clone, Serialize)]
 pub struct AttemptSummary {
     pub model: String,
+    /// `error`, `escalate`, or `skipped` (not called: the request does
+    /// not fit its context window; `feedback` says so).
     pub verdict: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub feedback: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why it was skipped, when it was.
+    #[serde(skip)]
+    pub skipped: Option<TooLong>,
 }
 
 impl AttemptSummary {
-    /// A call to `model` that failed with `e`.
+    /// A call to `model` that failed with `e`; one the request did not
+    /// fit is `skipped`, with the reason as its feedback.
     pub fn failed(model: &str, e: &ModelError) -> Self {
+        if let ModelError::TooLong { fit, .. } = e {
+            return AttemptSummary {
+                model: model.to_owned(),
+                verdict: "skipped",
+                feedback: Some(fit.reason()),
+                error: None,
+                skipped: Some(*fit),
+            };
+        }
         AttemptSummary {
             model: model.to_owned(),
             verdict: "error",
             feedback: None,
             error: Some(e.public_message()),
+            skipped: None,
         }
     }
 
@@ -149,6 +209,7 @@ impl AttemptSummary {
             verdict,
             feedback: Some(feedback.to_owned()),
             error: None,
+            skipped: None,
         }
     }
 }
@@ -206,6 +267,43 @@ impl ModelError {
         }
     }
 
+    /// Every member of `strategy` route `route` failed or was turned
+    /// down: `Exhausted`, or `TooLong` when each was skipped because the
+    /// request fits none of their context windows.
+    pub fn exhausted(
+        strategy: &'static str,
+        members: &'static str,
+        route: Arc<str>,
+        attempts: Vec<AttemptSummary>,
+    ) -> Self {
+        let largest = attempts
+            .iter()
+            .map(|a| a.skipped)
+            .collect::<Option<Vec<TooLong>>>()
+            .and_then(|fits| fits.into_iter().max_by_key(|f| f.window));
+        match largest {
+            Some(fit) => ModelError::TooLong {
+                model: route,
+                fit,
+                attempts,
+            },
+            None => ModelError::Exhausted {
+                strategy,
+                members,
+                route,
+                attempts,
+            },
+        }
+    }
+
+    /// Why the model was skipped, when the request did not fit it.
+    pub fn skipped(&self) -> Option<String> {
+        match self {
+            ModelError::TooLong { fit, .. } => Some(fit.reason()),
+            _ => None,
+        }
+    }
+
     /// A short, bounded name for the `kind` label of
     /// `conclave_upstream_errors_total`.
     pub fn kind(&self) -> &'static str {
@@ -222,6 +320,7 @@ impl ModelError {
             ModelError::Reported { .. } => "error_body",
             ModelError::Encode(_) => "encode",
             ModelError::BadRequest { .. } => "bad_request",
+            ModelError::TooLong { .. } => "context_length",
             ModelError::Exhausted { .. } => "exhausted",
         }
     }

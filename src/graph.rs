@@ -95,6 +95,7 @@ impl Graph {
                 input_per_mtok: m.price.input_per_mtok,
                 output_per_mtok: m.price.output_per_mtok,
                 image_tokens: m.image_tokens,
+                context_window: m.context_window,
                 redactor: redactor.clone(),
             });
             let concrete = Arc::new(ConcreteModel::new(info, upstream));

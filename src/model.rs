@@ -51,6 +51,10 @@ pub trait ChatModel: Send + Sync {
 /// (about 1,600) and Gemini (258 a 768-pixel tile) charge for one.
 pub const IMAGE_TOKENS: u64 = 4_096;
 
+/// The largest context window a config or a server may give: beyond any
+/// model's (a server claiming more is not believed).
+pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
+
 /// One call's size, as estimated before it is made: input tokens, the
 /// images among the input (each model prices them), and the most output
 /// it may produce (every answer it may write).

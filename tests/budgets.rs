@@ -206,13 +206,14 @@ async fn caps_that_are_not_positive_integers_are_a_400_and_huge_ones_never_fit()
         "a 429 without Retry-After"
     );
     assert_eq!(r.header("x-should-retry"), Some("false"));
-    // `n` multiplies the cap: 2 × 600 does not fit 1,000 either.
+    // `n` multiplies the cap: 2 × 600 does not fit 1,000 either (with
+    // "hi" and its chat template: 1 + 32 + 7 input tokens).
     let mut b = chat("echo", "hi");
     b["max_tokens"] = json!(600);
     b["n"] = json!(2);
     let r = post_with(&gw.base, &b, &h).await;
     assert_eq!(r.status, 429, "{}", r.text);
-    assert!(r.text.contains("up to 1201"), "{}", r.text);
+    assert!(r.text.contains("up to 1240"), "{}", r.text);
 }
 
 #[tokio::test]

@@ -236,19 +236,20 @@ async fn tpm_counts_estimates_then_real_usage_and_refuses_what_never_fits() {
     assert_eq!(r.header("retry-after"), Some("1"));
     assert_eq!(r.header("x-should-retry"), Some("false"));
 
-    // 1 token of input (`hi`) and up to 800 out: 801 are taken first.
+    // 1 token of input (`hi`), 39 of chat template (32 a request, 7 a
+    // message) and up to 800 out: 840 are taken first.
     let r = call(&gw, &capped("big", "hi", 800), "k-alpha").await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-ratelimit-limit-tokens"), Some("1000"));
-    assert_eq!(r.header("x-ratelimit-remaining-tokens"), Some("199"));
-    // It used 705: the next request is charged the 96 it overestimated
-    // back, and 801 - 96 = 705 do not fit in what is left.
+    assert_eq!(r.header("x-ratelimit-remaining-tokens"), Some("160"));
+    // It used 705: the next request is charged the 135 it overestimated
+    // back, and 840 do not fit in the 295 left.
     let r = call(&gw, &capped("big", "hi", 800), "k-alpha").await;
     let e = error_of(&r, 429);
     assert_eq!(e["type"], "tokens");
     let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
-    // (705 - 199) tokens at 1000 a minute: about 31 s.
-    assert!((29..=32).contains(&retry), "retry-after {retry}");
+    // (840 - 295) tokens at 1000 a minute: about 33 s.
+    assert!((31..=34).contains(&retry), "retry-after {retry}");
     assert_eq!(r.header("x-ratelimit-remaining-tokens"), Some("0"));
     // Small requests still fit.
     let r = call(&gw, &capped("echo", "hi", 10), "k-alpha").await;
@@ -256,7 +257,7 @@ async fn tpm_counts_estimates_then_real_usage_and_refuses_what_never_fits() {
     let ev = gw.events_of(&["governor_rejection"], 2).await;
     assert!(ev.iter().all(|e| e["scope"] == "tpm"));
     assert_eq!(
-        ev[0]["asked"], 5001.0,
+        ev[0]["asked"], 5040.0,
         "a request that set its cap is never trimmed"
     );
 }
@@ -265,8 +266,9 @@ async fn tpm_counts_estimates_then_real_usage_and_refuses_what_never_fits() {
 async fn a_daily_budget_holds_under_100_concurrent_requests() {
     let keys = "[[keys]]\nname = \"alpha\"\nkey_env = \"KEY_A\"\ndaily_tokens = 2000\n";
     let gw = gateway(keys, "");
-    // Each request: 3 tokens in ("hello there"), up to 100 out, and it
-    // uses them all: 19 fit in 2000.
+    // Each request is estimated at 3 tokens of text ("hello there") and
+    // 39 of chat template in, up to 100 out: 14 estimates fit in 2000. It
+    // is billed 103 (the mock counts no template).
     let body = capped("full", "hello there", 100);
     let all = futures::future::join_all((0..100).map(|_| call(&gw, &body, "k-alpha"))).await;
     let ok: Vec<&Resp> = all.iter().filter(|r| r.status == 200).collect();
@@ -277,9 +279,13 @@ async fn a_daily_budget_holds_under_100_concurrent_requests() {
     let refused: Vec<&Resp> = all.iter().filter(|r| r.status == 429).collect();
     assert_eq!(ok.len() + refused.len(), 100);
     assert!(spent <= 2000, "spent {spent} of a 2000-token budget");
-    // Nothing left unused that a request could have had.
-    let estimate = 3 + 100;
-    assert!(spent + estimate > 2000, "spent only {spent}");
+    // Every request the budget could hold was let in.
+    let estimate = 3 + 39 + 100;
+    assert!(
+        ok.len() as u64 * estimate + estimate > 2000,
+        "only {} let in",
+        ok.len()
+    );
     let e = error_of(refused[0], 429);
     assert_eq!(e["code"], "budget_exceeded");
     assert_eq!(e["type"], "insufficient_quota");
@@ -328,21 +334,22 @@ async fn a_daily_cost_budget_uses_the_models_prices() {
 
 #[tokio::test]
 async fn a_strategys_fan_out_is_in_the_estimate() {
-    let keys = "[[keys]]\nname = \"alpha\"\nkey_env = \"KEY_A\"\ndaily_tokens = 250\n";
+    let keys = "[[keys]]\nname = \"alpha\"\nkey_env = \"KEY_A\"\ndaily_tokens = 350\n";
     let routes = "[routes.three]\nstrategy = \"race\"\ncandidates = [\"echo\", \"big\", \"priced\"]\n\
                   rubric = { finish = 1 }\n\n\
                   [routes.chain2]\nstrategy = \"chain\"\ntiers = [\"echo\", \"priced\"]\n";
     let gw = gateway(keys, routes);
     let body = |m| capped(m, "hello there", 100);
-    // Three candidates of 103 tokens each do not fit in 250.
+    // Three candidates of 142 tokens each (3 of text, 39 of chat
+    // template, 100 out) do not fit in 350.
     let r = call(&gw, &body("three"), "k-alpha").await;
     assert_eq!(error_of(&r, 429)["code"], "budget_exceeded");
-    assert!(r.text.contains("up to 309"), "{}", r.text);
-    // Two tiers do (206), and so does one model (103).
+    assert!(r.text.contains("up to 426"), "{}", r.text);
+    // Two tiers do (284), and so does one model (142).
     let r = call(&gw, &body("chain2"), "k-alpha").await;
     assert_eq!(r.status, 200, "{}", r.text);
     let ev = gw.events_of(&["governor_rejection"], 1).await;
-    assert_eq!(ev[0]["asked"], 309.0);
+    assert_eq!(ev[0]["asked"], 426.0);
     assert_eq!(ev[0]["route"], "three");
 }
 

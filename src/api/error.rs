@@ -323,6 +323,18 @@ fn model_shape(e: &ModelError) -> Shape {
                 "invalid_request",
             )
         },
+        ModelError::TooLong { attempts, .. } => Shape {
+            param: Some("messages".into()),
+            extra: (!attempts.is_empty()).then(|| {
+                let list = serde_json::to_value(attempts).unwrap_or(Value::Null);
+                ("attempts", list)
+            }),
+            ..upstream_err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "context_length_exceeded",
+            )
+        },
         ModelError::Exhausted {
             strategy, attempts, ..
         } => Shape {

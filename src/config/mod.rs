@@ -179,6 +179,9 @@ pub struct Model {
     pub json_mode: bool,
     /// Input tokens one image is estimated at, for budgets and `tpm`.
     pub image_tokens: u64,
+    /// The context window the config gives (`None`: learned, if the
+    /// server says).
+    pub context_window: Option<u64>,
 }
 
 /// A route: an alias of another name, or a strategy that owns its config

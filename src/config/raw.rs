@@ -250,6 +250,8 @@ pub struct Model {
     pub json_mode: Option<bool>,
     /// Input tokens one image is estimated at, for budgets.
     pub image_tokens: Option<u64>,
+    /// The model's context window in tokens (else learned from the server).
+    pub context_window: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

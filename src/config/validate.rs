@@ -469,6 +469,17 @@ fn models(
                 errs.push(format!("{path}.price.{field}"), "must be a number >= 0");
             }
         }
+        if let Some(w) = m.context_window
+            && !(1..=crate::model::MAX_CONTEXT_WINDOW).contains(&w)
+        {
+            errs.push(
+                format!("{path}.context_window"),
+                format!(
+                    "must be a positive number of tokens, at most {}",
+                    crate::model::MAX_CONTEXT_WINDOW
+                ),
+            );
+        }
         out.insert(
             name.clone(),
             Model {
@@ -477,6 +488,7 @@ fn models(
                 price: m.price,
                 json_mode: m.json_mode.unwrap_or(true),
                 image_tokens: m.image_tokens.unwrap_or(crate::model::IMAGE_TOKENS),
+                context_window: m.context_window,
             },
         );
     }

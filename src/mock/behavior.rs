@@ -38,6 +38,10 @@ pub struct Behavior {
     pub omit_usage: Option<bool>,
     /// Extra top-level fields added to every response and chunk.
     pub extra: Option<Map<String, Value>>,
+    /// The model's context window in tokens: a longer chat prompt is
+    /// refused as llama-cpp-python refuses it (see `mock::context`), and
+    /// `GET /props` reports it.
+    pub context_window: Option<u64>,
     /// Behaviour overrides, first match wins.
     #[serde(default)]
     pub rules: Vec<Rule>,
@@ -110,6 +114,7 @@ pub struct Resolved {
     pub usage_in_final_chunk: bool,
     pub omit_usage: bool,
     pub extra: Map<String, Value>,
+    pub context_window: Option<u64>,
 }
 
 impl Behavior {
@@ -142,6 +147,7 @@ impl Behavior {
             usage_in_final_chunk: pick!(usage_in_final_chunk).unwrap_or(false),
             omit_usage: pick!(omit_usage).unwrap_or(false),
             extra: pick!(extra).unwrap_or_default(),
+            context_window: pick!(context_window),
         }
     }
 
@@ -172,6 +178,12 @@ impl Behavior {
             errs.push((
                 format!("{at}tokens_per_second"),
                 "must be a number >= 0".into(),
+            ));
+        }
+        if self.context_window == Some(0) {
+            errs.push((
+                format!("{at}context_window"),
+                "must be a positive number of tokens".into(),
             ));
         }
         if let Some(s) = self.status

@@ -11,6 +11,7 @@
 
 mod answer;
 mod behavior;
+pub mod context;
 mod embeddings;
 mod null_content;
 mod quirks;
@@ -31,7 +32,6 @@ use serde_json::{Value, json};
 
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
 pub use quirks::{Quirk, Quirks};
-use quirks::{ToolAsk, empty_stream, generate_detached};
 
 use crate::wire::{Endpoint, content_text};
 
@@ -249,20 +249,10 @@ impl Simulator {
                 .unwrap_or_else(|| format!("mock: simulated HTTP {status}"));
             return guard.done(error_response(status, &msg, b.retry_after));
         }
-        if endpoint == Endpoint::Chat {
-            let ask = ToolAsk::of(&req);
-            if stream && ask == ToolAsk::Auto && self.quirks.has(Quirk::NoStreamToolChoice) {
-                return guard.done(empty_stream());
-            }
-            if ask == ToolAsk::Auto && self.quirks.has(Quirk::IgnoresToolChoiceAuto) {
-                b.reply = ReplySpec::Echo;
-            }
-            if !stream && self.quirks.has(Quirk::GeneratesAfterDisconnect) {
-                let tokens = answer::token_count(&b, &req, &model);
-                let wasted = self.stats.tokens_generated_after_disconnect.clone();
-                generate_detached(b.ttft, tokens, b.tokens_per_second, wasted).await;
-                (b.ttft, b.tokens_per_second) = (Duration::ZERO, 0.0);
-            }
+        if endpoint == Endpoint::Chat
+            && let Some(r) = self.play_quirks(&mut b, &req, &model, stream).await
+        {
+            return guard.done(r);
         }
         match endpoint {
             Endpoint::Embeddings => {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::MockResponse;
+use super::{MockResponse, ReplySpec, Resolved, Simulator, answer, context};
 
 /// One behaviour of a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -80,6 +80,37 @@ impl Quirks {
 
     pub fn has(&self, q: Quirk) -> bool {
         self.0.contains(&q)
+    }
+}
+
+impl Simulator {
+    /// What a real server's quirks make of a chat request before its
+    /// answer: an answer of their own (an overflow, a refused stream), or
+    /// changes to how the answer is written.
+    pub(super) async fn play_quirks(
+        &self,
+        b: &mut Resolved,
+        req: &Value,
+        model: &str,
+        stream: bool,
+    ) -> Option<MockResponse> {
+        if let Some(r) = context::overflow(b.context_window, req, stream, &self.quirks) {
+            return Some(r);
+        }
+        let ask = ToolAsk::of(req);
+        if stream && ask == ToolAsk::Auto && self.quirks.has(Quirk::NoStreamToolChoice) {
+            return Some(empty_stream());
+        }
+        if ask == ToolAsk::Auto && self.quirks.has(Quirk::IgnoresToolChoiceAuto) {
+            b.reply = ReplySpec::Echo;
+        }
+        if !stream && self.quirks.has(Quirk::GeneratesAfterDisconnect) {
+            let tokens = answer::token_count(b, req, model);
+            let wasted = self.stats.tokens_generated_after_disconnect.clone();
+            generate_detached(b.ttft, tokens, b.tokens_per_second, wasted).await;
+            (b.ttft, b.tokens_per_second) = (Duration::ZERO, 0.0);
+        }
+        None
     }
 }
 

@@ -1,5 +1,8 @@
 //! `conclave mock`: the simulator as a standalone OpenAI-compatible server
-//! that also answers llama-swap's `GET /running`, plus two test hooks:
+//! that also answers llama-swap's `GET /running` and
+//! `GET /upstream/<model>/props` (which loads the model, as llama-swap's
+//! passthrough does) and llama.cpp's `GET /props` (`?model=` picks the
+//! model, as in router mode), plus two test hooks:
 //! `GET /mock/requests` (what it received) and `GET /mock/stats`
 //! (answers completed, abandoned by a client that went away, and models
 //! loaded).
@@ -10,7 +13,7 @@ use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,7 +21,9 @@ use axum::serve::ListenerExt;
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use super::Simulator;
+use std::collections::HashMap;
+
+use super::{Simulator, context};
 use crate::wire::Endpoint;
 
 pub fn router(sim: Arc<Simulator>) -> Router {
@@ -31,6 +36,8 @@ pub fn router(sim: Arc<Simulator>) -> Router {
         .route("/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/running", get(running))
+        .route("/props", get(props))
+        .route("/upstream/{model}/props", get(upstream_props))
         .route("/health", get(|| async { "OK" }))
         .route("/mock/requests", get(requests).delete(clear))
         .route("/mock/stats", get(stats))
@@ -104,9 +111,49 @@ async fn models(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
     let data: Vec<_> = sim
         .model_names()
         .into_iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "conclave-mock"}))
+        .map(|id| {
+            let mut m =
+                json!({"id": id, "object": "model", "created": 0, "owned_by": "conclave-mock"});
+            // As older llama-server builds: the training length only, not
+            // the served window (newer ones add `meta.n_ctx`), so `/props`
+            // is where a client learns it.
+            if let Some(w) = sim.context_window(&id) {
+                m["meta"] = json!({"n_ctx_train": w.saturating_mul(4), "n_vocab": 49152});
+            }
+            m
+        })
         .collect();
     axum::Json(json!({"object": "list", "data": data}))
+}
+
+/// llama.cpp's `/props`: the window of `?model=`, else of the first model
+/// that has one; 404 for a model without one.
+async fn props(
+    State(sim): State<Arc<Simulator>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let found = match q.get("model") {
+        Some(m) => sim.context_window(m).map(|w| (m.clone(), w)),
+        None => sim.first_window(),
+    };
+    match found {
+        Some((m, w)) => axum::Json(context::props(&m, w)).into_response(),
+        None => no_window(),
+    }
+}
+
+/// llama-swap's passthrough to a model's server: loads the model first.
+async fn upstream_props(State(sim): State<Arc<Simulator>>, Path(model): Path<String>) -> Response {
+    let Some(w) = sim.context_window(&model) else {
+        return no_window();
+    };
+    sim.load(&model).await;
+    axum::Json(context::props(&model, w)).into_response()
+}
+
+fn no_window() -> Response {
+    let body = json!({"error": {"code": 404, "message": "mock: no model with a context_window", "type": "not_found_error"}});
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
 }
 
 async fn running(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {

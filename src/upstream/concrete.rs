@@ -1,7 +1,8 @@
 //! [`ConcreteModel`]: a configured model on an upstream, and the single
 //! place where upstream calls are made and recorded. Every call opens an
 //! [`Attempt`] (probe warm state, send, decode, deadlines); strategies built
-//! on top never do their own bookkeeping.
+//! on top never do their own bookkeeping. A chat request that does not fit
+//! the model's context window is refused before that ([`super::fit`]).
 
 use std::sync::Arc;
 
@@ -98,6 +99,7 @@ impl ConcreteModel {
             }),
             Err(e) => {
                 tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, error = %e, "upstream call failed");
+                self.heard(&e);
                 attempt.fail(&e);
                 Err(e)
             }
@@ -312,6 +314,7 @@ impl ChatModel for ConcreteModel {
     /// Sends the call as [`Wire::plan`] says; a server that refuses the
     /// stream is asked again whole (see [`delivery`]).
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
+        self.fits(&call, &req).await?;
         let tools = delivery::carries_tools(&req);
         let wire = Wire::plan(&req, &call, self.streams_tools.refused());
         let reply = match self.chat_as(&call, &req, wire).await {

@@ -9,6 +9,7 @@ use futures::TryStreamExt;
 use indexmap::IndexMap;
 
 use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
+use crate::labels::Warm;
 use crate::mock::{Behavior, Quirks, Simulator, SwapSim};
 use crate::wire::Endpoint;
 
@@ -44,6 +45,10 @@ impl Transport for MockTransport {
             retry_after: r.retry_after.map(|s| s.to_string()),
             body: Box::pin(r.body.map_err(|e| Box::new(e) as BoxError)),
         })
+    }
+
+    async fn context_window(&self, model: &str, _warm: Warm) -> Option<u64> {
+        self.sim.context_window(model)
     }
 
     fn loaded(&self) -> Option<Vec<String>> {

@@ -3,17 +3,21 @@
 //! reqwest, `mock` in-process); [`decode`] turns any raw response into a
 //! completion or a committed chunk stream; [`ConcreteModel`] is the one
 //! decorator that makes an upstream model a [`crate::model::ChatModel`] and
-//! records every call as an attempt.
+//! records every call as an attempt, after checking that the request fits
+//! the model's context window ([`fit`], with windows the server reports
+//! learned by [`window`]).
 
 mod concrete;
 pub mod decode;
 pub mod delivery;
+mod fit;
 pub mod lane;
 pub mod limit;
 pub mod llama_swap;
 mod mock;
 pub mod openai;
 pub mod sse;
+pub mod window;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -71,6 +75,13 @@ pub trait Transport: Send + Sync {
         None
     }
 
+    /// `model`'s context window as the server reports it (see [`window`]);
+    /// `None` when it says nothing, cannot be asked now, or this transport
+    /// does not ask. `warm`: whether llama-swap has the model loaded.
+    async fn context_window(&self, _model: &str, _warm: Warm) -> Option<u64> {
+        None
+    }
+
     /// `Ok` when the server answers at all.
     async fn ready(&self) -> Result<(), String>;
 }
@@ -96,6 +107,8 @@ pub struct Upstream {
     pub probe: Option<Arc<WarmProbe>>,
     /// (name sent upstream, conclave's name) of its models.
     models: Vec<(String, Arc<str>)>,
+    /// Windows its server stated in context-length errors.
+    pub stated: window::Stated,
 }
 
 impl Upstream {
@@ -113,7 +126,8 @@ impl Upstream {
                 api_key,
                 llama_swap,
             } => {
-                let t = openai::OpenAiTransport::new(base_url, api_key.as_ref())?;
+                let ls = llama_swap.as_ref().map(|l| l.url.as_str());
+                let t = openai::OpenAiTransport::new(base_url, api_key.as_ref(), ls)?;
                 if let Some(ls) = llama_swap {
                     probe = Some(Arc::new(t.probe(ls, &name, models.clone())?));
                 }
@@ -139,6 +153,7 @@ impl Upstream {
             transport,
             probe,
             models,
+            stated: window::Stated::default(),
         })
     }
 

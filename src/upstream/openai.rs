@@ -14,7 +14,9 @@ use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use std::sync::Arc;
 
 use super::llama_swap::{ProbeSettings, WarmProbe};
+use super::window::Learner;
 use crate::config::{LlamaSwap, Secret};
+use crate::labels::Warm;
 use crate::wire::Endpoint;
 
 /// The transport could not be set up.
@@ -37,10 +39,18 @@ pub struct OpenAiTransport {
     embeddings_url: reqwest::Url,
     models_url: reqwest::Url,
     auth: Option<HeaderValue>,
+    /// What the server says about its models' context windows.
+    windows: Option<Learner>,
 }
 
 impl OpenAiTransport {
-    pub fn new(base_url: &str, api_key: Option<&Secret>) -> Result<Self, BuildError> {
+    /// A transport to `base_url`; `llama_swap`: the root of the llama-swap
+    /// it goes through, if any (where context windows are asked).
+    pub fn new(
+        base_url: &str,
+        api_key: Option<&Secret>,
+        llama_swap: Option<&str>,
+    ) -> Result<Self, BuildError> {
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .connect_timeout(CONNECT_TIMEOUT)
@@ -51,7 +61,9 @@ impl OpenAiTransport {
             v.set_sensitive(true);
             Some(v)
         });
+        let windows = Learner::new(client.clone(), auth.clone(), base_url, llama_swap);
         Ok(OpenAiTransport {
+            windows,
             client,
             chat_url: parse_url(&format!("{base_url}{}", Endpoint::Chat.path()))?,
             completions_url: parse_url(&format!("{base_url}{}", Endpoint::Completions.path()))?,
@@ -157,6 +169,10 @@ impl Transport for OpenAiTransport {
                     .map_err(|e| Box::new(e.without_url()) as BoxError),
             ),
         })
+    }
+
+    async fn context_window(&self, model: &str, warm: Warm) -> Option<u64> {
+        self.windows.as_ref()?.window(model, warm).await
     }
 
     async fn ready(&self) -> Result<(), String> {

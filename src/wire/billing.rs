@@ -12,6 +12,10 @@
 //!   is counted. Images are counted apart ([`Billable::images`]): each
 //!   model prices one at its `image_tokens`. Audio counts its decoded size
 //!   at [`AUDIO_BYTES_PER_TOKEN`] bytes a token, files their data as text.
+//!   The chat template's own tokens come on top: [`TEMPLATE_PER_MESSAGE`]
+//!   for each message's role markers and [`TEMPLATE_PER_REQUEST`] for the
+//!   assistant turn's opening and the default system prompt some templates
+//!   add ([`template_tokens`]).
 //! - **Output**: the cap the client set (`max_completion_tokens`, else
 //!   `max_tokens`) times the answers it asked for (`n`, or `best_of` where
 //!   larger). A cap or count that is not a positive integer is refused
@@ -28,6 +32,28 @@ pub const MAX_CAP: u64 = u32::MAX as u64;
 /// Decoded audio bytes per token: compressed speech at ~8 kbit/s billed at
 /// 32 tokens a second (the most any provider documents) stays under it.
 pub const AUDIO_BYTES_PER_TOKEN: u64 = 16;
+
+/// Tokens a chat template wraps each message in: its role markers
+/// (ChatML's `<|im_start|>user\n … <|im_end|>\n` and Llama 3's
+/// `<|start_header_id|>user<|end_header_id|>\n\n … <|eot_id|>` are 5;
+/// OpenAI bills 3, 4 with a `name`), and 2 for the text of a short message,
+/// which bytes / 4 undercounts. llama-cpp-python with SmolLM2 counted 88
+/// tokens for 7 short turns of 52 bytes, which this covers (94).
+pub const TEMPLATE_PER_MESSAGE: u64 = 7;
+
+/// Tokens a chat template adds once a request: the assistant turn it opens
+/// for the answer (3 to 5, with a BOS token) and the default system prompt
+/// some templates add when the request has none (SmolLM2's "You are a
+/// helpful AI assistant named SmolLM, trained by Hugging Face" is 21 with
+/// its markers, Qwen 2.5's about 25, Llama 3.1's knowledge-date preamble
+/// about 25). OpenAI bills 3. llama-cpp-python with SmolLM2 counted 31
+/// tokens for one `hello` (estimated at 41).
+pub const TEMPLATE_PER_REQUEST: u64 = 32;
+
+/// The tokens a chat template adds to a request of `messages` messages.
+pub fn template_tokens(messages: usize) -> u64 {
+    TEMPLATE_PER_REQUEST.saturating_add(TEMPLATE_PER_MESSAGE.saturating_mul(messages as u64))
+}
 
 /// Request fields that are parameters, not prompt text.
 const NOT_PROMPT: &[&str] = &[
@@ -151,7 +177,9 @@ impl ChatRequest {
         }
         size.json += prompt_fields(&self.extra, &[]);
         Billable {
-            input: size.tokens(),
+            input: size
+                .tokens()
+                .saturating_add(template_tokens(self.messages.len())),
             images: size.images,
             output: output_cap(&self.extra).map(|cap| cap.saturating_mul(answers(&self.extra))),
         }
@@ -237,12 +265,15 @@ mod tests {
         assert_eq!(
             r.billable(),
             Billable {
-                input: 3,
+                input: 3 + TEMPLATE_PER_REQUEST + TEMPLATE_PER_MESSAGE,
                 images: 0,
                 output: Some(100)
             }
         );
-        assert_eq!(r.billable().input, estimate_tokens(r.text_bytes()));
+        assert_eq!(
+            r.billable().input,
+            estimate_tokens(r.text_bytes()) + template_tokens(1)
+        );
     }
 
     #[test]
@@ -262,8 +293,9 @@ mod tests {
         assert_eq!(b.images, 2);
         assert_eq!(b.output, Some(150));
         // 4,000 bytes of tool description, 400 of schema, 4,800 of audio.
-        assert!(b.input > 1000 + 100 + 300, "{b:?}");
-        assert!(b.input < 1000 + 100 + 300 + 100, "{b:?}");
+        let template = template_tokens(1);
+        assert!(b.input > 1000 + 100 + 300 + template, "{b:?}");
+        assert!(b.input < 1000 + 100 + 300 + 100 + template, "{b:?}");
     }
 
     #[test]

@@ -58,6 +58,7 @@ impl Fake {
             info: Arc::new(ModelInfo {
                 name: name.into(),
                 upstream: "fake".into(),
+                context_window: None,
                 upstream_model: name.to_owned(),
                 input_per_mtok: 0.0,
                 output_per_mtok: 0.0,

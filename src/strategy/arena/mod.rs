@@ -242,15 +242,15 @@ impl ChatModel for Arena {
                 return Ok(reply);
             }
             (Err(ea), Err(eb)) => {
-                return Err(ModelError::Exhausted {
-                    strategy: "arena",
-                    members: "contestants",
+                return Err(ModelError::exhausted(
+                    "arena",
+                    "contestants",
                     route,
-                    attempts: vec![
+                    vec![
                         AttemptSummary::failed(&self.contestants[a].name, &ea),
                         AttemptSummary::failed(&self.contestants[b].name, &eb),
                     ],
-                });
+                ));
             }
         };
         ra.attempt.set_verdict(Verdict::Ok, None);

@@ -2,7 +2,10 @@
 //! verified tier's answer goes to the verifier, which accepts it or sends
 //! the request on to the next tier with its feedback. Cloud tiers
 //! self-certify. Without a verifier the chain is a plain fallback chain that
-//! moves on only on provider failures.
+//! moves on only on provider failures. A tier the request does not fit
+//! (its context window, checked by the concrete model before any call) is
+//! skipped with its reason in the trail; when every tier is, the chain
+//! answers 400 `context_length_exceeded` rather than `chain_exhausted`.
 //!
 //! Streaming: a self-certifying (or fallback) tier streams live, committed
 //! only once its first chunk is in; a verified tier's stream is buffered,
@@ -168,12 +171,12 @@ impl ChatModel for Chain {
                 reply.meta.add_header("x-conclave-exhausted", "true");
                 Ok(reply)
             }
-            _ => Err(ModelError::Exhausted {
-                strategy: "chain",
-                members: "tiers",
-                route: self.name.clone(),
-                attempts: trail,
-            }),
+            _ => Err(ModelError::exhausted(
+                "chain",
+                "tiers",
+                self.name.clone(),
+                trail,
+            )),
         }
     }
 }

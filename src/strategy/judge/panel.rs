@@ -3,7 +3,8 @@
 //! running at `panel_timeout` are cancelled (their futures dropped, so
 //! their attempts record `cancelled` and queued ones never reach their
 //! upstream). Tool calls in an answer are kept as part of it; nothing is
-//! executed.
+//! executed. A panellist whose context window the request does not fit
+//! is skipped before it is called, and listed among the failures.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,7 +95,10 @@ pub async fn run(
                     .set_verdict(Verdict::Error, Some("an empty answer".into()));
                 out.failures.push(format!("{name}: an empty answer"));
             }
-            Err(e) => out.failures.push(format!("{name}: {e}")),
+            Err(e) => out.failures.push(match e.skipped() {
+                Some(why) => format!("{name}: skipped, {why}"),
+                None => format!("{name}: {e}"),
+            }),
         }
     }
     // Dropping what is still pending cancels it.

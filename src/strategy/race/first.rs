@@ -97,12 +97,11 @@ pub async fn run(
             reply.meta.add_header("x-conclave-race", "first");
             stream::with_request_usage(reply, call.ctx.clone())
         }
-        None => Err(ModelError::Exhausted {
-            strategy: "race",
-            members: "candidates",
-            route: race.name.clone(),
-            attempts: lost
-                .iter()
+        None => Err(ModelError::exhausted(
+            "race",
+            "candidates",
+            race.name.clone(),
+            lost.iter()
                 .map(|(i, why)| {
                     let name = &race.candidates[*i].name;
                     match why {
@@ -111,7 +110,7 @@ pub async fn run(
                     }
                 })
                 .collect(),
-        }),
+        )),
     }
 }
 
@@ -198,7 +197,12 @@ fn record(race: &Race, call: &Call, (winner, lost, still): Outcome, pool: usize,
         f.insert("model".into(), json!(name(i)));
         f.insert("verdict".into(), json!(verdict));
         if let Some(e) = error {
-            f.insert("error".into(), json!(e));
+            let key = if verdict == "skipped" {
+                "reason"
+            } else {
+                "error"
+            };
+            f.insert(key.into(), json!(e));
         }
         if let Some(stopped) = stopped {
             f.insert("generation_stopped".into(), json!(stopped));
@@ -209,11 +213,14 @@ fn record(race: &Race, call: &Call, (winner, lost, still): Outcome, pool: usize,
         row(*i, "winner", None, None);
     }
     for (i, why) in lost {
-        let e = match why {
-            Lost::Failed(e) => e.to_string(),
-            Lost::Unusable(what) => (*what).to_owned(),
-        };
-        row(*i, "error", Some(e), None);
+        match why {
+            Lost::Failed(e) => match e.skipped() {
+                // Never called: the request does not fit its window.
+                Some(reason) => row(*i, "skipped", Some(reason), None),
+                None => row(*i, "error", Some(e.to_string()), None),
+            },
+            Lost::Unusable(what) => row(*i, "error", Some((*what).to_owned()), None),
+        }
     }
     for (i, stopped) in still {
         row(*i, "cancelled", None, Some(*stopped));

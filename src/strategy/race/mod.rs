@@ -8,6 +8,10 @@
 //! candidate alone. `mode = "first"` ([`first`]) is a hedge: the first
 //! viable answer (or, streamed, the first real delta) wins.
 //!
+//! A candidate the request does not fit (its context window) is never
+//! called: its `race_candidate` says `skipped` and why; when every one is,
+//! the race answers 400 `context_length_exceeded`.
+//!
 //! Records: a `race_candidate` event per candidate, `race_finished`,
 //! `conclave_race_score`, verdicts `winner` / `loser` / `cancelled`, the
 //! `x-conclave-race-score` header, and the response's `usage` counting
@@ -312,12 +316,12 @@ impl Race {
         });
         let Some(s) = won.map(|i| done.swap_remove(i)) else {
             let attempts = done.iter().map(|s| self.summary(s)).collect();
-            return Err(ModelError::Exhausted {
-                strategy: "race",
-                members: "candidates",
-                route: self.name.clone(),
+            return Err(ModelError::exhausted(
+                "race",
+                "candidates",
+                self.name.clone(),
                 attempts,
-            });
+            ));
         };
         let score = self.score_header(&s);
         match s.reply {
@@ -356,7 +360,17 @@ impl Race {
         }
         let mut f = Map::new();
         f.insert("model".into(), json!(name));
-        f.insert("verdict".into(), json!(verdict.as_str()));
+        // A candidate the request did not fit was never called.
+        let skipped = s.error.as_ref().and_then(ModelError::skipped);
+        let shown = if skipped.is_some() {
+            "skipped"
+        } else {
+            verdict.as_str()
+        };
+        f.insert("verdict".into(), json!(shown));
+        if let Some(why) = skipped {
+            f.insert("reason".into(), json!(why));
+        }
         f.insert("total".into(), json!(s.total));
         f.insert("signals".into(), json!(s.signals));
         f.insert("output_tokens".into(), json!(s.output_tokens));

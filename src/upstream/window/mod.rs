@@ -1,0 +1,300 @@
+//! Learning a model's context window from its server, for models whose
+//! config does not give one (`context_window`). An `openai` upstream asks:
+//!
+//! 1. `GET {base_url}/models`, once for all its models: vLLM's
+//!    `max_model_len` and the other metadata [`parse::models`] reads;
+//! 2. for a model that list says nothing about, llama.cpp's `GET /props`
+//!    at the server's root (`base_url` without its `/v1`), as
+//!    `/props?model=NAME` so a llama-server in router mode answers for that
+//!    model; behind llama-swap (`llama_swap = URL`), `URL/upstream/NAME/props`
+//!    instead, and only while the model is loaded: asking a cold one would
+//!    load it.
+//!
+//! 3. A window a server states in its own context-length error ("This
+//!    model's maximum context length is 512 tokens", as llama-cpp-python,
+//!    vLLM and OpenAI word it; llama-server's "exceeds the available
+//!    context size (512 tokens)") is kept too ([`Stated`]): llama-cpp-python
+//!    reports its window nowhere else, so after one too-long whole request
+//!    the next one is checked before it is sent, streamed ones included.
+//!
+//! Lazy and bounded: asked on a model's first call, one fetch at a time
+//! per list or model (calls that need it meanwhile wait for that one), each
+//! fetch over within [`FETCH_TIMEOUT`] and reading at most [`MAX_BODY`]
+//! bytes. An answer, or a server that answered without one, is kept for
+//! [`KEEP`]; a failure (no connection, timeout, 5xx) for [`RETRY`]. The
+//! caller ([`super::fit`]) waits at most [`WAIT`]; a fetch it stops
+//! waiting for still finishes and is kept.
+
+pub mod parse;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use parking_lot::Mutex;
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::labels::Warm;
+
+/// Longest a fetch may take, body included.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Longest a call waits for its model's window before it goes ahead
+/// without one.
+pub const WAIT: Duration = FETCH_TIMEOUT;
+
+/// Largest body read.
+pub const MAX_BODY: usize = 512 * 1024;
+
+/// How long an answer (or a server's silence) is kept.
+pub const KEEP: Duration = Duration::from_secs(600);
+
+/// How long a failed fetch is kept before it is tried again.
+pub const RETRY: Duration = Duration::from_secs(60);
+
+/// Where a model's `/props` is.
+enum Props {
+    /// llama.cpp's server root.
+    Root(reqwest::Url),
+    /// llama-swap's root: `/upstream/<model>/props`, warm models only.
+    Swap(String),
+}
+
+/// What one upstream's server has said about its models' windows.
+pub struct Learner {
+    client: reqwest::Client,
+    auth: Option<HeaderValue>,
+    models_url: reqwest::Url,
+    props: Props,
+    listing: Arc<Slot<Arc<HashMap<String, u64>>>>,
+    per_model: Mutex<HashMap<String, Arc<Slot<Option<u64>>>>>,
+}
+
+impl Learner {
+    /// A learner for the server at `base_url` (the OpenAI base, `…/v1`),
+    /// or behind the llama-swap at `llama_swap`.
+    pub fn new(
+        client: reqwest::Client,
+        auth: Option<HeaderValue>,
+        base_url: &str,
+        llama_swap: Option<&str>,
+    ) -> Option<Self> {
+        let models_url = reqwest::Url::parse(&format!("{base_url}/models")).ok()?;
+        let props = match llama_swap {
+            Some(ls) => Props::Swap(ls.trim_end_matches('/').to_owned()),
+            None => {
+                let root = base_url.strip_suffix("/v1").unwrap_or(base_url);
+                Props::Root(reqwest::Url::parse(&format!("{root}/props")).ok()?)
+            }
+        };
+        Some(Learner {
+            client,
+            auth,
+            models_url,
+            props,
+            listing: Arc::new(Slot::default()),
+            per_model: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// `model`'s window as its server reports it (`warm`: whether
+    /// llama-swap has it loaded).
+    pub async fn window(&self, model: &str, warm: Warm) -> Option<u64> {
+        let get = self.get_json(self.models_url.clone());
+        let listing = self
+            .listing
+            .get(async move {
+                get.await
+                    .map(|v| Arc::new(v.map(|v| parse::models(&v)).unwrap_or_default()))
+            })
+            .await;
+        if let Some(w) = listing.get(model) {
+            return Some(*w);
+        }
+        let url = match &self.props {
+            Props::Root(root) => {
+                let mut url = root.clone();
+                url.query_pairs_mut().append_pair("model", model);
+                url
+            }
+            // Only a loaded model: asking a cold one would load it.
+            Props::Swap(_) if warm != Warm::Yes => return None,
+            Props::Swap(ls) => {
+                let mut url = reqwest::Url::parse(&format!("{ls}/upstream/")).ok()?;
+                url.path_segments_mut()
+                    .ok()?
+                    .pop_if_empty()
+                    .push(model)
+                    .push("props");
+                url
+            }
+        };
+        let slot = self
+            .per_model
+            .lock()
+            .entry(model.to_owned())
+            .or_default()
+            .clone();
+        let get = self.get_json(url);
+        slot.get(async move { get.await.map(|v| v.as_ref().and_then(parse::props)) })
+            .await
+    }
+
+    /// `GET url` as JSON, as a future that owns what it needs. `Ok(None)`:
+    /// the server answered, but not with a JSON body of at most
+    /// [`MAX_BODY`] bytes (a 404 from a server without the endpoint);
+    /// `Err`: no answer worth keeping (no connection, timeout, 5xx, 429).
+    fn get_json(
+        &self,
+        url: reqwest::Url,
+    ) -> impl Future<Output = Result<Option<Value>, ()>> + Send + 'static {
+        let mut req = self.client.get(url).timeout(FETCH_TIMEOUT);
+        if let Some(a) = &self.auth {
+            req = req.header(AUTHORIZATION, a.clone());
+        }
+        let fetch = async move {
+            let resp = req.send().await.map_err(drop)?;
+            let status = resp.status();
+            if status.is_server_error() || status.as_u16() == 429 {
+                return Err(());
+            }
+            if !status.is_success() {
+                return Ok(None);
+            }
+            let mut body = Vec::new();
+            let mut parts = resp.bytes_stream();
+            while let Some(part) = parts.next().await {
+                let part = part.map_err(drop)?;
+                if body.len() + part.len() > MAX_BODY {
+                    return Ok(None);
+                }
+                body.extend_from_slice(&part);
+            }
+            Ok(serde_json::from_slice(&body).ok())
+        };
+        async move {
+            tokio::time::timeout(FETCH_TIMEOUT, fetch)
+                .await
+                .unwrap_or(Err(()))
+        }
+    }
+}
+
+/// Windows servers stated in their context-length errors, by model (the
+/// name sent upstream), each kept for [`KEEP`].
+#[derive(Default)]
+pub struct Stated(Mutex<HashMap<String, (Instant, u64)>>);
+
+impl Stated {
+    pub fn get(&self, model: &str) -> Option<u64> {
+        let s = self.0.lock();
+        s.get(model)
+            .filter(|(until, _)| *until > Instant::now())
+            .map(|(_, w)| *w)
+    }
+
+    /// Keeps the window `message` states for `model`, if it states one.
+    pub fn hear(&self, model: &str, message: &str) {
+        if let Some(w) = parse::stated(message) {
+            self.0
+                .lock()
+                .insert(model.to_owned(), (Instant::now() + KEEP, w));
+        }
+    }
+}
+
+/// One cached answer and the single fetch that refreshes it.
+struct Slot<T> {
+    /// The answer and until when it holds; locked across a fetch, so
+    /// callers meanwhile wait for that fetch instead of starting another.
+    state: Arc<tokio::sync::Mutex<Option<(Instant, T)>>>,
+}
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot {
+            state: Arc::new(tokio::sync::Mutex::new(None)),
+        }
+    }
+}
+
+impl<T: Clone + Default + Send + 'static> Slot<T> {
+    /// The kept answer while it holds, else `fetch`'s, kept for [`KEEP`]
+    /// (or the default, kept for [`RETRY`], when it failed). The fetch
+    /// runs as a task of its own: a caller that stops waiting does not
+    /// stop it, so its answer is kept for the next.
+    async fn get(&self, fetch: impl Future<Output = Result<T, ()>> + Send + 'static) -> T {
+        let mut state = self.state.clone().lock_owned().await;
+        if let Some((until, v)) = &*state
+            && *until > Instant::now()
+        {
+            return v.clone();
+        }
+        let task = tokio::spawn(async move {
+            let (keep, v) = match fetch.await {
+                Ok(v) => (KEEP, v),
+                Err(()) => (RETRY, T::default()),
+            };
+            *state = Some((Instant::now() + keep, v.clone()));
+            v
+        });
+        task.await.unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[tokio::test(start_paused = true)]
+    async fn one_fetch_at_a_time_kept_then_retried() {
+        let slot: Arc<Slot<Option<u64>>> = Arc::new(Slot::default());
+        let fetches = Arc::new(AtomicU32::new(0));
+        let fetch = |answer: Result<Option<u64>, ()>| {
+            let n = fetches.clone();
+            async move {
+                n.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                answer
+            }
+        };
+        // Three callers at once: one fetch.
+        let (a, b, c) = tokio::join!(
+            slot.get(fetch(Ok(Some(512)))),
+            slot.get(fetch(Ok(Some(1)))),
+            slot.get(fetch(Ok(Some(2)))),
+        );
+        assert_eq!((a, b, c), (Some(512), Some(512), Some(512)));
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        // Kept until KEEP has passed.
+        tokio::time::advance(KEEP - Duration::from_secs(1)).await;
+        assert_eq!(slot.get(fetch(Ok(Some(9)))).await, Some(512));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(slot.get(fetch(Err(()))).await, None);
+        assert_eq!(fetches.load(Ordering::SeqCst), 2);
+        // A failure is tried again after RETRY, not before.
+        tokio::time::advance(RETRY - Duration::from_secs(1)).await;
+        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, None);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, Some(7));
+        assert_eq!(fetches.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_that_stops_waiting_leaves_the_answer_kept() {
+        let slot: Arc<Slot<Option<u64>>> = Arc::new(Slot::default());
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(Some(4096))
+        };
+        let waited = tokio::time::timeout(Duration::from_millis(100), slot.get(slow)).await;
+        assert!(waited.is_err());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let again = slot.get(async { Ok(Some(1)) }).await;
+        assert_eq!(again, Some(4096));
+    }
+}
