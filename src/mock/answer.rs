@@ -7,9 +7,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
+use crate::wire::content_text;
+
 use super::{
     CUT_GRACE, FailMode, Finish, MockCut, MockResponse, ReplySpec, Resolved, UsageSpec,
-    error_response, last_user, once, pause, request_text,
+    error_response, once, pause,
 };
 
 /// Answers a chat or legacy completion request with behaviour `b`.
@@ -32,6 +34,41 @@ pub(super) async fn respond(
         pause(b.ttft + answer.generation_time(&b)).await;
         whole_response(&b, &answer, guard)
     }
+}
+
+/// All text of a request (messages, or a Completions `prompt`, or an
+/// Embeddings `input`), for `when_contains` rules.
+pub(super) fn request_text(req: &Value) -> String {
+    if let Some(ms) = req.get("messages").and_then(Value::as_array) {
+        return ms
+            .iter()
+            .map(|m| content_text(m.get("content")))
+            .collect::<Vec<_>>()
+            .join("\n");
+    }
+    match req.get("prompt").or_else(|| req.get("input")) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The last user message (or the whole prompt of a Completions request).
+fn last_user(req: &Value) -> String {
+    req.get("messages")
+        .and_then(Value::as_array)
+        .map(|ms| {
+            ms.iter()
+                .rev()
+                .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+                .map(|m| content_text(m.get("content")))
+                .unwrap_or_default()
+        })
+        .unwrap_or_else(|| request_text(req))
 }
 
 /// How many tokens the answer to `req` has (what a server generates).

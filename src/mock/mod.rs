@@ -30,10 +30,11 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use answer::request_text;
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
 pub use quirks::{Quirk, Quirks};
 
-use crate::wire::{Endpoint, content_text};
+use crate::wire::Endpoint;
 
 /// Requests kept for `GET /mock/requests`.
 const RECORDED: usize = 1000;
@@ -388,41 +389,6 @@ impl Drop for Finish {
             self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-/// All text of a request (messages, or a Completions `prompt`, or an
-/// Embeddings `input`), for `when_contains` rules.
-fn request_text(req: &Value) -> String {
-    if let Some(ms) = req.get("messages").and_then(Value::as_array) {
-        return ms
-            .iter()
-            .map(|m| content_text(m.get("content")))
-            .collect::<Vec<_>>()
-            .join("\n");
-    }
-    match req.get("prompt").or_else(|| req.get("input")) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
-/// The last user message (or the whole prompt of a Completions request).
-fn last_user(req: &Value) -> String {
-    req.get("messages")
-        .and_then(Value::as_array)
-        .map(|ms| {
-            ms.iter()
-                .rev()
-                .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-                .map(|m| content_text(m.get("content")))
-                .unwrap_or_default()
-        })
-        .unwrap_or_else(|| request_text(req))
 }
 
 fn error_response(status: u16, message: &str, retry_after: Option<u64>) -> MockResponse {
