@@ -103,12 +103,7 @@ fn world() -> World {
 impl World {
     /// The chat requests the mock received for `model`.
     async fn asked(&self, model: &str) -> usize {
-        self.mock
-            .received()
-            .await
-            .iter()
-            .filter(|r| r["model"] == model)
-            .count()
+        self.mock.asked(model).await.len()
     }
 }
 

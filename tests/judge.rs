@@ -116,13 +116,7 @@ fn world(routes: &str) -> World {
 impl World {
     /// The bodies the mock received for `model`.
     async fn asked(&self, model: &str) -> Vec<Value> {
-        self.mock
-            .received()
-            .await
-            .into_iter()
-            .filter(|r| r["model"] == model)
-            .map(|r| r["body"].clone())
-            .collect()
+        self.mock.asked(model).await
     }
 }
 

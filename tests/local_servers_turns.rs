@@ -153,15 +153,6 @@ fn world() -> (Proc, Proc) {
     (mock, gw)
 }
 
-async fn asked(mock: &Proc, model: &str) -> Vec<Value> {
-    mock.received()
-        .await
-        .into_iter()
-        .filter(|q| q["model"] == model)
-        .map(|q| q["body"].clone())
-        .collect()
-}
-
 /// The answer's text, whole or streamed.
 fn answer(r: &Resp, stream: bool) -> String {
     if stream {
@@ -202,8 +193,8 @@ async fn conclaves_own_turns_are_accepted_by_a_server_that_rejects_null_content(
         assert_eq!(r.status, 200, "judge stream={stream}: {}", r.text);
         assert_eq!(answer(&r, stream), "Final: four.", "{}", r.text);
     }
-    let base = asked(&mock, "base").await;
-    let syn = asked(&mock, "syn").await;
+    let base = mock.asked("base").await;
+    let syn = mock.asked("syn").await;
     assert_eq!((base.len(), syn.len()), (4, 4), "{base:?}");
     // Every assistant turn conclave wrote has a string content.
     for req in base.iter().chain(&syn) {
@@ -277,7 +268,7 @@ async fn an_upstreams_traceback_reaches_the_event_log_but_never_the_client() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.text.contains("Answered alone"), "{}", r.text);
     assert_no_internals("oracle consult", &r.text);
-    for req in asked(&mock, "base").await {
+    for req in mock.asked("base").await {
         assert_no_internals("the base's tool result", &req.to_string());
     }
     // An oracle whose base fails.
@@ -326,8 +317,8 @@ async fn a_synthesis_that_answers_in_text_still_guides_and_ranks() {
     }
     // One synthesis call each (no second turn), and the default got the
     // guidance without the ranking's JSON.
-    assert_eq!(asked(&mock, "syn-text").await.len(), 2);
-    for def in asked(&mock, "def").await {
+    assert_eq!(mock.asked("syn-text").await.len(), 2);
+    for def in mock.asked("def").await {
         let text = def["messages"].to_string();
         assert!(text.contains("GUIDANCE-TXT: say four plainly."), "{text}");
         assert!(!text.contains("rank_responses"), "{text}");

@@ -71,15 +71,6 @@ fn assert_private(text: &str) {
     }
 }
 
-async fn asked(mock: &Proc, model: &str) -> Vec<Value> {
-    mock.received()
-        .await
-        .into_iter()
-        .filter(|q| q["model"] == model)
-        .map(|q| q["body"].clone())
-        .collect()
-}
-
 #[tokio::test]
 async fn the_base_consults_once_then_answers_and_the_client_sees_only_that() {
     let (mock, gw) = world("");
@@ -101,7 +92,7 @@ async fn the_base_consults_once_then_answers_and_the_client_sees_only_that() {
     assert_eq!(r.header("x-conclave-served-by"), Some("base"));
 
     // The base was offered the tool, then given the oracle's answer.
-    let base = asked(&mock, "base").await;
+    let base = mock.asked("base").await;
     assert_eq!(base.len(), 2);
     let tools = base[0]["tools"].as_array().unwrap();
     assert!(
@@ -123,7 +114,7 @@ async fn the_base_consults_once_then_answers_and_the_client_sees_only_that() {
     );
 
     // The oracle got the question, the hint, the last messages and its own settings.
-    let sage = asked(&mock, "sage").await;
+    let sage = mock.asked("sage").await;
     assert_eq!(sage.len(), 1);
     assert_eq!(sage[0]["temperature"], 0.2);
     assert_eq!(sage[0]["max_tokens"], 4096);
@@ -176,7 +167,7 @@ async fn the_base_consults_once_then_answers_and_the_client_sees_only_that() {
         r.json()["choices"][0]["message"]["content"],
         "An easy answer."
     );
-    assert_eq!(asked(&mock, "sage").await.len(), 1);
+    assert_eq!(mock.asked("sage").await.len(), 1);
 }
 
 #[tokio::test]
@@ -209,7 +200,7 @@ async fn a_second_consult_is_refused_by_the_per_request_cap() {
         "Answered on my own."
     );
     assert_eq!(
-        asked(&mock, "sage").await.len(),
+        mock.asked("sage").await.len(),
         1,
         "the oracle is asked once"
     );
@@ -302,7 +293,7 @@ async fn a_sessions_cost_cap_holds_across_requests_and_a_restart() {
         r.json()["choices"][0]["message"]["content"],
         "Final answer with the expert's help."
     );
-    assert_eq!(asked(&mock, "sage").await.len(), 2);
+    assert_eq!(mock.asked("sage").await.len(), 2);
 }
 
 /// Ten requests of one session at once: each consult reserves its worst
@@ -325,7 +316,7 @@ async fn concurrent_consults_of_one_session_stay_within_its_cap() {
         }
     });
     futures::future::join_all(asks).await;
-    let consults = asked(&mock, "sage").await.len();
+    let consults = mock.asked("sage").await.len();
     let spent = consults as f64 * CONSULT_USD;
     assert!(consults >= 1, "no consult at all");
     assert!(
@@ -365,7 +356,7 @@ async fn new_sessions_do_not_escape_the_keys_daily_cap() {
         .await;
         assert_eq!(r.status, 200, "{}", r.text);
     }
-    let consults = asked(&mock, "sage").await.len();
+    let consults = mock.asked("sage").await.len();
     let spent = consults as f64 * CONSULT_USD;
     assert!(consults >= 1, "no consult at all");
     assert!(
@@ -390,7 +381,7 @@ async fn new_sessions_do_not_escape_the_keys_daily_cap() {
         r.json()["choices"][0]["message"]["content"],
         "Final answer with the expert's help."
     );
-    assert_eq!(asked(&mock, "sage").await.len(), consults + 1);
+    assert_eq!(mock.asked("sage").await.len(), consults + 1);
 }
 
 /// A base that calls a client tool and the oracle in one turn: the client
@@ -458,7 +449,7 @@ async fn client_tool_calls_beside_a_consult_go_to_the_client_alone() {
         );
     }
     assert!(
-        asked(&mock, "sage").await.is_empty(),
+        mock.asked("sage").await.is_empty(),
         "the oracle was paid for nothing"
     );
     let ev = gw.events_of(&["oracle_consult"], 2).await;

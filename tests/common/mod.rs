@@ -188,6 +188,16 @@ impl Proc {
         v["requests"].as_array().cloned().unwrap_or_default()
     }
 
+    /// The bodies a mock server received for `model`.
+    pub async fn asked(&self, model: &str) -> Vec<Value> {
+        self.received()
+            .await
+            .into_iter()
+            .filter(|q| q["model"] == model)
+            .map(|q| q["body"].clone())
+            .collect()
+    }
+
     /// A mock server's counters (`GET /mock/stats`).
     pub async fn stats(&self) -> Value {
         get_json(&client(), &self.url("/mock/stats")).await
