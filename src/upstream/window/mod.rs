@@ -20,10 +20,12 @@
 //! Lazy and bounded: asked on a model's first call, one fetch at a time
 //! per list or model (calls that need it meanwhile wait for that one), each
 //! fetch over within [`FETCH_TIMEOUT`] and reading at most [`MAX_BODY`]
-//! bytes. An answer, or a server that answered without one, is kept for
-//! [`KEEP`]; a failure (no connection, timeout, 5xx) for [`RETRY`]. The
-//! caller ([`super::fit`]) waits at most [`WAIT`]; a fetch it stops
-//! waiting for still finishes and is kept.
+//! bytes. An answer, or a server that answered without one, holds for
+//! [`KEEP`]; a failure (no connection, timeout, 5xx) for [`RETRY`]. Only
+//! the first answer is waited for: after it, an old one is used while a
+//! fetch in the background refreshes it. The caller ([`super::fit`])
+//! waits at most [`WAIT`]; a fetch it stops waiting for still finishes
+//! and is kept.
 
 pub mod parse;
 
@@ -206,43 +208,68 @@ impl Stated {
     }
 }
 
-/// One cached answer and the single fetch that refreshes it.
+/// One cached answer and the single fetch that refreshes it. Only the
+/// first answer is waited for: once there is one, a stale one is given at
+/// once while a fetch in the background refreshes it, so a model's calls
+/// wait for its server's metadata once, not every [`KEEP`].
 struct Slot<T> {
-    /// The answer and until when it holds; locked across a fetch, so
-    /// callers meanwhile wait for that fetch instead of starting another.
-    state: Arc<tokio::sync::Mutex<Option<(Instant, T)>>>,
+    /// The answer and until when it holds.
+    value: Arc<Mutex<Option<(Instant, T)>>>,
+    /// Held by the one fetch in flight.
+    fetching: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl<T> Default for Slot<T> {
     fn default() -> Self {
         Slot {
-            state: Arc::new(tokio::sync::Mutex::new(None)),
+            value: Arc::new(Mutex::new(None)),
+            fetching: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 }
 
 impl<T: Clone + Default + Send + 'static> Slot<T> {
-    /// The kept answer while it holds, else `fetch`'s, kept for [`KEEP`]
-    /// (or the default, kept for [`RETRY`], when it failed). The fetch
-    /// runs as a task of its own: a caller that stops waiting does not
-    /// stop it, so its answer is kept for the next.
+    /// The kept answer (refreshed in the background once it is older than
+    /// [`KEEP`], or [`RETRY`] after a failure); the first time, `fetch`'s,
+    /// waited for. A fetch runs as a task of its own: a caller that stops
+    /// waiting does not stop it, so its answer is kept for the next.
     async fn get(&self, fetch: impl Future<Output = Result<T, ()>> + Send + 'static) -> T {
-        let mut state = self.state.clone().lock_owned().await;
-        if let Some((until, v)) = &*state
-            && *until > Instant::now()
-        {
-            return v.clone();
+        let kept = self.value.lock().clone();
+        if let Some((until, v)) = kept {
+            if until <= Instant::now()
+                && let Ok(one) = self.fetching.clone().try_lock_owned()
+            {
+                let value = self.value.clone();
+                tokio::spawn(async move {
+                    let _one = one;
+                    store(&value, fetch.await);
+                });
+            }
+            return v;
         }
+        let one = self.fetching.clone().lock_owned().await;
+        if let Some((_, v)) = self.value.lock().clone() {
+            return v;
+        }
+        let value = self.value.clone();
         let task = tokio::spawn(async move {
-            let (keep, v) = match fetch.await {
-                Ok(v) => (KEEP, v),
-                Err(()) => (RETRY, T::default()),
-            };
-            *state = Some((Instant::now() + keep, v.clone()));
-            v
+            let _one = one;
+            store(&value, fetch.await)
         });
         task.await.unwrap_or_default()
     }
+}
+
+/// Keeps a fetch's answer for [`KEEP`]; a failure keeps what was there
+/// (or the default) for [`RETRY`].
+fn store<T: Clone + Default>(value: &Mutex<Option<(Instant, T)>>, got: Result<T, ()>) -> T {
+    let mut value = value.lock();
+    let (keep, v) = match got {
+        Ok(v) => (KEEP, v),
+        Err(()) => (RETRY, value.take().map(|(_, v)| v).unwrap_or_default()),
+    };
+    *value = Some((Instant::now() + keep, v.clone()));
+    v
 }
 
 #[cfg(test)]
@@ -273,14 +300,23 @@ mod tests {
         // Kept until KEEP has passed.
         tokio::time::advance(KEEP - Duration::from_secs(1)).await;
         assert_eq!(slot.get(fetch(Ok(Some(9)))).await, Some(512));
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        // Then given at once while one fetch refreshes it (a failed one
+        // keeps it).
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(slot.get(fetch(Err(()))).await, None);
+        assert_eq!(slot.get(fetch(Err(()))).await, Some(512));
+        assert_eq!(slot.get(fetch(Ok(Some(3)))).await, Some(512));
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(fetches.load(Ordering::SeqCst), 2);
+        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, Some(512));
         // A failure is tried again after RETRY, not before.
-        tokio::time::advance(RETRY - Duration::from_secs(1)).await;
-        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, None);
-        tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, Some(7));
+        tokio::time::advance(RETRY - Duration::from_secs(2)).await;
+        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, Some(512));
+        assert_eq!(fetches.load(Ordering::SeqCst), 2);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, Some(512));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(slot.get(fetch(Ok(Some(8)))).await, Some(7));
         assert_eq!(fetches.load(Ordering::SeqCst), 3);
     }
 
