@@ -5,10 +5,14 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 /// A local server: whole answers go on after their client leaves, tools
 /// are refused on a stream, streams carry no usage (llama-cpp-python).
@@ -228,4 +232,96 @@ async fn a_streamed_oracle_route_works_where_tools_cannot_stream() {
     assert_eq!(text, "Final answer with the expert's help.", "{}", r.text);
     assert!(!r.text.contains("oracle_consult"), "{}", r.text);
     assert_eq!(mock.asked("sage").await.len(), 1, "one consult");
+}
+
+/// A server that answers a streamed request as llama-cpp-python (uvicorn)
+/// does when it cannot stream it: a 200 event stream that ends at once,
+/// sent as `keep-alive`, and then the connection closed. Whole requests
+/// get an answer. Returns its base URL and how many requests it read.
+async fn closes_after_empty_streams() -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let count = count.clone();
+            tokio::spawn(async move {
+                loop {
+                    let Some(body) = read_request(&mut sock).await else {
+                        return;
+                    };
+                    count.fetch_add(1, Ordering::SeqCst);
+                    if body.contains("\"stream\":true") {
+                        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                                    transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n0\r\n\r\n";
+                        let _ = sock.write_all(head.as_bytes()).await;
+                        return; // and the connection closes
+                    }
+                    let answer = json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "whole after all"}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}})
+                    .to_string();
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    if sock.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (base, seen)
+}
+
+/// One HTTP/1.1 request's body (headers up to the blank line, then
+/// `content-length` bytes); `None` once the client closes.
+async fn read_request(sock: &mut TcpStream) -> Option<String> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            while buf.len() < end + 4 + len {
+                let n = sock.read(&mut byte).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&byte[..n]);
+            }
+            return Some(String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).into_owned());
+        }
+        let n = sock.read(&mut byte).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&byte[..n]);
+    }
+}
+
+/// Seen in front of llama-cpp-python: the retry of an empty stream must
+/// not fail on the connection the server closed after it.
+#[tokio::test]
+async fn an_empty_stream_is_asked_again_whole_on_a_live_connection() {
+    let (base, seen) = closes_after_empty_streams().await;
+    let gw = Proc::gateway(&front_of(&base, &["m"], ""));
+    for _ in 0..10 {
+        let r = post(&gw.base, &chat_stream("m", "hi")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let events = done(&r);
+        assert_eq!(common::world::streamed_text(&events), "whole after all");
+    }
+    assert!(
+        seen.load(Ordering::SeqCst) >= 6,
+        "a stream, then whole, each time"
+    );
 }

@@ -323,7 +323,15 @@ impl ChatModel for ConcreteModel {
                     return Err(e);
                 };
                 tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, refusal = ?why, "the server refused a stream; asking whole");
-                let whole = self.chat_as(&call, &req, Wire::Whole).await?;
+                let whole = match self.chat_as(&call, &req, Wire::Whole).await {
+                    // uvicorn ends its empty stream with keep-alive and
+                    // then closes: the connection the retry went on may be
+                    // gone. Once more, on a new one.
+                    Err(e) if delivery::connection_lost(&e) => {
+                        self.chat_as(&call, &req, Wire::Whole).await?
+                    }
+                    whole => whole?,
+                };
                 // An empty stream may be a prompt too long for the model;
                 // tools it answers whole were what it would not stream.
                 if tools && self.streams_tools.learn_refused() {

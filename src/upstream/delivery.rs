@@ -120,6 +120,12 @@ pub fn refusal(e: &ModelError, tools: bool) -> Option<Refusal> {
     }
 }
 
+/// Whether `e` is a connection that went away before the answer came:
+/// worth one more try on a new connection.
+pub fn connection_lost(e: &ModelError) -> bool {
+    matches!(e, ModelError::Connect { .. } | ModelError::StreamCut { .. })
+}
+
 /// Whether a model's server takes tools on a stream: assumed until it
 /// refuses once.
 #[derive(Debug, Default)]
