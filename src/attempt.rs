@@ -227,6 +227,11 @@ impl Attempt {
         self.0.state.lock().usage.is_some()
     }
 
+    /// The call's usage so far, as reported or estimated.
+    pub fn usage(&self) -> Option<Usage> {
+        self.0.state.lock().usage
+    }
+
     /// Whether the summary still wants text (only when events are logged).
     pub fn wants_summary(&self) -> bool {
         self.0.ctx.telemetry.events_enabled() && self.0.state.lock().summary.len() < SUMMARY_CHARS

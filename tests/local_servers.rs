@@ -138,6 +138,12 @@ async fn cancelled_internal_calls_stop_generating() {
     assert_eq!(r.header("x-conclave-served-by"), Some("quick"));
     assert_eq!(r.json()["choices"][0]["message"]["content"], "{\"n\": 4}");
     assert_eq!(r.json()["object"], "chat.completion", "{}", r.text);
+    // Its stream carried no usage: the answer still says what it cost.
+    assert!(
+        r.json()["usage"]["total_tokens"].as_u64().unwrap() > 0,
+        "{}",
+        r.text
+    );
     let ev = gw.events_of(&["race_candidate"], 2).await;
     let loser = candidate(&ev, "slowpoke");
     assert_eq!(loser["verdict"], "cancelled", "{ev:?}");

@@ -196,7 +196,8 @@ impl ConcreteModel {
                 .map(ReplyBody::Stream),
             Wire::Assemble => {
                 let s = decode::stream(resp, x, attempt, permit).await?;
-                delivery::collect(s, &up.name).await.map(ReplyBody::Whole)
+                let whole = delivery::collect(s, &up.name).await?;
+                delivery::with_usage(whole, attempt.usage()).map(ReplyBody::Whole)
             }
             Wire::Whole => decode::whole(resp, &x, out.endpoint, attempt)
                 .await

@@ -21,13 +21,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::error::ModelError;
 use crate::model::{Call, ChunkStream, Completion, Reply, ReplyBody, Unstopped};
 use crate::stream::whole_to_stream;
 use crate::wire::assemble::Assembler;
-use crate::wire::{ChatRequest, MAX_RESPONSE, UsageField};
+use crate::wire::{ChatRequest, MAX_RESPONSE, Usage, UsageField};
 
 /// What a 200 stream that ended without a single event is called.
 pub const EMPTY_STREAM: &str = "the stream ended before any event";
@@ -198,6 +198,30 @@ pub async fn collect(mut s: ChunkStream, upstream: &Arc<str>) -> Result<Completi
     Ok(Completion {
         body: body.into(),
         usage,
+    })
+}
+
+/// A put-together answer whose stream carried no `usage` (llama-cpp-python
+/// never sends it on a stream) gets the call's estimate, as the whole
+/// answer would have carried the server's figures.
+pub fn with_usage(c: Completion, usage: Option<Usage>) -> Result<Completion, ModelError> {
+    let (None, Some(u)) = (c.usage, usage) else {
+        return Ok(c);
+    };
+    let mut body: Value = serde_json::from_slice(&c.body)?;
+    if let Value::Object(o) = &mut body {
+        o.insert(
+            "usage".into(),
+            json!({
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "total_tokens": u.prompt_tokens.saturating_add(u.completion_tokens),
+            }),
+        );
+    }
+    Ok(Completion {
+        body: serde_json::to_vec(&body)?.into(),
+        usage: Some(u),
     })
 }
 
