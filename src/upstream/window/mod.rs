@@ -103,27 +103,52 @@ impl Learner {
     }
 
     /// `model`'s window as its server reports it (`warm`: whether
-    /// llama-swap has it loaded).
+    /// llama-swap has it loaded). Nothing is built for a fetch unless one
+    /// is made: this runs before every call of a model without a window.
     pub async fn window(&self, model: &str, warm: Warm) -> Option<u64> {
-        let get = self.get_json(self.models_url.clone());
         let listing = self
             .listing
-            .get(async move {
-                get.await
-                    .map(|v| Arc::new(v.map(|v| parse::models(&v)).unwrap_or_default()))
+            .get(|| {
+                let get = self.get_json(self.models_url.clone());
+                async move {
+                    get.await
+                        .map(|v| Arc::new(v.map(|v| parse::models(&v)).unwrap_or_default()))
+                }
             })
             .await;
         if let Some(w) = listing.get(model) {
             return Some(*w);
         }
-        let url = match &self.props {
+        // Only a loaded model: asking a cold one would load it.
+        if matches!(self.props, Props::Swap(_)) && warm != Warm::Yes {
+            return None;
+        }
+        let slot = self
+            .per_model
+            .lock()
+            .entry(model.to_owned())
+            .or_default()
+            .clone();
+        slot.get(|| {
+            let get = self.props_url(model).map(|url| self.get_json(url));
+            async move {
+                match get {
+                    Some(get) => get.await.map(|v| v.as_ref().and_then(parse::props)),
+                    None => Ok(None),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Where `model`'s `/props` is.
+    fn props_url(&self, model: &str) -> Option<reqwest::Url> {
+        match &self.props {
             Props::Root(root) => {
                 let mut url = root.clone();
                 url.query_pairs_mut().append_pair("model", model);
-                url
+                Some(url)
             }
-            // Only a loaded model: asking a cold one would load it.
-            Props::Swap(_) if warm != Warm::Yes => return None,
             Props::Swap(ls) => {
                 let mut url = reqwest::Url::parse(&format!("{ls}/upstream/")).ok()?;
                 url.path_segments_mut()
@@ -131,18 +156,9 @@ impl Learner {
                     .pop_if_empty()
                     .push(model)
                     .push("props");
-                url
+                Some(url)
             }
-        };
-        let slot = self
-            .per_model
-            .lock()
-            .entry(model.to_owned())
-            .or_default()
-            .clone();
-        let get = self.get_json(url);
-        slot.get(async move { get.await.map(|v| v.as_ref().and_then(parse::props)) })
-            .await
+        }
     }
 
     /// `GET url` as JSON, as a future that owns what it needs. `Ok(None)`:
@@ -233,13 +249,17 @@ impl<T: Clone + Default + Send + 'static> Slot<T> {
     /// [`KEEP`], or [`RETRY`] after a failure); the first time, `fetch`'s,
     /// waited for. A fetch runs as a task of its own: a caller that stops
     /// waiting does not stop it, so its answer is kept for the next.
-    async fn get(&self, fetch: impl Future<Output = Result<T, ()>> + Send + 'static) -> T {
+    async fn get<F>(&self, fetch: impl FnOnce() -> F) -> T
+    where
+        F: Future<Output = Result<T, ()>> + Send + 'static,
+    {
         let kept = self.value.lock().clone();
         if let Some((until, v)) = kept {
             if until <= Instant::now()
                 && let Ok(one) = self.fetching.clone().try_lock_owned()
             {
                 let value = self.value.clone();
+                let fetch = fetch();
                 tokio::spawn(async move {
                     let _one = one;
                     store(&value, fetch.await);
@@ -252,6 +272,7 @@ impl<T: Clone + Default + Send + 'static> Slot<T> {
             return v;
         }
         let value = self.value.clone();
+        let fetch = fetch();
         let task = tokio::spawn(async move {
             let _one = one;
             store(&value, fetch.await)
@@ -291,32 +312,32 @@ mod tests {
         };
         // Three callers at once: one fetch.
         let (a, b, c) = tokio::join!(
-            slot.get(fetch(Ok(Some(512)))),
-            slot.get(fetch(Ok(Some(1)))),
-            slot.get(fetch(Ok(Some(2)))),
+            slot.get(|| fetch(Ok(Some(512)))),
+            slot.get(|| fetch(Ok(Some(1)))),
+            slot.get(|| fetch(Ok(Some(2)))),
         );
         assert_eq!((a, b, c), (Some(512), Some(512), Some(512)));
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
         // Kept until KEEP has passed.
         tokio::time::advance(KEEP - Duration::from_secs(1)).await;
-        assert_eq!(slot.get(fetch(Ok(Some(9)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(9)))).await, Some(512));
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
         // Then given at once while one fetch refreshes it (a failed one
         // keeps it).
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(slot.get(fetch(Err(()))).await, Some(512));
-        assert_eq!(slot.get(fetch(Ok(Some(3)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Err(()))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(3)))).await, Some(512));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(fetches.load(Ordering::SeqCst), 2);
-        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await, Some(512));
         // A failure is tried again after RETRY, not before.
         tokio::time::advance(RETRY - Duration::from_secs(2)).await;
-        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await, Some(512));
         assert_eq!(fetches.load(Ordering::SeqCst), 2);
         tokio::time::advance(Duration::from_secs(3)).await;
-        assert_eq!(slot.get(fetch(Ok(Some(7)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await, Some(512));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(slot.get(fetch(Ok(Some(8)))).await, Some(7));
+        assert_eq!(slot.get(|| fetch(Ok(Some(8)))).await, Some(7));
         assert_eq!(fetches.load(Ordering::SeqCst), 3);
     }
 
@@ -327,10 +348,10 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(1)).await;
             Ok(Some(4096))
         };
-        let waited = tokio::time::timeout(Duration::from_millis(100), slot.get(slow)).await;
+        let waited = tokio::time::timeout(Duration::from_millis(100), slot.get(|| slow)).await;
         assert!(waited.is_err());
         tokio::time::advance(Duration::from_secs(2)).await;
-        let again = slot.get(async { Ok(Some(1)) }).await;
+        let again = slot.get(|| async { Ok(Some(1)) }).await;
         assert_eq!(again, Some(4096));
     }
 }
