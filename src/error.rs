@@ -151,10 +151,13 @@ fn too_long_message(fit: &TooLong, attempts: &[AttemptSummary]) -> String {
         fit.window, fit.needed
     );
     if !attempts.is_empty() {
-        m.push_str(" Every member was skipped: ");
+        m.push_str(" It is too long for every member: ");
         let each: Vec<String> = attempts
             .iter()
-            .map(|a| format!("{} ({})", a.model, a.feedback.as_deref().unwrap_or("")))
+            .map(|a| {
+                let why = a.feedback.as_deref().or(a.error.as_deref());
+                format!("{} ({})", a.model, why.unwrap_or(""))
+            })
             .collect();
         m.push_str(&each.join(", "));
         m.push('.');
@@ -178,6 +181,9 @@ pub struct AttemptSummary {
     /// Why it was skipped, when it was.
     #[serde(skip)]
     pub skipped: Option<TooLong>,
+    /// It was called, and its server said the request is too long.
+    #[serde(skip)]
+    pub too_long: bool,
 }
 
 impl AttemptSummary {
@@ -191,6 +197,7 @@ impl AttemptSummary {
                 feedback: Some(fit.reason()),
                 error: None,
                 skipped: Some(*fit),
+                too_long: false,
             };
         }
         AttemptSummary {
@@ -199,6 +206,11 @@ impl AttemptSummary {
             feedback: None,
             error: Some(e.public_message()),
             skipped: None,
+            too_long: matches!(
+                e,
+                ModelError::Status { status: 400 | 413 | 422, message, code, .. }
+                    if is_context_length(code.as_deref(), message)
+            ),
         }
     }
 
@@ -210,6 +222,7 @@ impl AttemptSummary {
             feedback: Some(feedback.to_owned()),
             error: None,
             skipped: None,
+            too_long: false,
         }
     }
 }
@@ -268,19 +281,21 @@ impl ModelError {
     }
 
     /// Every member of `strategy` route `route` failed or was turned
-    /// down: `Exhausted`, or `TooLong` when each was skipped because the
-    /// request fits none of their context windows.
+    /// down: `Exhausted`, or `TooLong` when the request is too long for
+    /// each (skipped for its known window, or called and refused by its
+    /// server as too long; at least one skipped).
     pub fn exhausted(
         strategy: &'static str,
         members: &'static str,
         route: Arc<str>,
         attempts: Vec<AttemptSummary>,
     ) -> Self {
+        let all_too_long = attempts.iter().all(|a| a.skipped.is_some() || a.too_long);
         let largest = attempts
             .iter()
-            .map(|a| a.skipped)
-            .collect::<Option<Vec<TooLong>>>()
-            .and_then(|fits| fits.into_iter().max_by_key(|f| f.window));
+            .filter_map(|a| a.skipped)
+            .max_by_key(|f| f.window)
+            .filter(|_| all_too_long);
         match largest {
             Some(fit) => ModelError::TooLong {
                 model: route,

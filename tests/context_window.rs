@@ -67,6 +67,10 @@ tiers = ["small", "big"]
 strategy = "chain"
 tiers = ["small", "capped"]
 
+[routes.tight]
+strategy = "chain"
+tiers = ["capped", "roomy"]
+
 [routes.best]
 strategy = "race"
 candidates = ["small", "big"]
@@ -209,6 +213,16 @@ async fn a_chain_skips_a_tier_too_small_and_says_why() {
         "{e}"
     );
     assert_eq!(w.asked("small").await + w.asked("big").await, 2);
+
+    // One tier skipped, the other called and refused by its server as too
+    // long (its config claims a larger window): still a 400.
+    let r = post(&w.gw.base, &chat("tight", &long())).await;
+    let e = assert_too_long(&r, 300);
+    let attempts = e["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["verdict"], "skipped", "{e}");
+    assert_eq!(attempts[1]["model"], "roomy", "{e}");
+    assert_eq!(attempts[1]["verdict"], "error", "{e}");
+    assert_eq!(w.asked("small").await, 1, "roomy is small upstream");
 }
 
 #[tokio::test]
