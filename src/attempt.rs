@@ -73,9 +73,9 @@ struct State {
     local: bool,
     /// Times the call was sent again after the upstream's 429.
     retries: u32,
-    /// Bytes of request text, once the request was sent: a call cut
+    /// Estimated input tokens, once the request was sent: a call cut
     /// short without usage is charged an estimate from them.
-    sent: Option<usize>,
+    sent: Option<u64>,
     /// The first choice's `finish_reason`, when the answer gave one.
     finish_reason: Option<String>,
 }
@@ -172,9 +172,9 @@ impl Attempt {
         s.local = local;
     }
 
-    /// The request (with `input_bytes` of text) went to the upstream.
-    pub fn sent(&self, input_bytes: usize) {
-        self.0.state.lock().sent = Some(input_bytes);
+    /// The request (estimated at `input_tokens`) went to the upstream.
+    pub fn sent(&self, input_tokens: u64) {
+        self.0.state.lock().sent = Some(input_tokens);
     }
 
     /// The call ends without the upstream's usage (cancelled, or its

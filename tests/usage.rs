@@ -1,5 +1,6 @@
 //! Usage from upstreams that do not report it: a stream without usage is
-//! estimated (request text and streamed text, bytes / 4), marked
+//! estimated (the request as budgets count it, chat template included;
+//! the streamed text at bytes / 4), marked
 //! `usage_estimated` on the attempt, counted in `conclave_tokens_total`,
 //! and given to an `include_usage` client as the final usage chunk. The
 //! access log line carries the request's totals.
@@ -44,14 +45,15 @@ fn usage_chunk(r: &Resp) -> Value {
 #[tokio::test]
 async fn a_stream_without_usage_is_estimated_and_marked() {
     let gw = Proc::gateway(GATEWAY);
-    // 16 bytes of prompt: 4 tokens; "twelve bytes" streamed: 3 tokens.
+    // 16 bytes of prompt: 4 tokens, plus the chat template (32 per request,
+    // 7 per message): 43; "twelve bytes" streamed: 3 tokens.
     let mut body = chat_stream("quiet", "sixteen bytes!!!");
     body["stream_options"] = json!({"include_usage": true});
     let r = post(&gw.base, &body).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.text.ends_with("data: [DONE]\n\n"), "{}", r.text);
     let u = usage_chunk(&r);
-    assert_eq!(u["usage"]["prompt_tokens"], 4, "{u}");
+    assert_eq!(u["usage"]["prompt_tokens"], 43, "{u}");
     assert_eq!(u["usage"]["completion_tokens"], 3, "{u}");
     assert_eq!(u["usage"]["estimated"], true, "{u}");
     assert_eq!(u["choices"], json!([]));
@@ -78,7 +80,7 @@ async fn a_stream_without_usage_is_estimated_and_marked() {
     assert_eq!(quiet.len(), 2);
     for e in quiet {
         assert_eq!(e["usage_estimated"], true, "{e}");
-        assert_eq!(e["input_tokens"], 4, "{e}");
+        assert_eq!(e["input_tokens"], 43, "{e}");
         assert_eq!(e["output_tokens"], 3, "{e}");
     }
     let m = gw.metrics().await;

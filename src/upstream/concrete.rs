@@ -26,7 +26,7 @@ use crate::governor::rate::retry_after_secs;
 use crate::governor::{Scope, record_rejection};
 use crate::model::{Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
 use crate::telemetry::EventBody;
-use crate::wire::{ChatRequest, Endpoint, Usage, text_len};
+use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, text_len};
 
 pub struct ConcreteModel {
     pub info: Arc<ModelInfo>,
@@ -40,8 +40,8 @@ struct Outgoing {
     endpoint: Endpoint,
     body: Bytes,
     wire: Wire,
-    /// Bytes of text in the request, for a usage estimate.
-    input_bytes: usize,
+    /// The request's estimated input tokens, for a usage estimate.
+    input_tokens: u64,
 }
 
 impl ConcreteModel {
@@ -75,16 +75,18 @@ impl ConcreteModel {
                 o.insert("include_usage".into(), Value::Bool(true));
             }
         }
-        let input_bytes = ["prompt", "input"]
-            .iter()
-            .filter_map(|k| body.get(*k))
-            .map(text_len)
-            .sum();
+        let input_tokens = estimate_tokens(
+            ["prompt", "input"]
+                .iter()
+                .filter_map(|k| body.get(*k))
+                .map(text_len)
+                .sum(),
+        );
         let out = Outgoing {
             endpoint,
             body: Bytes::from(serde_json::to_vec(&body)?),
             wire: if stream { Wire::Stream } else { Wire::Whole },
-            input_bytes,
+            input_tokens,
         };
         self.call(call, out).await
     }
@@ -182,7 +184,7 @@ impl ConcreteModel {
             first,
             total,
             idle: call.idle_timeout.unwrap_or(up.stream_idle_timeout),
-            input_bytes: out.input_bytes,
+            input_tokens: out.input_tokens,
             redactor: self.info.redactor.clone(),
         };
         let resp = self.send(&call.ctx, out, &x, attempt).await?;
@@ -217,7 +219,7 @@ impl ConcreteModel {
             endpoint: Endpoint::Chat,
             body: sent.to_upstream_body(&self.info.upstream_model)?,
             wire,
-            input_bytes: req.text_bytes(),
+            input_tokens: req.billable().input,
         };
         self.call(call.clone(), out).await
     }
@@ -237,7 +239,7 @@ impl ConcreteModel {
         let up = &self.upstream;
         let mut tries = 1;
         loop {
-            attempt.sent(out.input_bytes);
+            attempt.sent(out.input_tokens);
             let ids = CallIds {
                 request_id: &ctx.upstream_id,
                 traceparent: attempt.traceparent(),

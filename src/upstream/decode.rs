@@ -54,8 +54,8 @@ pub struct Exchange {
     pub total: Instant,
     /// Longest gap between two stream events.
     pub idle: Duration,
-    /// Bytes of text in the request, for a usage estimate.
-    pub input_bytes: usize,
+    /// The request's estimated input tokens, for a usage estimate.
+    pub input_tokens: u64,
     pub redactor: Arc<Redactor>,
 }
 
@@ -230,7 +230,7 @@ pub async fn whole(
                     .iter()
                     .map(|t| t.arguments.len())
                     .sum::<usize>();
-            attempt.set_usage(Usage::estimate(x.input_bytes, output));
+            attempt.set_usage(Usage::estimate(x.input_tokens, output));
         }
         attempt.add_summary(&out.render());
     }
@@ -338,7 +338,7 @@ impl Relay {
         self.permit = None;
         if !self.attempt.has_usage() {
             // The upstream ignored `include_usage`: estimate, and say so.
-            let estimate = Usage::estimate(self.x.input_bytes, self.output_bytes);
+            let estimate = Usage::estimate(self.x.input_tokens, self.output_bytes);
             self.attempt.set_usage(estimate);
         }
         self.attempt.finish();

@@ -315,10 +315,12 @@ pub fn estimate_tokens(bytes: usize) -> u64 {
 }
 
 impl Usage {
-    /// An estimate from the request's text and the answer's text.
-    pub fn estimate(input_bytes: usize, output_bytes: usize) -> Self {
+    /// An estimate from the request's estimated input tokens (as budgets
+    /// count them: text, fields that reach the prompt, the chat template)
+    /// and the answer's text.
+    pub fn estimate(input_tokens: u64, output_bytes: usize) -> Self {
         Usage {
-            prompt_tokens: estimate_tokens(input_bytes),
+            prompt_tokens: input_tokens,
             completion_tokens: estimate_tokens(output_bytes),
             estimated: true,
         }
