@@ -2,9 +2,9 @@
 //! decorator opens one per call and fills in what it sees (first token,
 //! usage, failure); strategies set the verdict. When its last handle drops
 //! the attempt is complete, and its [`AttemptRecord`] goes to the request's
-//! [`AttemptSink`]s exactly once (telemetry now; budgets and the store
-//! later), so a strategy's verdict and a stream's final usage are both in
-//! it and no strategy does bookkeeping of its own.
+//! [`AttemptSink`](crate::sink::AttemptSink)s exactly once (telemetry, and
+//! a key's budget ticket), so a strategy's verdict and a stream's final
+//! usage are both in it and no strategy does bookkeeping of its own.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -16,38 +16,11 @@ use tokio::time::Instant;
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict, Warm};
-use crate::redact::Redactor;
+use crate::sink::{AttemptRecord, AttemptSpan, ModelInfo};
 use crate::wire::Usage;
 
 /// Output summaries in the event log stop at this many characters.
 pub const SUMMARY_CHARS: usize = 200;
-
-/// What the config says about a concrete model.
-#[derive(Debug)]
-pub struct ModelInfo {
-    /// The config name (`[models.NAME]`).
-    pub name: Arc<str>,
-    pub upstream: Arc<str>,
-    /// The name sent upstream.
-    pub upstream_model: String,
-    pub input_per_mtok: f64,
-    pub output_per_mtok: f64,
-    /// Input tokens one image is estimated at.
-    pub image_tokens: u64,
-    /// The context window the config gives (it wins over the server's).
-    pub context_window: Option<u64>,
-    /// The config's secrets, kept out of everything this model's upstream
-    /// says (errors are redacted where they are made, summaries here).
-    pub redactor: Arc<Redactor>,
-}
-
-impl ModelInfo {
-    pub fn cost(&self, usage: &Usage) -> f64 {
-        (usage.prompt_tokens as f64 * self.input_per_mtok
-            + usage.completion_tokens as f64 * self.output_per_mtok)
-            / 1_000_000.0
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -121,7 +94,7 @@ impl Attempt {
             index,
             wait_slot,
             started,
-            started_at: SystemTime::now(),
+            started_at: ctx.clock.now(),
             span,
             state: Mutex::new(State {
                 ended: None,
@@ -234,7 +207,7 @@ impl Attempt {
 
     /// Whether the summary still wants text (only when events are logged).
     pub fn wants_summary(&self) -> bool {
-        self.0.ctx.telemetry.events_enabled() && self.0.state.lock().summary.len() < SUMMARY_CHARS
+        self.0.ctx.events_enabled() && self.0.state.lock().summary.len() < SUMMARY_CHARS
     }
 
     pub fn add_summary(&self, text: &str) {
@@ -292,54 +265,6 @@ impl Attempt {
     }
 }
 
-/// An attempt's span id, and the id of the span it belongs under.
-#[derive(Debug, Clone, Copy)]
-pub struct AttemptSpan {
-    pub id: SpanId,
-    pub parent: SpanId,
-}
-
-/// A finished attempt, as the sinks see it.
-pub struct AttemptRecord {
-    pub ctx: Arc<RequestCtx>,
-    pub model: Arc<ModelInfo>,
-    pub role: Role,
-    /// 1-based number of the call within its request.
-    pub index: u32,
-    /// Wall-clock start, for the event's `ts`.
-    pub started_at: SystemTime,
-    pub duration: Duration,
-    pub ttft: Option<Duration>,
-    pub warm: Warm,
-    pub verdict: Verdict,
-    pub feedback: Option<String>,
-    /// The error's kind (a bounded label) and text (secrets removed).
-    pub error: Option<(&'static str, String)>,
-    pub usage: Option<Usage>,
-    /// From the model's price, when there is usage.
-    pub cost_usd: Option<f64>,
-    /// The first characters of the answer, secrets removed.
-    pub summary: String,
-    /// On a local lane: the time the call waited for it.
-    pub queued: Option<Duration>,
-    /// On a local lane: output tokens per second of generation (from the
-    /// first token to the last; the whole call for a whole answer).
-    pub tokens_per_second: Option<f64>,
-    /// Times the call was sent again after the upstream's 429.
-    pub retries: u32,
-    /// The first choice's `finish_reason`, when the answer gave one.
-    pub finish_reason: Option<String>,
-    /// The time the call waited for its lane (any lane), before `duration`.
-    pub waited: Duration,
-    /// Its span, when the request is traced.
-    pub span: Option<AttemptSpan>,
-}
-
-/// Something that takes every finished attempt of a request.
-pub trait AttemptSink: Send + Sync {
-    fn record(&self, attempt: &AttemptRecord);
-}
-
 impl Drop for Cell {
     fn drop(&mut self) {
         let s = self.state.get_mut();
@@ -370,7 +295,8 @@ impl Drop for Cell {
             .filter(|u| s.local && u.completion_tokens > 0 && !generation.is_zero())
             .map(|u| u.completion_tokens as f64 / generation.as_secs_f64());
         let record = AttemptRecord {
-            ctx: self.ctx.clone(),
+            who: self.ctx.who(),
+            trace: self.ctx.trace.clone(),
             model: self.model.clone(),
             role: self.role,
             index: self.index,

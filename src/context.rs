@@ -4,15 +4,17 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
+use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::attempt::AttemptSink;
-use crate::telemetry::Telemetry;
-use crate::telemetry::trace::TraceCtx;
+use crate::clock::{Clock, ago};
+pub use crate::sink::Totals;
+use crate::sink::{AttemptSink, EventSink, Metrics, Reporters, RequestEnd, Who};
+use crate::span::TraceCtx;
 
 /// What the client asked of conclave itself, from the `x-conclave-*`
 /// headers (read once, in `api::options`).
@@ -26,16 +28,6 @@ pub struct Options {
     pub confirm: bool,
     /// The client's W3C `traceparent` (and `tracestate`), when valid.
     pub trace_parent: Option<opentelemetry::trace::SpanContext>,
-}
-
-/// A request's running usage over all its attempts.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Totals {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cost_usd: f64,
-    /// At least one attempt's usage was estimated.
-    pub estimated: bool,
 }
 
 pub struct RequestCtx {
@@ -54,9 +46,14 @@ pub struct RequestCtx {
     pub started: Instant,
     /// `server.request_timeout` after `started`; upstream calls end by then.
     pub deadline: Instant,
-    pub telemetry: Arc<Telemetry>,
+    /// Where the request's events go.
+    events: Arc<dyn EventSink>,
+    /// The gateway instance's metrics recorder.
+    pub metrics: Metrics,
+    /// The gateway instance's wall clock.
+    pub clock: Clock,
     /// Where finished attempts go: telemetry, then whatever else the
-    /// request was opened with (budgets, the store).
+    /// request was opened with (a key's budget ticket).
     sinks: Vec<Arc<dyn AttemptSink>>,
     /// Cancelled when shutdown's grace period is over: the request ends.
     pub shutdown: CancellationToken,
@@ -85,7 +82,7 @@ impl RequestCtx {
         strategy: &'static str,
         key: Arc<str>,
         timeout: Duration,
-        telemetry: Arc<Telemetry>,
+        reporters: Reporters,
         shutdown: CancellationToken,
     ) -> Self {
         let started = Instant::now();
@@ -101,8 +98,10 @@ impl RequestCtx {
             key,
             started,
             deadline: started + timeout,
-            sinks: vec![telemetry.clone() as Arc<dyn AttemptSink>],
-            telemetry,
+            sinks: vec![reporters.attempts],
+            events: reporters.events,
+            metrics: reporters.metrics,
+            clock: Clock::system(),
             shutdown,
             attempts: AtomicU32::new(0),
             totals: Mutex::new(Totals::default()),
@@ -112,6 +111,56 @@ impl RequestCtx {
             first_token: OnceLock::new(),
             trace: None,
         }
+    }
+
+    /// Which request this is, as records name it.
+    pub fn who(&self) -> Who {
+        Who {
+            request_id: self.id.clone(),
+            route: self.route.clone(),
+            strategy: self.strategy,
+            key: self.key.clone(),
+        }
+    }
+
+    /// Whether events are kept (else callers skip building them).
+    pub fn events_enabled(&self) -> bool {
+        self.events.events_enabled()
+    }
+
+    /// Queues one event of this request, stamped `at`.
+    pub fn emit_at(&self, event: &'static str, fields: Map<String, Value>, at: SystemTime) {
+        self.events.emit(&self.id, &self.route, event, fields, at);
+    }
+
+    /// Queues one event of this request, stamped now.
+    pub fn emit(&self, event: &'static str, fields: Map<String, Value>) {
+        self.emit_at(event, fields, self.clock.now());
+    }
+
+    /// The request, finished now with `status` (the HTTP status,
+    /// `stream_error`, or `499`), as telemetry records it.
+    pub fn end(&self, status: &'static str) -> RequestEnd {
+        let now = Instant::now();
+        let wall = now - self.started;
+        RequestEnd {
+            who: self.who(),
+            status,
+            started_at: ago(&self.clock, wall),
+            wall,
+            overhead: wall.saturating_sub(self.upstream_wait(now)),
+            ttft: self.ttft(),
+            totals: self.totals(),
+            attempts: self.attempts(),
+            access_log: self.access_log,
+            trace: self.trace.clone(),
+        }
+    }
+
+    /// Reads wall time from `clock` (the instance's).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub fn with_trace(mut self, trace: Option<TraceCtx>) -> Self {
@@ -222,7 +271,7 @@ pub(crate) fn test_ctx() -> RequestCtx {
         "chain",
         "k".into(),
         Duration::from_secs(60),
-        Telemetry::for_tests(),
+        Reporters::none(),
         CancellationToken::new(),
     )
 }

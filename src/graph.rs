@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::attempt::ModelInfo;
 use crate::config::{Config, Resolve, Route, Unresolved};
 use crate::model::ChatModel;
 use crate::redact::Redactor;
+use crate::sink::{Metrics, ModelInfo};
 use crate::store::Store;
 use crate::strategy::passthrough::Passthrough;
 use crate::upstream::{ConcreteModel, Upstream};
@@ -56,8 +56,12 @@ pub enum BuildError {
 
 impl Graph {
     /// The graph of `config`; strategies that keep records (arenas) keep
-    /// them in `store`.
-    pub fn build(config: &Config, store: &Arc<Store>) -> Result<Graph, BuildError> {
+    /// them in `store`; upstreams record their metrics to `metrics`.
+    pub fn build(
+        config: &Config,
+        store: &Arc<Store>,
+        metrics: &Metrics,
+    ) -> Result<Graph, BuildError> {
         let mut upstreams = HashMap::new();
         for (name, u) in &config.upstreams {
             let models = config
@@ -67,9 +71,11 @@ impl Graph {
                 .map(|(n, m)| (m.upstream_model.clone(), Arc::from(n.as_str())))
                 .collect();
             let built =
-                Upstream::from_config(name, u, models).map_err(|source| BuildError::Client {
-                    name: name.clone(),
-                    source,
+                Upstream::from_config(name, u, models, metrics.clone()).map_err(|source| {
+                    BuildError::Client {
+                        name: name.clone(),
+                        source,
+                    }
                 })?;
             upstreams.insert(name.as_str(), Arc::new(built));
         }

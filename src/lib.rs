@@ -56,6 +56,8 @@ pub mod model;
 pub mod redact;
 mod reload;
 pub mod server;
+pub mod sink;
+pub mod span;
 pub mod store;
 pub mod strategy;
 pub mod stream;
@@ -70,6 +72,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::api::{AppState, Gateway, Shared};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::governor::Governor;
 use crate::graph::BuildError;
@@ -111,8 +114,16 @@ pub struct Prepared {
 }
 
 /// Opens what the gateway needs: traces, the event log, the state store
-/// and the governor's spend, and builds the first state from `config`.
+/// and the governor's spend, and builds the first state from `config`,
+/// on the system's clock.
 pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
+    prepare_with(config, Clock::system())
+}
+
+/// [`prepare`] on `clock` (a test's, which paused tokio time drives).
+/// Each prepared gateway has its own metrics recorder, event log and
+/// store, so several can run in one process.
+pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError> {
     let tracer = match &config.telemetry.otlp_endpoint {
         Some(endpoint) => Some(telemetry::trace::Tracer::new(
             &config.telemetry,
@@ -133,16 +144,18 @@ pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
         }
     })?;
     let (store, persisted) = match config.server.state_path.as_deref() {
-        Some(path) => (Arc::new(store::Store::open(path)?), true),
-        None => (Arc::new(store::Store::in_memory()?), false),
+        Some(path) => (Arc::new(store::Store::open(path, clock)?), true),
+        None => (Arc::new(store::Store::in_memory(clock)?), false),
     };
-    let governor = Governor::open(persisted.then(|| store.clone()))?;
+    let metrics = telemetry.metrics.clone();
+    let governor = Governor::open(persisted.then(|| store.clone()), clock, metrics)?;
     governor.start_flushing();
     let shared = Shared {
         telemetry,
         governor,
         store,
-        started_at: clock::unix_secs(),
+        started_at: clock.unix_secs(),
+        clock,
     };
     let gateway = Arc::new(Gateway::new(AppState::new(&config, &shared)?));
     Ok(Prepared {

@@ -92,20 +92,21 @@ enum Command {
 
 /// `check --probe`: one line per upstream, what it answered.
 async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
-    let store = match conclave::store::Store::in_memory() {
+    let store = match conclave::store::Store::in_memory(conclave::clock::Clock::system()) {
         Ok(s) => std::sync::Arc::new(s),
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    let graph = match conclave::graph::Graph::build(config, &store) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let graph =
+        match conclave::graph::Graph::build(config, &store, &conclave::sink::Metrics::noop()) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
     let checks = graph
         .upstreams
         .iter()

@@ -23,7 +23,7 @@ use crate::attempt::Attempt;
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::Role;
-use crate::telemetry::trace::Phase;
+use crate::span::Phase;
 use crate::wire::{AssistantOutput, ChatRequest, MAX_RESPONSE, NotAnAnswer, Usage, UsageField};
 
 /// Anything that answers a chat request: a concrete model or a strategy.
@@ -200,7 +200,7 @@ impl Call {
         match &self.ctx.trace {
             None => (None, self.clone()),
             Some(t) => {
-                let phase = Phase::start(t, self.span, name);
+                let phase = Phase::start(t, self.span, name, self.ctx.clock.now());
                 let call = Call {
                     span: Some(phase.id()),
                     ..self.clone()

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use axum::Json;
 use axum::body::Body;
@@ -18,7 +17,6 @@ use serde_json::{Map, Value, json};
 use super::Gateway;
 use super::error::ApiError;
 use super::request::{admit, finish_response, request_id};
-use crate::clock::unix_secs_i64;
 use crate::store::arena::Closed;
 use crate::strategy::arena::board::{Standing, leaderboard as rank};
 use crate::strategy::arena::pick::Pick;
@@ -35,7 +33,7 @@ pub async fn vote(
 ) -> Response {
     let rid = request_id(&headers);
     let resp = cast(&gw, &id, &headers, body, &rid).await;
-    finish_response(resp, &rid)
+    finish_response(&gw, resp, &rid)
 }
 
 /// A store failure: the detail (a path, SQLite's words) goes to the log,
@@ -80,7 +78,7 @@ async fn cast(
     }
     // With keys, only the key that asked may vote.
     let key = (!app.keys.is_empty()).then(|| caller.name.to_string());
-    let now = unix_secs_i64();
+    let now = app.store.clock().unix_secs_i64();
     let (store, owned) = (app.store.clone(), id.to_owned());
     let closed = tokio::task::spawn_blocking(move || {
         store.close_arena(&owned, pick.as_str(), key.as_deref(), now)
@@ -113,12 +111,14 @@ async fn cast(
     // Label values from the config only: a contestant since removed from
     // it is still named by the store, so it is left out of the metric.
     let known = app.arenas.get(&arena.route);
-    for (model, outcome) in outcomes {
-        if known.is_some_and(|c| c.iter().any(|m| m == model)) {
-            counter!(ARENA_VOTES, "route" => arena.route.clone(), "model" => (*model).to_owned(), "outcome" => *outcome)
-                .increment(1);
+    app.telemetry.metrics.scope(|| {
+        for (model, outcome) in outcomes {
+            if known.is_some_and(|c| c.iter().any(|m| m == model)) {
+                counter!(ARENA_VOTES, "route" => arena.route.clone(), "model" => (*model).to_owned(), "outcome" => *outcome)
+                    .increment(1);
+            }
         }
-    }
+    });
     let mut f = Map::new();
     f.insert("arena_id".into(), Value::from(id));
     f.insert("pick".into(), Value::from(pick.as_str()));
@@ -131,7 +131,7 @@ async fn cast(
         arena.route.as_str().into(),
         "arena_vote",
         EventBody::Fields(f),
-        SystemTime::now(),
+        app.store.clock().now(),
     ));
     Ok(Json(json!({
         "object": "arena.vote",

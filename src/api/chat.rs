@@ -26,7 +26,7 @@ pub async fn chat_completions(
 ) -> Response {
     let id = request_id(&headers);
     let resp = handle(&gw, &headers, body, &id).await;
-    finish_response(resp, &id)
+    finish_response(&gw, resp, &id)
 }
 
 /// Reads the body as a `ChatRequest`, with OpenAI-style messages that say

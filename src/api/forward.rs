@@ -30,7 +30,7 @@ pub async fn completions(
 ) -> Response {
     let id = request_id(&headers);
     let resp = forward(&gw, &headers, body, &id, Endpoint::Completions).await;
-    finish_response(resp, &id)
+    finish_response(&gw, resp, &id)
 }
 
 pub async fn embeddings(
@@ -40,7 +40,7 @@ pub async fn embeddings(
 ) -> Response {
     let id = request_id(&headers);
     let resp = forward(&gw, &headers, body, &id, Endpoint::Embeddings).await;
-    finish_response(resp, &id)
+    finish_response(&gw, resp, &id)
 }
 
 /// `POST /v1/responses`: not served, and says what to use instead.

@@ -31,6 +31,7 @@ use axum::http::{Method, Uri};
 use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::config::{Config, Route};
 use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
@@ -52,6 +53,8 @@ pub struct Shared {
     pub store: Arc<Store>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
+    /// The instance's wall clock.
+    pub clock: Clock,
 }
 
 /// What every handler shares for one generation of the config; read-only.
@@ -67,6 +70,7 @@ pub struct AppState {
     pub access_log: bool,
     pub telemetry: Arc<Telemetry>,
     pub store: Arc<Store>,
+    pub clock: Clock,
     /// Arena routes and their contestants, for votes and the leaderboard.
     pub arenas: IndexMap<String, Vec<String>>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
@@ -79,7 +83,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: &Config, shared: &Shared) -> Result<Self, BuildError> {
-        let graph = Graph::build(config, &shared.store)?;
+        let graph = Graph::build(config, &shared.store, &shared.telemetry.metrics)?;
         for probe in graph.upstreams.iter().filter_map(|u| u.probe.as_ref()) {
             probe.start_polling();
         }
@@ -94,6 +98,7 @@ impl AppState {
             access_log: config.server.access_log,
             telemetry: shared.telemetry.clone(),
             store: shared.store.clone(),
+            clock: shared.clock,
             arenas: config
                 .routes
                 .iter()

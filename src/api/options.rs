@@ -28,7 +28,7 @@ pub fn read(headers: &HeaderMap) -> Result<Options, ApiError> {
             Some("yes" | "true" | "1") => true,
             Some(_) => return Err(bad(CONFIRM, "must be `yes` or `no`")),
         },
-        trace_parent: crate::telemetry::trace::remote_parent(headers),
+        trace_parent: crate::span::remote_parent(headers),
     })
 }
 

@@ -25,19 +25,22 @@ use crate::error::ModelError;
 use crate::governor::{RateHeaders, record_rejection};
 use crate::graph::Node;
 use crate::model::{CallSize, Reply};
-use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, record_request, status_label};
+use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, Telemetry, status_label};
 use crate::wire::billing::Billable;
 
 /// The response of a handler that may have failed before its route was
 /// known (counted under `route="unknown"`), with the request id.
-pub fn finish_response(resp: Result<Response, ApiError>, id: &str) -> Response {
+pub fn finish_response(gw: &Gateway, resp: Result<Response, ApiError>, id: &str) -> Response {
     let mut resp = match resp {
         Ok(r) => r,
         Err(e) => {
             // A key's 429 was recorded under its route when it was opened.
             if !matches!(e, ApiError::Governed(_)) {
-                counter!(REQUESTS_TOTAL, "route" => "unknown", "strategy" => "none", "status" => status_label(e.status().as_u16()))
-                    .increment(1);
+                let status = status_label(e.status().as_u16());
+                gw.state().telemetry.metrics.scope(|| {
+                    counter!(REQUESTS_TOTAL, "route" => "unknown", "strategy" => "none", "status" => status)
+                        .increment(1);
+                });
             }
             e.into_response()
         }
@@ -149,15 +152,16 @@ pub fn open(
         node.strategy,
         caller.name,
         app.request_timeout,
-        app.telemetry.clone(),
+        app.telemetry.reporters(),
         gw.hard.clone(),
     )
     .with_access_log(app.access_log)
+    .with_clock(app.clock)
     .with_trace(
         app.telemetry
             .tracer
             .as_ref()
-            .and_then(|t| t.start(options.trace_parent.as_ref())),
+            .and_then(|t| t.start(options.trace_parent.as_ref(), app.clock.now())),
     )
     .with_options(options);
     let mut limits = RateHeaders::default();
@@ -173,7 +177,7 @@ pub fn open(
         Err(r) => Some(r),
     };
     let ctx = Arc::new(ctx);
-    let mut guard = RequestGuard::new(ctx.clone());
+    let mut guard = RequestGuard::new(ctx.clone(), app.telemetry.clone());
     if let Some(r) = rejected {
         let retry = r.retry_after.map_or(Value::Null, Value::from);
         record_rejection(&ctx, r.scope, r.limit, r.asked, &[("retry_after_s", retry)]);
@@ -234,13 +238,20 @@ pub async fn bounded(
 /// without a status, the client went away first (`499`).
 pub struct RequestGuard {
     ctx: Arc<RequestCtx>,
+    telemetry: Arc<Telemetry>,
     status: Option<&'static str>,
 }
 
 impl RequestGuard {
-    pub fn new(ctx: Arc<RequestCtx>) -> Self {
-        gauge!(INFLIGHT_REQUESTS, "route" => ctx.route.clone()).increment(1.0);
-        RequestGuard { ctx, status: None }
+    pub fn new(ctx: Arc<RequestCtx>, telemetry: Arc<Telemetry>) -> Self {
+        let route = ctx.route.clone();
+        ctx.metrics
+            .scope(|| gauge!(INFLIGHT_REQUESTS, "route" => route).increment(1.0));
+        RequestGuard {
+            ctx,
+            telemetry,
+            status: None,
+        }
     }
 
     pub fn ctx(&self) -> &Arc<RequestCtx> {
@@ -254,7 +265,11 @@ impl RequestGuard {
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
-        gauge!(INFLIGHT_REQUESTS, "route" => self.ctx.route.clone()).decrement(1.0);
-        record_request(&self.ctx, self.status.unwrap_or("499"));
+        let route = self.ctx.route.clone();
+        self.ctx
+            .metrics
+            .scope(|| gauge!(INFLIGHT_REQUESTS, "route" => route).decrement(1.0));
+        let end = self.ctx.end(self.status.unwrap_or("499"));
+        self.telemetry.record_request(&end);
     }
 }

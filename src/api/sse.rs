@@ -368,7 +368,8 @@ mod tests {
 
     fn client(inner: ChunkStream) -> ClientStream {
         let ctx = crate::context::test_ctx();
-        ClientStream::new(inner, false, RequestGuard::new(Arc::new(ctx)))
+        let telemetry = crate::telemetry::Telemetry::for_tests();
+        ClientStream::new(inner, false, RequestGuard::new(Arc::new(ctx), telemetry))
     }
 
     async fn writes(mut s: ClientStream) -> Vec<String> {

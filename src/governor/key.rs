@@ -12,6 +12,7 @@ use super::budget::{self, Budget, Daily, Over};
 use super::rate::{Denied, PerMinute, Standing, openai_duration, retry_after_secs};
 use super::ticket::Ticket;
 use super::{Rejection, Scope};
+use crate::clock::Clock;
 use crate::config::KeyLimits;
 use crate::model::Spend;
 use crate::telemetry::BUDGET_REMAINING;
@@ -24,6 +25,8 @@ pub struct KeyGov {
     pub(super) budget: Arc<Budget>,
     /// `conclave_budget_remaining_tokens` for this key, looked up once.
     remaining: Option<Gauge>,
+    /// The instance's wall clock: what "today" is.
+    pub(super) clock: Clock,
 }
 
 /// What an admitted request carries: the figures for its response's
@@ -72,20 +75,29 @@ impl RateHeaders {
 }
 
 impl KeyGov {
-    pub(super) fn new(name: &str, limits: KeyLimits, budget: Arc<Budget>) -> Self {
-        let key = KeyGov {
+    pub(super) fn new(name: &str, limits: KeyLimits, budget: Arc<Budget>, clock: Clock) -> Self {
+        KeyGov {
             name: name.into(),
             limits,
             rpm: limits.rpm.and_then(PerMinute::new),
             tpm: limits.tpm.and_then(PerMinute::new),
             budget,
-            remaining: limits
-                .daily_tokens
-                .map(|_| gauge!(BUDGET_REMAINING, "key" => Arc::<str>::from(name))),
-        };
-        let today = budget::utc_day(SystemTime::now());
-        key.show_remaining(key.budget.standing(today).spent);
-        key
+            remaining: None,
+            clock,
+        }
+    }
+
+    /// The key with its remaining-budget gauge (when it has a daily token
+    /// budget), registered on the current recorder and set to today's.
+    pub(super) fn with_gauge(mut self) -> Self {
+        let name = self.name.clone();
+        self.remaining = self
+            .limits
+            .daily_tokens
+            .map(|_| gauge!(BUDGET_REMAINING, "key" => name));
+        let today = budget::utc_day(self.clock.now());
+        self.show_remaining(self.budget.standing(today).spent);
+        self
     }
 
     /// Lets a request that may spend `estimate` in, or says why not.
@@ -97,7 +109,7 @@ impl KeyGov {
         capped: bool,
     ) -> Result<Admission, Box<Rejection>> {
         let mut headers = RateHeaders::default();
-        let now = SystemTime::now();
+        let now = self.clock.now();
         let today = budget::utc_day(now);
         let budgeted = self.daily() != Daily::default();
         // What can never fit is refused before any limit is spent on it.

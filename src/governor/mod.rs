@@ -18,18 +18,20 @@ mod ticket;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use dashmap::DashMap;
 use metrics::counter;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
+use crate::clock::Clock;
 use crate::config::KeyLimits;
 use crate::context::RequestCtx;
 use crate::model::Spend;
+use crate::sink::Metrics;
 use crate::store::{SpendRow, Store, StoreError};
-use crate::telemetry::{EventBody, GOVERNOR_REJECTIONS};
+use crate::telemetry::GOVERNOR_REJECTIONS;
 use budget::{Budget, Daily};
 pub use key::{Admission, KeyGov, RateHeaders};
 pub use ticket::Ticket;
@@ -85,8 +87,11 @@ pub fn record_rejection(
     asked: f64,
     extra: &[(&str, Value)],
 ) {
-    counter!(GOVERNOR_REJECTIONS, "key" => ctx.key.clone(), "scope" => scope.label()).increment(1);
-    if !ctx.telemetry.events_enabled() {
+    ctx.metrics.scope(|| {
+        counter!(GOVERNOR_REJECTIONS, "key" => ctx.key.clone(), "scope" => scope.label())
+            .increment(1);
+    });
+    if !ctx.events_enabled() {
         return;
     }
     let mut f = Map::new();
@@ -97,12 +102,7 @@ pub fn record_rejection(
     for (k, v) in extra {
         f.insert((*k).into(), v.clone());
     }
-    ctx.telemetry.emit(
-        ctx,
-        "governor_rejection",
-        EventBody::Fields(f),
-        SystemTime::now(),
-    );
+    ctx.emit("governor_rejection", f);
 }
 
 pub struct Governor {
@@ -115,15 +115,23 @@ pub struct Governor {
     /// One flush at a time, from taking the figures to saving them, so an
     /// older total never overwrites a newer one.
     flushing: Mutex<()>,
+    /// The instance's wall clock: what "today" is.
+    clock: Clock,
+    /// The instance's recorder (keys' remaining-budget gauges).
+    metrics: Metrics,
 }
 
 impl Governor {
     /// A governor whose spend lives in `store` (today's is loaded now),
     /// or in memory only.
-    pub fn open(store: Option<Arc<Store>>) -> Result<Arc<Governor>, StoreError> {
+    pub fn open(
+        store: Option<Arc<Store>>,
+        clock: Clock,
+        metrics: Metrics,
+    ) -> Result<Arc<Governor>, StoreError> {
         let budgets = DashMap::new();
         if let Some(s) = &store {
-            let today = budget::utc_day(SystemTime::now());
+            let today = budget::utc_day(clock.now());
             for row in s.spend_on(&budget::day_name(today))? {
                 let spent = Spend {
                     tokens: row.tokens,
@@ -140,13 +148,15 @@ impl Governor {
             budgets,
             keys: Mutex::new(HashMap::new()),
             flushing: Mutex::new(()),
+            clock,
+            metrics,
         }))
     }
 
     /// The governors of a config's keys, by name: the running one when its
     /// limits are unchanged, else a new one on the same budget.
     pub fn keys(&self, keys: &[(String, KeyLimits)]) -> HashMap<String, Arc<KeyGov>> {
-        let today = budget::utc_day(SystemTime::now());
+        let today = budget::utc_day(self.clock.now());
         let mut current = self.keys.lock();
         let next: HashMap<String, Arc<KeyGov>> = keys
             .iter()
@@ -158,7 +168,8 @@ impl Governor {
                         .entry(name.clone())
                         .or_insert_with(|| Arc::new(Budget::new(name, today, Spend::default())))
                         .clone();
-                    Arc::new(KeyGov::new(name, *limits, budget))
+                    let key = KeyGov::new(name, *limits, budget, self.clock);
+                    Arc::new(self.metrics.scope(|| key.with_gauge()))
                 });
                 (name.clone(), gov)
             })
@@ -218,8 +229,8 @@ impl Governor {
 /// A key's limits and where its budget stands today, for
 /// `GET /v1/keys/usage`.
 pub fn usage_of(key: &KeyGov) -> Value {
-    let today = budget::utc_day(SystemTime::now());
-    let s = key.budget.standing(today);
+    let now = key.clock.now();
+    let s = key.budget.standing(budget::utc_day(now));
     let l = key.limits;
     let Daily { tokens, cost_usd } = key.daily();
     // Dollars to a billionth: sums of prices carry float noise.
@@ -242,7 +253,7 @@ pub fn usage_of(key: &KeyGov) -> Value {
             "tokens": tokens.map(|t| t.saturating_sub(s.spent.tokens.saturating_add(s.reserved.tokens))),
             "cost_usd": cost_usd.map(|c| usd((c - s.spent.cost_usd - s.reserved.cost_usd).max(0.0))),
         },
-        "resets_in_seconds": budget::until_day_ends(SystemTime::now()).as_secs(),
+        "resets_in_seconds": budget::until_day_ends(now).as_secs(),
     })
 }
 
@@ -252,7 +263,7 @@ mod tests {
 
     #[test]
     fn a_reload_keeps_rate_state_while_limits_stay_and_spend_always() {
-        let g = Governor::open(None).unwrap();
+        let g = Governor::open(None, Clock::system(), Metrics::noop()).unwrap();
         let limits = KeyLimits {
             rpm: Some(10),
             daily_tokens: Some(1000),

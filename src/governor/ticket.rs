@@ -8,14 +8,13 @@
 //! (or refunds what it overestimated).
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
 use super::budget::utc_day;
 use super::key::KeyGov;
-use crate::attempt::{AttemptRecord, AttemptSink};
 use crate::model::Spend;
+use crate::sink::{AttemptRecord, AttemptSink};
 
 pub struct Ticket {
     key: Arc<KeyGov>,
@@ -63,7 +62,7 @@ impl AttemptSink for Ticket {
             };
             release
         };
-        let today = utc_day(SystemTime::now());
+        let today = utc_day(self.key.clock.now());
         let now_spent = self.key.budget.settle(release, spent, today);
         self.key.show_remaining(now_spent);
     }
@@ -74,7 +73,7 @@ impl Drop for Ticket {
         let s = self.state.get_mut();
         self.key
             .budget
-            .settle(s.held, Spend::default(), utc_day(SystemTime::now()));
+            .settle(s.held, Spend::default(), utc_day(self.key.clock.now()));
         self.key.correct_tpm(self.taken, s.spent);
     }
 }

@@ -129,7 +129,7 @@ impl Answer {
             legacy: false,
             id: format!("chatcmpl-mock-{n}"),
             model: model.to_owned(),
-            created: crate::clock::unix_secs(),
+            created: crate::clock::Clock::system().unix_secs(),
             tokens,
             tool_call,
             finish_reason: b

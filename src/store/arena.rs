@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn an_arena_closes_once_for_its_own_key_before_it_expires() {
-        let s = Store::in_memory().unwrap();
+        let s = Store::in_memory(crate::clock::Clock::system()).unwrap();
         s.open_arena(&arena("one", 1000)).unwrap();
         s.open_arena(&arena("old", 150)).unwrap();
         assert_eq!(

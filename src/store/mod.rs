@@ -20,6 +20,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use rusqlite::Connection;
 
+use crate::clock::Clock;
+
 /// The schema, one step per version; step `i` takes version `i` to `i + 1`.
 /// Steps are only ever appended.
 const MIGRATIONS: &[&str] = &[
@@ -81,29 +83,31 @@ pub enum StoreError {
 pub struct Store {
     path: PathBuf,
     pub(crate) conn: Mutex<Connection>,
+    /// The gateway instance's clock: what "now" is for expiry and days.
+    clock: Clock,
 }
 
 impl Store {
     /// Opens (creating if needed) and migrates the store at `path`.
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
+    pub fn open(path: &Path, clock: Clock) -> Result<Store, StoreError> {
         let conn = Connection::open(path).map_err(|source| StoreError::Sqlite {
             path: path.display().to_string(),
             source,
         })?;
-        Store::migrate(conn, path)
+        Store::migrate(conn, path, clock)
     }
 
     /// A store that lives as long as the process (no `state_path`).
-    pub fn in_memory() -> Result<Store, StoreError> {
+    pub fn in_memory(clock: Clock) -> Result<Store, StoreError> {
         let path = Path::new(":memory:");
         let conn = Connection::open_in_memory().map_err(|source| StoreError::Sqlite {
             path: path.display().to_string(),
             source,
         })?;
-        Store::migrate(conn, path)
+        Store::migrate(conn, path, clock)
     }
 
-    fn migrate(mut conn: Connection, path: &Path) -> Result<Store, StoreError> {
+    fn migrate(mut conn: Connection, path: &Path, clock: Clock) -> Result<Store, StoreError> {
         let err = |source| StoreError::Sqlite {
             path: path.display().to_string(),
             source,
@@ -133,18 +137,24 @@ impl Store {
         // Arenas nobody voted on before they expired are of no more use.
         tx.execute(
             "DELETE FROM arena WHERE outcome IS NULL AND expires <= ?1",
-            [crate::clock::unix_secs_i64()],
+            [clock.unix_secs_i64()],
         )
         .map_err(err)?;
         tx.commit().map_err(err)?;
         Ok(Store {
             path: path.to_owned(),
             conn: Mutex::new(conn),
+            clock,
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The instance's clock, which the store's records are dated by.
+    pub fn clock(&self) -> Clock {
+        self.clock
     }
 
     pub(crate) fn err(&self, source: rusqlite::Error) -> StoreError {
@@ -163,7 +173,7 @@ mod tests {
     fn created_migrated_saved_and_read_back_after_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let store = Store::open(&path).unwrap();
+        let store = Store::open(&path, Clock::system()).unwrap();
         let row = |key: &str, day: &str, tokens| SpendRow {
             key: key.into(),
             day: day.into(),
@@ -175,7 +185,7 @@ mod tests {
             .unwrap();
         store.save_spend(&[row("a", "2026-11-23", 9)]).unwrap();
         drop(store);
-        let store = Store::open(&path).unwrap();
+        let store = Store::open(&path, Clock::system()).unwrap();
         assert_eq!(
             store.spend_on("2026-11-23").unwrap(),
             vec![row("a", "2026-11-23", 9)]
@@ -190,7 +200,10 @@ mod tests {
         let conn = Connection::open(&path).unwrap();
         conn.pragma_update(None, "user_version", 99).unwrap();
         drop(conn);
-        let err = Store::open(&path).err().unwrap().to_string();
+        let err = Store::open(&path, Clock::system())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("schema version 99"), "{err}");
     }
 }

@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn reservations_hold_both_caps_and_settle_to_the_real_cost() {
-        let s = Store::in_memory().unwrap();
+        let s = Store::in_memory(crate::clock::Clock::system()).unwrap();
         let one = at(Some("k/s1"), "k");
         assert_eq!(
             s.reserve_oracle(&one, 0.6, 1).unwrap(),

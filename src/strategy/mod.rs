@@ -17,7 +17,6 @@ pub mod passthrough;
 pub mod race;
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
@@ -26,7 +25,6 @@ use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel, Reply};
-use crate::telemetry::EventBody;
 use crate::wire::ChatRequest;
 
 /// Every strategy of this build, by name, for [`crate::config::load`].
@@ -102,9 +100,8 @@ pub async fn pinned(
 /// Writes a strategy's own event (`judge_ranking`, `race_finished`, …) to
 /// the event log, when there is one.
 pub fn event(ctx: &RequestCtx, name: &'static str, fields: Map<String, Value>) {
-    if ctx.telemetry.events_enabled() {
-        ctx.telemetry
-            .emit(ctx, name, EventBody::Fields(fields), SystemTime::now());
+    if ctx.events_enabled() {
+        ctx.emit(name, fields);
     }
 }
 

@@ -11,12 +11,12 @@ use opentelemetry::trace::SpanKind;
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 use serde::Serialize;
 
-use super::trace::{SpanRecord, int};
 use super::{
-    ATTEMPT_DURATION, ATTEMPT_TTFT, ATTEMPTS_TOTAL, EventBody, GENERATION_TPS, TOKENS_TOTAL,
+    ATTEMPT_DURATION, ATTEMPT_TTFT, ATTEMPTS_TOTAL, Event, EventBody, GENERATION_TPS, TOKENS_TOTAL,
     Telemetry, UPSTREAM_ERRORS_TOTAL, ms,
 };
-use crate::attempt::{AttemptRecord, AttemptSink};
+use crate::sink::{AttemptRecord, AttemptSink};
+use crate::span::{SpanRecord, int};
 
 /// The `attempt` event of the JSONL log.
 #[derive(Serialize)]
@@ -54,36 +54,12 @@ fn is_zero(n: &u32) -> bool {
 
 impl AttemptSink for Telemetry {
     fn record(&self, r: &AttemptRecord) {
-        let ctx = &r.ctx;
+        let who = &r.who;
         let m = &r.model;
         let role = r.role.as_str();
-        if let Some(tps) = r.tokens_per_second {
-            histogram!(GENERATION_TPS, "upstream" => m.upstream.clone(), "model" => m.name.clone())
-                .record(tps);
-        }
-        counter!(ATTEMPTS_TOTAL,
-            "route" => ctx.route.clone(), "strategy" => ctx.strategy, "model" => m.name.clone(),
-            "upstream" => m.upstream.clone(), "role" => role,
-            "verdict" => r.verdict.as_str(), "warm" => r.warm.as_str())
-        .increment(1);
-        histogram!(ATTEMPT_DURATION,
-            "route" => ctx.route.clone(), "strategy" => ctx.strategy,
-            "model" => m.name.clone(), "role" => role)
-        .record(r.duration.as_secs_f64());
-        if let Some(ttft) = r.ttft {
-            histogram!(ATTEMPT_TTFT, "route" => ctx.route.clone(), "model" => m.name.clone())
-                .record(ttft.as_secs_f64());
-        }
-        if let (Some(u), Some(usd)) = (r.usage, r.cost_usd) {
-            counter!(TOKENS_TOTAL, "model" => m.name.clone(), "kind" => "input")
-                .increment(u.prompt_tokens);
-            counter!(TOKENS_TOTAL, "model" => m.name.clone(), "kind" => "output")
-                .increment(u.completion_tokens);
-            self.add_cost(&m.name, &ctx.key, usd);
-        }
-        if let Some((kind, _)) = &r.error {
-            counter!(UPSTREAM_ERRORS_TOTAL, "upstream" => m.upstream.clone(), "kind" => *kind)
-                .increment(1);
+        self.metrics.scope(|| attempt_metrics(r));
+        if let (Some(_), Some(usd)) = (r.usage, r.cost_usd) {
+            self.add_cost(&m.name, &who.key, usd);
         }
         span(r);
         if self.events_enabled() {
@@ -107,20 +83,54 @@ impl AttemptSink for Telemetry {
                 tokens_per_second: r.tokens_per_second.map(|t| (t * 10.0).round() / 10.0),
                 retries: r.retries,
             };
-            self.emit(
-                ctx,
+            let ev = Event::of(
+                who.request_id.clone(),
+                who.route.clone(),
                 "attempt",
                 EventBody::Attempt(Box::new(ev)),
                 r.started_at,
             );
+            self.emit_event(ev);
         }
+    }
+}
+
+/// The attempt's metrics (run with the instance's recorder current).
+fn attempt_metrics(r: &AttemptRecord) {
+    let (who, m, role) = (&r.who, &r.model, r.role.as_str());
+    if let Some(tps) = r.tokens_per_second {
+        histogram!(GENERATION_TPS, "upstream" => m.upstream.clone(), "model" => m.name.clone())
+            .record(tps);
+    }
+    counter!(ATTEMPTS_TOTAL,
+        "route" => who.route.clone(), "strategy" => who.strategy, "model" => m.name.clone(),
+        "upstream" => m.upstream.clone(), "role" => role,
+        "verdict" => r.verdict.as_str(), "warm" => r.warm.as_str())
+    .increment(1);
+    histogram!(ATTEMPT_DURATION,
+        "route" => who.route.clone(), "strategy" => who.strategy,
+        "model" => m.name.clone(), "role" => role)
+    .record(r.duration.as_secs_f64());
+    if let Some(ttft) = r.ttft {
+        histogram!(ATTEMPT_TTFT, "route" => who.route.clone(), "model" => m.name.clone())
+            .record(ttft.as_secs_f64());
+    }
+    if let (Some(u), Some(_)) = (r.usage, r.cost_usd) {
+        counter!(TOKENS_TOTAL, "model" => m.name.clone(), "kind" => "input")
+            .increment(u.prompt_tokens);
+        counter!(TOKENS_TOTAL, "model" => m.name.clone(), "kind" => "output")
+            .increment(u.completion_tokens);
+    }
+    if let Some((kind, _)) = &r.error {
+        counter!(UPSTREAM_ERRORS_TOTAL, "upstream" => m.upstream.clone(), "kind" => *kind)
+            .increment(1);
     }
 }
 
 /// When the request is traced: the attempt's span (a client call, named by the GenAI conventions'
 /// `{operation} {model}`), and its lane wait as a child span.
 fn span(r: &AttemptRecord) {
-    let (Some(trace), Some(ids)) = (&r.ctx.trace, r.span) else {
+    let (Some(trace), Some(ids)) = (&r.trace, r.span) else {
         return;
     };
     let m = &r.model;
@@ -129,8 +139,8 @@ fn span(r: &AttemptRecord) {
         KeyValue::new("gen_ai.request.model", m.upstream_model.clone()),
         KeyValue::new("conclave.model", m.name.to_string()),
         KeyValue::new("conclave.upstream", m.upstream.to_string()),
-        KeyValue::new("conclave.route", r.ctx.route.to_string()),
-        KeyValue::new("conclave.strategy", r.ctx.strategy),
+        KeyValue::new("conclave.route", r.who.route.to_string()),
+        KeyValue::new("conclave.strategy", r.who.strategy),
         KeyValue::new("conclave.role", r.role.as_str()),
         KeyValue::new("conclave.verdict", r.verdict.as_str()),
         KeyValue::new("conclave.warm", r.warm.as_str()),

@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::EVENTS_DROPPED;
-use crate::context::RequestCtx;
+use crate::sink::Metrics;
 
 #[derive(Serialize)]
 pub struct Event {
@@ -34,12 +34,8 @@ pub struct Event {
 }
 
 impl Event {
-    /// An event stamped `at` (an attempt is stamped with its start).
-    pub fn new(ctx: &RequestCtx, event: &'static str, body: EventBody, at: SystemTime) -> Self {
-        Event::of(ctx.id.clone(), ctx.route.clone(), event, body, at)
-    }
-
-    /// An event of a request that runs no model (a vote).
+    /// An event of request `request_id`, stamped `at` (an attempt is
+    /// stamped with its start).
     pub fn of(
         request_id: String,
         route: Arc<str>,
@@ -74,13 +70,15 @@ pub struct EventLog {
     pub path: PathBuf,
     tx: SyncSender<Msg>,
     dropped: AtomicU64,
+    /// Where `conclave_events_dropped_total` is counted.
+    metrics: Metrics,
     /// Taken once by `close` to wait for the writer to flush.
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl EventLog {
     /// Appends to `path`; up to `buffer` events wait for the writer.
-    pub fn open(path: &Path, buffer: usize) -> std::io::Result<Self> {
+    pub fn open(path: &Path, buffer: usize, metrics: Metrics) -> std::io::Result<Self> {
         let file = append(path)?;
         let (tx, rx) = sync_channel(buffer.max(1));
         let at = path.to_owned();
@@ -91,6 +89,7 @@ impl EventLog {
             path: path.to_owned(),
             tx,
             dropped: AtomicU64::new(0),
+            metrics,
             writer: Mutex::new(Some(writer)),
         })
     }
@@ -99,7 +98,7 @@ impl EventLog {
         match self.tx.try_send(Msg::Event(event)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                counter!(EVENTS_DROPPED).increment(1);
+                self.metrics.scope(|| counter!(EVENTS_DROPPED).increment(1));
                 let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if n.is_power_of_two() {
                     tracing::warn!(dropped = n, "event log queue full; events dropped");

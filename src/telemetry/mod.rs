@@ -20,20 +20,26 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
 use dashmap::DashMap;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::{Map, Value};
 
 pub use events::{Event, EventBody, EventLog};
 pub use prom::*;
-pub use request::record_request;
 use trace::Tracer;
 
-use crate::context::RequestCtx;
+use crate::sink::{EventSink, Metrics, Reporters};
 
+/// How often the recorder's histograms are drained when nobody scrapes.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// The longest shutdown waits for the event log's writer to flush.
 const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 
 /// Shared by every request, and kept across config reloads: the event
 /// log, the cost totals and the trace exporter.
 pub struct Telemetry {
+    /// This instance's metrics recorder, and its exposition.
+    pub metrics: Metrics,
+    prometheus: Option<PrometheusHandle>,
     /// Swapped when a reload names another file (or none).
     events: ArcSwapOption<EventLog>,
     /// `metrics` counters are integers; dollars are not, so spend is summed
@@ -52,33 +58,72 @@ impl Telemetry {
         buffer: usize,
         tracer: Option<Arc<Tracer>>,
     ) -> std::io::Result<Arc<Self>> {
-        prometheus();
-        let events = event_log.map(|p| EventLog::open(p, buffer)).transpose()?;
-        Ok(Arc::new(Telemetry {
+        let (metrics, prometheus) = match recorder() {
+            Ok((m, h)) => (m, Some(h)),
+            Err(e) => {
+                tracing::warn!("metrics disabled: {e}");
+                (Metrics::noop(), None)
+            }
+        };
+        let events = event_log
+            .map(|p| EventLog::open(p, buffer, metrics.clone()))
+            .transpose()?;
+        let t = Arc::new(Telemetry {
+            metrics,
+            prometheus,
             events: ArcSwapOption::from_pointee(events),
             cost: DashMap::new(),
             tracer,
-        }))
+        });
+        t.keep_up();
+        Ok(t)
     }
 
     /// Telemetry with no event log (unit tests).
     pub fn for_tests() -> Arc<Self> {
         Arc::new(Telemetry {
+            metrics: Metrics::noop(),
+            prometheus: None,
             events: ArcSwapOption::empty(),
             cost: DashMap::new(),
             tracer: None,
         })
     }
 
-    pub fn events_enabled(&self) -> bool {
-        self.events.load().is_some()
+    /// What a request reports to: this telemetry, and its recorder.
+    pub fn reporters(self: &Arc<Self>) -> Reporters {
+        Reporters {
+            events: self.clone(),
+            attempts: self.clone(),
+            metrics: self.metrics.clone(),
+        }
     }
 
-    /// Queues one event for the log; never blocks the request.
-    pub fn emit(&self, ctx: &RequestCtx, event: &'static str, body: EventBody, at: SystemTime) {
-        if let Some(log) = self.events.load().as_ref() {
-            log.send(Event::new(ctx, event, body, at));
-        }
+    /// Drains the recorder's histograms every few seconds while this
+    /// telemetry lives (a task on the current runtime, when there is one).
+    fn keep_up(self: &Arc<Self>) {
+        let (Some(handle), Ok(rt)) = (
+            self.prometheus.clone(),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return;
+        };
+        let alive = Arc::downgrade(self);
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval(UPKEEP_EVERY);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if alive.strong_count() == 0 {
+                    return;
+                }
+                handle.run_upkeep();
+            }
+        });
+    }
+
+    pub fn events_enabled(&self) -> bool {
+        self.events.load().is_some()
     }
 
     /// Writes an event that belongs to no model request (a vote).
@@ -101,7 +146,9 @@ impl Telemetry {
             (None, None) => return Ok(()),
             _ => {}
         }
-        let next = path.map(|p| EventLog::open(p, buffer)).transpose()?;
+        let next = path
+            .map(|p| EventLog::open(p, buffer, self.metrics.clone()))
+            .transpose()?;
         self.events.store(next.map(Arc::new));
         if let Some(old) = current {
             // Joining the writer blocks: not on a runtime thread.
@@ -118,7 +165,11 @@ impl Telemetry {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut out = prometheus().map(|h| h.render()).unwrap_or_default();
+        let mut out = self
+            .prometheus
+            .as_ref()
+            .map(|h| h.render())
+            .unwrap_or_default();
         if !self.cost.is_empty() {
             out.push_str(&format!(
                 "# HELP {COST_USD_TOTAL} {COST_HELP}\n# TYPE {COST_USD_TOTAL} counter\n"
@@ -148,6 +199,33 @@ impl Telemetry {
             tracing::warn!(
                 "the event log's writer did not finish within {CLOSE_WITHIN:?}; events still queued are lost"
             );
+        }
+    }
+}
+
+impl EventSink for Telemetry {
+    fn events_enabled(&self) -> bool {
+        Telemetry::events_enabled(self)
+    }
+
+    /// Queues one event for the log; never blocks the request.
+    fn emit(
+        &self,
+        request_id: &str,
+        route: &Arc<str>,
+        event: &'static str,
+        fields: Map<String, Value>,
+        at: SystemTime,
+    ) {
+        if let Some(log) = self.events.load().as_ref() {
+            let body = EventBody::Fields(fields);
+            log.send(Event::of(
+                request_id.to_owned(),
+                route.clone(),
+                event,
+                body,
+                at,
+            ));
         }
     }
 }

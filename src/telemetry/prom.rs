@@ -1,11 +1,14 @@
 //! The metric contract the dashboards read: every name, its help text and
-//! its histogram buckets, and the one process-wide Prometheus recorder.
+//! its histogram buckets, and the Prometheus recorder each gateway
+//! instance gets (no global recorder: tests run several gateways in one
+//! process).
 
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::Arc;
 
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::sink::Metrics;
 
 pub const REQUESTS_TOTAL: &str = "conclave_requests_total";
 pub const REQUEST_DURATION: &str = "conclave_request_duration_seconds";
@@ -57,34 +60,17 @@ const TPS_BUCKETS: &[f64] = &[
 ];
 const SCORE_BUCKETS: &[f64] = &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.999];
 
-/// The process-wide Prometheus recorder. `metrics` has one global recorder,
-/// so every gateway in a process (tests start several) shares it.
-static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
-
-pub fn prometheus() -> Option<&'static PrometheusHandle> {
-    PROMETHEUS
-        .get_or_init(|| {
-            let handle = match builder().and_then(|b| b.install_recorder()) {
-                Ok(h) => h,
-                Err(e) => {
-                    tracing::warn!("metrics disabled: {e}");
-                    return None;
-                }
-            };
-            describe();
-            // A counter without labels exists from the start, at 0.
-            counter!(EVENTS_DROPPED).absolute(0);
-            let upkeep = handle.clone();
-            // Detached on purpose: upkeep lives as long as the process.
-            std::thread::spawn(move || {
-                loop {
-                    std::thread::sleep(Duration::from_secs(5));
-                    upkeep.run_upkeep();
-                }
-            });
-            Some(handle)
-        })
-        .as_ref()
+/// A new Prometheus recorder for one gateway instance (its metrics
+/// described, the label-less counter at 0), and the handle that renders it.
+pub fn recorder() -> Result<(Metrics, PrometheusHandle), BuildError> {
+    let recorder = builder()?.build_recorder();
+    let handle = recorder.handle();
+    let metrics = Metrics::new(Arc::new(recorder));
+    metrics.scope(|| {
+        describe();
+        counter!(EVENTS_DROPPED).absolute(0);
+    });
+    Ok((metrics, handle))
 }
 
 fn builder() -> Result<PrometheusBuilder, BuildError> {

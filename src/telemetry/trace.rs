@@ -8,32 +8,29 @@
 //! so a request's span may be written after its attempts'. The SDK's batch
 //! processor (its own thread, a bounded queue that drops when full) and
 //! the OTLP exporter send them; the exporter's HTTP calls run on the
-//! gateway's runtime with conclave's own client.
+//! gateway's runtime with conclave's own client. [`Tracer`] is the
+//! [`SpanExport`] that [`crate::span`]'s records go to.
 //!
 //! With no `otlp_endpoint` there is no [`Tracer`], no request carries a
 //! [`TraceCtx`], and nothing here runs.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use axum::http;
 use bytes::Bytes;
-use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-};
+use opentelemetry::trace::{SpanContext, SpanId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_http::{HttpClient, HttpError};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, IdGenerator, RandomIdGenerator, SpanData, SpanEvents, SpanLinks,
-    SpanProcessor,
+    BatchSpanProcessor, IdGenerator, RandomIdGenerator, SpanData, SpanProcessor,
 };
 
 use crate::config::TelemetryConfig;
+use crate::span::{SpanExport, TraceCtx};
 
 /// The most of an OTLP receiver's response that is read.
 const MAX_RESPONSE: usize = 64 * 1024;
@@ -98,23 +95,20 @@ impl Tracer {
         }))
     }
 
-    /// A new request's trace: continuing `parent` (a client's
+    /// A new request's trace, begun `at`: continuing `parent` (a client's
     /// `traceparent`) or a new one; `None` when it is not sampled.
-    pub fn start(self: &Arc<Self>, parent: Option<&SpanContext>) -> Option<TraceCtx> {
+    pub fn start(
+        self: &Arc<Self>,
+        parent: Option<&SpanContext>,
+        at: SystemTime,
+    ) -> Option<TraceCtx> {
         let (trace_id, remote, state) = match parent {
             Some(p) if !p.is_sampled() => return None,
             Some(p) => (p.trace_id(), Some(p.span_id()), p.trace_state().clone()),
             None if self.ratio < 1.0 && rand::random::<f64>() >= self.ratio => return None,
             None => (self.ids.new_trace_id(), None, TraceState::default()),
         };
-        Some(TraceCtx {
-            tracer: self.clone(),
-            trace_id,
-            state,
-            id: self.ids.new_span_id(),
-            remote,
-            start: SystemTime::now(),
-        })
+        Some(TraceCtx::new(self.clone(), trace_id, state, remote, at))
     }
 
     /// Sends what is queued (shutdown), for at most one export's time
@@ -127,6 +121,17 @@ impl Tracer {
     }
 }
 
+impl SpanExport for Tracer {
+    fn new_span_id(&self) -> SpanId {
+        self.ids.new_span_id()
+    }
+
+    fn export(&self, mut span: SpanData) {
+        span.instrumentation_scope = self.scope.clone();
+        self.processor.on_end(span);
+    }
+}
+
 /// `{endpoint}/v1/traces` for a base URL (as `OTEL_EXPORTER_OTLP_ENDPOINT`
 /// is read); a URL that names a path is taken as it is.
 fn traces_url(endpoint: &str) -> String {
@@ -135,147 +140,6 @@ fn traces_url(endpoint: &str) -> String {
             format!("{}/v1/traces", endpoint.trim_end_matches('/'))
         }
         _ => endpoint.to_owned(),
-    }
-}
-
-/// A count as an OTLP integer (saturating).
-pub fn int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// A request's place in its trace.
-#[derive(Clone)]
-pub struct TraceCtx {
-    tracer: Arc<Tracer>,
-    trace_id: TraceId,
-    state: TraceState,
-    /// The request span's id.
-    pub id: SpanId,
-    /// The client's span, when it sent a `traceparent`.
-    remote: Option<SpanId>,
-    start: SystemTime,
-}
-
-/// One finished span, as conclave describes it.
-pub struct SpanRecord {
-    pub id: SpanId,
-    /// `None`: the request span.
-    pub parent: Option<SpanId>,
-    pub name: Cow<'static, str>,
-    pub kind: SpanKind,
-    pub start: SystemTime,
-    pub end: SystemTime,
-    pub attributes: Vec<KeyValue>,
-    pub error: Option<String>,
-}
-
-impl TraceCtx {
-    pub fn new_id(&self) -> SpanId {
-        self.tracer.ids.new_span_id()
-    }
-
-    pub fn started(&self) -> SystemTime {
-        self.start
-    }
-
-    /// The `traceparent` header value for a call made under span `id`.
-    pub fn traceparent(&self, id: SpanId) -> String {
-        format!("00-{}-{}-01", self.trace_id, id)
-    }
-
-    /// Queues one finished span for export.
-    pub fn export(&self, s: SpanRecord) {
-        let (parent, remote) = match (s.parent, self.remote) {
-            (Some(p), _) => (p, false),
-            (None, Some(r)) => (r, true),
-            (None, None) => (SpanId::INVALID, false),
-        };
-        let status = match s.error {
-            Some(description) => Status::Error {
-                description: description.into(),
-            },
-            None => Status::Unset,
-        };
-        self.tracer.processor.on_end(SpanData {
-            span_context: SpanContext::new(
-                self.trace_id,
-                s.id,
-                TraceFlags::SAMPLED,
-                false,
-                self.state.clone(),
-            ),
-            parent_span_id: parent,
-            parent_span_is_remote: remote,
-            span_kind: s.kind,
-            name: s.name,
-            start_time: s.start,
-            end_time: s.end.max(s.start),
-            attributes: s.attributes,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
-            status,
-            instrumentation_scope: self.tracer.scope.clone(),
-        });
-    }
-}
-
-/// The client's `traceparent` (and `tracestate`), when valid.
-pub fn remote_parent(headers: &axum::http::HeaderMap) -> Option<SpanContext> {
-    if !headers.contains_key("traceparent") {
-        return None;
-    }
-    let cx = opentelemetry::propagation::TextMapPropagator::extract(
-        &TraceContextPropagator::new(),
-        &opentelemetry_http::HeaderExtractor(headers),
-    );
-    let sc = cx.span().span_context().clone();
-    sc.is_valid().then_some(sc)
-}
-
-/// A strategy phase (a judge's panel, a race's scoring) as a span of its
-/// own: calls made under it carry its id, so their attempts are its
-/// children. Written when dropped.
-pub struct Phase {
-    trace: TraceCtx,
-    id: SpanId,
-    parent: SpanId,
-    name: &'static str,
-    start: SystemTime,
-    /// Its end is `start` plus the time since, as attempts' ends are.
-    began: tokio::time::Instant,
-}
-
-impl Phase {
-    /// A phase under `parent` (another phase), else under the request.
-    pub fn start(trace: &TraceCtx, parent: Option<SpanId>, name: &'static str) -> Self {
-        Phase {
-            trace: trace.clone(),
-            id: trace.new_id(),
-            parent: parent.unwrap_or(trace.id),
-            name,
-            start: SystemTime::now(),
-            began: tokio::time::Instant::now(),
-        }
-    }
-
-    pub fn id(&self) -> SpanId {
-        self.id
-    }
-}
-
-impl Drop for Phase {
-    fn drop(&mut self) {
-        self.trace.export(SpanRecord {
-            id: self.id,
-            parent: Some(self.parent),
-            name: Cow::Borrowed(self.name),
-            kind: SpanKind::Internal,
-            start: self.start,
-            end: self.start + self.began.elapsed(),
-            attributes: Vec::new(),
-            error: None,
-        });
     }
 }
 

@@ -11,21 +11,21 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::time::{Instant, timeout_at};
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::decode::{self, Exchange, round_ms};
 use super::delivery::{self, Armed, StreamsTools, Wire};
 use super::lane::{LaneTimeout, Permit};
 use super::limit::{MAX_TRIES, NoTurn, retry_delay};
 use super::{CallIds, RawResponse, Upstream};
-use crate::attempt::{Attempt, ModelInfo};
+use crate::attempt::Attempt;
 use crate::config::Lane;
 use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
 use crate::governor::rate::retry_after_secs;
 use crate::governor::{Scope, record_rejection};
 use crate::model::{Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
-use crate::telemetry::EventBody;
+use crate::sink::ModelInfo;
 use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, text_len};
 
 pub struct ConcreteModel {
@@ -260,7 +260,7 @@ impl ConcreteModel {
             if resp.status != 429 || tries >= MAX_TRIES {
                 return Ok(resp);
             }
-            let wait = retry_delay(resp.retry_after.as_deref(), SystemTime::now());
+            let wait = retry_delay(resp.retry_after.as_deref(), ctx.clock.now());
             if wait >= x.first.saturating_duration_since(Instant::now()) {
                 return Ok(resp);
             }
@@ -301,15 +301,14 @@ fn deadline(call: &Call) -> Instant {
 
 /// The `lane_swap` event: the local lane changed the model it serves.
 fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
-    if !ctx.telemetry.events_enabled() {
+    if !ctx.events_enabled() {
         return;
     }
     let mut f = Map::new();
     f.insert("upstream".into(), Value::from(&**upstream));
     f.insert("from".into(), Value::from(from));
     f.insert("to".into(), Value::from(to));
-    ctx.telemetry
-        .emit(ctx, "lane_swap", EventBody::Fields(f), SystemTime::now());
+    ctx.emit("lane_swap", f);
 }
 
 #[async_trait]

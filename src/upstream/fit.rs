@@ -17,8 +17,6 @@
 //! strategy skips the member and records why), and a
 //! `context_window_exceeded` event.
 
-use std::time::SystemTime;
-
 use serde_json::{Map, Value};
 use tokio::time::{Instant, timeout_at};
 
@@ -27,7 +25,6 @@ use super::window::WAIT;
 use crate::error::{ModelError, TooLong};
 use crate::labels::Warm;
 use crate::model::Call;
-use crate::telemetry::EventBody;
 use crate::wire::ChatRequest;
 
 impl ConcreteModel {
@@ -92,7 +89,7 @@ impl ConcreteModel {
     /// The `context_window_exceeded` event.
     fn exceeded(&self, call: &Call, fit: TooLong, source: &str) {
         let ctx = &call.ctx;
-        if !ctx.telemetry.events_enabled() {
+        if !ctx.events_enabled() {
             return;
         }
         let mut f = Map::new();
@@ -102,11 +99,6 @@ impl ConcreteModel {
         f.insert("context_window".into(), Value::from(fit.window));
         f.insert("window_source".into(), Value::from(source));
         f.insert("needed_tokens".into(), Value::from(fit.needed));
-        ctx.telemetry.emit(
-            ctx,
-            "context_window_exceeded",
-            EventBody::Fields(f),
-            SystemTime::now(),
-        );
+        ctx.emit("context_window_exceeded", f);
     }
 }

@@ -27,12 +27,13 @@ use tokio::time::{Instant, timeout_at};
 
 use super::llama_swap::WarmProbe;
 use crate::config::LaneLimits;
+use crate::sink::Metrics;
 use crate::telemetry::{LANE_QUEUE_DEPTH, LANE_SWAPS, LANE_WAIT};
 
 /// How calls to one upstream are let through.
 pub enum Gate {
     Open,
-    Cloud(Arc<str>, Arc<Semaphore>),
+    Cloud(Arc<str>, Arc<Semaphore>, Metrics),
     Local(Arc<LocalLane>),
 }
 
@@ -63,17 +64,22 @@ impl Gate {
         upstream: &Arc<str>,
         limits: LaneLimits,
         probe: Option<Arc<WarmProbe>>,
+        metrics: Metrics,
     ) -> Gate {
         match (local, limits.max_concurrency) {
             (true, per_model) => Gate::Local(Arc::new(LocalLane {
                 upstream: upstream.clone(),
+                metrics,
                 per_model: per_model.unwrap_or(usize::MAX).max(1),
                 max_models: limits.max_models.max(1),
                 max_wait_swap: limits.max_wait_swap,
                 probe,
                 state: Mutex::new(State::default()),
             })),
-            (false, Some(n)) => Gate::Cloud(upstream.clone(), Arc::new(Semaphore::new(n.max(1)))),
+            (false, Some(n)) => {
+                let places = Arc::new(Semaphore::new(n.max(1)));
+                Gate::Cloud(upstream.clone(), places, metrics)
+            }
             (false, None) => Gate::Open,
         }
     }
@@ -87,14 +93,17 @@ impl Gate {
                 queued: Duration::ZERO,
                 swapped_from: None,
             }),
-            Gate::Cloud(upstream, s) => {
+            Gate::Cloud(upstream, s, metrics) => {
                 let started = Instant::now();
                 let p = timeout_at(by, s.clone().acquire_owned())
                     .await
                     .map_err(|_| LaneTimeout)?
                     .map_err(|_| LaneTimeout)?;
                 let queued = started.elapsed();
-                histogram!(LANE_WAIT, "upstream" => upstream.clone()).record(queued.as_secs_f64());
+                metrics.scope(|| {
+                    histogram!(LANE_WAIT, "upstream" => upstream.clone())
+                        .record(queued.as_secs_f64());
+                });
                 Ok(Admitted {
                     permit: Permit::Cloud(p),
                     queued,
@@ -108,6 +117,7 @@ impl Gate {
 
 pub struct LocalLane {
     upstream: Arc<str>,
+    metrics: Metrics,
     per_model: usize,
     max_models: usize,
     max_wait_swap: Duration,
@@ -220,7 +230,9 @@ impl LocalLane {
 
     fn admitted(&self, p: LocalPermit, started: Instant) -> Admitted {
         let queued = started.elapsed();
-        histogram!(LANE_WAIT, "upstream" => self.upstream.clone()).record(queued.as_secs_f64());
+        self.metrics.scope(|| {
+            histogram!(LANE_WAIT, "upstream" => self.upstream.clone()).record(queued.as_secs_f64());
+        });
         Admitted {
             swapped_from: p.swapped_from.clone(),
             permit: Permit::Local(p),
@@ -256,7 +268,8 @@ impl LocalLane {
     fn serve(self: &Arc<Self>, st: &mut State, model: &Arc<str>) -> LocalPermit {
         let from = st.last.replace(model.clone()).filter(|l| l != model);
         if from.is_some() {
-            counter!(LANE_SWAPS, "upstream" => self.upstream.clone()).increment(1);
+            self.metrics
+                .scope(|| counter!(LANE_SWAPS, "upstream" => self.upstream.clone()).increment(1));
         }
         st.serving.push((model.clone(), 1));
         self.permit(model, from)
@@ -348,7 +361,9 @@ impl LocalLane {
     }
 
     fn depth(&self, st: &State) {
-        gauge!(LANE_QUEUE_DEPTH, "upstream" => self.upstream.clone()).set(st.queue.len() as f64);
+        let depth = st.queue.len() as f64;
+        self.metrics
+            .scope(|| gauge!(LANE_QUEUE_DEPTH, "upstream" => self.upstream.clone()).set(depth));
     }
 }
 
@@ -364,7 +379,8 @@ mod tests {
             max_models: 1,
             max_wait_swap,
         };
-        Arc::new(Gate::new(true, &Arc::from("local"), limits, None))
+        let metrics = Metrics::noop();
+        Arc::new(Gate::new(true, &Arc::from("local"), limits, None, metrics))
     }
 
     /// Starts a call for `model` at `at` ms that holds the lane `hold` ms

@@ -24,6 +24,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::labels::Warm;
+use crate::sink::Metrics;
 use crate::telemetry::LLAMA_SWAP_WARM;
 
 /// Largest `/running` body read.
@@ -42,6 +43,7 @@ pub struct WarmProbe {
     /// (name sent upstream, conclave's name) of each configured model,
     /// for the gauge.
     models: Vec<(String, Arc<str>)>,
+    metrics: Metrics,
     cache: Mutex<Cache>,
     refreshing: AtomicBool,
     /// Serialises probes a cold cache waits for.
@@ -65,6 +67,8 @@ pub struct ProbeSettings {
     pub timeout: Duration,
     pub fresh_for: Duration,
     pub models: Vec<(String, Arc<str>)>,
+    /// The instance's recorder, for the warm gauge.
+    pub metrics: Metrics,
 }
 
 #[derive(Deserialize)]
@@ -101,16 +105,18 @@ pub fn parse_running(body: &[u8]) -> Option<Vec<String>> {
 /// Sets `conclave_llama_swap_warm` for each of an upstream's models
 /// (name sent upstream, conclave's name) that `loaded` has an answer for.
 pub fn show_loaded(
-    upstream: &Arc<str>,
+    (metrics, upstream): (&Metrics, &Arc<str>),
     models: &[(String, Arc<str>)],
     loaded: impl Fn(&str) -> Option<bool>,
 ) {
-    for (upstream_model, name) in models {
-        if let Some(on) = loaded(upstream_model) {
-            gauge!(LLAMA_SWAP_WARM, "upstream" => upstream.clone(), "model" => name.clone())
-                .set(if on { 1.0 } else { 0.0 });
+    metrics.scope(|| {
+        for (upstream_model, name) in models {
+            if let Some(on) = loaded(upstream_model) {
+                gauge!(LLAMA_SWAP_WARM, "upstream" => upstream.clone(), "model" => name.clone())
+                    .set(if on { 1.0 } else { 0.0 });
+            }
         }
-    }
+    });
 }
 
 impl WarmProbe {
@@ -123,6 +129,7 @@ impl WarmProbe {
             timeout: s.timeout,
             fresh_for: s.fresh_for,
             models: s.models,
+            metrics: s.metrics,
             cache: Mutex::new(Cache::default()),
             refreshing: AtomicBool::new(false),
             cold: tokio::sync::Mutex::new(()),
@@ -224,7 +231,7 @@ impl WarmProbe {
             Ok(r) => r.map(Arc::new),
         };
         if let Ok(l) = &loaded {
-            show_loaded(&self.upstream, &self.models, |m| {
+            show_loaded((&self.metrics, &self.upstream), &self.models, |m| {
                 Some(l.iter().any(|x| x == m))
             });
         }

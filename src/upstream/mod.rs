@@ -33,6 +33,7 @@ use llama_swap::{Loaded, WarmProbe, show_loaded};
 
 use crate::config::{self, Lane, UpstreamKind};
 use crate::labels::Warm;
+use crate::sink::Metrics;
 use crate::wire::Endpoint;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -109,6 +110,8 @@ pub struct Upstream {
     models: Vec<(String, Arc<str>)>,
     /// Windows its server stated in context-length errors.
     pub stated: window::Stated,
+    /// The instance's recorder.
+    metrics: Metrics,
 }
 
 impl Upstream {
@@ -117,6 +120,7 @@ impl Upstream {
         name: &str,
         cfg: &config::Upstream,
         models: Vec<(String, Arc<str>)>,
+        metrics: Metrics,
     ) -> Result<Self, openai::BuildError> {
         let name: Arc<str> = name.into();
         let mut probe = None;
@@ -129,7 +133,8 @@ impl Upstream {
                 let ls = llama_swap.as_ref().map(|l| l.url.as_str());
                 let t = openai::OpenAiTransport::new(base_url, api_key.as_ref(), ls)?;
                 if let Some(ls) = llama_swap {
-                    probe = Some(Arc::new(t.probe(ls, &name, models.clone())?));
+                    let m = metrics.clone();
+                    probe = Some(Arc::new(t.probe(ls, &name, models.clone(), m)?));
                 }
                 Box::new(t)
             }
@@ -144,7 +149,14 @@ impl Upstream {
             )),
         };
         Ok(Upstream {
-            gate: Gate::new(cfg.lane == Lane::Local, &name, cfg.limits, probe.clone()),
+            gate: Gate::new(
+                cfg.lane == Lane::Local,
+                &name,
+                cfg.limits,
+                probe.clone(),
+                metrics.clone(),
+            ),
+            metrics,
             pace: limit::Pace::new(cfg.rpm),
             name,
             lane: cfg.lane,
@@ -166,7 +178,8 @@ impl Upstream {
         // as a probe would.
         match self.transport.loaded() {
             Some(l) => {
-                show_loaded(&self.name, &self.models, |m| Some(l.iter().any(|x| x == m)));
+                let on = |m: &str| Some(l.iter().any(|x| x == m));
+                show_loaded((&self.metrics, &self.name), &self.models, on);
                 if l.iter().any(|x| x == model) {
                     Warm::Yes
                 } else {
@@ -183,7 +196,8 @@ impl Upstream {
         if self.probe.is_none()
             && let Some(l) = self.transport.loaded()
         {
-            show_loaded(&self.name, &self.models, |m| Some(l.iter().any(|x| x == m)));
+            let on = |m: &str| Some(l.iter().any(|x| x == m));
+            show_loaded((&self.metrics, &self.name), &self.models, on);
         }
     }
 

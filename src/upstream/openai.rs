@@ -17,6 +17,7 @@ use super::llama_swap::{ProbeSettings, WarmProbe};
 use super::window::Learner;
 use crate::config::{LlamaSwap, Secret};
 use crate::labels::Warm;
+use crate::sink::Metrics;
 use crate::wire::Endpoint;
 
 /// The transport could not be set up.
@@ -82,6 +83,7 @@ impl OpenAiTransport {
         ls: &LlamaSwap,
         upstream: &str,
         models: Vec<(String, Arc<str>)>,
+        metrics: Metrics,
     ) -> Result<WarmProbe, BuildError> {
         Ok(WarmProbe::new(
             self.client.clone(),
@@ -92,6 +94,7 @@ impl OpenAiTransport {
                 timeout: ls.probe_timeout,
                 fresh_for: ls.probe_cache,
                 models,
+                metrics,
             },
         ))
     }

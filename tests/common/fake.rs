@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use conclave::attempt::{Attempt, AttemptRecord, AttemptSink, ModelInfo};
+use conclave::attempt::Attempt;
 use conclave::context::RequestCtx;
 use conclave::error::{ModelError, TimeoutPhase};
 use conclave::model::{Call, ChatModel, Completion, Meta, Reply, ReplyBody};
 use conclave::redact::Redactor;
-use conclave::telemetry::Telemetry;
+use conclave::sink::Reporters;
+use conclave::sink::{AttemptRecord, AttemptSink, ModelInfo};
 use conclave::wire::{ChatRequest, Usage};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -154,7 +155,7 @@ fn bare_ctx(timeout: Duration) -> RequestCtx {
         "chain",
         "anonymous".into(),
         timeout,
-        Telemetry::for_tests(),
+        Reporters::none(),
         CancellationToken::new(),
     )
 }

@@ -26,7 +26,6 @@ use rand::seq::IndexedRandom;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::clock::{unix_secs, unix_secs_i64};
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::Call;
@@ -128,7 +127,7 @@ impl Arena {
     /// Records the arena in the store; `None` (and a log line) when it
     /// cannot be, so the answer still goes out, with nothing to vote on.
     async fn open(&self, call: &Call, req: &ChatRequest, a: usize, b: usize) -> Option<String> {
-        let now = unix_secs_i64();
+        let now = self.store.clock().unix_secs_i64();
         let prompt = req
             .messages
             .iter()
@@ -211,7 +210,7 @@ impl ChatModel for Arena {
             });
         }
         // The answer's one `created`: when the request reached the arena.
-        let created = unix_secs();
+        let created = self.store.clock().unix_secs();
         let (i, j) = self.pair().await;
         let (a, b) = if rand::rng().random_bool(0.5) {
             (i, j)

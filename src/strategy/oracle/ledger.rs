@@ -6,8 +6,6 @@
 //! written as an `oracle_consult` event. A refused or failed consult is a
 //! tool error for the base, never a failed request.
 
-use std::time::SystemTime;
-
 use serde_json::{Map, Value, json};
 
 use super::consult::Question;
@@ -73,7 +71,7 @@ impl Oracle {
                 .map(|s| (s, self.caps.session_cost_usd)),
             key: call.ctx.key.to_string(),
             route: self.name.to_string(),
-            day: day_name(utc_day(SystemTime::now())),
+            day: day_name(utc_day(self.store.clock().now())),
             key_cap: self.caps.key_daily_cost_usd,
         }
     }
@@ -81,7 +79,7 @@ impl Oracle {
     /// Reserves `worst` for a consult, or says why it may not be made.
     async fn reserve(&self, at: &OracleLedgers, worst: f64) -> Result<Reserved, String> {
         let (store, at) = (self.store.clone(), at.clone());
-        let now = crate::clock::unix_secs_i64();
+        let now = self.store.clock().unix_secs_i64();
         match tokio::task::spawn_blocking(move || store.reserve_oracle(&at, worst, now)).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => {
@@ -156,7 +154,7 @@ impl Oracle {
         ledger.session_spent = session_held.map(|s| (s - worst + cost).max(0.0));
         f.insert("cost_usd".into(), json!(cost));
         f.insert("tokens".into(), json!(tokens));
-        let (store, now) = (self.store.clone(), crate::clock::unix_secs_i64());
+        let (store, now) = (self.store.clone(), self.store.clock().unix_secs_i64());
         let settled =
             tokio::task::spawn_blocking(move || store.settle_oracle(&at, worst, cost, now)).await;
         if !matches!(settled, Ok(Ok(()))) {

@@ -123,8 +123,10 @@ impl Downgrade {
             f.insert(limit_key.into(), json!(self.limit));
             f.insert("model".into(), json!(&*first.name));
             event(&call.ctx, "race_downgraded", f);
-            counter!(RACE_DOWNGRADES, "route" => race.name.clone(), "reason" => reason)
-                .increment(1);
+            call.ctx.metrics.scope(|| {
+                counter!(RACE_DOWNGRADES, "route" => race.name.clone(), "reason" => reason)
+                    .increment(1);
+            });
         }
         let mut reply = first
             .model

@@ -305,7 +305,9 @@ impl Race {
         tokens.sort_unstable();
         let median = tokens.get(tokens.len() / 2).copied().unwrap_or(0);
         let saved = median * cancelled.iter().filter(|c| c.stopped).count() as u64;
-        counter!(RACE_TOKENS_SAVED, "route" => self.name.clone()).increment(saved);
+        call.ctx
+            .metrics
+            .scope(|| counter!(RACE_TOKENS_SAVED, "route" => self.name.clone()).increment(saved));
         f.insert("tokens_saved_estimate".into(), json!(saved));
         event(&call.ctx, "race_finished", f);
 
@@ -355,8 +357,11 @@ impl Race {
             r.attempt.set_verdict(verdict, Some(why));
         }
         if s.viable {
-            histogram!(RACE_SCORE, "route" => self.name.clone(), "model" => self.candidates[s.index].name.clone())
-                .record(s.total);
+            let model = self.candidates[s.index].name.clone();
+            call.ctx.metrics.scope(|| {
+                histogram!(RACE_SCORE, "route" => self.name.clone(), "model" => model)
+                    .record(s.total);
+            });
         }
         let mut f = Map::new();
         f.insert("model".into(), json!(name));

@@ -1,0 +1,209 @@
+//! What a request reports, and the traits of what takes it: the record of
+//! a finished attempt ([`AttemptRecord`], with its model's [`ModelInfo`])
+//! and of a finished request ([`RequestEnd`]); [`AttemptSink`] and
+//! [`EventSink`], which telemetry implements (budgets take attempts too);
+//! and [`Metrics`], the recorder of one gateway instance.
+//!
+//! A leaf below the request context: the context, attempts and strategies
+//! report through these, and telemetry implements them without knowing
+//! the context, so imports flow one way.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::trace::SpanId;
+use serde_json::{Map, Value};
+
+use crate::labels::{Role, Verdict, Warm};
+use crate::redact::Redactor;
+use crate::span::TraceCtx;
+use crate::wire::Usage;
+
+/// What the config says about a concrete model.
+#[derive(Debug)]
+pub struct ModelInfo {
+    /// The config name (`[models.NAME]`).
+    pub name: Arc<str>,
+    pub upstream: Arc<str>,
+    /// The name sent upstream.
+    pub upstream_model: String,
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    /// Input tokens one image is estimated at.
+    pub image_tokens: u64,
+    /// The context window the config gives (it wins over the server's).
+    pub context_window: Option<u64>,
+    /// The config's secrets, kept out of everything this model's upstream
+    /// says (errors are redacted where they are made, summaries here).
+    pub redactor: Arc<Redactor>,
+}
+
+impl ModelInfo {
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        (usage.prompt_tokens as f64 * self.input_per_mtok
+            + usage.completion_tokens as f64 * self.output_per_mtok)
+            / 1_000_000.0
+    }
+}
+
+/// Which request a record belongs to: the fields telemetry labels it with.
+#[derive(Debug, Clone)]
+pub struct Who {
+    pub request_id: String,
+    /// The model name the client asked for (a name from the config).
+    pub route: Arc<str>,
+    /// The route's strategy (a bounded label).
+    pub strategy: &'static str,
+    /// The API key's name.
+    pub key: Arc<str>,
+}
+
+/// A request's running usage over all its attempts.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    /// At least one attempt's usage was estimated.
+    pub estimated: bool,
+}
+
+/// An attempt's span id, and the id of the span it belongs under.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptSpan {
+    pub id: SpanId,
+    pub parent: SpanId,
+}
+
+/// A finished attempt, as the sinks see it.
+pub struct AttemptRecord {
+    pub who: Who,
+    /// The request's trace, when it is traced.
+    pub trace: Option<TraceCtx>,
+    pub model: Arc<ModelInfo>,
+    pub role: Role,
+    /// 1-based number of the call within its request.
+    pub index: u32,
+    /// Wall-clock start, for the event's `ts`.
+    pub started_at: SystemTime,
+    pub duration: Duration,
+    pub ttft: Option<Duration>,
+    pub warm: Warm,
+    pub verdict: Verdict,
+    pub feedback: Option<String>,
+    /// The error's kind (a bounded label) and text (secrets removed).
+    pub error: Option<(&'static str, String)>,
+    pub usage: Option<Usage>,
+    /// From the model's price, when there is usage.
+    pub cost_usd: Option<f64>,
+    /// The first characters of the answer, secrets removed.
+    pub summary: String,
+    /// On a local lane: the time the call waited for it.
+    pub queued: Option<Duration>,
+    /// On a local lane: output tokens per second of generation (from the
+    /// first token to the last; the whole call for a whole answer).
+    pub tokens_per_second: Option<f64>,
+    /// Times the call was sent again after the upstream's 429.
+    pub retries: u32,
+    /// The first choice's `finish_reason`, when the answer gave one.
+    pub finish_reason: Option<String>,
+    /// The time the call waited for its lane (any lane), before `duration`.
+    pub waited: Duration,
+    /// Its span, when the request is traced.
+    pub span: Option<AttemptSpan>,
+}
+
+/// A finished client request, as telemetry records it.
+pub struct RequestEnd {
+    pub who: Who,
+    /// The HTTP status, `stream_error`, or `499` (the client left first).
+    pub status: &'static str,
+    /// Wall-clock start, for the event's `ts`.
+    pub started_at: SystemTime,
+    pub wall: Duration,
+    /// `wall` minus the union of the upstream waits.
+    pub overhead: Duration,
+    pub ttft: Option<Duration>,
+    pub totals: Totals,
+    pub attempts: u32,
+    /// Log one access line (`server.access_log`).
+    pub access_log: bool,
+    pub trace: Option<TraceCtx>,
+}
+
+/// Something that takes every finished attempt of a request.
+pub trait AttemptSink: Send + Sync {
+    fn record(&self, attempt: &AttemptRecord);
+}
+
+/// Where a request's events go (the JSONL event log).
+pub trait EventSink: Send + Sync {
+    /// Whether events are kept at all (else callers skip building them).
+    fn events_enabled(&self) -> bool;
+    /// Queues one event of request `request_id` on `route`, stamped `at`.
+    fn emit(
+        &self,
+        request_id: &str,
+        route: &Arc<str>,
+        event: &'static str,
+        fields: Map<String, Value>,
+        at: SystemTime,
+    );
+}
+
+/// What a request reports to: its events, its attempts, its metrics.
+#[derive(Clone)]
+pub struct Reporters {
+    pub events: Arc<dyn EventSink>,
+    pub attempts: Arc<dyn AttemptSink>,
+    pub metrics: Metrics,
+}
+
+impl Reporters {
+    /// Reporters that keep nothing (tests of strategies and attempts).
+    pub fn none() -> Self {
+        Reporters {
+            events: Arc::new(Nothing),
+            attempts: Arc::new(Nothing),
+            metrics: Metrics::noop(),
+        }
+    }
+}
+
+/// A sink that keeps nothing.
+struct Nothing;
+
+impl EventSink for Nothing {
+    fn events_enabled(&self) -> bool {
+        false
+    }
+
+    fn emit(&self, _: &str, _: &Arc<str>, _: &'static str, _: Map<String, Value>, _: SystemTime) {}
+}
+
+impl AttemptSink for Nothing {
+    fn record(&self, _: &AttemptRecord) {}
+}
+
+/// One gateway instance's metrics recorder. `metrics`' macros record to
+/// whatever recorder is current; [`Metrics::scope`] makes this one
+/// current for a closure, so two gateways in one process (tests) never
+/// share a series.
+#[derive(Clone)]
+pub struct Metrics(Arc<dyn metrics::Recorder + Send + Sync>);
+
+impl Metrics {
+    pub fn new(recorder: Arc<dyn metrics::Recorder + Send + Sync>) -> Self {
+        Metrics(recorder)
+    }
+
+    /// A recorder that keeps nothing (unit tests).
+    pub fn noop() -> Self {
+        Metrics(Arc::new(metrics::NoopRecorder))
+    }
+
+    /// Runs `f` with this instance's recorder current.
+    pub fn scope<T>(&self, f: impl FnOnce() -> T) -> T {
+        metrics::with_local_recorder(&*self.0, f)
+    }
+}
