@@ -183,6 +183,26 @@ impl Prepared {
         &self.config
     }
 
+    /// The HTTP routes of this gateway, to call in-process (tests send
+    /// requests with `tower::ServiceExt::oneshot`: no socket, so paused
+    /// tokio time drives every deadline).
+    pub fn router(&self) -> axum::Router {
+        api::router(self.gateway.clone())
+    }
+
+    /// This gateway's `/metrics` text, from its own recorder.
+    pub fn metrics(&self) -> String {
+        self.shared.telemetry.render()
+    }
+
+    /// What flushes telemetry's queues (the event log, spans) as shutdown
+    /// does, for a test that reads them; it blocks, so run it off the
+    /// runtime (`spawn_blocking`).
+    pub fn flusher(&self) -> impl FnOnce() + Send + 'static {
+        let telemetry = self.shared.telemetry.clone();
+        move || telemetry.shutdown()
+    }
+
     /// [`serve`] once prepared: nothing here can fail to open.
     pub async fn run(
         self,

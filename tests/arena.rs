@@ -327,33 +327,49 @@ async fn votes_and_the_leaderboard_survive_a_restart() {
     assert_eq!(vote(&gw, &open_id, "tie", &[]).await.status, 200);
 }
 
-#[tokio::test]
+/// In-process, on paused time: the vote window closes when the clock
+/// passes `vote_ttl`, not a wall-clock wait.
+#[tokio::test(start_paused = true)]
 async fn only_the_asking_key_votes_and_arenas_expire() {
-    let mock = Proc::mock(MOCK);
     let keys = "[[keys]]\nname = \"one\"\nkey_env = \"K1\"\n\n[[keys]]\nname = \"two\"\nkey_env = \"K2\"\n";
-    let routes = format!(
-        "{keys}\n{}",
+    let models: String = MODELS
+        .iter()
+        .map(|m| format!("[models.{m}]\nupstream = \"sim\"\n\n"))
+        .collect();
+    let toml = format!(
+        "{MOCK}\n{models}{keys}\n{}",
         arena("ab", &["alpha", "beta"], "vote_ttl = \"2s\"")
     );
-    let gw = Proc::gateway_env(
-        &front_of(&mock.v1(), MODELS, &routes),
-        &[("K1", "k-one"), ("K2", "k-two")],
-    );
-    let one = [("authorization", "Bearer k-one")];
-    let two = [("authorization", "Bearer k-two")];
-    let r = post_with(&gw.base, &chat("ab", "mine"), &one).await;
+    let env = [("K1", "k-one"), ("K2", "k-two")];
+    let gw = inproc::Gw::start_with(&toml, &env, std::time::UNIX_EPOCH + inproc::START);
+    let vote = |id: &str, pick: &str, h: &'static [(&'static str, &'static str)]| {
+        let path = format!("/v1/arena/{id}/vote");
+        let body = json!({ "pick": pick });
+        let gw = &gw;
+        async move { gw.post_with(&path, &body, h).await }
+    };
+    const NONE: &[(&str, &str)] = &[];
+    const ONE: &[(&str, &str)] = &[("authorization", "Bearer k-one")];
+    const TWO: &[(&str, &str)] = &[("authorization", "Bearer k-two")];
+    let r = gw.chat_with(&chat("ab", "mine"), ONE).await;
     let id = r.json()["arena_id"].as_str().unwrap().to_owned();
-    assert_eq!(vote(&gw, &id, "A", &[]).await.status, 401);
-    let other = vote(&gw, &id, "A", &two).await;
+    assert_eq!(vote(&id, "A", NONE).await.status, 401);
+    let other = vote(&id, "A", TWO).await;
     assert_eq!(other.status, 403, "{}", other.text);
     assert_eq!(other.json()["error"]["code"], "arena_not_yours");
-    assert_eq!(vote(&gw, &id, "A", &one).await.status, 200);
+    assert_eq!(vote(&id, "A", ONE).await.status, 200);
     // Another key learns nothing, not even that it was voted on.
-    assert_eq!(vote(&gw, &id, "B", &two).await.status, 403);
-    let r = post_with(&gw.base, &chat("ab", "too late"), &one).await;
+    assert_eq!(vote(&id, "B", TWO).await.status, 403);
+    // Whole seconds on the clock: one is inside the 2 s window, three past it.
+    let r = gw.chat_with(&chat("ab", "in time"), TWO).await;
+    let early = r.json()["arena_id"].as_str().unwrap().to_owned();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let v = vote(&early, "B", TWO).await;
+    assert_eq!(v.status, 200, "{}", v.text);
+    let r = gw.chat_with(&chat("ab", "too late"), ONE).await;
     let late = r.json()["arena_id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(3100)).await;
-    let v = vote(&gw, &late, "B", &one).await;
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let v = vote(&late, "B", ONE).await;
     assert_eq!(v.status, 404, "{}", v.text);
 }
 

@@ -5,6 +5,7 @@
 pub mod billing;
 pub mod evil;
 pub mod fake;
+pub mod inproc;
 pub mod vendor;
 pub mod world;
 
