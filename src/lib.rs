@@ -29,13 +29,20 @@
 //! - [`log_line`]: stderr's text log, one line per event.
 //! - [`attempt`]: the record of one upstream call, reported once to the
 //!   request's sinks.
-//! - [`telemetry`]: the metric contract and the Prometheus recorder, the
-//!   JSONL event log, OpenTelemetry traces; the attempt sink and the
-//!   request record that feed them.
+//! - [`telemetry`]: the metric contract and each instance's Prometheus
+//!   recorder, the JSONL event log, OpenTelemetry traces; it implements
+//!   the sinks below and records each finished request.
 //! - [`context`]: the per-request context (id, route, key, deadline,
-//!   options, running usage totals).
+//!   options, running usage totals, the sinks it reports to).
+//! - [`sink`]: what a request reports (attempt and request records) and
+//!   the traits of what takes it (attempt and event sinks, the instance's
+//!   metrics recorder); below the context, so context and telemetry do
+//!   not import each other.
+//! - [`span`]: a request's place in its trace (ids, phases, finished
+//!   spans), exported through a trait telemetry implements; a leaf.
 //! - [`labels`]: the bounded label sets (role, verdict, warm); a leaf.
-//! - [`clock`]: wall-clock Unix seconds; a leaf.
+//! - [`clock`]: the instance's wall clock (the system's, or a test's that
+//!   follows tokio's paused time); a leaf.
 //! - [`wire`]: OpenAI wire types that keep unknown fields, and the
 //!   bounded inspection of what upstreams send.
 //! - [`mock`]: the simulator and the standalone `conclave mock` server.
