@@ -1,6 +1,6 @@
 //! Telemetry: the metric contract and the Prometheus recorder (`prom`),
 //! the JSONL event log (`events`), OpenTelemetry traces ([`trace`]), the
-//! sink that turns every finished attempt ([`crate::attempt::AttemptRecord`])
+//! sink that turns every finished attempt ([`crate::sink::AttemptRecord`])
 //! into its metrics, event line and span (`attempt`), and the record of
 //! each finished request (`request`).
 //!
