@@ -99,7 +99,7 @@ async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let graph = match conclave::graph::Graph::build(config, &store) {
+    let graph = match conclave::graph::Graph::build(config, &store, conclave::strategy::BUILDERS) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("{e}");

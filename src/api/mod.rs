@@ -79,7 +79,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: &Config, shared: &Shared) -> Result<Self, BuildError> {
-        let graph = Graph::build(config, &shared.store)?;
+        let graph = Graph::build(config, &shared.store, crate::strategy::BUILDERS)?;
         for probe in graph.upstreams.iter().filter_map(|u| u.probe.as_ref()) {
             probe.start_polling();
         }
