@@ -4,16 +4,18 @@
 //! A request flows through these parts, each owning one thing:
 //!
 //! - [`config`]: the TOML file, validated once into a [`config::Config`]
-//!   (every error with its key path).
+//!   (every error with its key path); plain data, no runtime types.
 //! - [`graph`]: compiles the config into `Arc<dyn ChatModel>` nodes, one per
-//!   concrete model and per route.
+//!   concrete model and per route (strategy routes by their strategy's
+//!   builder), and wraps each strategy node in the one `x-conclave-pin`
+//!   decorator.
 //! - [`model`]: the [`model::ChatModel`] trait that concrete models and
 //!   strategies share, and the replies it returns (whole or streamed).
 //! - [`upstream`]: transports to real servers (`openai`) and the built-in
 //!   simulator (`mock`), response decoding, and [`upstream::ConcreteModel`],
 //!   the one decorator that opens an attempt for every upstream call.
 //! - [`strategy`]: models made of models, one folder each (chain, judge,
-//!   race, arena).
+//!   race, arena, oracle).
 //! - [`governor`]: API keys' rate limits and daily budgets, and the rate
 //!   limits upstreams share.
 //! - [`store`]: the embedded SQLite store (spend per key and day, arenas).

@@ -99,14 +99,18 @@ async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let graph =
-        match conclave::graph::Graph::build(config, &store, &conclave::sink::Metrics::noop()) {
-            Ok(g) => g,
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::FAILURE;
-            }
-        };
+    let graph = match conclave::graph::Graph::build(
+        config,
+        &store,
+        &conclave::sink::Metrics::noop(),
+        conclave::strategy::BUILDERS,
+    ) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let checks = graph
         .upstreams
         .iter()

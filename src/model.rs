@@ -45,15 +45,8 @@ pub trait ChatModel: Send + Sync {
     }
 }
 
-/// Input tokens an image is estimated at unless its model says otherwise
-/// (`image_tokens`): above what OpenAI (1,445 at most for a high-detail
-/// image on GPT-4o, about 2,650 on the patch-priced minis), Anthropic
-/// (about 1,600) and Gemini (258 a 768-pixel tile) charge for one.
-pub const IMAGE_TOKENS: u64 = 4_096;
-
-/// The largest context window a config or a server may give: beyond any
-/// model's (a server claiming more is not believed).
-pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
+/// Bounds the config checks too (defined there, as data).
+pub use crate::config::{IMAGE_TOKENS, MAX_CONTEXT_WINDOW};
 
 /// One call's size, as estimated before it is made: input tokens, the
 /// images among the input (each model prices them), and the most output
@@ -132,7 +125,8 @@ pub struct Call {
     /// (a fallback chain's `ttft_timeout`); `None` means only the upstream's
     /// own timeout applies.
     pub ttft_timeout: Option<Duration>,
-    /// `x-conclave-pin`, until the first chain on the way down takes it.
+    /// `x-conclave-pin`, until the first strategy on the way down takes it
+    /// (`graph::Pinned`).
     pub pin: Option<Arc<str>>,
     /// A route's `stream_idle_timeout`, overriding the upstream's.
     pub idle_timeout: Option<Duration>,

@@ -83,7 +83,12 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: &Config, shared: &Shared) -> Result<Self, BuildError> {
-        let graph = Graph::build(config, &shared.store, &shared.telemetry.metrics)?;
+        let graph = Graph::build(
+            config,
+            &shared.store,
+            &shared.telemetry.metrics,
+            crate::strategy::BUILDERS,
+        )?;
         for probe in graph.upstreams.iter().filter_map(|u| u.probe.as_ref()) {
             probe.start_polling();
         }

@@ -30,9 +30,19 @@ pub(crate) use errors::positive;
 pub use errors::{ConfigError, ConfigErrors};
 pub use keys::digest;
 pub use raw::{Lane, Price};
-pub use strategies::{Built, Resolve, RouteSpec, Strategies, Unresolved};
+pub use strategies::{RouteSpec, Strategies};
 
 use crate::mock::{Behavior, Quirks, SwapSim};
+
+/// Input tokens an image is estimated at unless its model says otherwise
+/// (`image_tokens`): above what OpenAI (1,445 at most for a high-detail
+/// image on GPT-4o, about 2,650 on the patch-priced minis), Anthropic
+/// (about 1,600) and Gemini (258 a 768-pixel tile) charge for one.
+pub const IMAGE_TOKENS: u64 = 4_096;
+
+/// The largest context window a config or a server may give: beyond any
+/// model's (a server claiming more is not believed).
+pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 
 /// A validated config: no `Option`s left for "filled in later".
 #[derive(Debug)]
@@ -63,7 +73,7 @@ pub struct Server {
     /// Events the log's writer may fall behind by before lines are dropped.
     pub event_log_buffer: usize,
     /// Connection limits, fixed for the life of the process.
-    pub limits: crate::server::Limits,
+    pub limits: Limits,
     /// The key `/metrics` and `/readyz` require (admin keys also pass);
     /// `None`: both are open.
     pub metrics_key: Option<Secret>,
@@ -138,6 +148,20 @@ pub enum UpstreamKind {
         quirks: Quirks,
         models: IndexMap<String, Behavior>,
     },
+}
+
+/// The server's limits (see `crate::server`), from `[server]`; fixed for
+/// the life of the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub shutdown_grace: Duration,
+    /// Concurrent streams an HTTP/2 connection may open.
+    pub http2_max_streams: u32,
+    /// The largest request head (HTTP/1 buffer, HTTP/2 header list).
+    pub max_header_bytes: usize,
 }
 
 /// How many calls an upstream's lane lets through.

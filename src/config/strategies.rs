@@ -1,23 +1,20 @@
 //! What the config knows of strategies: the validated config a strategy's
-//! folder parses its route table into ([`RouteSpec`]), how it builds its
-//! node ([`Resolve`], [`Built`]), and the registry of strategies
-//! ([`Strategies`]) that the caller hands to [`super::load`]. The config
-//! reads a strategy route through its registered parser without knowing
-//! the strategy, so imports flow one way: strategies depend on the config,
-//! never the reverse.
+//! folder parses its route table into ([`RouteSpec`]), and the registry of
+//! strategies ([`Strategies`]) that the caller hands to [`super::load`].
+//! The config reads a strategy route through its registered parser without
+//! knowing the strategy, so imports flow one way: strategies depend on the
+//! config, never the reverse. A spec is data: building it into a node is
+//! the graph's business (`crate::graph::build`), so nothing here knows a
+//! runtime type.
 
 use std::any::Any;
 use std::collections::HashSet;
 use std::fmt::Debug;
-use std::sync::Arc;
-use std::time::Duration;
 
 use indexmap::IndexMap;
 
 use super::validate::table;
 use super::{Config, Errors, Route, positive, raw};
-use crate::model::ChatModel;
-use crate::store::Store;
 
 /// A strategy route's validated config.
 pub trait RouteSpec: Debug + Send + Sync {
@@ -37,36 +34,10 @@ pub trait RouteSpec: Debug + Send + Sync {
     fn errors(&self, _name: &str, _config: &Config) -> Vec<(String, String)> {
         Vec::new()
     }
-    /// The route's node, from the nodes it names.
-    fn build(
-        &self,
-        name: &str,
-        config: &Config,
-        nodes: &mut dyn Resolve,
-    ) -> Result<Built, Unresolved>;
+    /// The spec as `Any`, for the strategy's own builder (and for callers
+    /// that look for one strategy's routes) to downcast.
     fn as_any(&self) -> &dyn Any;
 }
-
-/// A built strategy node and its keep-alive need (see `graph::Node`).
-pub struct Built {
-    pub model: Arc<dyn ChatModel>,
-    pub keepalive: Option<Duration>,
-}
-
-/// How a strategy reaches the nodes it names while the graph is built.
-pub trait Resolve {
-    /// The node for `name`, built first if it is a route.
-    fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, Unresolved>;
-    /// The keep-alive need of an already built node.
-    fn keepalive(&self, name: &str) -> Option<Duration>;
-    /// The embedded store (`server.state_path`, or in memory).
-    fn store(&self) -> Arc<Store>;
-}
-
-/// A name the graph does not have: the config was not validated.
-#[derive(Debug, thiserror::Error)]
-#[error("`{0}` refers to a name that is not defined (the config was not validated)")]
-pub struct Unresolved(pub String);
 
 /// Reads one route table of a strategy.
 pub(crate) type Parse = fn(toml::Value, &str, &mut Errors) -> Option<Box<dyn RouteSpec>>;

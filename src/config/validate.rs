@@ -9,11 +9,10 @@ use std::time::Duration;
 use indexmap::IndexMap;
 
 use crate::mock::{Quirks, SwapSim};
-use crate::server::Limits;
 
 use super::{
-    Config, Errors, Lane, LaneLimits, LlamaSwap, Model, Secret, Server, Strategies,
-    TelemetryConfig, Upstream, UpstreamKind,
+    Config, Errors, IMAGE_TOKENS, Lane, LaneLimits, Limits, LlamaSwap, MAX_CONTEXT_WINDOW, Model,
+    Secret, Server, Strategies, TelemetryConfig, Upstream, UpstreamKind,
 };
 use super::{keys, names, positive, raw, warnings};
 
@@ -470,13 +469,13 @@ fn models(
             }
         }
         if let Some(w) = m.context_window
-            && !(1..=crate::model::MAX_CONTEXT_WINDOW).contains(&w)
+            && !(1..=MAX_CONTEXT_WINDOW).contains(&w)
         {
             errs.push(
                 format!("{path}.context_window"),
                 format!(
                     "must be a positive number of tokens, at most {}",
-                    crate::model::MAX_CONTEXT_WINDOW
+                    MAX_CONTEXT_WINDOW
                 ),
             );
         }
@@ -487,7 +486,7 @@ fn models(
                 upstream_model: m.model.unwrap_or(name),
                 price: m.price,
                 json_mode: m.json_mode.unwrap_or(true),
-                image_tokens: m.image_tokens.unwrap_or(crate::model::IMAGE_TOKENS),
+                image_tokens: m.image_tokens.unwrap_or(IMAGE_TOKENS),
                 context_window: m.context_window,
             },
         );

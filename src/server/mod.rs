@@ -55,18 +55,8 @@ const DEADLINE_GRACE: Duration = Duration::from_secs(2);
 /// is not closed to make room: its client is probably about to send.
 const MIN_IDLE_TO_EVICT: Duration = Duration::from_secs(1);
 
-/// The server's limits, from `[server]`; fixed for the life of the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub max_connections: usize,
-    pub header_read_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub shutdown_grace: Duration,
-    /// Concurrent streams an HTTP/2 connection may open.
-    pub http2_max_streams: u32,
-    /// The largest request head (HTTP/1 buffer, HTTP/2 header list).
-    pub max_header_bytes: usize,
-}
+/// The server's limits, from `[server]` (config data, defined there).
+pub use crate::config::Limits;
 
 /// How long a request may take once its head is in, by the config in
 /// force when it starts (`body_read_timeout + request_timeout`, which a

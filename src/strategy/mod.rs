@@ -1,10 +1,14 @@
 //! Strategies: models made of models. Each lives in a folder of its own
 //! (`chain/`) that owns its config keys, their validation, the names it
-//! refers to, how `check` shows it, its warnings and its graph build (a
-//! [`crate::config::RouteSpec`]); adding one means adding a folder and one
-//! line in [`ALL`]. Each implements [`crate::model::ChatModel`] over the
-//! nodes it names, so strategies nest. Attempts are recorded by the
-//! concrete models underneath; a strategy only sets verdicts.
+//! refers to, how `check` shows it and its warnings (a
+//! [`crate::config::RouteSpec`]), and its graph build (a `build` fn: the
+//! node, its keep-alive need and its pin targets, see
+//! [`crate::graph::Built`]); adding one means adding a folder and one line
+//! in [`ALL`] and in [`BUILDERS`]. Each implements
+//! [`crate::model::ChatModel`] over the nodes it names, so strategies nest.
+//! Attempts are recorded by the concrete models underneath; a strategy
+//! only sets verdicts. `x-conclave-pin` is not a strategy's concern: the
+//! graph wraps every strategy node in [`crate::graph::Pinned`].
 //!
 //! `passthrough` is the one built into the config: an alias of its model's
 //! node, or a thin node when it sets options (see `graph`).
@@ -20,12 +24,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::config::{Errors, Resolve, Strategies, Unresolved};
+use crate::config::{Errors, Strategies};
 use crate::context::RequestCtx;
-use crate::error::ModelError;
-use crate::labels::{Role, Verdict};
-use crate::model::{Call, ChatModel, Reply};
-use crate::wire::ChatRequest;
+use crate::graph::{BuildError, Builders, Resolve};
+use crate::model::ChatModel;
 
 /// Every strategy of this build, by name, for [`crate::config::load`].
 pub const ALL: Strategies = Strategies {
@@ -39,6 +41,15 @@ pub const ALL: Strategies = Strategies {
     later: &[],
 };
 
+/// How each strategy of [`ALL`] is built, for [`crate::graph::Graph::build`].
+pub const BUILDERS: Builders = &[
+    ("chain", chain::config::build),
+    ("judge", judge::config::build),
+    ("race", race::config::build),
+    ("arena", arena::config::build),
+    ("oracle", oracle::config::build),
+];
+
 /// A model a strategy route calls (a panellist, a candidate, a
 /// contestant), by its config name.
 pub struct Member {
@@ -48,7 +59,7 @@ pub struct Member {
 
 impl Member {
     /// The member `name`, from the graph being built.
-    pub(crate) fn of(name: &str, nodes: &mut dyn Resolve) -> Result<Member, Unresolved> {
+    pub(crate) fn of(name: &str, nodes: &mut dyn Resolve) -> Result<Member, BuildError> {
         Ok(Member {
             name: name.into(),
             model: nodes.model(name)?,
@@ -59,42 +70,17 @@ impl Member {
     pub(crate) fn all(
         names: &[String],
         nodes: &mut dyn Resolve,
-    ) -> Result<Vec<Member>, Unresolved> {
+    ) -> Result<Vec<Member>, BuildError> {
         names.iter().map(|n| Member::of(n, nodes)).collect()
     }
 
-    /// A list of members as pin targets.
-    pub fn targets(members: &[Member]) -> Vec<PinTarget<'_>> {
-        members.iter().map(|m| (&*m.name, &m.model)).collect()
+    /// A list of members as pin targets (see [`crate::graph::Pins`]).
+    pub fn targets(members: &[Member]) -> Vec<(Arc<str>, Arc<dyn ChatModel>)> {
+        members
+            .iter()
+            .map(|m| (m.name.clone(), m.model.clone()))
+            .collect()
     }
-}
-
-/// One model a strategy route may be pinned to, by its config name.
-pub type PinTarget<'a> = (&'a str, &'a Arc<dyn ChatModel>);
-
-/// `x-conclave-pin` on a strategy route: the named member (a `noun` of the
-/// `strategy` route `route`: a chain's tier, a judge's model) answers
-/// alone, in `role`; any other name is a 400 that lists the members.
-pub async fn pinned(
-    (strategy, route): (&str, &str),
-    noun: &str,
-    members: &[PinTarget<'_>],
-    role: Role,
-    (call, req, pin): (Call, Arc<ChatRequest>, &str),
-) -> Result<Reply, ModelError> {
-    let Some((_, model)) = members.iter().find(|(name, _)| *name == pin) else {
-        let names: Vec<&str> = members.iter().map(|(name, _)| *name).collect();
-        return Err(ModelError::BadRequest {
-            message: format!(
-                "x-conclave-pin: \"{pin}\" is not a {noun} of {strategy} \"{route}\" ({noun}s: {})",
-                names.join(", ")
-            ),
-            param: None,
-        });
-    };
-    let reply = model.chat(call.with_role(role), req).await?;
-    reply.attempt.set_verdict(Verdict::Ok, None);
-    Ok(reply)
 }
 
 /// Writes a strategy's own event (`judge_ranking`, `race_finished`, …) to

@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{Arena, Contestant, Pairs};
-use crate::config::{Built, Config, Errors, Resolve, RouteSpec, Unresolved, positive};
+use crate::config::{Config, Errors, RouteSpec, positive};
+use crate::graph::{self, BuildError, Built, Pins, Resolve};
+use crate::labels::Role;
 use crate::strategy::{member_refs, members};
 
 /// Longest answer of each contestant unless the client asks for less.
@@ -128,27 +130,35 @@ impl RouteSpec for ArenaSpec {
         out
     }
 
-    fn build(
-        &self,
-        name: &str,
-        _config: &Config,
-        nodes: &mut dyn Resolve,
-    ) -> Result<Built, Unresolved> {
-        let contestants = Contestant::all(&self.contestants, nodes)?;
-        Ok(Built {
-            model: Arc::new(Arena {
-                name: name.into(),
-                contestants,
-                pairs: self.pairs,
-                max_tokens: self.max_tokens,
-                vote_ttl: self.vote_ttl,
-                store: nodes.store(),
-            }),
-            keepalive: None,
-        })
-    }
-
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+}
+
+/// Builds a `strategy = "arena"` route (its entry in `crate::strategy::BUILDERS`).
+pub fn build(
+    spec: &dyn RouteSpec,
+    name: &str,
+    _config: &Config,
+    nodes: &mut dyn Resolve,
+) -> Result<Built, BuildError> {
+    let spec: &ArenaSpec = graph::spec(spec, name)?;
+    let contestants = Contestant::all(&spec.contestants, nodes)?;
+    let pins = Pins {
+        noun: "contestant",
+        role: Role::Contestant,
+        targets: Contestant::targets(&contestants),
+    };
+    Ok(Built {
+        model: Arc::new(Arena {
+            name: name.into(),
+            contestants,
+            pairs: spec.pairs,
+            max_tokens: spec.max_tokens,
+            vote_ttl: spec.vote_ttl,
+            store: nodes.store(),
+        }),
+        keepalive: None,
+        pins,
+    })
 }

@@ -32,7 +32,7 @@ use crate::model::Call;
 use crate::model::{CallSize, ChatModel, Completion, Meta, Reply, ReplyBody, Spend};
 use crate::store::Store;
 use crate::store::arena::Arena as Opened;
-use crate::strategy::{event, pinned};
+use crate::strategy::event;
 use crate::stream;
 use crate::wire::{ChatRequest, Usage, content_text};
 use shape::Face;
@@ -189,18 +189,6 @@ impl ChatModel for Arena {
     }
 
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        if let Some(pin) = call.pin.clone() {
-            let members = Contestant::targets(&self.contestants);
-            let asked = (call.without_pin(), req, pin.as_ref());
-            return pinned(
-                ("arena", &self.name),
-                "contestant",
-                &members,
-                Role::Contestant,
-                asked,
-            )
-            .await;
-        }
         if let Some(n) = req.extra.get("n").filter(|n| n.as_u64() != Some(1)) {
             return Err(ModelError::BadRequest {
                 message: format!(

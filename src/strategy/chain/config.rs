@@ -9,7 +9,11 @@ use serde::Deserialize;
 
 use super::verifier::Verifier;
 use super::{Chain, Tier};
-use crate::config::{Built, Config, Errors, Lane, Resolve, Route, RouteSpec, Unresolved, positive};
+use crate::config::{Config, Errors, Lane, Route, RouteSpec, positive};
+use crate::graph::{self, BuildError, Built, Pins, Resolve};
+use crate::labels::Role;
+use crate::model::ChatModel;
+use crate::strategy::passthrough::Passthrough;
 use crate::strategy::{member_refs, members};
 
 /// Default gap between SSE keep-alive comments while a chain verifies.
@@ -231,58 +235,79 @@ impl RouteSpec for ChainSpec {
         out
     }
 
-    fn build(
-        &self,
-        name: &str,
-        config: &Config,
-        nodes: &mut dyn Resolve,
-    ) -> Result<Built, Unresolved> {
-        let mut tiers = Vec::new();
-        for t in &self.tiers {
-            tiers.push(Tier {
-                name: t.as_str().into(),
-                model: nodes.model(t)?,
-                verified: self.tier_is_verified(config, t),
-            });
-        }
-        let verifier = match &self.verifier {
-            Some(v) => Some(Verifier {
-                name: v.as_str().into(),
-                model: nodes.model(v)?,
-                json_mode: config
-                    .models
-                    .get(config.resolve_alias(v))
-                    .is_some_and(|m| m.json_mode),
-                max_tokens: self.verifier_max_tokens,
-                timeout: self.verifier_timeout,
-            }),
-            None => None,
-        };
-        // A verifying chain holds answers back; so may any of its tiers.
-        let own =
-            (verifier.is_some() && tiers.iter().any(|t| t.verified)).then_some(self.keepalive);
-        let keepalive = self
-            .tiers
-            .iter()
-            .filter_map(|t| nodes.keepalive(t))
-            .chain(own)
-            .min();
-        Ok(Built {
-            model: Arc::new(Chain {
-                name: name.into(),
-                tiers,
-                verifier,
-                on_exhausted: self.on_exhausted,
-                ttft_timeout: self.ttft_timeout,
-                stream_idle_timeout: self.stream_idle_timeout,
-            }),
-            keepalive,
-        })
-    }
-
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+}
+
+/// Builds a `strategy = "chain"` route (its entry in `crate::strategy::BUILDERS`).
+pub fn build(
+    spec: &dyn RouteSpec,
+    name: &str,
+    config: &Config,
+    nodes: &mut dyn Resolve,
+) -> Result<Built, BuildError> {
+    let spec: &ChainSpec = graph::spec(spec, name)?;
+    let mut tiers = Vec::new();
+    for t in &spec.tiers {
+        tiers.push(Tier {
+            name: t.as_str().into(),
+            model: nodes.model(t)?,
+            verified: spec.tier_is_verified(config, t),
+        });
+    }
+    let verifier = match &spec.verifier {
+        Some(v) => Some(Verifier {
+            name: v.as_str().into(),
+            model: nodes.model(v)?,
+            json_mode: config
+                .models
+                .get(config.resolve_alias(v))
+                .is_some_and(|m| m.json_mode),
+            max_tokens: spec.verifier_max_tokens,
+            timeout: spec.verifier_timeout,
+        }),
+        None => None,
+    };
+    // A pin names a tier, which answers alone under the chain's own
+    // `stream_idle_timeout`.
+    let pins = Pins {
+        noun: "tier",
+        role: Role::Tier,
+        targets: tiers
+            .iter()
+            .map(|t| {
+                let model: Arc<dyn ChatModel> = match spec.stream_idle_timeout {
+                    None => t.model.clone(),
+                    Some(idle) => Arc::new(Passthrough {
+                        model: t.model.clone(),
+                        stream_idle_timeout: Some(idle),
+                    }),
+                };
+                (t.name.clone(), model)
+            })
+            .collect(),
+    };
+    // A verifying chain holds answers back; so may any of its tiers.
+    let own = (verifier.is_some() && tiers.iter().any(|t| t.verified)).then_some(spec.keepalive);
+    let keepalive = spec
+        .tiers
+        .iter()
+        .filter_map(|t| nodes.keepalive(t))
+        .chain(own)
+        .min();
+    Ok(Built {
+        model: Arc::new(Chain {
+            name: name.into(),
+            tiers,
+            verifier,
+            on_exhausted: spec.on_exhausted,
+            ttft_timeout: spec.ttft_timeout,
+            stream_idle_timeout: spec.stream_idle_timeout,
+        }),
+        keepalive,
+        pins,
+    })
 }
 
 /// The chain spec of a route, if it is a chain.

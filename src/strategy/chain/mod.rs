@@ -23,7 +23,6 @@ use async_trait::async_trait;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
-use crate::strategy::{PinTarget, pinned};
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
 use config::OnExhausted;
@@ -82,19 +81,10 @@ impl ChatModel for Chain {
     }
 
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        // A pin names a tier of the outermost chain of the route the
-        // client asked for; chains nested inside it never see it.
-        if let Some(pin) = call.pin.clone() {
-            let call = call
-                .without_pin()
-                .with_idle_timeout(self.stream_idle_timeout);
-            let tiers: Vec<PinTarget> = self.tiers.iter().map(|t| (&*t.name, &t.model)).collect();
-            let asked = (call, req, pin.as_ref());
-            return pinned(("chain", &self.name), "tier", &tiers, Role::Tier, asked).await;
-        }
-        let call = call
-            .without_pin()
-            .with_idle_timeout(self.stream_idle_timeout);
+        // `x-conclave-pin` is taken by the graph's `Pinned` around this
+        // node: a pin names a tier of the outermost strategy of the route
+        // the client asked for, and no call down here carries one.
+        let call = call.with_idle_timeout(self.stream_idle_timeout);
         let mut notes: Vec<String> = Vec::new();
         let mut trail: Vec<AttemptSummary> = Vec::new();
         let mut best: Option<Reply> = None;

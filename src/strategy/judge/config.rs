@@ -9,7 +9,9 @@ use serde::Deserialize;
 
 use super::synthesis::Synthesis;
 use super::{GuidanceRole, Judge, Member};
-use crate::config::{Built, Config, Errors, Lane, Resolve, RouteSpec, Unresolved, positive};
+use crate::config::{Config, Errors, Lane, RouteSpec, positive};
+use crate::graph::{self, BuildError, Built, Pins, Resolve};
+use crate::labels::Role;
 use crate::strategy::{member_refs, members};
 
 /// Default gap between SSE keep-alive comments while panel and synthesis run.
@@ -194,42 +196,54 @@ impl RouteSpec for JudgeSpec {
             .collect()
     }
 
-    fn build(
-        &self,
-        name: &str,
-        config: &Config,
-        nodes: &mut dyn Resolve,
-    ) -> Result<Built, Unresolved> {
-        let panel = Member::all(&self.panel, nodes)?;
-        let synthesis = Synthesis {
-            member: Member::of(&self.synthesis, nodes)?,
-            prompt: self.synthesis_prompt.clone(),
-            max_tokens: self.synthesis_max_tokens,
-            timeout: self.synthesis_timeout,
-        };
-        let default = Member::of(&self.default, nodes)?;
-        // The judge holds the answer back while the panel and the synthesis
-        // run; the default (and anything nested in it) may hold it longer.
-        let keepalive = nodes
-            .keepalive(&self.default)
-            .into_iter()
-            .chain(Some(self.keepalive))
-            .min();
-        Ok(Built {
-            model: Arc::new(Judge {
-                name: name.into(),
-                panel,
-                synthesis,
-                default,
-                panel_timeout: self.panel_timeout,
-                min_panel: self.min_panel,
-                guidance_role: self.guidance_role(config),
-            }),
-            keepalive,
-        })
-    }
-
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+}
+
+/// Builds a `strategy = "judge"` route (its entry in `crate::strategy::BUILDERS`).
+pub fn build(
+    spec: &dyn RouteSpec,
+    name: &str,
+    config: &Config,
+    nodes: &mut dyn Resolve,
+) -> Result<Built, BuildError> {
+    let spec: &JudgeSpec = graph::spec(spec, name)?;
+    let panel = Member::all(&spec.panel, nodes)?;
+    let synthesis = Synthesis {
+        member: Member::of(&spec.synthesis, nodes)?,
+        prompt: spec.synthesis_prompt.clone(),
+        max_tokens: spec.synthesis_max_tokens,
+        timeout: spec.synthesis_timeout,
+    };
+    let default = Member::of(&spec.default, nodes)?;
+    // A pin names a panellist or the default, which answers alone.
+    let pins = Pins {
+        noun: "model",
+        role: Role::Default,
+        targets: Member::targets(&panel)
+            .into_iter()
+            .chain(Member::targets(std::slice::from_ref(&default)))
+            .collect(),
+    };
+    // The judge holds the answer back while the panel and the synthesis
+    // run; the default (and anything nested in it) may hold it longer.
+    let keepalive = nodes
+        .keepalive(&spec.default)
+        .into_iter()
+        .chain(Some(spec.keepalive))
+        .min();
+    Ok(Built {
+        model: Arc::new(Judge {
+            name: name.into(),
+            panel,
+            synthesis,
+            default,
+            panel_timeout: spec.panel_timeout,
+            min_panel: spec.min_panel,
+            guidance_role: spec.guidance_role(config),
+        }),
+        keepalive,
+        pins,
+    })
 }

@@ -27,7 +27,7 @@ use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
 pub use crate::strategy::Member;
-use crate::strategy::{PinTarget, event, pinned};
+use crate::strategy::event;
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
 use synthesis::{Judgement, Synthesis};
@@ -168,25 +168,6 @@ impl ChatModel for Judge {
     }
 
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        if let Some(pin) = call.pin.clone() {
-            // The named panellist or the default answers alone.
-            let members: Vec<PinTarget> = self
-                .panel
-                .iter()
-                .chain(std::iter::once(&self.default))
-                .map(|m| (&*m.name, &m.model))
-                .collect();
-            let asked = (call.without_pin(), req, pin.as_ref());
-            return pinned(
-                ("judge", &self.name),
-                "model",
-                &members,
-                Role::Default,
-                asked,
-            )
-            .await;
-        }
-        let call = call.without_pin();
         let asked = panel::request(&req);
         let (phase, in_panel) = call.phase("judge.panel");
         let outcome = panel::run(&self.panel, &in_panel, &asked, self.panel_timeout).await;

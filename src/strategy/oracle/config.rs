@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{Caps, Oracle, OracleCall};
-use crate::config::{Built, Config, Errors, Resolve, RouteSpec, Unresolved, positive};
+use crate::config::{Config, Errors, RouteSpec, positive};
+use crate::graph::{self, BuildError, Built, Pins, Resolve};
+use crate::labels::Role;
 use crate::strategy::Member;
 
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(5);
@@ -159,37 +161,46 @@ impl RouteSpec for OracleSpec {
         )
     }
 
-    fn build(
-        &self,
-        name: &str,
-        _config: &Config,
-        nodes: &mut dyn Resolve,
-    ) -> Result<Built, Unresolved> {
-        let keepalive = nodes
-            .keepalive(&self.base)
-            .into_iter()
-            .chain(Some(self.keepalive))
-            .min();
-        Ok(Built {
-            model: Arc::new(Oracle {
-                name: name.into(),
-                base: Member::of(&self.base, nodes)?,
-                oracle: OracleCall {
-                    member: Member::of(&self.oracle, nodes)?,
-                    context_messages: self.context_messages,
-                    temperature: self.temperature,
-                    max_tokens: self.max_tokens,
-                    reasoning_effort: self.reasoning_effort.clone(),
-                    timeout: self.timeout,
-                },
-                caps: self.caps,
-                store: nodes.store(),
-            }),
-            keepalive,
-        })
-    }
-
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+}
+
+/// Builds a `strategy = "oracle"` route (its entry in `crate::strategy::BUILDERS`).
+pub fn build(
+    spec: &dyn RouteSpec,
+    name: &str,
+    _config: &Config,
+    nodes: &mut dyn Resolve,
+) -> Result<Built, BuildError> {
+    let spec: &OracleSpec = graph::spec(spec, name)?;
+    let keepalive = nodes
+        .keepalive(&spec.base)
+        .into_iter()
+        .chain(Some(spec.keepalive))
+        .min();
+    let base = Member::of(&spec.base, nodes)?;
+    let pins = Pins {
+        noun: "base",
+        role: Role::Base,
+        targets: Member::targets(std::slice::from_ref(&base)),
+    };
+    Ok(Built {
+        model: Arc::new(Oracle {
+            name: name.into(),
+            base,
+            oracle: OracleCall {
+                member: Member::of(&spec.oracle, nodes)?,
+                context_messages: spec.context_messages,
+                temperature: spec.temperature,
+                max_tokens: spec.max_tokens,
+                reasoning_effort: spec.reasoning_effort.clone(),
+                timeout: spec.timeout,
+            },
+            caps: spec.caps,
+            store: nodes.store(),
+        }),
+        keepalive,
+        pins,
+    })
 }

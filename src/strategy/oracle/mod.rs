@@ -22,10 +22,10 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::error::ModelError;
-use crate::labels::{Role, Verdict};
+use crate::labels::Verdict;
 use crate::model::{Call, CallSize, ChatModel, Completion, Reply, ReplyBody, Spend};
 use crate::store::Store;
-use crate::strategy::{Member, event, pinned};
+use crate::strategy::{Member, event};
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
 pub use consult::OracleCall;
@@ -134,11 +134,6 @@ impl ChatModel for Oracle {
     }
 
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        if let Some(pin) = call.pin.clone() {
-            let members = Member::targets(std::slice::from_ref(&self.base));
-            let asked = (call.without_pin(), req, pin.as_ref());
-            return pinned(("oracle", &self.name), "base", &members, Role::Base, asked).await;
-        }
         if let Some(n) = req.extra.get("n").filter(|n| n.as_u64() != Some(1)) {
             return Err(ModelError::BadRequest {
                 message: format!(

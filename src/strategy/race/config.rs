@@ -11,7 +11,9 @@ use serde::Deserialize;
 use super::rubric::{Caps, Rubric};
 use super::scorers::{Judge, Webhook};
 use super::{Candidate, Gates, Mode, Race};
-use crate::config::{Built, Config, Errors, Resolve, RouteSpec, Unresolved, positive};
+use crate::config::{Config, Errors, RouteSpec, positive};
+use crate::graph::{self, BuildError, Built, Pins, Resolve};
+use crate::labels::Role;
 use crate::strategy::{member_refs, members};
 
 const RACE_KEEPALIVE: Duration = Duration::from_secs(5);
@@ -253,54 +255,62 @@ impl RouteSpec for RaceSpec {
         )
     }
 
-    fn build(
-        &self,
-        name: &str,
-        _config: &Config,
-        nodes: &mut dyn Resolve,
-    ) -> Result<Built, Unresolved> {
-        let candidates = Candidate::all(&self.candidates, nodes)?;
-        let judge = match &self.judge {
-            Some(j) => Some(Judge {
-                name: j.as_str().into(),
-                model: nodes.model(j)?,
-                criteria: self.criteria.clone(),
-                max_tokens: self.judge_max_tokens,
-                timeout: self.judge_timeout,
-            }),
-            None => None,
-        };
-        let webhook = self.webhook.as_ref().map(|(url, timeout)| Webhook {
-            url: url.clone(),
-            timeout: *timeout,
-            client: reqwest::Client::new(),
-        });
-        // Best-of holds the answer back while it races; a candidate may too.
-        let own = (self.mode == Mode::Best).then_some(self.keepalive);
-        let keepalive = self
-            .candidates
-            .iter()
-            .filter_map(|m| nodes.keepalive(m))
-            .chain(own)
-            .min();
-        Ok(Built {
-            model: Arc::new(Race {
-                name: name.into(),
-                candidates,
-                mode: self.mode,
-                rubric: self.rubric.clone(),
-                judge: judge.map(Arc::new),
-                webhook: webhook.map(Arc::new),
-                caps: self.caps,
-                gates: self.gates,
-                cancel_on_perfect: self.cancel_on_perfect,
-                hedge_delay: self.hedge_delay,
-            }),
-            keepalive,
-        })
-    }
-
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+}
+
+/// Builds a `strategy = "race"` route (its entry in `crate::strategy::BUILDERS`).
+pub fn build(
+    spec: &dyn RouteSpec,
+    name: &str,
+    _config: &Config,
+    nodes: &mut dyn Resolve,
+) -> Result<Built, BuildError> {
+    let spec: &RaceSpec = graph::spec(spec, name)?;
+    let candidates = Candidate::all(&spec.candidates, nodes)?;
+    let pins = Pins {
+        noun: "candidate",
+        role: Role::Candidate,
+        targets: Candidate::targets(&candidates),
+    };
+    let judge = match &spec.judge {
+        Some(j) => Some(Judge {
+            name: j.as_str().into(),
+            model: nodes.model(j)?,
+            criteria: spec.criteria.clone(),
+            max_tokens: spec.judge_max_tokens,
+            timeout: spec.judge_timeout,
+        }),
+        None => None,
+    };
+    let webhook = spec.webhook.as_ref().map(|(url, timeout)| Webhook {
+        url: url.clone(),
+        timeout: *timeout,
+        client: reqwest::Client::new(),
+    });
+    // Best-of holds the answer back while it races; a candidate may too.
+    let own = (spec.mode == Mode::Best).then_some(spec.keepalive);
+    let keepalive = spec
+        .candidates
+        .iter()
+        .filter_map(|m| nodes.keepalive(m))
+        .chain(own)
+        .min();
+    Ok(Built {
+        model: Arc::new(Race {
+            name: name.into(),
+            candidates,
+            mode: spec.mode,
+            rubric: spec.rubric.clone(),
+            judge: judge.map(Arc::new),
+            webhook: webhook.map(Arc::new),
+            caps: spec.caps,
+            gates: spec.gates,
+            cancel_on_perfect: spec.cancel_on_perfect,
+            hedge_delay: spec.hedge_delay,
+        }),
+        keepalive,
+        pins,
+    })
 }

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, ReplyBody, Spend};
-use crate::strategy::{event, pinned};
+use crate::strategy::event;
 use crate::stream;
 use crate::telemetry::{RACE_SCORE, RACE_TOKENS_SAVED};
 use crate::wire::{AssistantOutput, ChatRequest, estimate_tokens};
@@ -434,19 +434,6 @@ impl ChatModel for Race {
     }
 
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        if let Some(pin) = call.pin.clone() {
-            let members = Candidate::targets(&self.candidates);
-            let asked = (call.without_pin(), req, pin.as_ref());
-            return pinned(
-                ("race", &self.name),
-                "candidate",
-                &members,
-                Role::Candidate,
-                asked,
-            )
-            .await;
-        }
-        let call = call.without_pin();
         let pool = self.gates.pool(self.candidates.len());
         if let Err(down) = self.gates.check(self, &call, &req, pool) {
             return down.run(self, &call, req).await;

@@ -1,13 +1,21 @@
 //! Compiles a validated [`Config`] into the model graph: one
 //! `Arc<dyn ChatModel>` node per concrete model and per route, built once
 //! at start-up. Routes refer to their parts by `Arc`, so a request walks
-//! the graph without name lookups.
+//! the graph without name lookups. A strategy route is built by its
+//! strategy's builder ([`build`]: the registry the caller hands in) and
+//! wrapped in the one decorator that honours `x-conclave-pin` ([`pin`]).
+
+pub mod build;
+pub mod pin;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Config, Resolve, Route, Unresolved};
+pub use build::{BuildFn, Builders, Built, Resolve, Unresolved, spec};
+pub use pin::{Pinned, Pins};
+
+use crate::config::{Config, Route};
 use crate::model::ChatModel;
 use crate::redact::Redactor;
 use crate::sink::{Metrics, ModelInfo};
@@ -50,17 +58,27 @@ pub enum BuildError {
     },
     #[error(transparent)]
     Unresolved(#[from] Unresolved),
+    /// A route of a strategy this build has no builder for (or whose
+    /// builder reads another spec): the config and the builders disagree.
+    #[error("route `{route}`: strategy \"{strategy}\" has no builder in this build")]
+    NoBuilder {
+        route: String,
+        strategy: &'static str,
+    },
     #[error(transparent)]
     Redact(#[from] crate::redact::BuildError),
 }
 
 impl Graph {
-    /// The graph of `config`; strategies that keep records (arenas) keep
-    /// them in `store`; upstreams record their metrics to `metrics`.
+    /// The graph of `config`, its strategy routes built by `builders`
+    /// (`conclave::strategy::BUILDERS`); strategies that keep records
+    /// (arenas) keep them in `store`; upstreams record their metrics to
+    /// `metrics`.
     pub fn build(
         config: &Config,
         store: &Arc<Store>,
         metrics: &Metrics,
+        builders: Builders,
     ) -> Result<Graph, BuildError> {
         let mut upstreams = HashMap::new();
         for (name, u) in &config.upstreams {
@@ -116,8 +134,13 @@ impl Graph {
                 },
             );
         }
+        let with = Building {
+            config,
+            store,
+            builders,
+        };
         for name in config.routes.keys() {
-            g.route(config, name, store)?;
+            g.route(&with, name)?;
         }
         Ok(g)
     }
@@ -130,16 +153,12 @@ impl Graph {
 
     /// The node for `name`, building routes depth-first (validation has
     /// ruled out cycles).
-    fn route(
-        &mut self,
-        config: &Config,
-        name: &str,
-        store: &Arc<Store>,
-    ) -> Result<Arc<dyn ChatModel>, Unresolved> {
+    fn route(&mut self, with: &Building, name: &str) -> Result<Arc<dyn ChatModel>, BuildError> {
         if let Some(n) = self.nodes.get(name) {
             return Ok(n.model.clone());
         }
-        let route = config
+        let route = with
+            .config
             .routes
             .get(name)
             .ok_or_else(|| Unresolved(name.to_owned()))?;
@@ -149,26 +168,35 @@ impl Graph {
             Route::Passthrough {
                 model,
                 stream_idle_timeout: None,
-            } => self.route(config, model, store)?,
+            } => self.route(with, model)?,
             Route::Passthrough {
                 model,
                 stream_idle_timeout,
             } => Arc::new(Passthrough {
-                model: self.route(config, model, store)?,
+                model: self.route(with, model)?,
                 stream_idle_timeout: *stream_idle_timeout,
             }),
             Route::Strategy(spec) => {
-                let built = spec.build(
+                let strategy = spec.strategy();
+                let build = build::builder(with.builders, strategy).ok_or_else(|| {
+                    BuildError::NoBuilder {
+                        route: name.to_owned(),
+                        strategy,
+                    }
+                })?;
+                let built = build(
+                    spec.as_ref(),
                     name,
-                    config,
-                    &mut Resolver {
-                        graph: self,
-                        config,
-                        store,
-                    },
+                    with.config,
+                    &mut Resolver { graph: self, with },
                 )?;
                 keepalive = built.keepalive;
-                built.model
+                Arc::new(Pinned {
+                    strategy,
+                    route: name.into(),
+                    pins: built.pins,
+                    inner: built.model,
+                })
             }
         };
         let (strategy, concrete) = match route {
@@ -199,16 +227,22 @@ impl Graph {
     }
 }
 
+/// What every route of one build is built from.
+struct Building<'a> {
+    config: &'a Config,
+    store: &'a Arc<Store>,
+    builders: Builders,
+}
+
 /// What a strategy's build sees of the graph being built.
 struct Resolver<'g> {
     graph: &'g mut Graph,
-    config: &'g Config,
-    store: &'g Arc<Store>,
+    with: &'g Building<'g>,
 }
 
 impl Resolve for Resolver<'_> {
-    fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, Unresolved> {
-        self.graph.route(self.config, name, self.store)
+    fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, BuildError> {
+        self.graph.route(self.with, name)
     }
 
     fn keepalive(&self, name: &str) -> Option<Duration> {
@@ -216,6 +250,56 @@ impl Resolve for Resolver<'_> {
     }
 
     fn store(&self) -> Arc<Store> {
-        self.store.clone()
+        self.with.store.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    const CONFIG: &str = "[upstreams.sim]\nkind = \"mock\"\n\n[models.a]\nupstream = \"sim\"\n\n\
+        [models.b]\nupstream = \"sim\"\n\n[routes.c]\nstrategy = \"chain\"\ntiers = [\"a\", \"b\"]\n";
+
+    fn build(builders: Builders) -> Result<Graph, BuildError> {
+        let config =
+            crate::config::parse(CONFIG, "t.toml", &|_| None, &crate::strategy::ALL).unwrap();
+        let store = Arc::new(Store::in_memory(crate::clock::Clock::system()).unwrap());
+        Graph::build(&config, &store, &Metrics::noop(), builders)
+    }
+
+    #[test]
+    fn every_strategy_has_a_builder() {
+        for (name, _) in crate::strategy::ALL.known {
+            assert!(
+                build::builder(crate::strategy::BUILDERS, name).is_some(),
+                "{name}"
+            );
+        }
+        let g = build(crate::strategy::BUILDERS).unwrap();
+        let (_, node) = g.get("c").unwrap();
+        assert_eq!(node.strategy, "chain");
+        assert!(node.is_route);
+    }
+
+    #[test]
+    fn a_strategy_without_a_builder_is_an_error_not_a_panic() {
+        let err = build(&[]).err().unwrap();
+        assert!(
+            matches!(&err, BuildError::NoBuilder { route, strategy: "chain" } if route == "c"),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "route `c`: strategy \"chain\" has no builder in this build"
+        );
+    }
+
+    #[test]
+    fn a_builder_of_another_strategy_is_an_error_not_a_panic() {
+        const WRONG: Builders = &[("chain", crate::strategy::judge::config::build)];
+        let err = build(WRONG).err().unwrap();
+        assert!(matches!(&err, BuildError::NoBuilder { .. }), "{err}");
     }
 }

@@ -1,0 +1,64 @@
+//! How a strategy route becomes a node: the registry of builders by
+//! strategy name ([`Builders`]), what a builder sees of the graph being
+//! built ([`Resolve`]) and what it returns ([`Built`]: the node, its
+//! keep-alive need and its pin targets). The config only describes a
+//! route ([`RouteSpec`]); building it is the graph's business, so the
+//! config never reaches up into runtime types.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::BuildError;
+use super::pin::Pins;
+use crate::config::{Config, RouteSpec};
+use crate::model::ChatModel;
+use crate::store::Store;
+
+/// A built strategy node, its keep-alive need (see [`super::Node`]) and
+/// what `x-conclave-pin` may name on it (see [`super::pin`]).
+pub struct Built {
+    pub model: Arc<dyn ChatModel>,
+    pub keepalive: Option<Duration>,
+    pub pins: Pins,
+}
+
+/// How a strategy reaches the nodes it names while the graph is built.
+pub trait Resolve {
+    /// The node for `name`, built first if it is a route.
+    fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, BuildError>;
+    /// The keep-alive need of an already built node.
+    fn keepalive(&self, name: &str) -> Option<Duration>;
+    /// The embedded store (`server.state_path`, or in memory).
+    fn store(&self) -> Arc<Store>;
+}
+
+/// A name the graph does not have: the config was not validated.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` refers to a name that is not defined (the config was not validated)")]
+pub struct Unresolved(pub String);
+
+/// Builds one strategy route (`name`) from its validated spec.
+pub type BuildFn = fn(&dyn RouteSpec, &str, &Config, &mut dyn Resolve) -> Result<Built, BuildError>;
+
+/// The strategy builders of a build, by strategy name (the names of
+/// [`crate::config::Strategies`]); `conclave::strategy::BUILDERS`.
+pub type Builders = &'static [(&'static str, BuildFn)];
+
+/// The builder of `strategy`, if this build has one.
+pub(super) fn builder(builders: Builders, strategy: &str) -> Option<BuildFn> {
+    builders
+        .iter()
+        .find(|(n, _)| *n == strategy)
+        .map(|(_, build)| *build)
+}
+
+/// The spec of route `route` as its strategy's own type: a builder's
+/// first step. A spec of another type is a [`BuildError::NoBuilder`].
+pub fn spec<'s, T: 'static>(spec: &'s dyn RouteSpec, route: &str) -> Result<&'s T, BuildError> {
+    spec.as_any()
+        .downcast_ref::<T>()
+        .ok_or_else(|| BuildError::NoBuilder {
+            route: route.to_owned(),
+            strategy: spec.strategy(),
+        })
+}

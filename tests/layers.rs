@@ -1,0 +1,57 @@
+//! The crate's layering, read from its source: the config is data, so
+//! nothing under `src/config/` reaches up into a runtime module (models,
+//! the store, upstreams, strategies, telemetry, the graph, …). Building a
+//! config into nodes is the graph's business (`src/graph/`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+
+/// The modules the config may use: leaves, and the simulator's own config
+/// data (`mock::{Behavior, Quirk, Quirks, SwapSim}`, the language of
+/// `kind = "mock"` upstreams, checked when the config is).
+const CONFIG_MAY_USE: &[&str] = &["config", "wire", "labels", "clock", "mock"];
+
+/// Every `crate::NAME` a line of code names (comments skipped).
+fn crate_paths(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        for (at, _) in code.match_indices("crate::") {
+            let rest = &code[at + "crate::".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            out.push((i + 1, name));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_config_imports_no_runtime_module() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config");
+    let mut bad = Vec::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        // Unit tests may use anything (they parse with the real strategies).
+        if path.extension().is_none_or(|e| e != "rs") || name == "tests.rs" {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (line, module) in crate_paths(&text) {
+            if !CONFIG_MAY_USE.contains(&module.as_str()) {
+                bad.push(format!("src/config/{name}:{line}: crate::{module}"));
+            }
+        }
+    }
+    assert!(files > 5, "read only {files} files in {}", dir.display());
+    assert!(
+        bad.is_empty(),
+        "the config reaches into runtime modules:\n{}",
+        bad.join("\n")
+    );
+}
