@@ -109,6 +109,32 @@ impl Gw {
         self.get_with(path, &[]).await
     }
 
+    /// The simulator of this gateway's `kind = "mock"` upstream `name`.
+    pub fn sim(&self, name: &str) -> std::sync::Arc<conclave::mock::Simulator> {
+        self.prepared
+            .simulator(name)
+            .unwrap_or_else(|| panic!("no mock upstream {name}"))
+    }
+
+    /// The models the mock upstream `name` was asked for, in order.
+    pub fn arrivals(&self, name: &str) -> Vec<String> {
+        self.sim(name)
+            .recorded()
+            .into_iter()
+            .map(|r| r.model)
+            .collect()
+    }
+
+    /// The bodies the mock upstream `name` received for `model`.
+    pub fn asked(&self, name: &str, model: &str) -> Vec<Value> {
+        self.sim(name)
+            .recorded()
+            .into_iter()
+            .filter(|r| r.model == model)
+            .map(|r| r.body)
+            .collect()
+    }
+
     /// This gateway's metrics, as `/metrics` renders them.
     pub fn metrics(&self) -> String {
         self.prepared.metrics()
