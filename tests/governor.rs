@@ -1,6 +1,9 @@
-//! Governors, black-box: API keys, per-minute limits and their headers,
-//! daily budgets under concurrency and across restarts, a strategy's
-//! fan-out in the estimate, and upstream limits (rpm, 429 retries).
+//! Governors: API keys, per-minute limits and their headers, daily
+//! budgets under concurrency, across the UTC day's end and across
+//! restarts, a strategy's fan-out in the estimate, and upstream limits
+//! (rpm, 429 retries). Windows, waits and the day roll-over run
+//! in-process on paused time (exact figures); a restart, a `kill -9` and
+//! the process's log stay out of process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

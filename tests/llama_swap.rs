@@ -1,7 +1,9 @@
-//! llama-swap awareness, black-box: `conclave mock` plays llama-swap (one
-//! model loaded at a time, a load delay) and the gateway probes its
-//! `/running`, schedules a local lane in front of it, and reads its
-//! `sendLoadingState` banner.
+//! llama-swap awareness. Out of process, `conclave mock` plays llama-swap
+//! (one model loaded at a time, a load delay) and the gateway probes its
+//! `/running` and reads its `sendLoadingState` banner. The local lane's
+//! scheduling (order, concurrency, starvation, deadlines, a client that
+//! leaves) runs in-process on paused time against the same simulator as a
+//! `kind = "mock"` upstream, so its waits are exact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -154,50 +156,9 @@ timeout = "20s"
     Proc::gateway(&toml)
 }
 
-/// The models the mock received, in order.
-async fn arrivals(mock: &Proc) -> Vec<String> {
-    mock.received()
-        .await
-        .iter()
-        .map(|r| r["model"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
 /// Attempt events of `model`.
 fn attempts_of<'a>(events: &'a [Value], model: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["model"] == model).collect()
-}
-
-/// Sends `body` to the gateway in the background; the status it got.
-fn spawn_post(gw: &Proc, body: Value) -> tokio::task::JoinHandle<u16> {
-    let base = gw.base.clone();
-    tokio::spawn(async move { post(&base, &body).await.status })
-}
-
-/// A plain (cloud) `conclave mock` serving `model`.
-fn cloud_mock(model: &str) -> Proc {
-    Proc::mock(&format!(
-        "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.{model}]\n"
-    ))
-}
-
-/// `[upstreams.cloud]` at `cloud` with `models` on it, plus `extra`.
-fn cloud_upstream(cloud: &Proc, models: &str, extra: &str) -> String {
-    format!(
-        "[upstreams.cloud]\nkind = \"openai\"\nbase_url = \"{}\"\n\n{models}\n{extra}",
-        cloud.v1()
-    )
-}
-
-/// Loads `model` through the gateway and waits until its probe sees it.
-async fn load(gw: &Proc, model: &str) {
-    assert_eq!(post(&gw.base, &chat(model, "warm up")).await.status, 200);
-    let want = format!("conclave_llama_swap_warm{{upstream=\"local\",model=\"{model}\"}} 1");
-    assert!(
-        eventually(5, || async { gw.metrics().await.contains(&want) }).await,
-        "the probe never saw {model} loaded:\n{}",
-        gw.metrics().await
-    );
 }
 
 #[tokio::test]
