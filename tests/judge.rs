@@ -1,5 +1,7 @@
-//! Model-judge panels, black-box: a gateway in front of `conclave mock`,
-//! judge routes over simulated panellists, syntheses and defaults.
+//! Model-judge panels: a gateway in front of `conclave mock`, judge routes
+//! over simulated panellists, syntheses and defaults. The tests of the
+//! panel's timing (parallel panellists, `panel_timeout`) run in-process
+//! on paused time against the same simulator, so their waits are exact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

@@ -1,5 +1,8 @@
-//! Best-of-N races and first-of-N hedges, black-box: a gateway in front of
-//! `conclave mock`, race routes over simulated candidates and judges.
+//! Best-of-N races and first-of-N hedges: a gateway in front of `conclave
+//! mock`, race routes over simulated candidates and judges. The tests of
+//! timing (a perfect answer cancelling the rest, hedges, keepalives) run
+//! in-process on paused time against the same simulator, so their figures
+//! are exact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
