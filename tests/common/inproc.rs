@@ -140,13 +140,20 @@ impl Gw {
         self.prepared.metrics()
     }
 
+    /// Flushes telemetry as shutdown does: the event log is written and
+    /// closed, queued spans are exported (and the tracer shut down). Once
+    /// per gateway, at the end of a test.
+    pub async fn flush(&self) {
+        // Off the runtime: the flush blocks, and span export runs on it.
+        let flush = self.prepared.flusher();
+        tokio::task::spawn_blocking(flush).await.unwrap();
+    }
+
     /// Every event in `{dir}/events.jsonl` of the given kinds (all but
     /// `request` when none), after the log is flushed. Ends the event
     /// log: call it once, at the end of a test.
     pub async fn events(&self, kinds: &[&str]) -> Vec<Value> {
-        // Off the runtime: the flush blocks, and span export runs on it.
-        let flush = self.prepared.flusher();
-        tokio::task::spawn_blocking(flush).await.unwrap();
+        self.flush().await;
         let text = std::fs::read_to_string(self.dir.path().join("events.jsonl")).unwrap();
         text.lines()
             .filter(|l| !l.trim().is_empty())
