@@ -1,7 +1,8 @@
 //! Budgets that cannot be gamed, black-box: against an upstream that bills
 //! like a real provider (tests/common/billing.rs), a key's daily budget
 //! holds whatever the body carries (tools, images, `n`), output caps that
-//! are not positive integers are refused, and `tpm` debt carries over.
+//! are not positive integers are refused, and `tpm` debt carries over
+//! (in-process, on paused time: its wait is exact).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -216,21 +217,37 @@ async fn caps_that_are_not_positive_integers_are_a_400_and_huge_ones_never_fit()
     assert!(r.text.contains("up to 1240"), "{}", r.text);
 }
 
-#[tokio::test]
+/// In-process, on paused time: the debt's wait is stated exactly, and
+/// waiting it out (not a second less) pays it back.
+#[tokio::test(start_paused = true)]
 async fn tpm_debt_carries_over_until_it_is_paid_back() {
-    let gw = Proc::gateway_env(SIM, &[("KEY_A", "k-alpha")]);
+    let gw = inproc::Gw::start_with(
+        SIM,
+        &[("KEY_A", "k-alpha")],
+        std::time::UNIX_EPOCH + inproc::START,
+    );
     let h = [("authorization", "Bearer k-alpha")];
     // No cap: the estimate is trimmed to fit, then the model writes
     // 100,000 tokens. The key owes about 100 minutes of its limit.
-    let r = post_with(&gw.base, &chat("greedy", "hi"), &h).await;
+    let r = gw.chat_with(&chat("greedy", "hi"), &h).await;
     assert_eq!(r.status, 200, "{}", r.text);
+    let mut retry = 0;
     for _ in 0..3 {
-        let r = post_with(&gw.base, &chat("echo", "hi"), &h).await;
+        let r = gw.chat_with(&chat("echo", "hi"), &h).await;
         assert_eq!(r.status, 429, "debt forgiven: {}", r.text);
-        let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
-        // (100,025 - 1,000 + a few) tokens at 1,000 a minute.
-        assert!((5900..=6100).contains(&retry), "retry-after {retry}");
+        // (100,025 - 1,000 + what echo asks) tokens at 1,000 a minute:
+        // 6,002 s.
+        retry = r.header("retry-after").unwrap().parse().unwrap();
+        assert_eq!(retry, 6002, "retry-after {retry}");
         assert_eq!(r.header("x-ratelimit-remaining-tokens"), Some("0"));
         assert_eq!(r.header("x-should-retry"), None, "a wait helps here");
     }
+    // A second short of it the debt still stands; then it is paid back.
+    tokio::time::advance(std::time::Duration::from_secs(retry - 1)).await;
+    let r = gw.chat_with(&chat("echo", "hi"), &h).await;
+    assert_eq!(r.status, 429, "{}", r.text);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    tokio::time::advance(std::time::Duration::from_secs(1)).await;
+    let r = gw.chat_with(&chat("echo", "hi"), &h).await;
+    assert_eq!(r.status, 200, "{}", r.text);
 }

@@ -11,7 +11,6 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -394,8 +393,14 @@ async fn behind_llama_swap_only_a_warm_models_props_are_asked() {
     };
     assert_eq!(received(&mock).await, 2);
     assert_eq!(mock.stats().await["loads"], 2);
-    // Now warm: learned from /upstream/small/props, refused before the call.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Now warm (once the probe has seen it): learned from
+    // /upstream/small/props, refused before the call.
+    let warm = r#"conclave_llama_swap_warm{upstream="up",model="small"} 1"#;
+    assert!(
+        eventually(5, || async { gw.metrics().await.contains(warm) }).await,
+        "the probe never saw small loaded:\n{}",
+        gw.metrics().await
+    );
     let r = post(&gw.base, &chat("small", &long())).await;
     assert_too_long(&r, 512);
     assert_eq!(received(&mock).await, 2);

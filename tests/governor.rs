@@ -1,11 +1,16 @@
-//! Governors, black-box: API keys, per-minute limits and their headers,
-//! daily budgets under concurrency and across restarts, a strategy's
-//! fan-out in the estimate, and upstream limits (rpm, 429 retries).
+//! Governors: API keys, per-minute limits and their headers, daily
+//! budgets under concurrency, across the UTC day's end and across
+//! restarts, a strategy's fan-out in the estimate, and upstream limits
+//! (rpm, 429 retries). Windows, waits and the day roll-over run
+//! in-process on paused time (exact figures); a restart, a `kill -9` and
+//! the process's log stay out of process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
+
+use tokio::time::{Instant, advance};
 
 use common::*;
 use serde_json::{Value, json};
@@ -50,6 +55,38 @@ fn gateway(keys: &str, extra: &str) -> Proc {
          [[keys]]\nname = \"admin\"\nkey_env = \"KEY_ADMIN\"\nadmin = true\n"
     );
     Proc::gateway_env(&toml, KEYS)
+}
+
+/// [`gateway`] in-process, its clock at [`inproc::START`] (23:59:00 UTC):
+/// under paused time every window and the day's end are `advance`s away.
+fn gateway_in(keys: &str, extra: &str) -> inproc::Gw {
+    let toml = format!(
+        "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n{keys}\n{SIM}\n{extra}\n\n\
+         [[keys]]\nname = \"admin\"\nkey_env = \"KEY_ADMIN\"\nadmin = true\n"
+    );
+    inproc::Gw::start_with(&toml, KEYS, UNIX_EPOCH + inproc::START)
+}
+
+/// `body` to an in-process gateway as `key`.
+async fn ask(gw: &inproc::Gw, body: &Value, key: &str) -> Resp {
+    let auth = format!("Bearer {key}");
+    gw.chat_with(body, &[("authorization", auth.as_str())])
+        .await
+}
+
+/// Key `name`'s line of `GET /v1/keys/usage` on an in-process gateway.
+async fn usage_in(gw: &inproc::Gw, name: &str) -> Value {
+    let r = gw
+        .get_with("/v1/keys/usage", &[("authorization", "Bearer k-admin")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no key {name}: {}", r.text))
 }
 
 fn bearer(key: &str) -> Vec<(String, String)> {
@@ -150,85 +187,104 @@ async fn keys_are_checked_by_digest_and_every_bad_header_is_a_401() {
     }
 }
 
-#[tokio::test]
+/// In-process, on paused time: nothing moves the clock but the mock's
+/// 20 ms and the test's `advance`, so the counts are exact.
+#[tokio::test(start_paused = true)]
 async fn rpm_turns_requests_away_with_an_honest_retry_after() {
     let keys = "[[keys]]\nname = \"alpha\"\nkey_env = \"KEY_A\"\nrpm = 60\n";
-    let gw = gateway(keys, "");
+    let gw = gateway_in(keys, "");
     let body = chat("echo", "hi");
-    let first = call(&gw, &body, "k-alpha").await;
+    let first = ask(&gw, &body, "k-alpha").await;
     assert_eq!(first.status, 200, "{}", first.text);
     assert_eq!(first.header("x-ratelimit-limit-requests"), Some("60"));
     assert_eq!(first.header("x-ratelimit-remaining-requests"), Some("59"));
     assert_eq!(first.header("x-ratelimit-reset-requests"), Some("1s"));
     assert_eq!(first.header("x-ratelimit-limit-tokens"), None, "no tpm set");
     // Streamed answers carry them too.
-    let streamed = call(&gw, &chat_stream("echo", "hi"), "k-alpha").await;
+    let streamed = ask(&gw, &chat_stream("echo", "hi"), "k-alpha").await;
     assert_eq!(streamed.status, 200, "{}", streamed.text);
     assert_eq!(
         streamed.header("x-ratelimit-remaining-requests"),
         Some("58")
     );
-    // The rest of the minute's burst, at once.
-    let burst = futures::future::join_all((0..58).map(|_| call(&gw, &body, "k-alpha"))).await;
+    // The rest of the minute's burst, at once (40 ms in: no slot is back).
+    let burst = futures::future::join_all((0..58).map(|_| ask(&gw, &body, "k-alpha"))).await;
     assert!(burst.iter().all(|r| r.status == 200));
-    // Over the limit (a request's slot comes back each second, so a slow
-    // machine may see one or two more pass first).
-    let mut over = None;
-    for _ in 0..5 {
-        let r = call(&gw, &body, "k-alpha").await;
-        if r.status == 429 {
-            over = Some(r);
-            break;
-        }
-    }
-    let r = over.expect("the limit never turned a request away");
+    let left: Vec<Option<&str>> = burst
+        .iter()
+        .map(|r| r.header("x-ratelimit-remaining-requests"))
+        .collect();
+    assert!(left.contains(&Some("0")), "{left:?}");
+    // The 61st, 60 ms in: the first slot is back at 1 s.
+    let r = ask(&gw, &body, "k-alpha").await;
     let e = error_of(&r, 429);
     assert_eq!(e["code"], "rate_limit_exceeded");
     assert_eq!(e["type"], "requests");
     assert_eq!(r.header("retry-after"), Some("1"));
     assert_eq!(r.header("x-ratelimit-remaining-requests"), Some("0"));
-    // The admin key has no limit of its own.
-    assert_eq!(call(&gw, &body, "k-admin").await.status, 200);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let r = call(&gw, &body, "k-alpha").await;
+    // The admin key has no limit of its own (20 ms more).
+    assert_eq!(ask(&gw, &body, "k-admin").await.status, 200);
+    // 980 ms in: 20 ms short of the slot, still turned away.
+    advance(Duration::from_millis(900)).await;
+    let r = ask(&gw, &body, "k-alpha").await;
+    assert_eq!(r.status, 429, "a slot came back early: {}", r.text);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    advance(Duration::from_millis(20)).await;
+    let r = ask(&gw, &body, "k-alpha").await;
     assert_eq!(
         r.status, 200,
         "a retry after Retry-After succeeds: {}",
         r.text
     );
+    // One slot came back, and it is taken.
+    assert_eq!(r.header("x-ratelimit-remaining-requests"), Some("0"));
+    assert_eq!(ask(&gw, &body, "k-alpha").await.status, 429);
 
-    let ev = gw.events_of(&["governor_rejection"], 1).await;
-    assert_eq!(ev[0]["key"], "alpha");
-    assert_eq!(ev[0]["scope"], "rpm");
-    assert_eq!(ev[0]["limit"], 60.0);
-    assert_eq!(ev[0]["route"], "echo");
-    let m = gw.metrics().await;
+    let m = gw.metrics();
     let n = samples(
         &m,
         "conclave_governor_rejections_total",
         &[("key", "alpha"), ("scope", "rpm")],
     );
-    assert!(n.first().is_some_and(|&n| n >= 1.0), "{m}");
+    assert_eq!(n, vec![3.0], "{m}");
     let s = samples(
         &m,
         "conclave_requests_total",
         &[("route", "echo"), ("status", "429")],
     );
-    assert!(s.first().is_some_and(|&n| n >= 1.0));
+    assert_eq!(s, vec![3.0], "{m}");
+    let ok = samples(
+        &m,
+        "conclave_requests_total",
+        &[("route", "echo"), ("status", "200")],
+    );
+    assert_eq!(
+        ok,
+        vec![62.0],
+        "60 in the first minute, the admin's, one more"
+    );
     let unknown = samples(
         &m,
         "conclave_requests_total",
         &[("route", "unknown"), ("status", "429")],
     );
     assert!(unknown.is_empty(), "a 429 counted twice: {unknown:?}");
+    let ev = gw.events(&["governor_rejection"]).await;
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    assert_eq!(ev[0]["key"], "alpha");
+    assert_eq!(ev[0]["scope"], "rpm");
+    assert_eq!(ev[0]["limit"], 60.0);
+    assert_eq!(ev[0]["route"], "echo");
 }
 
-#[tokio::test]
+/// In-process, on paused time: the wait a refusal states is exact, and
+/// waiting it out (not a second less) lets the request in.
+#[tokio::test(start_paused = true)]
 async fn tpm_counts_estimates_then_real_usage_and_refuses_what_never_fits() {
     let keys = "[[keys]]\nname = \"alpha\"\nkey_env = \"KEY_A\"\ntpm = 1000\n";
-    let gw = gateway(keys, "");
+    let gw = gateway_in(keys, "");
     // More than a minute's tokens in one request: no retry can help.
-    let r = call(&gw, &capped("echo", "hi", 5000), "k-alpha").await;
+    let r = ask(&gw, &capped("echo", "hi", 5000), "k-alpha").await;
     let e = error_of(&r, 429);
     assert_eq!(e["code"], "rate_limit_exceeded");
     assert!(e["message"].as_str().unwrap().contains("never fit"), "{e}");
@@ -238,23 +294,31 @@ async fn tpm_counts_estimates_then_real_usage_and_refuses_what_never_fits() {
 
     // 1 token of input (`hi`), 39 of chat template (32 a request, 7 a
     // message) and up to 800 out: 840 are taken first.
-    let r = call(&gw, &capped("big", "hi", 800), "k-alpha").await;
+    let r = ask(&gw, &capped("big", "hi", 800), "k-alpha").await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-ratelimit-limit-tokens"), Some("1000"));
     assert_eq!(r.header("x-ratelimit-remaining-tokens"), Some("160"));
     // It used 705: the next request is charged the 135 it overestimated
     // back, and 840 do not fit in the 295 left.
-    let r = call(&gw, &capped("big", "hi", 800), "k-alpha").await;
+    let r = ask(&gw, &capped("big", "hi", 800), "k-alpha").await;
     let e = error_of(&r, 429);
     assert_eq!(e["type"], "tokens");
-    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
-    // (840 - 295) tokens at 1000 a minute: about 33 s.
-    assert!((31..=34).contains(&retry), "retry-after {retry}");
+    // (840 - 295) tokens at 1000 a minute: 32.7 s.
+    assert_eq!(r.header("retry-after"), Some("33"));
     assert_eq!(r.header("x-ratelimit-remaining-tokens"), Some("0"));
-    // Small requests still fit.
-    let r = call(&gw, &capped("echo", "hi", 10), "k-alpha").await;
+    // A second short of it, it still does not fit; at 33 s it does.
+    advance(Duration::from_secs(32)).await;
+    let r = ask(&gw, &capped("big", "hi", 800), "k-alpha").await;
+    assert_eq!(error_of(&r, 429)["type"], "tokens");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    advance(Duration::from_secs(1)).await;
+    let r = ask(&gw, &capped("big", "hi", 800), "k-alpha").await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let ev = gw.events_of(&["governor_rejection"], 2).await;
+    // Small requests still fit.
+    let r = ask(&gw, &capped("echo", "hi", 10), "k-alpha").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let ev = gw.events(&["governor_rejection"]).await;
+    assert_eq!(ev.len(), 3, "{ev:?}");
     assert!(ev.iter().all(|e| e["scope"] == "tpm"));
     assert_eq!(
         ev[0]["asked"], 5040.0,
@@ -262,15 +326,17 @@ async fn tpm_counts_estimates_then_real_usage_and_refuses_what_never_fits() {
     );
 }
 
-#[tokio::test]
+/// In-process, on paused time: all 100 reserve before the first answers
+/// (the mock takes 50 ms), so exactly as many as fit get in.
+#[tokio::test(start_paused = true)]
 async fn a_daily_budget_holds_under_100_concurrent_requests() {
     let keys = "[[keys]]\nname = \"alpha\"\nkey_env = \"KEY_A\"\ndaily_tokens = 2000\n";
-    let gw = gateway(keys, "");
+    let gw = gateway_in(keys, "");
     // Each request is estimated at 3 tokens of text ("hello there") and
     // 39 of chat template in, up to 100 out: 14 estimates fit in 2000. It
     // is billed 103 (the mock counts no template).
     let body = capped("full", "hello there", 100);
-    let all = futures::future::join_all((0..100).map(|_| call(&gw, &body, "k-alpha"))).await;
+    let all = futures::future::join_all((0..100).map(|_| ask(&gw, &body, "k-alpha"))).await;
     let ok: Vec<&Resp> = all.iter().filter(|r| r.status == 200).collect();
     let spent: u64 = ok
         .iter()
@@ -278,26 +344,39 @@ async fn a_daily_budget_holds_under_100_concurrent_requests() {
         .sum();
     let refused: Vec<&Resp> = all.iter().filter(|r| r.status == 429).collect();
     assert_eq!(ok.len() + refused.len(), 100);
-    assert!(spent <= 2000, "spent {spent} of a 2000-token budget");
-    // Every request the budget could hold was let in.
+    // Every request the budget could hold was let in, and no more.
     let estimate = 3 + 39 + 100;
-    assert!(
-        ok.len() as u64 * estimate + estimate > 2000,
-        "only {} let in",
-        ok.len()
-    );
+    assert_eq!(ok.len() as u64, 2000 / estimate);
+    assert_eq!(spent, 14 * 103, "spent {spent} of a 2000-token budget");
     let e = error_of(refused[0], 429);
     assert_eq!(e["code"], "budget_exceeded");
     assert_eq!(e["type"], "insufficient_quota");
-    let retry: u64 = refused[0].header("retry-after").unwrap().parse().unwrap();
-    assert!((1..=86_400).contains(&retry), "until the UTC day ends");
+    // All were turned away while the 14 were in flight, which hold the
+    // rest of the budget: retry when they finish.
+    assert!(
+        refused.iter().all(|r| r.header("retry-after") == Some("1")),
+        "{}",
+        refused[0].text
+    );
+    assert!(e["message"].as_str().unwrap().contains("in flight"), "{e}");
+    // They spent 103 of the 142 each held: one at a time, five more fit
+    // (1957), then a refusal until the UTC day ends (the clock reads
+    // 23:59:00.300).
+    for _ in 0..5 {
+        let r = ask(&gw, &body, "k-alpha").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    let r = ask(&gw, &body, "k-alpha").await;
+    assert_eq!(error_of(&r, 429)["code"], "budget_exceeded");
+    assert_eq!(r.header("retry-after"), Some("60"));
+    let spent = spent + 5 * 103;
 
-    let u = usage_of(&gw, "alpha").await;
+    let u = usage_in(&gw, "alpha").await;
     assert_eq!(u["today"]["tokens"], spent, "{u}");
     assert_eq!(u["today"]["reserved_tokens"], 0, "{u}");
     assert_eq!(u["limits"]["daily_tokens"], 2000);
     assert_eq!(u["remaining"]["tokens"], 2000 - spent);
-    let m = gw.metrics().await;
+    let m = gw.metrics();
     let left = samples(&m, "conclave_budget_remaining_tokens", &[("key", "alpha")]);
     assert_eq!(left, vec![(2000 - spent) as f64], "{m}");
     let n = samples(
@@ -305,7 +384,66 @@ async fn a_daily_budget_holds_under_100_concurrent_requests() {
         "conclave_governor_rejections_total",
         &[("key", "alpha"), ("scope", "daily_tokens")],
     );
-    assert_eq!(n, vec![refused.len() as f64]);
+    assert_eq!(n, vec![refused.len() as f64 + 1.0]);
+}
+
+/// In-process: the clock starts at 23:59:00 UTC. A spent budget refuses
+/// until midnight and says so; past midnight it is whole again, under the
+/// new day's name, and the refused request goes through.
+#[tokio::test(start_paused = true)]
+async fn a_daily_budget_is_whole_again_when_the_utc_day_rolls_over() {
+    let keys = "[[keys]]\nname = \"alpha\"\nkey_env = \"KEY_A\"\ndaily_tokens = 300\n";
+    let gw = gateway_in(keys, "");
+    // 142 estimated, 103 billed: two fit in 300, a third does not.
+    let body = capped("full", "hello there", 100);
+    for _ in 0..2 {
+        let r = ask(&gw, &body, "k-alpha").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    let r = ask(&gw, &body, "k-alpha").await;
+    assert_eq!(error_of(&r, 429)["code"], "budget_exceeded");
+    // Two answers of 50 ms each: 23:59:00.100, a minute to go (in the
+    // whole seconds the clock is read in).
+    assert_eq!(r.header("retry-after"), Some("60"));
+    let u = usage_in(&gw, "alpha").await;
+    assert_eq!(u["today"]["day"], "2026-03-01", "{u}");
+    assert_eq!(u["today"]["tokens"], 206, "{u}");
+    assert_eq!(u["remaining"]["tokens"], 94, "{u}");
+    assert_eq!(u["resets_in_seconds"], 60, "{u}");
+
+    // 23:59:59.900: still that day, still refused.
+    advance(Duration::from_millis(59_800)).await;
+    let r = ask(&gw, &body, "k-alpha").await;
+    assert_eq!(error_of(&r, 429)["code"], "budget_exceeded");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let u = usage_in(&gw, "alpha").await;
+    assert_eq!(
+        (u["today"]["day"].as_str(), u["resets_in_seconds"].as_u64()),
+        (Some("2026-03-01"), Some(1)),
+        "{u}"
+    );
+
+    // 00:00:00.100: a new day, the budget whole.
+    advance(Duration::from_millis(200)).await;
+    let u = usage_in(&gw, "alpha").await;
+    assert_eq!(u["today"]["day"], "2026-03-02", "{u}");
+    assert_eq!(u["today"]["tokens"], 0, "{u}");
+    assert_eq!(u["remaining"]["tokens"], 300, "{u}");
+    assert_eq!(u["resets_in_seconds"], 86_400, "{u}");
+    for _ in 0..2 {
+        let r = ask(&gw, &body, "k-alpha").await;
+        assert_eq!(r.status, 200, "the new day's budget: {}", r.text);
+    }
+    let r = ask(&gw, &body, "k-alpha").await;
+    assert_eq!(error_of(&r, 429)["code"], "budget_exceeded");
+    // Now a whole day until it resets.
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert_eq!(retry, 86_400);
+    let u = usage_in(&gw, "alpha").await;
+    assert_eq!(u["today"]["tokens"], 206, "{u}");
+    let ev = gw.events(&["governor_rejection"]).await;
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    assert!(ev.iter().all(|e| e["scope"] == "daily_tokens"), "{ev:?}");
 }
 
 #[tokio::test]
@@ -362,6 +500,22 @@ fn stateful(state: &std::path::Path) -> String {
     )
 }
 
+/// The tokens the state file holds for `key`, over every day (0 while
+/// it cannot be read).
+fn spent_in_file(db: &std::path::Path, key: &str) -> u64 {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let Ok(c) = rusqlite::Connection::open_with_flags(db, flags) else {
+        return 0;
+    };
+    c.query_row(
+        "SELECT COALESCE(SUM(tokens), 0) FROM key_spend WHERE key = ?1",
+        [key],
+        |row| row.get::<_, i64>(0),
+    )
+    .map_or(0, |n| u64::try_from(n).unwrap_or(0))
+}
+
+/// Out of process: a restart and a `kill -9` are the point.
 #[tokio::test]
 async fn spend_survives_a_restart_and_a_kill_9() {
     let dir = tempfile::tempdir().unwrap();
@@ -377,9 +531,16 @@ async fn spend_survives_a_restart_and_a_kill_9() {
     let gw = Proc::gateway_env(&toml, KEYS);
     assert_eq!(usage_of(&gw, "alpha").await["today"]["tokens"], 1410);
 
-    // kill -9 loses at most the last flush interval (1 s).
+    // kill -9 loses at most the last flush interval (1 s): once the
+    // spend is in the file (read as another process would), it survives.
     assert_eq!(call(&gw, &body, "k-alpha").await.status, 200);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let db = dir.path().join("state.db");
+    let flushed = eventually(5, || {
+        let db = db.clone();
+        async move { spent_in_file(&db, "alpha") == 2115 }
+    })
+    .await;
+    assert!(flushed, "{} in the file", spent_in_file(&db, "alpha"));
     gw.signal("KILL");
     drop(gw);
     let gw = Proc::gateway_env(&toml, KEYS);
@@ -408,35 +569,44 @@ error_message = "quota"
 reply = { text = "from ok" }
 "#;
 
-#[tokio::test]
-async fn an_upstream_429_is_retried_after_its_retry_after() {
-    let mock = Proc::mock(UPSTREAM_MOCK);
-    let routes = "[routes.fallback]\nstrategy = \"chain\"\ntiers = [\"limited\", \"ok\"]\n";
-    let gw = Proc::gateway(&front_of(&mock.v1(), &["flaky", "limited", "ok"], routes));
-    let t = tokio::time::Instant::now();
-    let r = post(&gw.base, &chat("flaky", "hi")).await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    assert!(
-        t.elapsed() >= Duration::from_secs(1),
-        "it waited Retry-After"
-    );
-    assert_eq!(mock.received().await.len(), 2);
-    let ev = gw.events_of(&["attempt"], 1).await;
-    assert_eq!(ev[0]["verdict"], "ok");
-    assert_eq!(ev[0]["retries"], 1);
+/// The models of [`UPSTREAM_MOCK`], in-process.
+fn upstream_mock(routes: &str) -> inproc::Gw {
+    inproc::Gw::start(&format!(
+        "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n{UPSTREAM_MOCK}\n\
+         [models.flaky]\nupstream = \"sim\"\n\n[models.limited]\nupstream = \"sim\"\n\n\
+         [models.ok]\nupstream = \"sim\"\n\n{routes}"
+    ))
+}
 
-    // Twice in a row: the chain sees the failure and falls back.
-    let r = post(&gw.base, &chat("fallback", "hi")).await;
+/// In-process, on paused time: the retry waits the upstream's
+/// `Retry-After` exactly.
+#[tokio::test(start_paused = true)]
+async fn an_upstream_429_is_retried_after_its_retry_after() {
+    let routes = "[routes.fallback]\nstrategy = \"chain\"\ntiers = [\"limited\", \"ok\"]\n";
+    let gw = upstream_mock(routes);
+    let t = Instant::now();
+    let r = gw.chat(&chat("flaky", "hi")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(t.elapsed(), Duration::from_secs(1), "it waited Retry-After");
+    assert_eq!(gw.arrivals("sim"), ["flaky", "flaky"]);
+
+    // Twice in a row: the chain sees the failure and falls back (after
+    // the one retry's second).
+    let t = Instant::now();
+    let r = gw.chat(&chat("fallback", "hi")).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-conclave-served-by"), Some("ok"));
-    let limited = mock
-        .received()
-        .await
-        .iter()
-        .filter(|q| q["model"] == "limited")
-        .count();
-    assert_eq!(limited, 2, "one try and one retry");
-    let ev = gw.events_of(&["attempt"], 3).await;
+    assert_eq!(t.elapsed(), Duration::from_secs(1));
+    assert_eq!(
+        gw.arrivals("sim")[2..],
+        ["limited", "limited", "ok"],
+        "one try and one retry"
+    );
+    let ev = gw.events(&["attempt"]).await;
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    assert_eq!(ev[0]["model"], "flaky");
+    assert_eq!(ev[0]["verdict"], "ok");
+    assert_eq!(ev[0]["retries"], 1);
     let l = ev.iter().find(|e| e["model"] == "limited").unwrap();
     assert_eq!(
         (l["verdict"].as_str(), l["retries"].as_u64()),
@@ -444,19 +614,21 @@ async fn an_upstream_429_is_retried_after_its_retry_after() {
     );
 }
 
-#[tokio::test]
+/// In-process, on paused time: a turn past the deadline fails at once; a
+/// turn within it is waited for, to the millisecond.
+#[tokio::test(start_paused = true)]
 async fn an_upstream_rpm_waits_its_turn_or_fails_fast_at_the_deadline() {
     let toml = format!(
         "[server]\nevent_log = \"{{dir}}/events.jsonl\"\nrequest_timeout = \"3s\"\n\n{}",
         SIM.replace("kind = \"mock\"\n", "kind = \"mock\"\nrpm = 1\n")
     );
-    let gw = Proc::gateway(&toml);
-    assert_eq!(post(&gw.base, &chat("echo", "hi")).await.status, 200);
+    let gw = inproc::Gw::start(&toml);
+    assert_eq!(gw.chat(&chat("echo", "hi")).await.status, 200);
     // The next slot is a minute away, past the 3 s deadline: a 429 now,
     // not a 504 in three seconds.
-    let t = tokio::time::Instant::now();
-    let r = post(&gw.base, &chat("echo", "hi")).await;
-    assert!(t.elapsed() < Duration::from_secs(2));
+    let t = Instant::now();
+    let r = gw.chat(&chat("echo", "hi")).await;
+    assert_eq!(t.elapsed(), Duration::ZERO, "it failed at once");
     let e = error_of(&r, 429);
     assert_eq!(e["code"], "rate_limit_exceeded");
     assert!(
@@ -466,9 +638,18 @@ async fn an_upstream_rpm_waits_its_turn_or_fails_fast_at_the_deadline() {
             .contains("1 requests per minute"),
         "{e}"
     );
-    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
-    assert!((55..=60).contains(&retry), "{retry}");
-    let ev = gw.events_of(&["governor_rejection"], 1).await;
+    // 59.98 s to go (the first call took 20 ms).
+    assert_eq!(r.header("retry-after"), Some("60"));
+    // 57.5 s in, the slot is 2.5 s away, within the deadline: the call
+    // waits for it, then takes its 20 ms.
+    advance(Duration::from_millis(57_480)).await;
+    let t = Instant::now();
+    let r = gw.chat(&chat("echo", "hi")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(t.elapsed(), Duration::from_millis(2_520));
+    assert_eq!(gw.arrivals("sim"), ["echo", "echo"]);
+    let ev = gw.events(&["governor_rejection"]).await;
+    assert_eq!(ev.len(), 1, "{ev:?}");
     assert_eq!(
         (ev[0]["scope"].as_str(), ev[0]["upstream"].as_str()),
         (Some("upstream"), Some("sim"))

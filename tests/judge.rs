@@ -1,5 +1,7 @@
-//! Model-judge panels, black-box: a gateway in front of `conclave mock`,
-//! judge routes over simulated panellists, syntheses and defaults.
+//! Model-judge panels: a gateway in front of `conclave mock`, judge routes
+//! over simulated panellists, syntheses and defaults. The tests of the
+//! panel's timing (parallel panellists, `panel_timeout`) run in-process
+//! on paused time against the same simulator, so their waits are exact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -120,6 +122,20 @@ impl World {
     }
 }
 
+/// The same world in-process: the mock is a `kind = "mock"` upstream of
+/// the gateway, so under paused time panellists' `ttft`s and the
+/// `panel_timeout` are tokio timers and the figures are exact.
+fn world_in(routes: &str) -> inproc::Gw {
+    let models: String = MODELS
+        .iter()
+        .map(|m| format!("[models.{m}]\nupstream = \"sim\"\n\n"))
+        .collect();
+    inproc::Gw::start(&format!(
+        "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n{}\n{models}{routes}",
+        mock_toml()
+    ))
+}
+
 fn attempt<'a>(events: &'a [Value], model: &str) -> &'a Value {
     events
         .iter()
@@ -129,22 +145,25 @@ fn attempt<'a>(events: &'a [Value], model: &str) -> &'a Value {
 
 const THREE: &[&str] = &["alpha-panel", "beta-panel", "gamma-panel"];
 
-#[tokio::test]
+/// In-process, on paused time: the panel's wait is exactly one
+/// panellist's.
+#[tokio::test(start_paused = true)]
 async fn the_panel_runs_at_once_the_synthesis_judges_blind_and_the_default_answers() {
-    let w = world(&judge("council", THREE, "syn", "def", ""));
+    let gw = world_in(&judge("council", THREE, "syn", "def", ""));
     let t = Instant::now();
-    let r = post(&w.gw.base, &chat("council", "what is 2+2?")).await;
+    let r = gw.chat(&chat("council", "what is 2+2?")).await;
     let took = t.elapsed();
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-conclave-served-by"), Some("def"));
     assert_eq!(r.header("x-conclave-strategy"), Some("judge"));
     assert_eq!(r.json()["choices"][0]["message"]["content"], "Final: four.");
-    // Three 200 ms panellists in parallel, not one after another.
-    assert!(took < Duration::from_millis(550), "{took:?}");
+    // Three 200 ms panellists in parallel, not one after another (the
+    // synthesis and the default answer at once).
+    assert_eq!(took, Duration::from_millis(200));
     assert!(!r.text.contains("GUIDANCE"), "{}", r.text);
 
     // The synthesis saw every label and the tool, and no panellist's name.
-    let syn = w.asked("syn").await;
+    let syn = gw.asked("sim", "syn");
     assert_eq!(syn.len(), 2, "ranked, then wrote guidance: {syn:?}");
     let first = syn[0].to_string();
     for label in ["Response A:", "Response B:", "Response C:"] {
@@ -166,7 +185,7 @@ async fn the_panel_runs_at_once_the_synthesis_judges_blind_and_the_default_answe
     assert!(syn[0].to_string().contains("what is 2+2?"));
 
     // The default got the conversation and the guidance after it.
-    let def = w.asked("def").await;
+    let def = gw.asked("sim", "def");
     let messages = def[0]["messages"].as_array().unwrap();
     let last = messages.last().unwrap();
     assert_eq!(last["role"], "system");
@@ -177,7 +196,8 @@ async fn the_panel_runs_at_once_the_synthesis_judges_blind_and_the_default_answe
     assert_eq!(messages[0]["content"], "what is 2+2?");
 
     // The ranking, labels mapped back to names, and verdicts by rank.
-    let ev = w.gw.events_of(&["attempt", "judge_ranking"], 7).await;
+    let ev = gw.events(&["attempt", "judge_ranking"]).await;
+    assert_eq!(ev.len(), 7, "{ev:?}");
     let ranking = ev.iter().find(|e| e["event"] == "judge_ranking").unwrap();
     let a = ranking["labels"]["A"].as_str().unwrap();
     let b = ranking["labels"]["B"].as_str().unwrap();
@@ -253,10 +273,12 @@ async fn the_default_s_tool_calls_reach_the_client_and_a_panellist_s_are_judged(
     assert!(syn.contains("tool call: calc("), "{syn}");
 }
 
-#[tokio::test]
+/// In-process, on paused time: a hung panellist is given up on at
+/// `panel_timeout` exactly.
+#[tokio::test(start_paused = true)]
 async fn failing_and_slow_panellists_are_left_out() {
     let panel = ["alpha-panel", "broken-panel", "hung-panel"];
-    let w = world(&judge(
+    let gw = world_in(&judge(
         "council",
         &panel,
         "syn",
@@ -264,21 +286,23 @@ async fn failing_and_slow_panellists_are_left_out() {
         "panel_timeout = \"400ms\"",
     ));
     let t = Instant::now();
-    let r = post(&w.gw.base, &chat("council", "q")).await;
+    let r = gw.chat(&chat("council", "q")).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
-    let syn = w.asked("syn").await[0].to_string();
+    assert_eq!(t.elapsed(), Duration::from_millis(400));
+    let syn = gw.asked("sim", "syn")[0].to_string();
     assert!(
         syn.contains("Response A:") && !syn.contains("Response B:"),
         "{syn}"
     );
-    let ev = w.gw.events_of(&["attempt"], 5).await;
+    let ev = gw.events(&["attempt", "judge_ranking"]).await;
     assert_eq!(attempt(&ev, "broken-panel")["verdict"], "error");
-    assert_eq!(attempt(&ev, "hung-panel")["verdict"], "cancelled");
+    let hung = attempt(&ev, "hung-panel");
+    assert_eq!(hung["verdict"], "cancelled");
+    assert_eq!(hung["duration_ms"].as_f64(), Some(400.0), "{hung}");
     // The mock's ranking names a B that this judgement did not have: the
     // whole ranking is refused, not half-read.
     assert_eq!(attempt(&ev, "alpha-panel")["verdict"], "ok");
-    let ranking = &w.gw.events_of(&["judge_ranking"], 1).await[0];
+    let ranking = ev.iter().find(|e| e["event"] == "judge_ranking").unwrap();
     assert!(
         ranking["error"]
             .as_str()
@@ -288,27 +312,32 @@ async fn failing_and_slow_panellists_are_left_out() {
     );
 }
 
-#[tokio::test]
+/// In-process, on paused time: the default answers alone once the
+/// `panel_timeout` has passed with nothing usable.
+#[tokio::test(start_paused = true)]
 async fn no_usable_panel_falls_back_to_the_default_alone() {
     let panel = ["broken-panel", "hung-panel"];
-    let w = world(&judge(
+    let gw = world_in(&judge(
         "council",
         &panel,
         "syn",
         "def",
         "panel_timeout = \"300ms\"",
     ));
-    let r = post(&w.gw.base, &chat("council", "q")).await;
+    let t = Instant::now();
+    let r = gw.chat(&chat("council", "q")).await;
     assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(t.elapsed(), Duration::from_millis(300));
     assert_eq!(r.json()["choices"][0]["message"]["content"], "Final: four.");
-    assert!(w.asked("syn").await.is_empty());
-    let def = w.asked("def").await;
+    assert!(gw.asked("sim", "syn").is_empty());
+    let def = gw.asked("sim", "def");
     assert_eq!(
         def[0]["messages"].as_array().unwrap().len(),
         1,
         "the original request alone"
     );
-    let ev = w.gw.events_of(&["judge_fallback"], 1).await;
+    let ev = gw.events(&["judge_fallback"]).await;
+    assert_eq!(ev.len(), 1, "{ev:?}");
     let why = ev[0]["reason"].as_str().unwrap();
     assert!(
         why.contains("0 usable panel answer(s), fewer than min_panel = 1"),

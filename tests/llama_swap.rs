@@ -1,7 +1,9 @@
-//! llama-swap awareness, black-box: `conclave mock` plays llama-swap (one
-//! model loaded at a time, a load delay) and the gateway probes its
-//! `/running`, schedules a local lane in front of it, and reads its
-//! `sendLoadingState` banner.
+//! llama-swap awareness. Out of process, `conclave mock` plays llama-swap
+//! (one model loaded at a time, a load delay) and the gateway probes its
+//! `/running` and reads its `sendLoadingState` banner. The local lane's
+//! scheduling (order, concurrency, starvation, deadlines, a client that
+//! leaves) runs in-process on paused time against the same simulator as a
+//! `kind = "mock"` upstream, so its waits are exact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -15,41 +17,107 @@ use common::world::closed_port;
 use common::*;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::time::Instant;
+use std::sync::atomic::Ordering;
 
-/// A llama-swap in front of models `a`..`d` and `cloud`: 300 ms to load a
-/// model; `slow` answers after `ttft`.
-fn swap_mock(swap: &str, extra: &str) -> Proc {
-    Proc::mock(&format!(
+use tokio::time::{Instant, sleep};
+
+/// Models `a`..`d`, `slow` and `busy` of the mock upstream `up`: `slow`
+/// and `busy` answer after their `ttft`.
+fn swap_models(up: &str) -> String {
+    format!(
         r#"
-[upstreams.sim]
-kind = "mock"
-swap_delay = "{swap}"
-{extra}
-
-[upstreams.sim.models.a]
+[upstreams.{up}.models.a]
 reply = {{ text = "from a" }}
 ttft = "100ms"
 
-[upstreams.sim.models.b]
+[upstreams.{up}.models.b]
 reply = {{ text = "from b" }}
 ttft = "100ms"
 
-[upstreams.sim.models.slow]
+[upstreams.{up}.models.slow]
 reply = {{ text = "from slow" }}
 ttft = "1600ms"
 
-[upstreams.sim.models.busy]
+[upstreams.{up}.models.busy]
 reply = {{ text = "from busy" }}
 ttft = "300ms"
 
-[upstreams.sim.models.c]
+[upstreams.{up}.models.c]
 reply = {{ text = "from c" }}
 
-[upstreams.sim.models.d]
+[upstreams.{up}.models.d]
 reply = {{ text = "from d" }}
 "#
+    )
+}
+
+/// A llama-swap in front of models `a`..`d`, `slow` and `busy`, taking
+/// `swap` to load a model.
+fn swap_mock(swap: &str, extra: &str) -> Proc {
+    Proc::mock(&format!(
+        "[upstreams.sim]\nkind = \"mock\"\nswap_delay = \"{swap}\"\n{extra}\n{}",
+        swap_models("sim")
     ))
+}
+
+/// The same llama-swap in-process: the `kind = "mock"` upstream `local`
+/// on a local lane (`lane_keys` added), whose warm state is what the
+/// simulator has loaded, and a cloud upstream `cloud` serving `c2` at
+/// once; `server` keys go in `[server]`. Under paused time the swaps,
+/// answers, lane waits and deadlines are all tokio timers.
+fn swap_sim(swap: &str, server: &str, lane_keys: &str, extra: &str) -> Arc<inproc::Gw> {
+    let models: String = ["a", "b", "c", "d", "slow", "busy"]
+        .iter()
+        .map(|m| format!("[models.{m}]\nupstream = \"local\"\n"))
+        .collect();
+    Arc::new(inproc::Gw::start(&format!(
+        r#"
+[server]
+event_log = "{{dir}}/events.jsonl"
+{server}
+
+[upstreams.local]
+kind = "mock"
+lane = "local"
+swap_delay = "{swap}"
+{lane_keys}
+{local}
+
+[upstreams.cloud]
+kind = "mock"
+
+[upstreams.cloud.models.c2]
+reply = {{ text = "from the cloud" }}
+
+{models}
+[models.c2]
+upstream = "cloud"
+
+{extra}
+"#,
+        local = swap_models("local"),
+    )))
+}
+
+/// Sends `body` to the in-process gateway in a task of its own.
+fn spawn_chat(gw: &Arc<inproc::Gw>, body: Value) -> tokio::task::JoinHandle<Resp> {
+    let gw = gw.clone();
+    tokio::spawn(async move { gw.chat(&body).await })
+}
+
+/// Loads `model` on the in-process llama-swap; the gauge shows it at once.
+async fn load_in(gw: &inproc::Gw, model: &str) {
+    assert_eq!(gw.chat(&chat(model, "warm up")).await.status, 200);
+    let want = format!("conclave_llama_swap_warm{{upstream=\"local\",model=\"{model}\"}} 1");
+    assert!(gw.metrics().contains(&want), "{}", gw.metrics());
+}
+
+/// `queued_ms` of `model`'s attempts, in the order they ended.
+fn queued_of(events: &[Value], model: &str) -> Vec<f64> {
+    attempts_of(events, model)
+        .iter()
+        .map(|e| e["queued_ms"].as_f64().unwrap())
+        .collect()
 }
 
 /// A gateway whose upstream `local` is the llama-swap at `mock`, with
@@ -88,50 +156,9 @@ timeout = "20s"
     Proc::gateway(&toml)
 }
 
-/// The models the mock received, in order.
-async fn arrivals(mock: &Proc) -> Vec<String> {
-    mock.received()
-        .await
-        .iter()
-        .map(|r| r["model"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
 /// Attempt events of `model`.
 fn attempts_of<'a>(events: &'a [Value], model: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["model"] == model).collect()
-}
-
-/// Sends `body` to the gateway in the background; the status it got.
-fn spawn_post(gw: &Proc, body: Value) -> tokio::task::JoinHandle<u16> {
-    let base = gw.base.clone();
-    tokio::spawn(async move { post(&base, &body).await.status })
-}
-
-/// A plain (cloud) `conclave mock` serving `model`.
-fn cloud_mock(model: &str) -> Proc {
-    Proc::mock(&format!(
-        "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.{model}]\n"
-    ))
-}
-
-/// `[upstreams.cloud]` at `cloud` with `models` on it, plus `extra`.
-fn cloud_upstream(cloud: &Proc, models: &str, extra: &str) -> String {
-    format!(
-        "[upstreams.cloud]\nkind = \"openai\"\nbase_url = \"{}\"\n\n{models}\n{extra}",
-        cloud.v1()
-    )
-}
-
-/// Loads `model` through the gateway and waits until its probe sees it.
-async fn load(gw: &Proc, model: &str) {
-    assert_eq!(post(&gw.base, &chat(model, "warm up")).await.status, 200);
-    let want = format!("conclave_llama_swap_warm{{upstream=\"local\",model=\"{model}\"}} 1");
-    assert!(
-        eventually(5, || async { gw.metrics().await.contains(&want) }).await,
-        "the probe never saw {model} loaded:\n{}",
-        gw.metrics().await
-    );
 }
 
 #[tokio::test]
@@ -184,43 +211,37 @@ async fn warm_labels_and_the_gauge_follow_what_is_loaded() {
     );
 }
 
-#[tokio::test]
+// The lane tests run in-process on paused time: a `sleep` below is the
+// test's task waiting while every other task runs until it waits too and
+// the clock moves to the next timer, so calls start in a fixed order and
+// every wait is exact.
+
+#[tokio::test(start_paused = true)]
 async fn interleaved_requests_reach_llama_swap_batched_by_model() {
-    let mock = swap_mock("300ms", "");
-    let gw = gateway(&mock, "", "");
-    load(&gw, "busy").await;
-    client()
-        .delete(mock.url("/mock/requests"))
-        .send()
-        .await
-        .unwrap();
+    let gw = swap_sim("300ms", "", "", "");
+    load_in(&gw, "busy").await;
+    let sim = gw.sim("local");
+    sim.clear_recorded();
     // A B A B A, 30 ms apart, while A (busy, 300 ms a call) is loaded.
     let mut calls = Vec::new();
     for (i, m) in ["busy", "b", "busy", "b", "busy"].iter().enumerate() {
-        calls.push(spawn_post(&gw, chat(m, &format!("call {i}"))));
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        calls.push(spawn_chat(&gw, chat(m, &format!("call {i}"))));
+        sleep(Duration::from_millis(30)).await;
     }
     for c in calls {
-        assert_eq!(c.await.unwrap(), 200);
+        assert_eq!(c.await.unwrap().status, 200);
     }
-    assert_eq!(arrivals(&mock).await, ["busy", "busy", "busy", "b", "b"]);
-    assert_eq!(mock.stats().await["loads"], 2, "busy once, then b once");
-    let m = gw.metrics().await;
+    assert_eq!(gw.arrivals("local"), ["busy", "busy", "busy", "b", "b"]);
+    assert_eq!(
+        sim.stats.loads.load(Ordering::Relaxed),
+        2,
+        "busy once, then b once"
+    );
+    let m = gw.metrics();
     assert!(
         m.contains(r#"conclave_llama_swap_swaps_total{upstream="local"} 1"#),
         "one swap, busy to b:\n{m}"
     );
-    let swaps = gw.events_of(&["lane_swap"], 1).await;
-    assert_eq!(swaps.len(), 1, "{swaps:?}");
-    assert_eq!(swaps[0]["from"], "busy");
-    assert_eq!(swaps[0]["to"], "b");
-    // The b calls waited for the lane; the wait is not their duration.
-    let ev = gw.events_of(&["attempt"], 6).await;
-    for e in attempts_of(&ev, "b") {
-        let queued = e["queued_ms"].as_f64().unwrap();
-        assert!(queued >= 50.0, "{e}");
-        assert!(e["tokens_per_second"].as_f64().is_some(), "{e}");
-    }
     assert!(
         m.contains(r#"conclave_generation_tokens_per_second_count{upstream="local",model="b"} 2"#),
         "{m}"
@@ -229,152 +250,145 @@ async fn interleaved_requests_reach_llama_swap_batched_by_model() {
         m.contains(r#"conclave_lane_queue_depth{upstream="local"} 0"#),
         "{m}"
     );
+    let ev = gw.events(&["lane_swap", "attempt"]).await;
+    let swaps: Vec<&Value> = ev.iter().filter(|e| e["event"] == "lane_swap").collect();
+    assert_eq!(swaps.len(), 1, "{swaps:?}");
+    assert_eq!(swaps[0]["from"], "busy");
+    assert_eq!(swaps[0]["to"], "b");
+    // The b calls (30 and 90 ms in) waited for the busy calls (the last
+    // joined at 120 ms and ends at 420): the wait is not their duration.
+    assert_eq!(queued_of(&ev, "b"), [390.0, 330.0]);
+    for e in attempts_of(&ev, "b") {
+        assert!(e["tokens_per_second"].as_f64().is_some(), "{e}");
+        // 300 ms of load, 100 of answer.
+        assert_eq!(e["duration_ms"].as_f64(), Some(400.0), "{e}");
+    }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn calls_for_the_served_model_run_up_to_max_concurrency() {
-    let mock = swap_mock("0s", "");
-    let gw = gateway(&mock, "max_concurrency = 2", "");
-    load(&gw, "a").await;
+    let gw = swap_sim("0s", "", "max_concurrency = 2", "");
+    load_in(&gw, "a").await;
     let started = Instant::now();
     let calls: Vec<_> = (0..4)
-        .map(|i| spawn_post(&gw, chat("a", &format!("{i}"))))
+        .map(|i| spawn_chat(&gw, chat("a", &format!("{i}"))))
         .collect();
     for c in calls {
-        assert_eq!(c.await.unwrap(), 200);
+        assert_eq!(c.await.unwrap().status, 200);
     }
     // Two rounds of 100 ms, not one, and not four.
-    let took = started.elapsed();
-    assert!(took >= Duration::from_millis(200), "{took:?}");
-    let ev = gw.events_of(&["attempt"], 5).await;
+    assert_eq!(started.elapsed(), Duration::from_millis(200));
+    let ev = gw.events(&["attempt"]).await;
     let mut queued: Vec<f64> = ev[1..]
         .iter()
         .map(|e| e["queued_ms"].as_f64().unwrap())
         .collect();
     queued.sort_by(f64::total_cmp);
-    assert!(queued[1] < 90.0 && queued[2] >= 90.0, "{queued:?}");
+    assert_eq!(queued, [0.0, 0.0, 100.0, 100.0]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_waiting_model_is_not_starved_by_a_stream_of_others() {
-    let mock = swap_mock("0s", "");
-    let gw = gateway(&mock, "max_wait_swap = \"300ms\"\nmax_concurrency = 8", "");
-    load(&gw, "busy").await;
-    client()
-        .delete(mock.url("/mock/requests"))
-        .send()
-        .await
-        .unwrap();
+    let gw = swap_sim(
+        "0s",
+        "",
+        "max_wait_swap = \"300ms\"\nmax_concurrency = 8",
+        "",
+    );
+    load_in(&gw, "busy").await;
+    gw.sim("local").clear_recorded();
     // busy (300 ms a call) is asked for every 50 ms for 1.5 s, so it is
-    // never idle; b once, early.
+    // never idle; b once, 100 ms in.
     let mut calls = Vec::new();
     for i in 0..30 {
         let model = if i == 2 { "b" } else { "busy" };
-        calls.push(spawn_post(&gw, chat(model, &format!("{i}"))));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        calls.push(spawn_chat(&gw, chat(model, &format!("{i}"))));
+        sleep(Duration::from_millis(50)).await;
     }
     for c in calls {
-        assert_eq!(c.await.unwrap(), 200);
+        assert_eq!(c.await.unwrap().status, 200);
     }
-    let order = arrivals(&mock).await;
+    let order = gw.arrivals("local");
     let b_at = order.iter().position(|m| m == "b").unwrap();
-    assert!(
-        b_at < order.len() - 5,
-        "b should be served once it waited 300 ms, not after every busy call: {order:?}"
-    );
-    let ev = gw.events_of(&["attempt"], 31).await;
+    // Once b has waited 300 ms (at 400 ms), no busy call joins: the seven
+    // let in by then drain, and b is next.
+    assert_eq!(b_at, 7, "{order:?}");
+    let ev = gw.events(&["attempt"]).await;
     let b = attempts_of(&ev, "b")[0];
-    let queued = b["queued_ms"].as_f64().unwrap();
-    assert!((300.0..1200.0).contains(&queued), "{b}");
+    // The last busy call let in (350 ms) ends at 650 ms.
+    assert_eq!(b["queued_ms"].as_f64(), Some(550.0), "{b}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_cloud_call_does_not_wait_for_a_busy_local_lane() {
-    let mock = swap_mock("300ms", "");
-    let cloud_mock = cloud_mock("c");
-    let cloud = cloud_upstream(
-        &cloud_mock,
-        "[models.cloud-c]\nupstream = \"cloud\"\nmodel = \"c\"\n",
-        "",
-    );
-    let gw = gateway(&mock, "", &cloud);
-    load(&gw, "slow").await;
+    let gw = swap_sim("300ms", "", "", "");
+    load_in(&gw, "slow").await;
     // The lane is busy with slow (1.6 s) and b waits behind it.
-    let busy = spawn_post(&gw, chat("slow", "x"));
-    let queued = spawn_post(&gw, chat("b", "x"));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let busy = spawn_chat(&gw, chat("slow", "x"));
+    let queued = spawn_chat(&gw, chat("b", "x"));
+    sleep(Duration::from_millis(100)).await;
     let t = Instant::now();
-    let r = post(&gw.base, &chat("cloud-c", "x")).await;
+    let r = gw.chat(&chat("c2", "x")).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert!(
-        t.elapsed() < Duration::from_millis(1000),
-        "{:?}",
-        t.elapsed()
-    );
+    assert_eq!(t.elapsed(), Duration::ZERO, "the cloud answers at once");
     assert!(!busy.is_finished() && !queued.is_finished());
-    assert_eq!(busy.await.unwrap(), 200);
-    assert_eq!(queued.await.unwrap(), 200);
+    assert_eq!(busy.await.unwrap().status, 200);
+    assert_eq!(queued.await.unwrap().status, 200);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_that_leaves_the_queue_never_reaches_llama_swap() {
-    let mock = swap_mock("0s", "");
-    let gw = gateway(&mock, "", "");
-    load(&gw, "slow").await;
-    let busy = spawn_post(&gw, chat("slow", "x"));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let gone = client()
-        .post(format!("{}/chat/completions", gw.v1()))
-        .json(&chat("b", "never sent"))
-        .timeout(Duration::from_millis(200))
-        .send()
-        .await;
+    let gw = swap_sim("0s", "", "", "");
+    load_in(&gw, "slow").await;
+    let busy = spawn_chat(&gw, chat("slow", "x"));
+    sleep(Duration::from_millis(100)).await;
+    // The client gives up after 200 ms: its request is dropped, as a
+    // closed connection drops it.
+    let gone = tokio::time::timeout(
+        Duration::from_millis(200),
+        gw.chat(&chat("b", "never sent")),
+    )
+    .await;
     assert!(gone.is_err(), "the client should have given up");
+    let m = gw.metrics();
     assert!(
-        eventually(5, || async {
-            gw.metrics()
-                .await
-                .contains(r#"conclave_lane_queue_depth{upstream="local"} 0"#)
-        })
-        .await,
-        "{}",
-        gw.metrics().await
+        m.contains(r#"conclave_lane_queue_depth{upstream="local"} 0"#),
+        "{m}"
     );
     assert!(!busy.is_finished(), "b left the queue while slow still ran");
-    assert_eq!(busy.await.unwrap(), 200);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let got = arrivals(&mock).await;
+    assert_eq!(busy.await.unwrap().status, 200);
+    sleep(Duration::from_millis(200)).await;
+    let got = gw.arrivals("local");
     assert!(!got.contains(&"b".to_owned()), "{got:?}");
-    let ev = gw.events_of(&["attempt"], 3).await;
+    assert_eq!(gw.sim("local").running().as_deref(), Some("slow"));
+    let ev = gw.events(&["attempt"]).await;
     let b = attempts_of(&ev, "b")[0];
     assert_eq!(b["verdict"], "cancelled", "{b}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_request_deadline_covers_the_lane_queue() {
-    let mock = swap_mock("0s", "");
     // slow takes 1.6 s of a 2 s deadline; b's deadline passes while a
     // second slow call (joining the served model) still holds the lane.
-    let gw = gateway_in(&mock, r#"request_timeout = "2s""#, "", "");
-    load(&gw, "slow").await;
-    let first = spawn_post(&gw, chat("slow", "1"));
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let waiting = {
-        let v1 = gw.base.clone();
-        tokio::spawn(async move { post(&v1, &chat("b", "x")).await })
-    };
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let second = spawn_post(&gw, chat("slow", "2"));
+    let gw = swap_sim("0s", r#"request_timeout = "2s""#, "", "");
+    load_in(&gw, "slow").await;
+    let first = spawn_chat(&gw, chat("slow", "1"));
+    sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    let waiting = spawn_chat(&gw, chat("b", "x"));
+    sleep(Duration::from_millis(800)).await;
+    let second = spawn_chat(&gw, chat("slow", "2"));
     let r = waiting.await.unwrap();
+    assert_eq!(t.elapsed(), Duration::from_secs(2), "at its deadline");
     assert_eq!(r.status, 504, "{}", r.text);
     let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
     assert!(
         msg.contains("timed out waiting for the local lane"),
         "{msg}"
     );
-    assert_eq!(first.await.unwrap(), 200);
-    assert_eq!(second.await.unwrap(), 200);
-    assert!(!arrivals(&mock).await.contains(&"b".to_owned()));
+    assert_eq!(first.await.unwrap().status, 200);
+    assert_eq!(second.await.unwrap().status, 200);
+    assert!(!gw.arrivals("local").contains(&"b".to_owned()));
 }
 
 /// A fake llama-swap whose `/running` answers what the test says, after
@@ -587,17 +601,23 @@ async fn a_loading_banner_marks_the_call_cold_and_is_not_its_first_token() {
     assert_eq!(ev["warm_start"], Value::Null, "{ev}");
 }
 
-#[tokio::test]
+/// In-process: llama-swap's banner streams while it loads `b` (500 ms);
+/// the chain's 200 ms first-token timeout moves on to the cloud exactly
+/// then.
+#[tokio::test(start_paused = true)]
 async fn a_loading_banner_does_not_beat_a_chain_s_ttft_timeout() {
     let routes =
         "[routes.r]\nstrategy = \"chain\"\ntiers = [\"b\", \"c2\"]\nttft_timeout = \"200ms\"\n";
-    let (_mock, _cloud, gw) = loading_world(routes).await;
-    let r = post(&gw.base, &chat_stream("r", "hi")).await;
+    let gw = swap_sim("500ms", "", "send_loading_state = true", routes);
+    let t = Instant::now();
+    let r = gw.chat(&chat_stream("r", "hi")).await;
+    assert_eq!(t.elapsed(), Duration::from_millis(200));
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-conclave-served-by"), Some("c2"), "{}", r.text);
     assert!(r.text.contains(r#""content":" cloud""#), "{}", r.text);
     assert!(!r.text.contains("llama-swap loading"), "{}", r.text);
-    let ev = gw.events_of(&["attempt"], 2).await;
+    let ev = gw.events(&["attempt"]).await;
+    assert_eq!(ev.len(), 2, "{ev:?}");
     assert_eq!(ev[0]["model"], "b");
     assert_eq!(ev[0]["verdict"], "error", "{}", ev[0]);
     assert!(
@@ -676,32 +696,27 @@ fn check_probe_reports_what_llama_swap_has_loaded() {
 
 /// A chain's `ttft_timeout` covers a local tier's wait for its lane: a tier
 /// that cannot even start in time moves the chain on.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_chain_s_ttft_timeout_covers_the_lane_queue() {
-    let mock = swap_mock("0s", "");
-    let cloud = cloud_mock("c2");
-    let extra = cloud_upstream(
-        &cloud,
-        "[models.c2]\nupstream = \"cloud\"\n",
-        "[routes.r]\nstrategy = \"chain\"\ntiers = [\"b\", \"c2\"]\nttft_timeout = \"300ms\"\n",
-    );
-    let gw = gateway(&mock, "", &extra);
-    load(&gw, "slow").await;
-    let busy = spawn_post(&gw, chat("slow", "x"));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let routes =
+        "[routes.r]\nstrategy = \"chain\"\ntiers = [\"b\", \"c2\"]\nttft_timeout = \"300ms\"\n";
+    let gw = swap_sim("0s", "", "", routes);
+    load_in(&gw, "slow").await;
+    let busy = spawn_chat(&gw, chat("slow", "x"));
+    sleep(Duration::from_millis(100)).await;
     let t = Instant::now();
-    let r = post(&gw.base, &chat_stream("r", "hi")).await;
+    let r = gw.chat(&chat_stream("r", "hi")).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-conclave-served-by"), Some("c2"), "{}", r.text);
-    assert!(
-        t.elapsed() < Duration::from_millis(1200),
-        "{:?}",
-        t.elapsed()
+    assert_eq!(
+        t.elapsed(),
+        Duration::from_millis(300),
+        "b's 300 ms, then c2"
     );
     assert!(!busy.is_finished(), "slow still holds the lane");
-    let ev = gw.events_of(&["attempt"], 3).await;
+    assert_eq!(busy.await.unwrap().status, 200);
+    assert!(!gw.arrivals("local").contains(&"b".to_owned()));
+    let ev = gw.events(&["attempt"]).await;
     let b = attempts_of(&ev, "b")[0];
     assert!(b["error"].as_str().unwrap().contains("local lane"), "{b}");
-    assert_eq!(busy.await.unwrap(), 200);
-    assert!(!arrivals(&mock).await.contains(&"b".to_owned()));
 }

@@ -1,6 +1,8 @@
 //! conclave's own calls in front of servers that behave like real local
-//! ones (`conclave mock` with `quirks`): cancelled internal calls stop
+//! ones (the simulator with `quirks`): cancelled internal calls stop
 //! generating, and tools work where a server refuses them on a stream.
+//! What a server generates after its caller left is counted in-process on
+//! paused time; the tests of connections run `conclave mock`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -89,6 +91,21 @@ fn world() -> (Proc, Proc) {
     (mock, gw)
 }
 
+/// The same world in-process: the local server is a `kind = "mock"`
+/// upstream of the gateway, so under paused time what it generates after
+/// a call is dropped is counted on tokio's timers, not waited for.
+fn world_in() -> inproc::Gw {
+    let models: String = ["quick", "slowpoke", "caller", "base", "sage"]
+        .iter()
+        .map(|m| format!("[models.{m}]\nupstream = \"local\"\n\n"))
+        .collect();
+    inproc::Gw::start(&format!(
+        "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n{}\n{models}{}",
+        mock_toml(),
+        routes()
+    ))
+}
+
 fn json_request(route: &str) -> Value {
     let mut b = chat(route, "2+2 as JSON");
     b["response_format"] = json!({"type": "json_object"});
@@ -99,13 +116,16 @@ fn calc_tool() -> Value {
     json!([{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}])
 }
 
-/// Tokens the mock generated for clients that had left, once the slowest
-/// abandoned answer (120 tokens at 150 a second) would have ended.
-async fn wasted(mock: &Proc) -> u64 {
+/// Tokens the in-process mock generated for callers that had left, once
+/// the slowest abandoned answer (121 tokens at 150 a second, 7 ms apart
+/// on tokio's millisecond timers, after 20 ms) has surely ended: 1.2 s of
+/// paused time, let run timer by timer.
+async fn wasted(gw: &inproc::Gw) -> u64 {
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    mock.stats().await["tokens_generated_after_disconnect"]
-        .as_u64()
-        .unwrap()
+    gw.sim("local")
+        .stats
+        .tokens_generated_after_disconnect
+        .load(Ordering::Relaxed)
 }
 
 /// The data events of a stream that ended with `[DONE]`.
@@ -120,20 +140,12 @@ fn done(r: &Resp) -> Vec<String> {
     events
 }
 
-fn candidate<'a>(events: &'a [Value], model: &str) -> &'a Value {
-    events
-        .iter()
-        .rev()
-        .find(|e| e["model"] == model)
-        .unwrap_or_else(|| panic!("no event for {model}: {events:?}"))
-}
-
 /// Issue 23, finding 1: a race's loser, a hedge's straggler and a panellist
 /// past `panel_timeout` are cancelled, and their servers stop generating.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cancelled_internal_calls_stop_generating() {
-    let (mock, gw) = world();
-    let r = post(&gw.base, &json_request("best")).await;
+    let gw = world_in();
+    let r = gw.chat(&json_request("best")).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-conclave-served-by"), Some("quick"));
     assert_eq!(r.json()["choices"][0]["message"]["content"], "{\"n\": 4}");
@@ -144,85 +156,93 @@ async fn cancelled_internal_calls_stop_generating() {
         "{}",
         r.text
     );
-    let ev = gw.events_of(&["race_candidate"], 2).await;
-    let loser = candidate(&ev, "slowpoke");
-    assert_eq!(loser["verdict"], "cancelled", "{ev:?}");
-    assert_eq!(loser["generation_stopped"], true, "{ev:?}");
-    let fin = &gw.events_of(&["race_finished"], 1).await[0];
-    assert!(fin["tokens_saved_estimate"].as_u64().unwrap() > 0, "{fin}");
 
-    let r = post(&gw.base, &chat("hedge", "q")).await;
+    let r = gw.chat(&chat("hedge", "q")).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-conclave-served-by"), Some("quick"));
 
-    let r = post(&gw.base, &chat("council", "q")).await;
+    let t = tokio::time::Instant::now();
+    let r = gw.chat(&chat("council", "q")).await;
     assert_eq!(r.status, 200, "{}", r.text);
+    // slowpoke's 820 ms are cut at the panel's 150; the synthesis and
+    // the default take 20 ms each.
+    assert_eq!(t.elapsed(), Duration::from_millis(190));
 
-    assert_eq!(wasted(&mock).await, 0, "{}", mock.stats().await);
+    assert_eq!(wasted(&gw).await, 0, "{:?}", gw.sim("local").stats);
     // Every call to the slow model was cancellable, and went out streamed.
-    for q in mock.received().await {
-        if q["model"] == "slowpoke" {
-            assert_eq!(q["body"]["stream"], true, "{q}");
-        }
+    let slow = gw.asked("local", "slowpoke");
+    assert_eq!(slow.len(), 3, "{slow:?}");
+    for q in slow {
+        assert_eq!(q["stream"], true, "{q}");
     }
+    let ev = gw.events(&["race_candidate", "race_finished"]).await;
+    let loser = ev
+        .iter()
+        .find(|e| e["event"] == "race_candidate" && e["model"] == "slowpoke")
+        .unwrap();
+    assert_eq!(loser["verdict"], "cancelled", "{ev:?}");
+    assert_eq!(loser["generation_stopped"], true, "{ev:?}");
+    let fin = ev.iter().find(|e| e["event"] == "race_finished").unwrap();
+    assert!(fin["tokens_saved_estimate"].as_u64().unwrap() > 0, "{fin}");
 }
 
 /// Finding 3: a server that refuses tools on a stream answers them whole;
 /// it is remembered, and a cancelled call that had to go whole is not
 /// claimed as saved.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn tools_go_whole_where_streams_are_refused() {
-    let (mock, gw) = world();
+    let gw = world_in();
+    let sim = gw.sim("local");
     let mut body = chat_stream("caller", "use the tool");
     body["tools"] = calc_tool();
-    let r = post(&gw.base, &body).await;
+    let r = gw.chat(&body).await;
     assert_eq!(r.status, 200, "{}", r.text);
     done(&r);
     assert!(r.text.contains("\"calc\""), "{}", r.text);
-    let asked: Vec<Value> = mock
-        .received()
-        .await
+    let asked: Vec<Value> = sim
+        .recorded()
         .into_iter()
-        .map(|q| q["body"]["stream"].clone())
+        .map(|q| q.body["stream"].clone())
         .collect();
     assert_eq!(asked, [json!(true), Value::Null], "refused, then whole");
 
     // Learned: the next call with tools goes whole at once.
-    let r = post(&gw.base, &body).await;
+    let r = gw.chat(&body).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(mock.received().await.len(), 3);
+    assert_eq!(sim.recorded().len(), 3);
     // A whole request with tools works as before.
     let mut whole = chat("caller", "use the tool");
     whole["tools"] = calc_tool();
-    let r = post(&gw.base, &whole).await;
+    let r = gw.chat(&whole).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let call = &r.json()["choices"][0]["message"]["tool_calls"][0];
     assert_eq!(call["function"]["name"], "calc", "{}", r.text);
 
     // A race with tools: its candidates learn the refusal, go whole, and
     // the loser's server keeps generating: not counted as saved.
-    mock_clear(&mock).await;
+    sim.clear_recorded();
     let mut race = json_request("best");
     race["tools"] = calc_tool();
-    let r = post(&gw.base, &race).await;
+    let t = tokio::time::Instant::now();
+    let r = gw.chat(&race).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let ev = gw.events_of(&["race_candidate"], 2).await;
-    assert_eq!(
-        candidate(&ev, "slowpoke")["generation_stopped"],
-        false,
-        "{ev:?}"
-    );
-    let fin = &gw.events_of(&["race_finished"], 1).await[0];
-    assert_eq!(fin["tokens_saved_estimate"], 0, "{fin}");
-    assert!(wasted(&mock).await > 0, "the mock did keep generating");
-}
-
-async fn mock_clear(mock: &Proc) {
-    client()
-        .delete(mock.url("/mock/requests"))
-        .send()
-        .await
+    assert_eq!(t.elapsed(), Duration::from_millis(20));
+    // The loser was dropped at 20 ms, after the first of its 121 tokens:
+    // the other 120 were generated for nobody.
+    assert_eq!(wasted(&gw).await, 120, "the mock did keep generating");
+    let ev = gw.events(&["race_candidate", "race_finished"]).await;
+    let loser = ev
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "race_candidate" && e["model"] == "slowpoke")
         .unwrap();
+    assert_eq!(loser["generation_stopped"], false, "{ev:?}");
+    let fin = ev
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "race_finished")
+        .unwrap();
+    assert_eq!(fin["tokens_saved_estimate"], 0, "{fin}");
 }
 
 /// Finding 3: a streamed oracle route whose base turns carry the consult

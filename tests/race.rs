@@ -1,5 +1,8 @@
-//! Best-of-N races and first-of-N hedges, black-box: a gateway in front of
-//! `conclave mock`, race routes over simulated candidates and judges.
+//! Best-of-N races and first-of-N hedges: a gateway in front of `conclave
+//! mock`, race routes over simulated candidates and judges. The tests of
+//! timing (a perfect answer cancelling the rest, hedges, keepalives) run
+//! in-process on paused time against the same simulator, so their figures
+//! are exact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -97,6 +100,19 @@ fn world(routes: &str) -> (Proc, Proc) {
     let mock = Proc::mock(MOCK);
     let gw = Proc::gateway(&front_of(&mock.v1(), MODELS, routes));
     (mock, gw)
+}
+
+/// The same world in-process: the mock is a `kind = "mock"` upstream of
+/// the gateway, so under paused time every `ttft`, hedge and keepalive is
+/// a tokio timer and the figures are exact.
+fn world_in(routes: &str) -> inproc::Gw {
+    let models: String = MODELS
+        .iter()
+        .map(|m| format!("[models.{m}]\nupstream = \"sim\"\n\n"))
+        .collect();
+    inproc::Gw::start(&format!(
+        "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n{MOCK}\n{models}{routes}"
+    ))
 }
 
 fn candidate<'a>(ev: &'a [Value], model: &str) -> &'a Value {
@@ -321,40 +337,42 @@ async fn the_gates_downgrade_and_the_confirm_header_lets_a_race_run() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_perfect_candidate_cancels_the_slower_ones() {
-    let (mock, gw) = world(&race(
+    let gw = world_in(&race(
         "perfect",
         &["fast-json", "slow-json"],
         "rubric = { format = 1 }",
     ));
     let t = Instant::now();
-    let r = post(&gw.base, &json_request("perfect")).await;
+    let r = gw.chat(&json_request("perfect")).await;
     assert_eq!(
         r.header("x-conclave-served-by"),
         Some("fast-json"),
         "{}",
         r.text
     );
-    assert!(
-        t.elapsed() < Duration::from_millis(1000),
-        "{:?}",
-        t.elapsed()
-    );
-    // The slow candidate's upstream request was abandoned, not finished.
-    assert!(
-        eventually(5, || async { mock.stats().await["cancelled"] == 1 }).await,
-        "{}",
-        mock.stats().await
-    );
-    let ev = gw.events_of(&["race_finished"], 1).await;
-    assert_eq!(ev[0]["cancelled"], json!(["slow-json"]));
-    let attempts = gw.events_of(&["attempt"], 2).await;
-    let slow = attempts.iter().find(|e| e["model"] == "slow-json").unwrap();
-    assert_eq!(slow["verdict"], "cancelled");
+    // fast-json's 50 ms, not slow-json's 1.5 s.
+    assert_eq!(t.elapsed(), Duration::from_millis(50));
+    // The slow candidate's upstream request was sent, then abandoned (its
+    // server stopped generating), not finished.
+    assert_eq!(gw.arrivals("sim"), ["fast-json", "slow-json"]);
+    let ev = gw
+        .events(&["race_finished", "race_candidate", "attempt"])
+        .await;
+    let finished = ev.iter().find(|e| e["event"] == "race_finished").unwrap();
+    assert_eq!(finished["cancelled"], json!(["slow-json"]));
+    let of = |kind: &str| {
+        ev.iter()
+            .find(|e| e["event"] == kind && e["model"] == "slow-json")
+            .unwrap_or_else(|| panic!("no {kind} of slow-json: {ev:?}"))
+    };
+    assert_eq!(of("attempt")["verdict"], "cancelled");
+    assert_eq!(of("race_candidate")["verdict"], "cancelled");
+    assert_eq!(of("race_candidate")["generation_stopped"], true);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn first_of_n_takes_the_first_usable_answer() {
     let routes = race(
         "first",
@@ -369,7 +387,7 @@ async fn first_of_n_takes_the_first_usable_answer() {
         &["slow-json", "fast-json"],
         "mode = \"first\"\nhedge_delay = \"200ms\"",
     );
-    let (mock, gw) = world(&routes);
+    let gw = world_in(&routes);
     for stream in [false, true] {
         let body = if stream {
             chat_stream("first", "q")
@@ -377,7 +395,7 @@ async fn first_of_n_takes_the_first_usable_answer() {
             chat("first", "q")
         };
         let t = Instant::now();
-        let r = post(&gw.base, &body).await;
+        let r = gw.chat(&body).await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert_eq!(
             r.header("x-conclave-served-by"),
@@ -385,77 +403,63 @@ async fn first_of_n_takes_the_first_usable_answer() {
             "{}",
             r.text
         );
-        assert!(
-            t.elapsed() < Duration::from_millis(1000),
-            "{:?}",
-            t.elapsed()
-        );
+        assert_eq!(t.elapsed(), Duration::from_millis(50), "fast-json's 50 ms");
     }
-    // A fast first candidate: the hedge never starts the second.
-    mock.stats().await;
-    client()
-        .delete(mock.url("/mock/requests"))
-        .send()
-        .await
-        .unwrap();
-    let r = post(&gw.base, &chat_stream("hedged", "q")).await;
+    // A fast first candidate: the hedge never starts the second, even
+    // once its delay is long past.
+    let sim = gw.sim("sim");
+    sim.clear_recorded();
+    let r = gw.chat(&chat_stream("hedged", "q")).await;
     assert_eq!(r.header("x-conclave-served-by"), Some("fast-json"));
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let asked: Vec<String> = mock
-        .received()
-        .await
-        .iter()
-        .map(|r| r["model"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(asked, ["fast-json"]);
-    // A slow first candidate: the second starts after 200 ms and wins.
+    tokio::time::advance(Duration::from_millis(400)).await;
+    assert_eq!(gw.arrivals("sim"), ["fast-json"]);
+    // A slow first candidate: the second starts after 200 ms and wins
+    // 50 ms later.
     let t = Instant::now();
-    let r = post(&gw.base, &chat_stream("late", "q")).await;
+    let r = gw.chat(&chat_stream("late", "q")).await;
     assert_eq!(r.header("x-conclave-served-by"), Some("fast-json"));
-    let took = t.elapsed();
-    assert!(
-        took >= Duration::from_millis(250) && took < Duration::from_millis(1200),
-        "{took:?}"
-    );
+    assert_eq!(t.elapsed(), Duration::from_millis(250));
+    assert_eq!(gw.arrivals("sim"), ["fast-json", "slow-json", "fast-json"]);
 }
 
 /// A hedge whose first candidate fails at once starts the next one then,
 /// not after `hedge_delay`.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_hedge_moves_on_at_once_when_the_first_candidate_fails() {
-    let (_mock, gw) = world(&race(
+    let gw = world_in(&race(
         "hedged",
         &["down", "fast-json"],
         "mode = \"first\"\nhedge_delay = \"3s\"",
     ));
     let t = Instant::now();
-    let r = post(&gw.base, &chat_stream("hedged", "q")).await;
+    let r = gw.chat(&chat_stream("hedged", "q")).await;
     assert_eq!(
         r.header("x-conclave-served-by"),
         Some("fast-json"),
         "{}",
         r.text
     );
-    assert!(
-        t.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        t.elapsed()
-    );
+    assert_eq!(t.elapsed(), Duration::from_millis(50), "fast-json's 50 ms");
 }
 
 /// A streamed best-of race keeps the client alive, then replays the winner.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_streamed_race_sends_keepalives_then_the_winner() {
-    let (_mock, gw) = world(&race(
+    let gw = world_in(&race(
         "slow",
         &["wordy", "slow-json"],
-        "rubric = { length = 1 }\ncancel_on_perfect = false\nkeepalive = \"100ms\"",
+        "rubric = { length = 1 }\ncancel_on_perfect = false\nkeepalive = \"120ms\"",
     ));
     let mut body = chat_stream("slow", "q");
     body["stream_options"] = json!({"include_usage": true});
-    let r = post(&gw.base, &body).await;
+    let t = Instant::now();
+    let r = gw.chat(&body).await;
     assert_eq!(r.status, 200, "{}", r.text);
+    // slow-json's 1.5 s, a keepalive every 120 ms while it ran (a
+    // period that never ends with it, so no two timers tie).
+    assert_eq!(t.elapsed(), Duration::from_millis(1500));
     assert!(r.text.starts_with(": keep-alive"), "{}", r.text);
+    assert_eq!(r.text.matches(": keep-alive").count(), 12, "{}", r.text);
     let events = r.data_events();
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     assert!(

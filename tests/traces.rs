@@ -1,7 +1,9 @@
 //! OpenTelemetry traces: a local OTLP/HTTP receiver (started here, on
 //! 127.0.0.1:0) gets the request span, its strategy phases, the attempts
 //! under them and a lane wait, with the GenAI attributes; the client's
-//! `traceparent` is continued and the upstream is sent the attempt's.
+//! `traceparent` is continued and the upstream is sent the attempt's. The
+//! gateway runs in-process, and a test flushes its spans as shutdown does
+//! rather than waiting for the batch exporter's schedule.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -9,7 +11,6 @@ mod common;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -103,8 +104,11 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn gateway(otlp: &str, extra: &str) -> Proc {
-    Proc::gateway(&format!(
+/// The gateway in-process (on tokio's real clock: the receiver and the
+/// remote upstream are real sockets), whose telemetry a test flushes as
+/// shutdown does instead of waiting for the batch exporter.
+fn gateway(otlp: &str, extra: &str) -> inproc::Gw {
+    inproc::Gw::start(&format!(
         r#"
 [telemetry]
 otlp_endpoint = "{otlp}"
@@ -163,19 +167,20 @@ async fn a_judge_request_is_one_trace_with_phases_attempts_and_a_lane_wait() {
     let (otlp, seen) = receiver().await;
     let gw = gateway(&otlp, "");
     let parent = format!("00-{TRACE}-{CLIENT_SPAN}-01");
-    let r = post_with(
-        &gw.base,
-        &chat("council", "what is 2+2?"),
-        &[("traceparent", &parent)],
-    )
-    .await;
+    let r = gw
+        .chat_with(
+            &chat("council", "what is 2+2?"),
+            &[("traceparent", &parent)],
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let arrived = eventually(15, || async {
-        seen.lock().spans.iter().any(|s| s.name == "chat council")
-    })
-    .await;
-    assert!(arrived, "no request span arrived:\n{}", gw.stderr());
+    // Everything queued is exported by the time the flush returns.
+    gw.flush().await;
     let seen = std::mem::take(&mut *seen.lock());
+    assert!(
+        seen.spans.iter().any(|s| s.name == "chat council"),
+        "no request span arrived"
+    );
     let spans = &seen.spans;
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     let by_name = |name: &str| -> &Span {
@@ -301,26 +306,26 @@ async fn unsampled_and_unsampled_by_ratio_requests_export_nothing() {
     let gw = gateway(&otlp, "sample_ratio = 0.0");
     // The client's trace is not sampled: it is not recorded either.
     let unsampled = format!("00-{TRACE}-{CLIENT_SPAN}-00");
-    let r = post_with(&gw.base, &chat("a", "hi"), &[("traceparent", &unsampled)]).await;
+    let r = gw
+        .chat_with(&chat("a", "hi"), &[("traceparent", &unsampled)])
+        .await;
     assert_eq!(r.status, 200);
     // No traceparent, and a ratio of 0.
-    assert_eq!(post(&gw.base, &chat("a", "hi")).await.status, 200);
+    assert_eq!(gw.chat(&chat("a", "hi")).await.status, 200);
     // A sampled client trace is followed whatever the ratio; a malformed
     // traceparent is ignored (not an error).
     let sampled = format!("00-{TRACE}-{CLIENT_SPAN}-01");
-    let r = post_with(&gw.base, &chat("a", "hi"), &[("traceparent", &sampled)]).await;
+    let r = gw
+        .chat_with(&chat("a", "hi"), &[("traceparent", &sampled)])
+        .await;
     assert_eq!(r.status, 200);
-    let r = post_with(&gw.base, &chat("a", "hi"), &[("traceparent", "garbage")]).await;
+    let r = gw
+        .chat_with(&chat("a", "hi"), &[("traceparent", "garbage")])
+        .await;
     assert_eq!(r.status, 200);
-    let arrived = eventually(15, || async {
-        seen.lock()
-            .spans
-            .iter()
-            .any(|s| s.name == "chat a" && s.kind == 2)
-    })
-    .await;
-    assert!(arrived, "{}", gw.stderr());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Everything any of them queued is exported by the time the flush
+    // returns: no wait for a span that should not come.
+    gw.flush().await;
     let seen = seen.lock();
     let requests: Vec<&Span> = seen.spans.iter().filter(|s| s.kind == 2).collect();
     assert_eq!(requests.len(), 1, "only the sampled request is traced");

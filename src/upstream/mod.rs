@@ -85,6 +85,12 @@ pub trait Transport: Send + Sync {
 
     /// `Ok` when the server answers at all.
     async fn ready(&self) -> Result<(), String>;
+
+    /// The simulator behind a `kind = "mock"` upstream (for tests that
+    /// read what it received); `None` for a real server.
+    fn simulator(&self) -> Option<Arc<crate::mock::Simulator>> {
+        None
+    }
 }
 
 /// What identifies one upstream call to the server: the request's id,

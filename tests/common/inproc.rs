@@ -109,18 +109,51 @@ impl Gw {
         self.get_with(path, &[]).await
     }
 
+    /// The simulator of this gateway's `kind = "mock"` upstream `name`.
+    pub fn sim(&self, name: &str) -> std::sync::Arc<conclave::mock::Simulator> {
+        self.prepared
+            .simulator(name)
+            .unwrap_or_else(|| panic!("no mock upstream {name}"))
+    }
+
+    /// The models the mock upstream `name` was asked for, in order.
+    pub fn arrivals(&self, name: &str) -> Vec<String> {
+        self.sim(name)
+            .recorded()
+            .into_iter()
+            .map(|r| r.model)
+            .collect()
+    }
+
+    /// The bodies the mock upstream `name` received for `model`.
+    pub fn asked(&self, name: &str, model: &str) -> Vec<Value> {
+        self.sim(name)
+            .recorded()
+            .into_iter()
+            .filter(|r| r.model == model)
+            .map(|r| r.body)
+            .collect()
+    }
+
     /// This gateway's metrics, as `/metrics` renders them.
     pub fn metrics(&self) -> String {
         self.prepared.metrics()
+    }
+
+    /// Flushes telemetry as shutdown does: the event log is written and
+    /// closed, queued spans are exported (and the tracer shut down). Once
+    /// per gateway, at the end of a test.
+    pub async fn flush(&self) {
+        // Off the runtime: the flush blocks, and span export runs on it.
+        let flush = self.prepared.flusher();
+        tokio::task::spawn_blocking(flush).await.unwrap();
     }
 
     /// Every event in `{dir}/events.jsonl` of the given kinds (all but
     /// `request` when none), after the log is flushed. Ends the event
     /// log: call it once, at the end of a test.
     pub async fn events(&self, kinds: &[&str]) -> Vec<Value> {
-        // Off the runtime: the flush blocks, and span export runs on it.
-        let flush = self.prepared.flusher();
-        tokio::task::spawn_blocking(flush).await.unwrap();
+        self.flush().await;
         let text = std::fs::read_to_string(self.dir.path().join("events.jsonl")).unwrap();
         text.lines()
             .filter(|l| !l.trim().is_empty())
