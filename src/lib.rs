@@ -199,6 +199,16 @@ impl Prepared {
         api::router(self.gateway.clone())
     }
 
+    /// The simulator of this gateway's `kind = "mock"` upstream `name`, as
+    /// the current config has it: what it received, its counters and what
+    /// it has loaded, for in-process tests (`conclave mock` serves the
+    /// same over HTTP).
+    pub fn simulator(&self, name: &str) -> Option<Arc<mock::Simulator>> {
+        let state = self.gateway.state();
+        let up = state.graph.upstreams.iter().find(|u| &*u.name == name)?;
+        up.transport.simulator()
+    }
+
     /// This gateway's `/metrics` text, from its own recorder.
     pub fn metrics(&self) -> String {
         self.shared.telemetry.render()

@@ -1,6 +1,6 @@
 //! `kind = "mock"`: the simulator in-process, behind the same [`Transport`]
-//! interface as a real server, so its answers go through the same decoding;
-//! and [`crate::Prepared::simulator`], which hands it to in-process tests.
+//! interface as a real server, so its answers go through the same decoding
+//! (in-process tests reach it through [`crate::Prepared::simulator`]).
 
 use std::sync::Arc;
 
@@ -62,17 +62,5 @@ impl Transport for MockTransport {
 
     fn simulator(&self) -> Option<Arc<Simulator>> {
         Some(self.sim.clone())
-    }
-}
-
-impl crate::Prepared {
-    /// The simulator of this gateway's `kind = "mock"` upstream `name`, as
-    /// the current config has it: what it received, its counters and what
-    /// it has loaded, for in-process tests (`conclave mock` serves the
-    /// same over HTTP).
-    pub fn simulator(&self, name: &str) -> Option<Arc<Simulator>> {
-        let state = self.gateway.state();
-        let up = state.graph.upstreams.iter().find(|u| &*u.name == name)?;
-        up.transport.simulator()
     }
 }
