@@ -1,10 +1,13 @@
 //! `RequestCtx`: what one client request carries through every strategy and
-//! upstream call: its id, route, key, deadline, pin, telemetry sink, and the
-//! bookkeeping needed to count attempts and measure conclave's own overhead.
+//! upstream call: its id, route, key, deadline, options, the sinks it
+//! reports to (events, attempts, the instance's metrics recorder) and the
+//! instance's clock, and the bookkeeping needed to count attempts and
+//! measure conclave's own overhead. It knows its sinks only by their
+//! traits (`crate::sink`), never telemetry itself.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -128,14 +131,10 @@ impl RequestCtx {
         self.events.events_enabled()
     }
 
-    /// Queues one event of this request, stamped `at`.
-    pub fn emit_at(&self, event: &'static str, fields: Map<String, Value>, at: SystemTime) {
-        self.events.emit(&self.id, &self.route, event, fields, at);
-    }
-
     /// Queues one event of this request, stamped now.
     pub fn emit(&self, event: &'static str, fields: Map<String, Value>) {
-        self.emit_at(event, fields, self.clock.now());
+        let at = self.clock.now();
+        self.events.emit(&self.id, &self.route, event, fields, at);
     }
 
     /// The request, finished now with `status` (the HTTP status,
