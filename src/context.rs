@@ -23,7 +23,8 @@ use crate::span::TraceCtx;
 /// headers (read once, in `api::options`).
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// `x-conclave-pin`: run a chain on this tier only.
+    /// `x-conclave-pin`: run the route's outermost strategy on this one
+    /// member only (a tier, candidate, contestant, panellist or base).
     pub pin: Option<Arc<str>>,
     /// `x-conclave-session`: scopes session caps.
     pub session: Option<Arc<str>>,
@@ -104,7 +105,7 @@ impl RequestCtx {
             sinks: vec![reporters.attempts],
             events: reporters.events,
             metrics: reporters.metrics,
-            clock: Clock::system(),
+            clock: reporters.clock,
             shutdown,
             attempts: AtomicU32::new(0),
             totals: Mutex::new(Totals::default()),
@@ -154,12 +155,6 @@ impl RequestCtx {
             access_log: self.access_log,
             trace: self.trace.clone(),
         }
-    }
-
-    /// Reads wall time from `clock` (the instance's).
-    pub fn with_clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
-        self
     }
 
     pub fn with_trace(mut self, trace: Option<TraceCtx>) -> Self {

@@ -131,7 +131,8 @@ pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
 
 /// [`prepare`] on `clock` (a test's, which paused tokio time drives).
 /// Each prepared gateway has its own metrics recorder, event log and
-/// store, so several can run in one process.
+/// store, so several can run in one process. Call it on a tokio runtime:
+/// it starts the recorder's upkeep and the spend flush there.
 pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError> {
     let tracer = match &config.telemetry.otlp_endpoint {
         Some(endpoint) => Some(telemetry::trace::Tracer::new(
@@ -143,15 +144,16 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
     };
     let log_path = config.server.event_log.clone();
     let buffer = config.server.event_log_buffer;
-    let telemetry = Telemetry::new(log_path.as_deref(), buffer, tracer).map_err(|source| {
-        ServeError::EventLog {
-            path: log_path
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            source,
-        }
-    })?;
+    let telemetry =
+        Telemetry::new(log_path.as_deref(), buffer, tracer, clock).map_err(|source| {
+            ServeError::EventLog {
+                path: log_path
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                source,
+            }
+        })?;
     let (store, persisted) = match config.server.state_path.as_deref() {
         Some(path) => (Arc::new(store::Store::open(path, clock)?), true),
         None => (Arc::new(store::Store::in_memory(clock)?), false),

@@ -162,6 +162,7 @@ fn init_logs(format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
+    conclave::sink::Strays::install();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

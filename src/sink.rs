@@ -2,18 +2,22 @@
 //! a finished attempt ([`AttemptRecord`], with its model's [`ModelInfo`])
 //! and of a finished request ([`RequestEnd`]); [`AttemptSink`] and
 //! [`EventSink`], which telemetry implements (budgets take attempts too);
-//! and [`Metrics`], the recorder of one gateway instance.
+//! and [`Metrics`], the recorder of one gateway instance ([`Strays`] is
+//! the global one, which catches a metric recorded outside any instance).
 //!
 //! A leaf below the request context: the context, attempts and strategies
 //! report through these, and telemetry implements them without knowing
 //! the context, so imports flow one way.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
+use metrics::{Key, KeyName, SharedString, Unit};
 use opentelemetry::trace::SpanId;
 use serde_json::{Map, Value};
 
+use crate::clock::Clock;
 use crate::labels::{Role, Verdict, Warm};
 use crate::redact::Redactor;
 use crate::span::TraceCtx;
@@ -157,6 +161,8 @@ pub struct Reporters {
     pub events: Arc<dyn EventSink>,
     pub attempts: Arc<dyn AttemptSink>,
     pub metrics: Metrics,
+    /// The instance's clock, which stamps what the request reports.
+    pub clock: Clock,
 }
 
 impl Reporters {
@@ -166,6 +172,7 @@ impl Reporters {
             events: Arc::new(Nothing),
             attempts: Arc::new(Nothing),
             metrics: Metrics::noop(),
+            clock: Clock::system(),
         }
     }
 }
@@ -205,5 +212,61 @@ impl Metrics {
     /// Runs `f` with this instance's recorder current.
     pub fn scope<T>(&self, f: impl FnOnce() -> T) -> T {
         metrics::with_local_recorder(&*self.0, f)
+    }
+}
+
+/// Metrics recorded outside every instance's [`Metrics::scope`] so far.
+static STRAYS: AtomicU64 = AtomicU64::new(0);
+
+/// The process's global recorder, for the binary and the tests: every
+/// metric belongs to a gateway instance, so one recorded outside any
+/// instance's scope is a bug. It is counted ([`strays`]) and logged once,
+/// rather than lost without a trace.
+pub struct Strays;
+
+impl Strays {
+    /// Makes [`Strays`] the global recorder (a no-op if one is set).
+    pub fn install() {
+        let _ = metrics::set_global_recorder(Strays);
+    }
+
+    fn stray(&self, name: &str) {
+        if STRAYS.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!("metric `{name}` recorded outside a gateway instance: it is lost");
+        }
+    }
+}
+
+/// How many metrics were recorded outside an instance since the start.
+pub fn strays() -> u64 {
+    STRAYS.load(Ordering::Relaxed)
+}
+
+impl metrics::Recorder for Strays {
+    fn describe_counter(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+        self.stray(key.as_str());
+    }
+
+    fn describe_gauge(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+        self.stray(key.as_str());
+    }
+
+    fn describe_histogram(&self, key: KeyName, _: Option<Unit>, _: SharedString) {
+        self.stray(key.as_str());
+    }
+
+    fn register_counter(&self, key: &Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        self.stray(key.name());
+        metrics::Counter::noop()
+    }
+
+    fn register_gauge(&self, key: &Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        self.stray(key.name());
+        metrics::Gauge::noop()
+    }
+
+    fn register_histogram(&self, key: &Key, _: &metrics::Metadata<'_>) -> metrics::Histogram {
+        self.stray(key.name());
+        metrics::Histogram::noop()
     }
 }

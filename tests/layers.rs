@@ -1,7 +1,8 @@
 //! The crate's layering, read from its source: the config is data, so
 //! nothing under `src/config/` reaches up into a runtime module (models,
 //! the store, upstreams, strategies, telemetry, the graph, …). Building a
-//! config into nodes is the graph's business (`src/graph/`).
+//! config into nodes is the graph's business (`src/graph/`). And the
+//! request context and telemetry meet only through the sink traits.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
@@ -52,6 +53,58 @@ fn the_config_imports_no_runtime_module() {
     assert!(
         bad.is_empty(),
         "the config reaches into runtime modules:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The `crate::` modules the source files under `src/{rel}` (a folder or
+/// one file) name, with where.
+fn uses_of(rel: &str) -> Vec<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(rel);
+    let files: Vec<std::path::PathBuf> = if path.is_dir() {
+        std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+            .collect()
+    } else {
+        vec![path]
+    };
+    assert!(!files.is_empty(), "nothing to read at src/{rel}");
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        for (line, module) in crate_paths(&text) {
+            out.push((format!("{name}:{line}"), module));
+        }
+    }
+    out
+}
+
+/// Telemetry implements the request's sinks without knowing the request
+/// context or the attempt, and the sinks, spans and clock below the
+/// context are leaves: no cycle runs through context and telemetry.
+#[test]
+fn the_request_context_and_telemetry_do_not_import_each_other() {
+    let rules: [(&str, &[&str]); 5] = [
+        ("telemetry", &["telemetry", "sink", "span", "clock", "config"]),
+        ("context.rs", &["clock", "sink", "span"]),
+        ("sink.rs", &["clock", "labels", "redact", "span", "wire"]),
+        ("span.rs", &[]),
+        ("clock.rs", &[]),
+    ];
+    let mut bad = Vec::new();
+    for (rel, allowed) in rules {
+        for (at, module) in uses_of(rel) {
+            if !allowed.contains(&module.as_str()) {
+                bad.push(format!("src/{rel} ({at}): crate::{module}"));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "imports against the layering:\n{}",
         bad.join("\n")
     );
 }

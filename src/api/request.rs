@@ -156,7 +156,6 @@ pub fn open(
         gw.hard.clone(),
     )
     .with_access_log(app.access_log)
-    .with_clock(app.clock)
     .with_trace(
         app.telemetry
             .tracer

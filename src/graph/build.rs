@@ -53,7 +53,9 @@ pub(super) fn builder(builders: Builders, strategy: &str) -> Option<BuildFn> {
 }
 
 /// The spec of route `route` as its strategy's own type: a builder's
-/// first step. A spec of another type is a [`BuildError::NoBuilder`].
+/// first step. A spec of another type (a registry that hands a builder
+/// another strategy's route) is a [`BuildError::NoBuilder`] too: the route
+/// has no builder of its own type.
 pub fn spec<'s, T: 'static>(spec: &'s dyn RouteSpec, route: &str) -> Result<&'s T, BuildError> {
     spec.as_any()
         .downcast_ref::<T>()

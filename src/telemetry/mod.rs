@@ -27,6 +27,7 @@ pub use events::{Event, EventBody, EventLog};
 pub use prom::*;
 use trace::Tracer;
 
+use crate::clock::Clock;
 use crate::sink::{EventSink, Metrics, Reporters};
 
 /// How often the recorder's histograms are drained when nobody scrapes.
@@ -34,11 +35,14 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// The longest shutdown waits for the event log's writer to flush.
 const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 
-/// Shared by every request, and kept across config reloads: the event
-/// log, the cost totals and the trace exporter.
+/// One gateway instance's telemetry, shared by every request and kept
+/// across config reloads: its own metrics recorder, the event log, the
+/// cost totals and the trace exporter.
 pub struct Telemetry {
     /// This instance's metrics recorder, and its exposition.
     pub metrics: Metrics,
+    /// The instance's clock, handed to each request with the sinks.
+    clock: Clock,
     prometheus: Option<PrometheusHandle>,
     /// Swapped when a reload names another file (or none).
     events: ArcSwapOption<EventLog>,
@@ -51,12 +55,15 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// The event log at `event_log` (queueing up to `buffer` events),
-    /// and traces to `tracer`.
+    /// A new recorder (its histograms drained every few seconds by a task
+    /// on the current runtime, if any), the event log at `event_log`
+    /// (queueing up to `buffer` events), traces to `tracer`, requests
+    /// stamped by `clock`.
     pub fn new(
         event_log: Option<&Path>,
         buffer: usize,
         tracer: Option<Arc<Tracer>>,
+        clock: Clock,
     ) -> std::io::Result<Arc<Self>> {
         let (metrics, prometheus) = match recorder() {
             Ok((m, h)) => (m, Some(h)),
@@ -70,6 +77,7 @@ impl Telemetry {
             .transpose()?;
         let t = Arc::new(Telemetry {
             metrics,
+            clock,
             prometheus,
             events: ArcSwapOption::from_pointee(events),
             cost: DashMap::new(),
@@ -83,6 +91,7 @@ impl Telemetry {
     pub fn for_tests() -> Arc<Self> {
         Arc::new(Telemetry {
             metrics: Metrics::noop(),
+            clock: Clock::system(),
             prometheus: None,
             events: ArcSwapOption::empty(),
             cost: DashMap::new(),
@@ -90,12 +99,13 @@ impl Telemetry {
         })
     }
 
-    /// What a request reports to: this telemetry, and its recorder.
+    /// What a request reports to: this telemetry, its recorder and clock.
     pub fn reporters(self: &Arc<Self>) -> Reporters {
         Reporters {
             events: self.clone(),
             attempts: self.clone(),
             metrics: self.metrics.clone(),
+            clock: self.clock,
         }
     }
 
@@ -111,6 +121,8 @@ impl Telemetry {
         let alive = Arc::downgrade(self);
         rt.spawn(async move {
             let mut tick = tokio::time::interval(UPKEEP_EVERY);
+            // After a long pause (or a test's `advance`), one upkeep.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
                 tick.tick().await;
@@ -126,7 +138,8 @@ impl Telemetry {
         self.events.load().is_some()
     }
 
-    /// Writes an event that belongs to no model request (a vote).
+    /// Writes an event built whole (an attempt's, or a vote's, which
+    /// belongs to no model request).
     pub fn emit_event(&self, event: Event) {
         if let Some(log) = self.events.load().as_ref() {
             log.send(event);

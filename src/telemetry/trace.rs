@@ -2,9 +2,9 @@
 //!
 //! Spans are built from what conclave records anyway, not kept open while
 //! a request runs: a request gets its trace and span ids when it opens
-//! ([`TraceCtx`]), strategy phases ([`Phase`]) get theirs when they start,
-//! and each span is written whole, with its real start and end times, when
-//! its request, phase or attempt is over. Children name their parent by id,
+//! ([`TraceCtx`]), strategy phases ([`crate::span::Phase`]) get theirs
+//! when they start, and each span is written whole, with its real start
+//! and end times, when its request, phase or attempt is over. Children name their parent by id,
 //! so a request's span may be written after its attempts'. The SDK's batch
 //! processor (its own thread, a bounded queue that drops when full) and
 //! the OTLP exporter send them; the exporter's HTTP calls run on the
