@@ -88,7 +88,10 @@ fn uses_of(rel: &str) -> Vec<(String, String)> {
 #[test]
 fn the_request_context_and_telemetry_do_not_import_each_other() {
     let rules: [(&str, &[&str]); 5] = [
-        ("telemetry", &["telemetry", "sink", "span", "clock", "config"]),
+        (
+            "telemetry",
+            &["telemetry", "sink", "span", "clock", "config"],
+        ),
         ("context.rs", &["clock", "sink", "span"]),
         ("sink.rs", &["clock", "labels", "redact", "span", "wire"]),
         ("span.rs", &[]),
