@@ -206,11 +206,7 @@ impl AttemptSummary {
             feedback: None,
             error: Some(e.public_message()),
             skipped: None,
-            too_long: matches!(
-                e,
-                ModelError::Status { status: 400 | 413 | 422, message, code, .. }
-                    if is_context_length(code.as_deref(), message)
-            ),
+            too_long: e.refused_as_too_long(),
         }
     }
 
@@ -347,13 +343,20 @@ impl ModelError {
         match self {
             ModelError::Status {
                 status: 400 | 413 | 422,
-                message,
-                code,
                 ..
-            } => is_context_length(code.as_deref(), message),
+            } => self.refused_as_too_long(),
             ModelError::BadRequest { .. } | ModelError::Encode(_) => false,
             _ => true,
         }
+    }
+
+    /// The upstream refused the request as longer than its context window.
+    pub fn refused_as_too_long(&self) -> bool {
+        matches!(
+            self,
+            ModelError::Status { status: 400 | 413 | 422, message, code, .. }
+                if is_context_length(code.as_deref(), message)
+        )
     }
 }
 
