@@ -228,6 +228,14 @@ impl Call {
         self
     }
 
+    /// When the call must end: its own deadline, or the request's when
+    /// that is earlier.
+    pub fn by(&self) -> Instant {
+        self.deadline
+            .unwrap_or(self.ctx.deadline)
+            .min(self.ctx.deadline)
+    }
+
     /// The innermost route that sets `stream_idle_timeout` wins.
     pub fn with_idle_timeout(mut self, idle: Option<Duration>) -> Self {
         self.idle_timeout = idle.or(self.idle_timeout);

@@ -115,7 +115,7 @@ impl ConcreteModel {
         attempt: &Attempt,
     ) -> Result<ReplyBody, ModelError> {
         let up = &self.upstream;
-        let by = deadline(call);
+        let by = call.by();
         // A streamed call's first token is due `ttft_timeout` after the
         // call began, queueing included: a chain's local tier that cannot
         // start in time moves the chain on, as a slow one does.
@@ -174,7 +174,7 @@ impl ConcreteModel {
         permit: Permit,
     ) -> Result<ReplyBody, ModelError> {
         let up = &self.upstream;
-        let by = deadline(call);
+        let by = call.by();
         let started = Instant::now();
         let total = by.min(started + up.timeout);
         let first = total.min(first_due);
@@ -207,11 +207,12 @@ impl ConcreteModel {
         }
     }
 
-    /// One chat call, on the wire as `wire` says.
+    /// One chat call of `input_tokens` (estimated), on the wire as `wire`
+    /// says.
     async fn chat_as(
         &self,
         call: &Call,
-        req: &Arc<ChatRequest>,
+        (req, input_tokens): (&Arc<ChatRequest>, u64),
         wire: Wire,
     ) -> Result<Reply, ModelError> {
         let sent = wire.request(req);
@@ -219,7 +220,7 @@ impl ConcreteModel {
             endpoint: Endpoint::Chat,
             body: sent.to_upstream_body(&self.info.upstream_model)?,
             wire,
-            input_tokens: req.billable().input,
+            input_tokens,
         };
         self.call(call.clone(), out).await
     }
@@ -292,13 +293,6 @@ impl ConcreteModel {
     }
 }
 
-/// The request's deadline, or the call's own when it is earlier.
-fn deadline(call: &Call) -> Instant {
-    call.deadline
-        .unwrap_or(call.ctx.deadline)
-        .min(call.ctx.deadline)
-}
-
 /// The `lane_swap` event: the local lane changed the model it serves.
 fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
     if !ctx.events_enabled() {
@@ -316,21 +310,23 @@ impl ChatModel for ConcreteModel {
     /// Sends the call as [`Wire::plan`] says; a server that refuses the
     /// stream is asked again whole (see [`delivery`]).
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        self.fits(&call, &req).await?;
+        // Estimated once: the window check and every try's usage estimate.
+        let input = req.billable().input;
+        self.fits(&call, input).await?;
         let tools = delivery::carries_tools(&req);
         let wire = Wire::plan(&req, &call, self.streams_tools.refused());
-        let reply = match self.chat_as(&call, &req, wire).await {
+        let reply = match self.chat_as(&call, (&req, input), wire).await {
             Err(e) if wire.streamed() => {
                 let Some(why) = delivery::refusal(&e, tools) else {
                     return Err(e);
                 };
                 tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, refusal = ?why, "the server refused a stream; asking whole");
-                let whole = match self.chat_as(&call, &req, Wire::Whole).await {
+                let whole = match self.chat_as(&call, (&req, input), Wire::Whole).await {
                     // uvicorn ends its empty stream with keep-alive and
                     // then closes: the connection the retry went on may be
                     // gone. Once more, on a new one.
                     Err(e) if delivery::connection_lost(&e) => {
-                        self.chat_as(&call, &req, Wire::Whole).await?
+                        self.chat_as(&call, (&req, input), Wire::Whole).await?
                     }
                     whole => whole?,
                 };

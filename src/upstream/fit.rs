@@ -25,12 +25,12 @@ use super::window::WAIT;
 use crate::error::{ModelError, TooLong};
 use crate::labels::Warm;
 use crate::model::Call;
-use crate::wire::ChatRequest;
 
 impl ConcreteModel {
-    /// `Ok` unless `req` is known not to fit this model's context window.
-    pub(super) async fn fits(&self, call: &Call, req: &ChatRequest) -> Result<(), ModelError> {
-        let needed = req.billable().input.saturating_add(1);
+    /// `Ok` unless a request of `input` estimated tokens is known not to
+    /// fit this model's context window.
+    pub(super) async fn fits(&self, call: &Call, input: u64) -> Result<(), ModelError> {
+        let needed = input.saturating_add(1);
         let stated = || self.upstream.stated.get(&self.info.upstream_model);
         let (window, source) = match (self.info.context_window, stated()) {
             (Some(w), _) => (w, "config"),
@@ -70,9 +70,7 @@ impl ConcreteModel {
     /// before the call's deadline).
     async fn learned(&self, call: &Call) -> Option<u64> {
         let up = &self.upstream;
-        let by = (Instant::now() + WAIT)
-            .min(call.deadline.unwrap_or(call.ctx.deadline))
-            .min(call.ctx.deadline);
+        let by = (Instant::now() + WAIT).min(call.by());
         let model = &self.info.upstream_model;
         let ask = async {
             // Only llama-swap's warm state matters here: its `/props` is
