@@ -229,6 +229,13 @@ impl ApiError {
         (s, json!({ "error": err }))
     }
 
+    /// The error object (`message`, `type`, `param`, `code`), without the
+    /// `{"error": …}` envelope: what a dialect's stream error event carries.
+    pub fn object(&self) -> Value {
+        let (_, mut body) = self.body();
+        body.get_mut("error").map(Value::take).unwrap_or(Value::Null)
+    }
+
     /// The error as one SSE event, for a stream that has already started.
     pub fn sse_event(&self) -> Bytes {
         let (_, body) = self.body();

@@ -18,6 +18,7 @@ mod forward;
 mod info;
 mod options;
 mod ready;
+pub mod render;
 mod reply;
 mod request;
 mod sse;

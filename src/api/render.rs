@@ -1,0 +1,34 @@
+//! How one API dialect writes answers. Every dialect's answers start as
+//! conclave's internal chat form (a chat completion body, or a stream of
+//! chat chunks); a [`Render`] turns them into what its client speaks:
+//! chat completions as they are, the Responses API's `response` object
+//! and event stream, and so on. The request life cycle (`ingress`) and
+//! the stream relay (`respond`) know nothing else of a dialect.
+
+use bytes::{Bytes, BytesMut};
+
+use super::error::ApiError;
+use crate::model::Chunk;
+use crate::sink::Totals;
+
+/// Writes one request's answer in its dialect. One value serves one
+/// request: it may keep state across the chunks of a stream.
+pub trait Render: Send + 'static {
+    /// The body of a whole answer, from the completion in chat form.
+    /// `totals` is the request's usage so far (for a body without one).
+    fn whole(&mut self, completion: &Bytes, totals: Totals) -> Result<Bytes, ApiError>;
+
+    /// What opens a stream, written once before anything else (also when
+    /// keep-alives commit the stream before the answer exists).
+    fn open(&mut self, _out: &mut BytesMut) {}
+
+    /// Frames one chunk of a streamed answer.
+    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut);
+
+    /// What follows the last chunk. `totals` is the request's usage so
+    /// far, for a stream that reported none.
+    fn end(&mut self, totals: Totals, out: &mut BytesMut);
+
+    /// Ends a stream with an error, after whatever was written.
+    fn fail(&mut self, error: &ApiError, out: &mut BytesMut);
+}
