@@ -16,7 +16,9 @@
 //!   `response.function_call_arguments.done`), `response.output_item.done`,
 //!   then `response.completed` (`response.incomplete` when the answer was
 //!   cut by `max_output_tokens` or its finish reason is `length`). No
-//!   `[DONE]`, as OpenAI.
+//!   `[DONE]`, as OpenAI. The response is announced at once
+//!   (`response.created`, `response.in_progress`); `ttft` is the wait
+//!   after that for the first output item.
 //! - Failures: `error_event` is a `response.failed` event in a stream (a
 //!   500 whole), `garbage` and `cut` as for chat.
 //!
@@ -305,7 +307,6 @@ impl Shape {
                 seq += 1;
                 Bytes::from(format!("event: {kind}\ndata: {}\n\n", Value::Object(m)))
             };
-            pause(self.b.ttft).await;
             if self.b.fail == Some(FailMode::Garbage) {
                 yield Ok(Bytes::from_static(b"event: response.created\ndata: <html>this is not json</html>\n\n"));
                 guard.complete();
@@ -314,6 +315,8 @@ impl Shape {
             let open = self.response("in_progress", Vec::new(), Value::Null);
             yield Ok(ev("response.created", json!({"response": open})));
             yield Ok(ev("response.in_progress", json!({"response": open})));
+            // Announced at once, as OpenAI does; the first token takes `ttft`.
+            pause(self.b.ttft).await;
             if self.b.fail == Some(FailMode::ErrorEvent) {
                 let message = self.b.error_message.as_deref().unwrap_or("mock: simulated error event");
                 let mut failed = self.response("failed", Vec::new(), Value::Null);
