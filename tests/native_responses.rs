@@ -9,6 +9,8 @@
 //! 127.0.0.1 where the connection itself is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,8 +84,13 @@ impl Rig {
         let config = conclave::config::parse(&text, "t.toml", &env, &conclave::strategy::ALL)
             .unwrap_or_else(|e| panic!("{e}"));
         let store = Arc::new(Store::in_memory(Clock::system()).unwrap());
-        let graph =
-            Graph::build(&config, &store, &Metrics::noop(), conclave::strategy::BUILDERS).unwrap();
+        let graph = Graph::build(
+            &config,
+            &store,
+            &Metrics::noop(),
+            conclave::strategy::BUILDERS,
+        )
+        .unwrap();
         Rig {
             graph,
             rec: Arc::new(Rec::default()),
@@ -234,7 +241,10 @@ async fn a_whole_request_goes_verbatim_and_its_usage_is_recorded() {
     let seen = rig.rec.only();
     assert_eq!(seen.verdict, "ok");
     let u = seen.usage.unwrap();
-    assert_eq!((u.prompt_tokens, u.completion_tokens, u.estimated), (120, 7, false));
+    assert_eq!(
+        (u.prompt_tokens, u.completion_tokens, u.estimated),
+        (120, 7, false)
+    );
     assert_eq!(usage, Some(u));
     assert_eq!(seen.finish_reason.as_deref(), Some("stop"));
 }
@@ -285,7 +295,10 @@ async fn a_failed_event_fails_the_attempt_without_the_secret() {
     let seen = rig.rec.only();
     assert_eq!(seen.verdict, "error");
     let recorded = seen.error.unwrap();
-    assert!(recorded.contains("overloaded") && !recorded.contains(SECRET), "{recorded}");
+    assert!(
+        recorded.contains("overloaded") && !recorded.contains(SECRET),
+        "{recorded}"
+    );
 
     // Whole, the same model answers 500.
     let body = json!({"model": "broken", "input": "hi"});
@@ -329,7 +342,10 @@ async fn upstream() -> (String, Arc<Mutex<Vec<Value>>>) {
 }
 
 fn event(v: Value) -> Bytes {
-    Bytes::from(format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap()))
+    Bytes::from(format!(
+        "event: {}\ndata: {v}\n\n",
+        v["type"].as_str().unwrap()
+    ))
 }
 
 fn sse(events: Vec<Bytes>, then_hang: bool) -> Response {
@@ -345,10 +361,12 @@ fn sse(events: Vec<Bytes>, then_hang: bool) -> Response {
 }
 
 fn completed(usage: Value) -> Bytes {
-    event(json!({"type": "response.completed", "sequence_number": 9, "response": {
+    event(
+        json!({"type": "response.completed", "sequence_number": 9, "response": {
         "id": "resp_1", "object": "response", "status": "completed",
         "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}],
-        "usage": usage}}))
+        "usage": usage}}),
+    )
 }
 
 fn act(req: &Value) -> Response {
@@ -361,18 +379,16 @@ fn act(req: &Value) -> Response {
         "output_tokens": 25, "output_tokens_details": {"reasoning_tokens": 20}, "total_tokens": 65});
     match req["input"].as_str().unwrap_or_default() {
         // Completed, then the connection stays open (no `[DONE]`).
-        "completed-then-open" => sse(
-            vec![
-                created(),
-                delta("hi"),
-                completed(usage),
-            ],
-            true,
-        ),
+        "completed-then-open" => sse(vec![created(), delta("hi"), completed(usage)], true),
         // A secret handed out a few characters a delta.
         "split-secret" => {
             let mut evs = vec![created(), delta("the key is ")];
-            evs.extend(SECRET.as_bytes().chunks(6).map(|p| delta(std::str::from_utf8(p).unwrap())));
+            evs.extend(
+                SECRET
+                    .as_bytes()
+                    .chunks(6)
+                    .map(|p| delta(std::str::from_utf8(p).unwrap())),
+            );
             evs.push(completed(usage));
             sse(evs, false)
         }
@@ -411,7 +427,11 @@ fn act(req: &Value) -> Response {
             Response::builder()
                 .header(
                     header::CONTENT_TYPE,
-                    if stream { "text/event-stream" } else { "application/json" },
+                    if stream {
+                        "text/event-stream"
+                    } else {
+                        "application/json"
+                    },
                 )
                 .body(Body::from_stream(s))
                 .unwrap()
@@ -442,12 +462,15 @@ async fn a_completed_stream_ends_without_done_while_the_connection_stays_open() 
     let rig = Rig::new(&real(&base));
     let body = json!({"model": "gpt", "input": "completed-then-open", "stream": true,
         "tools": [{"type": "web_search"}], "include": ["reasoning.encrypted_content"]});
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let (events, err) = drain(rig.forward("gpt", &body).await.unwrap()).await;
     let took = started.elapsed();
     assert!(err.is_none(), "{err:?}");
     assert_eq!(events.len(), 3);
-    assert!(took < Duration::from_secs(5), "waited {took:?} after response.completed");
+    assert!(
+        took < Duration::from_secs(5),
+        "waited {took:?} after response.completed"
+    );
     let mut expected = body.clone();
     expected["model"] = json!("gpt-5-codex");
     let got = seen.lock().last().unwrap().to_string();
@@ -456,10 +479,15 @@ async fn a_completed_stream_ends_without_done_while_the_connection_stays_open() 
     assert_eq!(s.verdict, "ok");
     let u = s.usage.unwrap();
     assert_eq!(
-        (u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.reasoning_tokens),
+        (
+            u.prompt_tokens,
+            u.completion_tokens,
+            u.cached_tokens,
+            u.reasoning_tokens
+        ),
         (40, 25, 32, 20)
     );
-    println!("ended {took:?} after the request, the connection still open");
+    eprintln!("ended {took:?} after the request, the connection still open");
 }
 
 #[tokio::test]
@@ -469,10 +497,7 @@ async fn a_secret_split_across_deltas_is_redacted() {
     let body = json!({"model": "gpt", "input": "split-secret", "stream": true});
     let (events, err) = drain(rig.forward("gpt", &body).await.unwrap()).await;
     assert!(err.is_none(), "{err:?}");
-    let text: String = events
-        .iter()
-        .filter_map(|e| e["delta"].as_str())
-        .collect();
+    let text: String = events.iter().filter_map(|e| e["delta"].as_str()).collect();
     assert!(text.starts_with("the key is "), "{text}");
     assert!(!text.contains(SECRET), "{text}");
     assert!(text.contains("[REDACTED]"), "{text}");
@@ -485,7 +510,10 @@ async fn an_error_event_and_a_failed_body_fail_the_attempt() {
     let body = json!({"model": "gpt", "input": "error-event", "stream": true});
     let (_, err) = drain(rig.forward("gpt", &body).await.unwrap()).await;
     let err = err.unwrap().to_string();
-    assert!(err.contains("upstream broke") && !err.contains(SECRET), "{err}");
+    assert!(
+        err.contains("upstream broke") && !err.contains(SECRET),
+        "{err}"
+    );
     let s = rig.rec.only();
     assert_eq!(s.verdict, "error");
     assert!(!s.error.unwrap().contains(SECRET));
@@ -520,13 +548,62 @@ async fn a_hundred_megabytes_without_a_line_end_stay_bounded() {
     for stream in [true, false] {
         let rig = Rig::new(&real(&base));
         let body = json!({"model": "gpt", "input": "no-newline", "stream": stream});
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let e = rig.forward("gpt", &body).await.err().expect("refused");
         let took = started.elapsed();
         assert!(matches!(e, ModelError::Invalid { .. }), "{e}");
         assert!(e.to_string().contains("larger than"), "{e}");
         assert!(took < Duration::from_secs(30), "{took:?}");
         assert_eq!(rig.rec.only().verdict, "error");
-        println!("stream={stream}: refused in {took:?}: {e}");
+        eprintln!("stream={stream}: refused in {took:?}: {e}");
     }
+}
+
+// ---- `conclave mock` over HTTP ----
+
+#[tokio::test]
+async fn conclave_mock_serves_responses_over_http_only_when_asked() {
+    let on = common::Proc::mock(
+        "[upstreams.sim]\nkind = \"mock\"\nresponses = true\n[upstreams.sim.models.m]\nreply = { text = \"hello there\" }\n",
+    );
+    let http = common::client();
+    let r = common::send(http.post(on.url("/v1/responses")).json(
+        &json!({"model": "m", "input": "hi", "stream": true, "tools": [{"type": "web_search"}]}),
+    ))
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    // Each event names itself on an `event:` line, as the SDKs read it.
+    let first = r.text.split("\n\n").next().unwrap_or_default();
+    assert!(
+        first.starts_with("event: response.created\ndata: {"),
+        "{first}"
+    );
+    assert!(!r.text.contains("[DONE]"));
+
+    // Through the reqwest transport, as an `openai` upstream with
+    // `responses = true` reaches it.
+    let rig = Rig::new(&format!(
+        "[upstreams.up]\nkind = \"openai\"\nbase_url = \"{}\"\nresponses = true\n[models.gpt]\nupstream = \"up\"\nmodel = \"m\"\n",
+        on.v1()
+    ));
+    let body = json!({"model": "gpt", "input": "hi", "stream": true});
+    let (events, err) = drain(rig.forward("gpt", &body).await.unwrap()).await;
+    assert!(err.is_none(), "{err:?}");
+    let text: String = events.iter().filter_map(|e| e["delta"].as_str()).collect();
+    assert_eq!(text, "hello there");
+    let s = rig.rec.only();
+    assert_eq!(s.verdict, "ok");
+    assert_eq!(
+        s.usage.map(|u| (u.completion_tokens, u.estimated)),
+        Some((2, false))
+    );
+
+    let off = common::Proc::mock("[upstreams.sim]\nkind = \"mock\"\n[upstreams.sim.models.m]\n");
+    let r = common::send(
+        http.post(off.url("/v1/responses"))
+            .json(&json!({"model": "m", "input": "hi"})),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.text);
 }
