@@ -21,6 +21,7 @@ mod ready;
 pub mod render;
 mod reply;
 mod request;
+pub mod responses;
 mod sse;
 
 use std::sync::Arc;
