@@ -8,7 +8,9 @@ mod request;
 mod stream;
 mod whole;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
@@ -66,10 +68,7 @@ fn head() -> Head {
 fn renderer(head: Head) -> (Responses, Arc<Mutex<Vec<Value>>>) {
     let done = Arc::new(Mutex::new(Vec::new()));
     let sink = done.clone();
-    let r = Responses::new(
-        head,
-        Box::new(move |v| sink.lock().unwrap().push(v.clone())),
-    );
+    let r = Responses::new(head, Box::new(move |v| sink.lock().push(v.clone())));
     (r, done)
 }
 
@@ -125,7 +124,7 @@ fn stream(head: Head, chunks: &[Value], totals: Totals) -> (Vec<Event>, Value) {
         r.chunk(chunk(c), &mut out);
     }
     r.end(totals, &mut out);
-    let done = done.lock().unwrap();
+    let done = done.lock();
     assert_eq!(done.len(), 1);
     (events(&out), done[0].clone())
 }
@@ -140,7 +139,7 @@ fn whole_of(head: Head, chunks: &[Value], totals: Totals) -> Value {
     let (mut r, done) = renderer(head);
     let bytes = r.whole(&body, totals).unwrap();
     let v: Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(done.lock().unwrap().as_slice(), std::slice::from_ref(&v));
+    assert_eq!(done.lock().as_slice(), std::slice::from_ref(&v));
     v
 }
 

@@ -122,7 +122,7 @@ proptest! {
         for (i, e) in ev.iter().enumerate() {
             prop_assert_eq!(&e.data["sequence_number"], &json!(i));
         }
-        let done = done.lock().unwrap();
+        let done = done.lock();
         prop_assert_eq!(done.len(), 1);
         let last = &done[0];
         let final_event = ev.last().unwrap();

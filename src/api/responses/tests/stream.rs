@@ -262,7 +262,7 @@ fn an_error_mid_stream_fails_the_response_with_what_was_complete() {
     r.end(Totals::default(), &mut more);
     r.fail(&err, &mut more);
     assert!(more.is_empty());
-    let done = done.lock().unwrap();
+    let done = done.lock();
     assert_eq!(done.as_slice(), std::slice::from_ref(failed));
 }
 
@@ -291,7 +291,7 @@ fn junk_and_loading_chunks_are_skipped_and_open_is_implied() {
         ev[0].name, "response.created",
         "open written before the first chunk"
     );
-    let last = &done.lock().unwrap()[0];
+    let last = &done.lock()[0];
     assert_eq!(last["output_text"], "ok");
     assert_eq!(last["output"].as_array().unwrap().len(), 1);
     let _: &Value = last;

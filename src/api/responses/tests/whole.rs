@@ -12,7 +12,7 @@ fn whole(head: Head, completion: Value, totals: Totals) -> Value {
         .whole(&Bytes::from(completion.to_string()), totals)
         .unwrap();
     let v: Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(done.lock().unwrap().as_slice(), std::slice::from_ref(&v));
+    assert_eq!(done.lock().as_slice(), std::slice::from_ref(&v));
     v
 }
 
@@ -246,6 +246,6 @@ fn a_body_that_is_not_a_completion_is_an_internal_error() {
             Err(ApiError::Internal(_)) => {}
             other => panic!("{other:?}"),
         }
-        assert!(done.lock().unwrap().is_empty());
+        assert!(done.lock().is_empty());
     }
 }
