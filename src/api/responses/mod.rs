@@ -23,6 +23,7 @@ mod output;
 mod request;
 #[cfg(test)]
 mod tests;
+mod tools;
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};

@@ -8,8 +8,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Echo;
 use super::items::{self, Piece, Source, clip};
+use super::{Echo, tools};
 use crate::api::error::ApiError;
 use crate::wire::billing::BadCap;
 use crate::wire::{ChatRequest, Message, StreamOptions};
@@ -75,7 +75,7 @@ pub struct Translated {
     pub echo: Echo,
 }
 
-fn bad(param: &str, code: &'static str, message: String) -> ApiError {
+pub(super) fn bad(param: &str, code: &'static str, message: String) -> ApiError {
     ApiError::BadRequest {
         message,
         param: Some(param.to_owned()),
@@ -83,7 +83,7 @@ fn bad(param: &str, code: &'static str, message: String) -> ApiError {
     }
 }
 
-fn wrong_type(param: &str, expected: &str) -> ApiError {
+pub(super) fn wrong_type(param: &str, expected: &str) -> ApiError {
     bad(
         param,
         "invalid_type",
@@ -133,7 +133,21 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
     };
     req.items = items::normalize(input)?;
     req.pieces = items::pieces(&req.items, Source::Input)?;
-    req.tools(fields.get("tools"), fields.get("tool_choice"))?;
+    let t = tools::read(fields.get("tools"), fields.get("tool_choice"))?;
+    req.dropped_tools = t.dropped;
+    let echo = &mut req.echo.fields;
+    echo.insert("tools".into(), Value::Array(t.kept));
+    if let Some((_, echoed)) = &t.choice {
+        echo.insert("tool_choice".into(), echoed.clone());
+    }
+    if t.chat.is_empty() {
+        req.chat.remove("parallel_tool_calls");
+        return Ok(req);
+    }
+    req.chat.insert("tools".into(), Value::Array(t.chat));
+    if let Some((chat, _)) = t.choice {
+        req.chat.insert("tool_choice".into(), chat);
+    }
     Ok(req)
 }
 
@@ -323,105 +337,6 @@ impl ResponsesRequest {
         Ok(())
     }
 
-    /// Function tools become chat tools; every other type is dropped.
-    fn tools(&mut self, tools: Option<&Value>, choice: Option<&Value>) -> Result<(), ApiError> {
-        let mut chat_tools = Vec::new();
-        let mut kept = Vec::new();
-        match tools {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(list)) => {
-                for (i, tool) in list.iter().enumerate() {
-                    let kind = tool.get("type").and_then(Value::as_str);
-                    match kind {
-                        Some("function") => {
-                            chat_tools.push(function_tool(i, tool)?);
-                            kept.push(tool.clone());
-                        }
-                        Some(other) => self.drop_tool(other),
-                        None => {
-                            return Err(bad(
-                                &format!("tools[{i}].type"),
-                                "missing_required_parameter",
-                                format!("Tool {i} needs a `type`."),
-                            ));
-                        }
-                    }
-                }
-            }
-            Some(_) => return Err(wrong_type("tools", "a list of tools")),
-        }
-        let choice = match choice {
-            None | Some(Value::Null) => None,
-            Some(c) => Some(self.tool_choice(c)?),
-        };
-        let echo = &mut self.echo.fields;
-        echo.insert("tools".into(), Value::Array(kept));
-        if let Some((_, echoed)) = &choice {
-            echo.insert("tool_choice".into(), echoed.clone());
-        }
-        if chat_tools.is_empty() {
-            self.chat.remove("parallel_tool_calls");
-            return Ok(());
-        }
-        self.chat.insert("tools".into(), Value::Array(chat_tools));
-        if let Some((chat, _)) = choice {
-            self.chat.insert("tool_choice".into(), chat);
-        }
-        Ok(())
-    }
-
-    fn drop_tool(&mut self, kind: &str) {
-        let kind = clip(kind);
-        if !self.dropped_tools.contains(&kind) {
-            self.dropped_tools.push(kind);
-        }
-    }
-
-    /// The chat `tool_choice`, and what the response echoes.
-    fn tool_choice(&mut self, c: &Value) -> Result<(Value, Value), ApiError> {
-        match c {
-            Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
-                Ok((c.clone(), c.clone()))
-            }
-            Value::Object(o) => match o.get("type").and_then(Value::as_str) {
-                Some("function") => match o.get("name") {
-                    Some(Value::String(name)) => Ok((
-                        json!({"type": "function", "function": {"name": name}}),
-                        c.clone(),
-                    )),
-                    _ => Err(bad(
-                        "tool_choice.name",
-                        "missing_required_parameter",
-                        "A function `tool_choice` needs the function's `name`.".into(),
-                    )),
-                },
-                Some("allowed_tools") => match o.get("mode").and_then(Value::as_str) {
-                    Some(m @ ("auto" | "required")) => Ok((Value::from(m), c.clone())),
-                    _ => Err(bad(
-                        "tool_choice.mode",
-                        "invalid_value",
-                        "`tool_choice.mode` must be `auto` or `required`.".into(),
-                    )),
-                },
-                Some(other) => {
-                    self.drop_tool(other);
-                    Ok((Value::from("auto"), Value::from("auto")))
-                }
-                None => Err(bad(
-                    "tool_choice.type",
-                    "missing_required_parameter",
-                    "An object `tool_choice` needs a `type`.".into(),
-                )),
-            },
-            _ => Err(bad(
-                "tool_choice",
-                "invalid_value",
-                "`tool_choice` must be `auto`, `none`, `required` or an object naming a tool."
-                    .into(),
-            )),
-        }
-    }
-
     pub fn model(&self) -> &str {
         &self.model
     }
@@ -525,29 +440,6 @@ fn metadata(v: &Value) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-/// A flat function tool as a chat tool.
-fn function_tool(i: usize, tool: &Value) -> Result<Value, ApiError> {
-    let Some(name) = tool
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    else {
-        return Err(bad(
-            &format!("tools[{i}].name"),
-            "missing_required_parameter",
-            format!("Function tool {i} needs a `name`."),
-        ));
-    };
-    let mut f = Map::new();
-    f.insert("name".into(), Value::from(name));
-    for key in ["description", "parameters", "strict"] {
-        if let Some(v) = tool.get(key).filter(|v| !v.is_null()) {
-            f.insert(key.into(), v.clone());
-        }
-    }
-    Ok(json!({"type": "function", "function": f}))
 }
 
 /// The echoed fields of a request that set none of them.
