@@ -5,11 +5,13 @@
 //!   field checked, a 400 naming the one that is wrong), which gives its
 //!   own input as items ([`ResponsesRequest::input_items`], for the store)
 //!   and the chat request conclave's strategies answer
-//!   ([`ResponsesRequest::to_chat`], `request` and `items`).
+//!   ([`ResponsesRequest::to_chat`]: `request` for the top-level fields,
+//!   `items` for the input, `tools` for the tools it keeps and drops).
 //! - [`Responses`] renders the chat answer back ([`crate::api::render::Render`]):
 //!   a whole chat completion becomes the `response` object (`whole`), a
 //!   stream of chat chunks becomes the Responses event stream (`events`),
-//!   both built from the same output items (`output`).
+//!   both built from the same output items (`output`). `on_done` hands
+//!   the final response object to the caller (to store it).
 //!
 //! Every id is a prefix and 32 lowercase hex digits. A response's item ids
 //! (`msg_`, `fc_`, `rs_`, and the `call_` of a call the model gave none)
