@@ -27,6 +27,7 @@ mod ready;
 mod relay;
 pub mod render;
 mod respond;
+pub mod responses;
 
 use std::sync::Arc;
 use std::time::Duration;
