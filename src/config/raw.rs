@@ -49,6 +49,8 @@ pub struct Server {
     pub http2_max_streams: u32,
     #[serde(default = "default_max_header_bytes")]
     pub max_header_bytes: usize,
+    #[serde(default = "default_responses_retention", with = "humantime_serde")]
+    pub responses_retention: Duration,
 }
 
 impl Default for Server {
@@ -72,8 +74,14 @@ impl Default for Server {
             readyz_cache: default_readyz_cache(),
             http2_max_streams: default_http2_max_streams(),
             max_header_bytes: default_max_header_bytes(),
+            responses_retention: default_responses_retention(),
         }
     }
+}
+
+/// 30 days, as OpenAI keeps a stored response.
+fn default_responses_retention() -> Duration {
+    Duration::from_secs(30 * 86_400)
 }
 
 fn default_readyz_cache() -> Duration {

@@ -1,15 +1,18 @@
 //! The embedded store (`server.state_path`): one SQLite file holding what
 //! must survive a restart: each key's spend per UTC day ([`spend`]), the
 //! arenas and their votes ([`arena`]), and what each session, and each
-//! key per oracle route and day, spent on oracle consults (`oracle`). It
+//! key per oracle route and day, spent on oracle consults (`oracle`), and
+//! the Responses API's stored answers ([`responses`]). It
 //! is created with its schema on first start and migrated in order by
 //! `PRAGMA user_version`; a file
 //! from a newer conclave is refused rather than misread; arenas that
-//! expired unvoted are deleted then. Without a path the same store lives
+//! expired unvoted, and stored answers past their retention, are deleted
+//! then. Without a path the same store lives
 //! in memory. Every call blocks: async code runs it on `spawn_blocking`.
 
 pub mod arena;
 pub mod oracle;
+pub mod responses;
 mod spend;
 
 pub use spend::SpendRow;
@@ -59,6 +62,16 @@ const MIGRATIONS: &[&str] = &[
         cost_usd  REAL    NOT NULL,
         PRIMARY KEY (key, route, day)
     );",
+    "CREATE TABLE response (
+        id        TEXT    PRIMARY KEY,   -- resp_…
+        key       TEXT    NOT NULL,      -- key name, or anonymous
+        created   INTEGER NOT NULL,      -- Unix seconds
+        expires   INTEGER NOT NULL,
+        previous  TEXT,                  -- previous_response_id
+        input     TEXT    NOT NULL,      -- JSON array of its own input items
+        output    TEXT    NOT NULL       -- the response object, JSON
+    );
+    CREATE INDEX response_expires ON response (expires);",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +91,14 @@ pub enum StoreError {
         found: i64,
         known: usize,
     },
+    #[error("the state store {path} holds JSON this build cannot read: {source}")]
+    Json {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("a state store task ended early: {0}")]
+    Task(String),
 }
 
 pub struct Store {
@@ -137,6 +158,12 @@ impl Store {
         // Arenas nobody voted on before they expired are of no more use.
         tx.execute(
             "DELETE FROM arena WHERE outcome IS NULL AND expires <= ?1",
+            [clock.unix_secs_i64()],
+        )
+        .map_err(err)?;
+        // As are stored responses past their retention.
+        tx.execute(
+            "DELETE FROM response WHERE expires <= ?1",
             [clock.unix_secs_i64()],
         )
         .map_err(err)?;
