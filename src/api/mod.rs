@@ -1,7 +1,8 @@
 //! The HTTP surface: the axum router and shared state. Handlers (`chat`,
 //! `forward` for completions and embeddings, `info`) run models through
 //! one request life cycle (`request`) and answer through `reply` and
-//! `sse`; `ready` answers `/readyz` from its cache; `auth`, `body` and
+//! `sse`; `ready` answers `/readyz` from its cache; `stored` serves the
+//! Responses API's stored answers; `auth`, `body` and
 //! `options` read what the client sent; `error` is the one OpenAI error
 //! mapping.
 //!
@@ -22,6 +23,7 @@ pub mod render;
 mod reply;
 mod request;
 mod sse;
+mod stored;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +39,7 @@ use crate::config::{Config, Route};
 use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
 use crate::store::Store;
+use crate::store::responses::Responses;
 use crate::strategy::arena::config::ArenaSpec;
 use crate::telemetry::Telemetry;
 pub use auth::Keys;
@@ -52,6 +55,8 @@ pub struct Shared {
     pub governor: Arc<Governor>,
     /// The embedded store (`server.state_path`, else in memory).
     pub store: Arc<Store>,
+    /// The Responses API's stored answers, in `store`.
+    pub responses: Arc<Responses>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
     /// The instance's wall clock.
@@ -71,6 +76,8 @@ pub struct AppState {
     pub access_log: bool,
     pub telemetry: Arc<Telemetry>,
     pub store: Arc<Store>,
+    /// Stored answers, kept for this config's `server.responses_retention`.
+    pub responses: Arc<Responses>,
     pub clock: Clock,
     /// Arena routes and their contestants, for votes and the leaderboard.
     pub arenas: IndexMap<String, Vec<String>>,
@@ -104,6 +111,11 @@ impl AppState {
             access_log: config.server.access_log,
             telemetry: shared.telemetry.clone(),
             store: shared.store.clone(),
+            responses: Arc::new(
+                shared
+                    .responses
+                    .with_retention(config.server.responses_retention),
+            ),
             clock: shared.clock,
             arenas: config
                 .routes
@@ -170,6 +182,13 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/models", get(info::models))
         .route("/v1/models/{id}", get(info::model))
         .route("/models/{id}", get(info::model))
+        .route(
+            "/v1/responses/{id}",
+            get(stored::get).delete(stored::delete),
+        )
+        .route("/responses/{id}", get(stored::get).delete(stored::delete))
+        .route("/v1/responses/{id}/input_items", get(stored::input_items))
+        .route("/responses/{id}/input_items", get(stored::input_items))
         .route("/v1/arena/{id}/vote", post(arena::vote))
         .route("/arena/{id}/vote", post(arena::vote))
         .route("/v1/arena/leaderboard", get(arena::leaderboard))

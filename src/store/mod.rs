@@ -8,7 +8,8 @@
 //! from a newer conclave is refused rather than misread; arenas that
 //! expired unvoted, and stored answers past their retention, are deleted
 //! then. Without a path the same store lives
-//! in memory. Every call blocks: async code runs it on `spawn_blocking`.
+//! in memory. Every call blocks: async code runs it on `spawn_blocking`
+//! (the [`responses`] service does that itself and is async).
 
 pub mod arena;
 pub mod oracle;

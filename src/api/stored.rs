@@ -1,0 +1,247 @@
+//! The Responses API's stored answers over HTTP: `GET /v1/responses/{id}`
+//! (the response object), `DELETE /v1/responses/{id}` and
+//! `GET /v1/responses/{id}/input_items` (a page of its own input items).
+//! Each key sees only what it stored: another key's answer, like an
+//! unknown, expired or deleted one, is a 404 in OpenAI's words. An id too
+//! long or of other characters than OpenAI's is not looked up. Failures
+//! are counted in the request metrics as the arena's vote endpoint does.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::error::ApiError;
+use super::request::{finish_response, request_id};
+use super::{AppState, Gateway};
+use crate::store::responses::{Order, PageError};
+
+/// Longest response id looked up.
+const MAX_ID: usize = 128;
+/// Items a page holds unless `limit` says otherwise, and at most.
+const DEFAULT_LIMIT: usize = 20;
+const MAX_LIMIT: usize = 100;
+
+/// `GET /v1/responses/{id}`.
+pub async fn get(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let rid = request_id(&headers);
+    let resp = async {
+        let (app, key) = admit(&gw, &headers, &id)?;
+        let found = app
+            .responses
+            .get(&id, &key)
+            .await
+            .map_err(|e| ApiError::store_failed("the response could not be read", &e))?;
+        let r = found.ok_or_else(|| not_found(&id))?;
+        Ok(Json(r.response).into_response())
+    }
+    .await;
+    finish_response(&gw, resp, &rid)
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub async fn delete(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let rid = request_id(&headers);
+    let resp = async {
+        let (app, key) = admit(&gw, &headers, &id)?;
+        let deleted = app
+            .responses
+            .delete(&id, &key)
+            .await
+            .map_err(|e| ApiError::store_failed("the response could not be deleted", &e))?;
+        if !deleted {
+            return Err(not_found(&id));
+        }
+        Ok(Json(json!({"id": id, "object": "response.deleted", "deleted": true})).into_response())
+    }
+    .await;
+    finish_response(&gw, resp, &rid)
+}
+
+/// `GET /v1/responses/{id}/input_items?after=&limit=&order=`.
+pub async fn input_items(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let rid = request_id(&headers);
+    let resp = async {
+        let (app, key) = admit(&gw, &headers, &id)?;
+        let q = Paging::read(&uri)?;
+        let page = app
+            .responses
+            .input_items(&id, &key, q.after.as_deref(), q.limit, q.order)
+            .await
+            .map_err(|e| match e {
+                PageError::Store(e) => {
+                    ApiError::store_failed("the input items could not be read", &e)
+                }
+                PageError::UnknownAfter(_) => bad(
+                    "after",
+                    "invalid_value",
+                    "Invalid 'after': no input item of this response has that id.".into(),
+                ),
+            })?;
+        let page = page.ok_or_else(|| not_found(&id))?;
+        Ok(Json(page).into_response())
+    }
+    .await;
+    finish_response(&gw, resp, &rid)
+}
+
+/// The caller's state and key name, once the id is one worth looking up.
+fn admit(gw: &Gateway, headers: &HeaderMap, id: &str) -> Result<(Arc<AppState>, String), ApiError> {
+    let app = gw.state();
+    let caller = app.keys.authenticate(headers)?;
+    if !valid_id(id) {
+        return Err(not_found(id));
+    }
+    Ok((app, caller.name.to_string()))
+}
+
+/// An id of at most [`MAX_ID`] ASCII letters, digits, `_` and `-`.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::ResponseNotFound {
+        id: id.chars().take(MAX_ID).collect(),
+    }
+}
+
+fn bad(param: &str, code: &'static str, message: String) -> ApiError {
+    ApiError::BadRequest {
+        message,
+        param: Some(param.into()),
+        code: Some(code),
+    }
+}
+
+/// The query of `input_items`; other parameters (`include`) are ignored.
+struct Paging {
+    after: Option<String>,
+    limit: usize,
+    order: Order,
+}
+
+impl Paging {
+    fn read(uri: &Uri) -> Result<Paging, ApiError> {
+        let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).map_err(|e| {
+            bad(
+                "query",
+                "invalid_request",
+                format!("The query string could not be read: {e}."),
+            )
+        })?;
+        let mut q = Paging {
+            after: None,
+            limit: DEFAULT_LIMIT,
+            order: Order::default(),
+        };
+        for (name, value) in pairs {
+            match name.as_str() {
+                "after" if !value.is_empty() => q.after = Some(value),
+                "limit" => q.limit = limit(&value)?,
+                "order" => {
+                    q.order = match value.as_str() {
+                        "asc" => Order::Asc,
+                        "desc" => Order::Desc,
+                        _ => {
+                            return Err(bad(
+                                "order",
+                                "invalid_value",
+                                format!(
+                                    "Invalid value: '{}'. Supported values are: 'asc' and 'desc'.",
+                                    value.chars().take(40).collect::<String>()
+                                ),
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+}
+
+fn limit(value: &str) -> Result<usize, ApiError> {
+    let n: i64 = value.trim().parse().map_err(|_| {
+        bad(
+            "limit",
+            "invalid_type",
+            format!(
+                "Invalid 'limit': expected an integer, but got '{}' instead.",
+                value.chars().take(40).collect::<String>()
+            ),
+        )
+    })?;
+    match usize::try_from(n) {
+        Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        _ if n < 1 => Err(bad(
+            "limit",
+            "integer_below_min_value",
+            format!(
+                "Invalid 'limit': integer below minimum value. Expected a value >= 1, but got {n} instead."
+            ),
+        )),
+        _ => Err(bad(
+            "limit",
+            "integer_above_max_value",
+            format!(
+                "Invalid 'limit': integer above maximum value. Expected a value <= {MAX_LIMIT}, but got {n} instead."
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_bounded_in_length_and_charset() {
+        assert!(valid_id("resp_0123abc-XYZ"));
+        assert!(!valid_id(""));
+        assert!(!valid_id("resp_1/../2"));
+        assert!(!valid_id("resp é"));
+        assert!(!valid_id(&"a".repeat(MAX_ID + 1)));
+    }
+
+    #[test]
+    fn a_limit_is_an_integer_from_1_to_100() {
+        assert_eq!(limit("1").unwrap(), 1);
+        assert_eq!(limit("100").unwrap(), 100);
+        for (bad, code) in [
+            ("0", "integer_below_min_value"),
+            ("-5", "integer_below_min_value"),
+            ("101", "integer_above_max_value"),
+            ("x", "invalid_type"),
+            ("99999999999999999999", "invalid_type"),
+        ] {
+            match limit(bad) {
+                Err(ApiError::BadRequest { param, code: c, .. }) => {
+                    assert_eq!((param.as_deref(), c), (Some("limit"), Some(code)), "{bad}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+}
