@@ -19,7 +19,7 @@
 //! - [`governor`]: API keys' rate limits and daily budgets, and the rate
 //!   limits upstreams share.
 //! - [`store`]: the embedded SQLite store (spend per key and day, arenas,
-//!   oracle spend, stored responses).
+//!   stored Responses API answers).
 //! - [`stream`]: the streaming toolkit strategies share (whole to stream,
 //!   rewrite chunks, commit at the first real delta, merge).
 //! - [`api`]: the axum router, auth, SSE relaying and the single mapping of
@@ -162,11 +162,15 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
     let metrics = telemetry.metrics.clone();
     let governor = Governor::open(persisted.then(|| store.clone()), clock, metrics)?;
     governor.start_flushing();
+    let responses = Arc::new(store::responses::Responses::new(
+        store.clone(),
+        config.server.responses_retention,
+    ));
     let shared = Shared {
         telemetry,
         governor,
-        responses: Arc::new(store::responses::ResponseStore::new(store.clone())),
         store,
+        responses,
         started_at: clock.unix_secs(),
         clock,
     };
@@ -211,6 +215,12 @@ impl Prepared {
         let state = self.gateway.state();
         let up = state.graph.upstreams.iter().find(|u| &*u.name == name)?;
         up.transport.simulator()
+    }
+
+    /// The stored Responses API answers of the current config, for
+    /// in-process tests.
+    pub fn responses(&self) -> Arc<store::responses::Responses> {
+        self.gateway.state().responses.clone()
     }
 
     /// This gateway's `/metrics` text, from its own recorder.

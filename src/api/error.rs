@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::error::ModelError;
 use crate::governor::{Rejection, Scope};
+use crate::store::responses::ConversationError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -40,9 +41,12 @@ pub enum ApiError {
     #[error("Arena `{id}` already has its vote ({outcome}); an arena takes one.")]
     ArenaVoted { id: String, outcome: String },
     /// A stored response that is unknown, expired, deleted or another
-    /// key's: they answer alike.
+    /// key's: all alike, in OpenAI's words.
     #[error("Response with id '{id}' not found.")]
     ResponseNotFound { id: String },
+    /// A `previous_response_id` that is not (or no longer) stored.
+    #[error("Previous response with id '{id}' not found.")]
+    PreviousResponseNotFound { id: String },
     /// An unknown model, or one the key may not use: the two answer
     /// alike, so a key cannot learn which names exist (as OpenAI does).
     #[error("The model `{model}` does not exist or you do not have access to it.")]
@@ -133,9 +137,6 @@ impl ApiError {
                 "invalid_request_error",
                 "arena_not_found",
             ),
-            ApiError::ResponseNotFound { .. } => {
-                plain(StatusCode::NOT_FOUND, "invalid_request_error", "not_found")
-            }
             ApiError::ArenaNotYours => {
                 plain(StatusCode::FORBIDDEN, "permission_error", "arena_not_yours")
             }
@@ -144,6 +145,18 @@ impl ApiError {
                 "invalid_request_error",
                 "arena_already_voted",
             ),
+            // OpenAI sends neither a param nor a code here.
+            ApiError::ResponseNotFound { .. } => {
+                plain(StatusCode::NOT_FOUND, "invalid_request_error", "")
+            }
+            ApiError::PreviousResponseNotFound { .. } => Shape {
+                param: Some("previous_response_id".into()),
+                ..plain(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "previous_response_not_found",
+                )
+            },
             ApiError::NotFound { .. } => Shape {
                 param: Some("model".into()),
                 ..plain(
@@ -206,6 +219,34 @@ impl ApiError {
             message: e.to_string(),
             param: Some(e.param.into()),
             code: Some("invalid_value"),
+        }
+    }
+
+    /// A store failure: the detail (a path, SQLite's words) goes to the
+    /// log, the client gets what failed.
+    pub fn store_failed(what: &str, e: &dyn std::fmt::Display) -> Self {
+        tracing::error!("{what}: {e}");
+        ApiError::Internal(format!("{what}; see the gateway's log."))
+    }
+
+    /// What the stored conversation behind `previous_response_id = id`
+    /// failing to load means to the client (`None`: it is not stored).
+    pub fn conversation(id: &str, e: Option<ConversationError>) -> Self {
+        let id: String = id.chars().take(128).collect();
+        match e {
+            None => ApiError::PreviousResponseNotFound { id },
+            Some(ConversationError::Store(e)) => {
+                ApiError::store_failed("the conversation could not be read", &e)
+            }
+            Some(e @ (ConversationError::TooManyHops | ConversationError::TooLarge)) => {
+                ApiError::BadRequest {
+                    message: format!(
+                        "The stored conversation that ends with '{id}' is too long to continue ({e}); start a new one, or send its history as input."
+                    ),
+                    param: Some("previous_response_id".into()),
+                    code: Some("conversation_too_long"),
+                }
+            }
         }
     }
 

@@ -43,7 +43,7 @@ use crate::config::{Config, Route};
 use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
 use crate::store::Store;
-use crate::store::responses::ResponseStore;
+use crate::store::responses::Responses;
 use crate::strategy::arena::config::ArenaSpec;
 use crate::telemetry::Telemetry;
 pub use auth::Keys;
@@ -60,7 +60,7 @@ pub struct Shared {
     /// The embedded store (`server.state_path`, else in memory).
     pub store: Arc<Store>,
     /// The Responses API's stored responses (in `store`).
-    pub responses: Arc<ResponseStore>,
+    pub responses: Arc<Responses>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
     /// The instance's wall clock.
@@ -80,9 +80,8 @@ pub struct AppState {
     pub access_log: bool,
     pub telemetry: Arc<Telemetry>,
     pub store: Arc<Store>,
-    pub responses: Arc<ResponseStore>,
-    /// How long a stored response is kept (`server.responses_retention`).
-    pub responses_retention: Duration,
+    /// Stored responses, kept for this config's `server.responses_retention`.
+    pub responses: Arc<Responses>,
     pub clock: Clock,
     /// Arena routes and their contestants, for votes and the leaderboard.
     pub arenas: IndexMap<String, Vec<String>>,
@@ -116,8 +115,11 @@ impl AppState {
             access_log: config.server.access_log,
             telemetry: shared.telemetry.clone(),
             store: shared.store.clone(),
-            responses: shared.responses.clone(),
-            responses_retention: config.server.responses_retention,
+            responses: Arc::new(
+                shared
+                    .responses
+                    .with_retention(config.server.responses_retention),
+            ),
             clock: shared.clock,
             arenas: config
                 .routes

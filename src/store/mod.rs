@@ -2,12 +2,14 @@
 //! must survive a restart: each key's spend per UTC day ([`spend`]), the
 //! arenas and their votes ([`arena`]), and what each session, and each
 //! key per oracle route and day, spent on oracle consults (`oracle`), and
-//! the Responses API's stored responses ([`responses`]). It
+//! the Responses API's stored answers ([`responses`]). It
 //! is created with its schema on first start and migrated in order by
 //! `PRAGMA user_version`; a file
 //! from a newer conclave is refused rather than misread; arenas that
-//! expired unvoted are deleted then. Without a path the same store lives
-//! in memory. Every call blocks: async code runs it on `spawn_blocking`.
+//! expired unvoted, and stored answers past their retention, are deleted
+//! then. Without a path the same store lives
+//! in memory. Every call blocks: async code runs it on `spawn_blocking`
+//! (the [`responses`] service does that itself and is async).
 
 pub mod arena;
 pub mod oracle;
@@ -67,8 +69,8 @@ const MIGRATIONS: &[&str] = &[
         created   INTEGER NOT NULL,      -- Unix seconds
         expires   INTEGER NOT NULL,
         previous  TEXT,                  -- previous_response_id
-        input     TEXT    NOT NULL,      -- JSON: this request's own input items
-        output    TEXT    NOT NULL       -- JSON: the response object
+        input     TEXT    NOT NULL,      -- JSON array of its own input items
+        output    TEXT    NOT NULL       -- the response object, JSON
     );
     CREATE INDEX response_expires ON response (expires);",
 ];
@@ -81,8 +83,6 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
-    #[error("a state store task failed: {0}")]
-    Task(String),
     #[error(
         "the state store {path} has schema version {found}, newer than this build's {known}; \
          use a newer conclave or another server.state_path"
@@ -92,6 +92,14 @@ pub enum StoreError {
         found: i64,
         known: usize,
     },
+    #[error("the state store {path} holds JSON this build cannot read: {source}")]
+    Json {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("a state store task ended early: {0}")]
+    Task(String),
 }
 
 pub struct Store {
@@ -151,6 +159,12 @@ impl Store {
         // Arenas nobody voted on before they expired are of no more use.
         tx.execute(
             "DELETE FROM arena WHERE outcome IS NULL AND expires <= ?1",
+            [clock.unix_secs_i64()],
+        )
+        .map_err(err)?;
+        // As are stored responses past their retention.
+        tx.execute(
+            "DELETE FROM response WHERE expires <= ?1",
             [clock.unix_secs_i64()],
         )
         .map_err(err)?;

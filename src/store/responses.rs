@@ -1,244 +1,344 @@
-//! The Responses API's stored responses: one row per response a client
-//! asked to keep (`store`, the API's default), with its own input items
-//! and the response object, per key, until `server.responses_retention`
-//! runs out. [`ResponseStore`] is what the HTTP layer uses: a store that
-//! takes a response without blocking (from inside a stream's last poll)
-//! and never loses a read to a write still on its way to SQLite.
+//! Stored Responses API answers (`store: true`): one `response` row per
+//! answer, with the key that asked, the answer it continued
+//! (`previous_response_id`), its own input items and the response object,
+//! kept for `server.responses_retention` from when it was stored.
+//!
+//! [`Responses::put`] is called where an answer ends, which may be inside
+//! a stream's poll, so it never blocks: the row goes into a pending map at
+//! once and one writer on the blocking pool drains that map into SQLite in
+//! batches. Reads look in the pending map before SQLite, so an answer can
+//! be read back the moment it was put. At most [`MAX_PENDING`] rows wait
+//! for the writer; beyond that an answer is not stored (logged), so a
+//! stalled disk cannot grow memory without bound. A row the writer cannot
+//! write is logged and dropped.
+//!
+//! A response is another key's, expired, deleted or unknown alike: `None`.
+//! Expired rows are deleted when the store opens and then at most
+//! [`SWEEP_ROWS`] at a time, at most once a minute, by whoever touches the
+//! table. The writer and `delete` hold the connection's lock while they
+//! look at the pending map, so a deleted answer is never written after.
+//! This module is the service; `rows` holds the map, writer and reads.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
-use dashmap::DashMap;
+use parking_lot::Mutex;
 use rusqlite::{OptionalExtension, params};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::{Store, StoreError};
+use rows::{Inner, Pending, Row};
 
-/// One stored response.
+/// Rows that may wait for the writer.
+pub const MAX_PENDING: usize = 10_000;
+/// Responses one conversation may chain (`previous_response_id` hops).
+pub const MAX_HOPS: usize = 1000;
+/// The stored JSON (inputs and answers) one conversation may hold.
+pub const MAX_CONVERSATION_BYTES: usize = 32 << 20;
+/// Expired rows one sweep deletes at most.
+pub const SWEEP_ROWS: usize = 1000;
+/// Seconds between sweeps.
+const SWEEP_EVERY: i64 = 60;
+/// Rows the writer writes in one transaction.
+const BATCH: usize = 256;
+
+/// One stored answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredResponse {
+    /// `resp_…`.
     pub id: String,
     /// The name of the key that asked (`anonymous` without keys).
     pub key: String,
-    /// The response it continued (`previous_response_id`).
+    /// The answer this one continued.
     pub previous: Option<String>,
-    /// The request's own input, as items with ids.
+    /// This request's own input items, each with an `id` (one is given to
+    /// an item without).
     pub input: Vec<Value>,
-    /// The response object.
+    /// The response object as the client got it.
     pub response: Value,
 }
 
-/// Expired rows deleted at most per write.
-const SWEEP: i64 = 100;
-/// Responses waiting for their write before `put` writes in place.
-const MAX_PENDING: usize = 10_000;
-/// Most responses a conversation is followed back through.
-pub const MAX_HOPS: usize = 1_000;
-/// Most bytes of JSON a conversation gathers.
-pub const MAX_CONVERSATION_BYTES: usize = 32 << 20;
-
-impl Store {
-    fn put_response(
-        &self,
-        r: &StoredResponse,
-        created: i64,
-        expires: i64,
-    ) -> Result<(), StoreError> {
-        let input = Value::Array(r.input.clone()).to_string();
-        let output = r.response.to_string();
-        let conn = self.conn.lock();
-        conn.prepare_cached(
-            "INSERT OR REPLACE INTO response (id, key, created, expires, previous, input, output)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .and_then(|mut s| {
-            s.execute(params![
-                r.id, r.key, created, expires, r.previous, input, output
-            ])
-        })
-        .and_then(|_| {
-            conn.execute(
-                "DELETE FROM response WHERE id IN
-                 (SELECT id FROM response WHERE expires <= ?1 LIMIT ?2)",
-                params![created, SWEEP],
-            )
-        })
-        .map(|_| ())
-        .map_err(|e| self.err(e))
-    }
-
-    fn get_response(&self, id: &str, key: &str) -> Result<Option<StoredResponse>, StoreError> {
-        let now = self.clock().unix_secs_i64();
-        let row = self
-            .conn
-            .lock()
-            .prepare_cached(
-                "SELECT previous, input, output FROM response
-                 WHERE id = ?1 AND key = ?2 AND expires > ?3",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![id, key, now], |r| {
-                    Ok((
-                        r.get::<_, Option<String>>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })
-                .optional()
-            })
-            .map_err(|e| self.err(e))?;
-        Ok(row.map(|(previous, input, output)| StoredResponse {
-            id: id.to_owned(),
-            key: key.to_owned(),
-            previous,
-            input: serde_json::from_str(&input).unwrap_or_default(),
-            response: serde_json::from_str(&output).unwrap_or(Value::Null),
-        }))
-    }
-
-    fn delete_response(&self, id: &str, key: &str) -> Result<bool, StoreError> {
-        let now = self.clock().unix_secs_i64();
-        self.conn
-            .lock()
-            .execute(
-                "DELETE FROM response WHERE id = ?1 AND key = ?2 AND expires > ?3",
-                params![id, key, now],
-            )
-            .map(|n| n > 0)
-            .map_err(|e| self.err(e))
-    }
+/// The order of a page of input items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    Asc,
+    /// Newest first (OpenAI's default).
+    #[default]
+    Desc,
 }
 
-/// Why a conversation could not be gathered.
+/// One page of a response's input items, in OpenAI's list shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemPage {
+    pub object: &'static str,
+    pub data: Vec<Value>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConversationError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error(
-        "the conversation is longer than conclave follows ({MAX_HOPS} responses or \
-         {} MiB); start a new one, or send the history as input", MAX_CONVERSATION_BYTES >> 20
-    )]
-    TooLong,
+    #[error("the conversation chains more than {MAX_HOPS} responses")]
+    TooManyHops,
+    #[error("the conversation holds more than {} MiB of stored items", MAX_CONVERSATION_BYTES >> 20)]
+    TooLarge,
 }
 
-/// Stored responses, as the HTTP layer uses them.
-pub struct ResponseStore {
-    store: Arc<Store>,
-    /// Responses taken but not yet written, readable meanwhile.
-    pending: Arc<DashMap<String, Arc<StoredResponse>>>,
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// `after` names no input item of the response.
+    #[error("no input item `{0}` in this response")]
+    UnknownAfter(String),
 }
 
-impl ResponseStore {
-    pub fn new(store: Arc<Store>) -> Self {
-        ResponseStore {
-            store,
-            pending: Arc::new(DashMap::new()),
+/// The stored answers of the Responses API (see the module docs). Cheap
+/// to derive with another retention: the store and pending rows are shared.
+pub struct Responses {
+    inner: Arc<Inner>,
+    retention: Duration,
+}
+
+impl Responses {
+    pub fn new(store: Arc<Store>, retention: Duration) -> Self {
+        Responses {
+            inner: Arc::new(Inner {
+                store,
+                pending: Mutex::new(Pending::default()),
+                swept: AtomicI64::new(i64::MIN),
+            }),
+            retention,
         }
     }
 
-    /// Keeps `r` for `retention` (zero: not at all), without blocking:
-    /// it is readable at once and written on the blocking pool (in place
-    /// when too many writes are waiting, or outside a runtime). A failed
-    /// write is logged.
-    pub fn put(&self, r: StoredResponse, retention: Duration) {
-        if retention.is_zero() {
+    /// The same stored answers, kept for `retention` from now on.
+    pub fn with_retention(&self, retention: Duration) -> Self {
+        Responses {
+            inner: self.inner.clone(),
+            retention,
+        }
+    }
+
+    /// How long an answer put now is kept (zero: none is).
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// Stores `r` (see the module docs): never blocks, never fails; what
+    /// cannot be stored is logged.
+    pub fn put(&self, mut r: StoredResponse) {
+        if self.retention.is_zero() {
             return;
         }
-        let created = self.store.clock().unix_secs_i64();
-        let kept = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
-        let expires = created.saturating_add(kept);
-        let (store, pending) = (self.store.clone(), self.pending.clone());
-        let id = r.id.clone();
-        let write = move || {
-            // Written under the pending entry's lock, so a delete that
-            // removes the entry either comes first (nothing is written)
-            // or waits for the row and then deletes it.
-            if let Some(entry) = pending.get(&id)
-                && let Err(e) = store.put_response(&entry, created, expires)
-            {
-                tracing::error!(response_id = %id, "a stored response could not be written: {e}");
+        let now = self.inner.store.clock().unix_secs_i64();
+        let keep = i64::try_from(self.retention.as_secs().max(1)).unwrap_or(i64::MAX);
+        for item in &mut r.input {
+            give_id(item);
+        }
+        let (input, output) = match (
+            serde_json::to_string(&r.input),
+            serde_json::to_string(&r.response),
+        ) {
+            (Ok(i), Ok(o)) => (i, o),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(response = %r.id, "the response could not be stored: {e}");
+                return;
             }
-            pending.remove(&id);
         };
-        let runtime = tokio::runtime::Handle::try_current();
-        let full = self.pending.len() >= MAX_PENDING;
-        self.pending.insert(r.id.clone(), Arc::new(r));
-        match runtime {
-            Ok(rt) if !full => drop(rt.spawn_blocking(write)),
-            _ => write(),
+        let row = Arc::new(Row {
+            key: r.key,
+            previous: r.previous,
+            created: now,
+            expires: now.saturating_add(keep),
+            input,
+            output,
+        });
+        let start = {
+            let mut p = self.inner.pending.lock();
+            if p.rows.len() >= MAX_PENDING {
+                drop(p);
+                tracing::error!(
+                    response = %r.id,
+                    "the response was not stored: {MAX_PENDING} responses already wait for the state store"
+                );
+                return;
+            }
+            p.rows.insert(r.id.clone(), row);
+            p.queue.push_back(r.id);
+            !std::mem::replace(&mut p.writing, true)
+        };
+        if start {
+            let inner = self.inner.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn_blocking(move || inner.drain(now))),
+                Err(_) => inner.drain(now),
+            }
         }
     }
 
-    /// The response `id` of `key`; another key's is `None`, as an unknown one.
+    /// The answer `id` if the key named `key` stored it and it has not
+    /// expired or been deleted.
     pub async fn get(&self, id: &str, key: &str) -> Result<Option<StoredResponse>, StoreError> {
-        if let Some(r) = self.pending.get(id).filter(|r| r.key == key) {
-            return Ok(Some(StoredResponse::clone(&r)));
+        let now = self.inner.store.clock().unix_secs_i64();
+        let found = self.inner.pending.lock().rows.get(id).cloned();
+        if let Some(row) = found {
+            return match row.live(key, now) {
+                true => row.decode(&self.inner.store, id).map(Some),
+                false => Ok(None),
+            };
         }
-        let (store, id, key) = (self.store.clone(), id.to_owned(), key.to_owned());
-        blocking(move || store.get_response(&id, &key)).await
+        let (inner, id, key) = (self.inner.clone(), id.to_owned(), key.to_owned());
+        blocking(move || {
+            let conn = inner.store.conn.lock();
+            inner.sweep(&conn, now);
+            match inner.row(&conn, &id, &key, now)? {
+                Some(row) => row.decode(&inner.store, &id).map(Some),
+                None => Ok(None),
+            }
+        })
+        .await
     }
 
-    /// Deletes the response `id` of `key`; whether there was one.
+    /// Deletes the answer `id` of the key named `key`; whether there was
+    /// one (an expired one is deleted but was not there).
     pub async fn delete(&self, id: &str, key: &str) -> Result<bool, StoreError> {
-        let was_pending = self.pending.remove_if(id, |_, r| r.key == key).is_some();
-        let (store, id, key) = (self.store.clone(), id.to_owned(), key.to_owned());
-        let deleted = blocking(move || store.delete_response(&id, &key)).await?;
-        Ok(was_pending || deleted)
+        let now = self.inner.store.clock().unix_secs_i64();
+        let (inner, id, key) = (self.inner.clone(), id.to_owned(), key.to_owned());
+        blocking(move || {
+            let conn = inner.store.conn.lock();
+            let pending = {
+                let mut p = inner.pending.lock();
+                match p.rows.get(&id) {
+                    Some(row) if row.key == key => p.rows.remove(&id).map(|r| r.expires > now),
+                    _ => None,
+                }
+            };
+            let stored: Option<i64> = conn
+                .query_row(
+                    "DELETE FROM response WHERE id = ?1 AND key = ?2 RETURNING expires",
+                    params![id, key],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| inner.store.err(e))?;
+            Ok(pending.unwrap_or(false) || stored.is_some_and(|expires| expires > now))
+        })
+        .await
     }
 
-    /// The items of the conversation that ends with response `id`, oldest
-    /// first: each response's input items, then its output items. `None`
-    /// when `id` is not `key`'s. A response further back that is gone
-    /// (deleted, expired) ends the conversation there.
+    /// The items of the stored conversation that ends with `id`, oldest
+    /// first: for each answer on its `previous` chain, its input items and
+    /// then its `output` items. `None` when `id` itself is not there; a
+    /// link further back that is gone (deleted, expired) starts the
+    /// conversation after it.
     pub async fn conversation(
         &self,
         id: &str,
         key: &str,
     ) -> Result<Option<Vec<Value>>, ConversationError> {
-        let mut chain = Vec::new();
-        let mut bytes = 0usize;
-        let mut next = Some(id.to_owned());
-        while let Some(at) = next {
-            let Some(r) = self.get(&at, key).await? else {
-                break;
+        let now = self.inner.store.clock().unix_secs_i64();
+        let (inner, id, key) = (self.inner.clone(), id.to_owned(), key.to_owned());
+        blocking(move || {
+            let Some(chain) = inner.chain(&id, &key, now)? else {
+                return Ok(None);
             };
-            if chain.len() >= MAX_HOPS {
-                return Err(ConversationError::TooLong);
+            let mut items = Vec::new();
+            for (id, row) in chain.iter().rev() {
+                let r = row.decode(&inner.store, id)?;
+                items.extend(r.input);
+                if let Value::Object(mut o) = r.response
+                    && let Some(Value::Array(out)) = o.remove("output")
+                {
+                    items.extend(out);
+                }
             }
-            bytes = bytes
-                .saturating_add(r.input.iter().map(json_len).sum())
-                .saturating_add(json_len(&r.response));
-            if bytes > MAX_CONVERSATION_BYTES {
-                return Err(ConversationError::TooLong);
-            }
-            next = r.previous.clone();
-            chain.push(r);
-        }
-        if chain.is_empty() {
+            Ok(Some(items))
+        })
+        .await
+    }
+
+    /// A page of answer `id`'s own input items: `limit` (1 to 100) of
+    /// them in `order`, starting after the item `after`.
+    pub async fn input_items(
+        &self,
+        id: &str,
+        key: &str,
+        after: Option<&str>,
+        limit: usize,
+        order: Order,
+    ) -> Result<Option<ItemPage>, PageError> {
+        let Some(r) = self.get(id, key).await? else {
             return Ok(None);
+        };
+        let mut items = r.input;
+        if order == Order::Desc {
+            items.reverse();
         }
-        let mut items = Vec::new();
-        for r in chain.into_iter().rev() {
-            items.extend(r.input);
-            if let Some(Value::Array(out)) = r.response.get("output") {
-                items.extend(out.iter().cloned());
+        let start = match after {
+            None => 0,
+            Some(a) => {
+                items
+                    .iter()
+                    .position(|i| item_id(i) == Some(a))
+                    .ok_or_else(|| PageError::UnknownAfter(a.to_owned()))?
+                    + 1
             }
-        }
-        Ok(Some(items))
+        };
+        let limit = limit.clamp(1, 100);
+        let has_more = items.len() > start.saturating_add(limit);
+        let data: Vec<Value> = items.into_iter().skip(start).take(limit).collect();
+        let id_of = |v: Option<&Value>| v.and_then(item_id).map(str::to_owned);
+        Ok(Some(ItemPage {
+            object: "list",
+            first_id: id_of(data.first()),
+            last_id: id_of(data.last()),
+            has_more,
+            data,
+        }))
     }
 }
 
-fn json_len(v: &Value) -> usize {
-    serde_json::to_vec(v).map_or(0, |b| b.len())
+/// Runs `f` on the blocking pool.
+async fn blocking<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(StoreError::Task(e.to_string()).into()),
+    }
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| StoreError::Task(e.to_string()))?
+/// An item's `id`, if it has one.
+fn item_id(item: &Value) -> Option<&str> {
+    item.get("id").and_then(Value::as_str)
 }
 
+/// Gives an input item without an `id` one, prefixed as OpenAI's are.
+fn give_id(item: &mut Value) {
+    let Some(obj) = item.as_object_mut() else {
+        return;
+    };
+    if obj.get("id").is_some_and(Value::is_string) {
+        return;
+    }
+    let prefix = match obj.get("type").and_then(Value::as_str) {
+        Some("function_call") => "fc",
+        Some("function_call_output") => "fco",
+        Some("reasoning") => "rs",
+        _ => "msg",
+    };
+    let id = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+    obj.insert("id".into(), Value::from(id));
+}
+
+mod rows;
 #[cfg(test)]
 mod tests;

@@ -135,6 +135,11 @@ impl Gw {
             .collect()
     }
 
+    /// This gateway's stored Responses API answers (the current config's).
+    pub fn responses(&self) -> std::sync::Arc<conclave::store::responses::Responses> {
+        self.prepared.responses()
+    }
+
     /// This gateway's metrics, as `/metrics` renders them.
     pub fn metrics(&self) -> String {
         self.prepared.metrics()

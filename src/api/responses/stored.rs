@@ -1,15 +1,18 @@
 //! Stored responses over HTTP, each key's own: the conversation a
-//! `previous_response_id` continues, the keeping of a finished response
-//! (`store`), and `GET`/`DELETE /v1/responses/{id}` and
-//! `GET /v1/responses/{id}/input_items`. Another key's response, an
-//! expired or a deleted one answer as an unknown one: 404.
+//! `previous_response_id` continues and the keeping of a finished response
+//! (`store`), for `POST /v1/responses`; and `GET /v1/responses/{id}` (the
+//! response object), `DELETE /v1/responses/{id}` and
+//! `GET /v1/responses/{id}/input_items` (a page of its own input items).
+//! Another key's response, like an unknown, expired or deleted one, is a
+//! 404 in OpenAI's words. An id too long or of other characters than
+//! OpenAI's is not looked up. Failures are counted in the request
+//! metrics as the arena's vote endpoint does.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -17,59 +20,30 @@ use super::{OnDone, ResponsesRequest};
 use crate::api::error::ApiError;
 use crate::api::guard::{finish_response, request_id};
 use crate::api::{AppState, Gateway};
-use crate::store::responses::{ConversationError, StoredResponse};
+use crate::store::responses::{Order, PageError, StoredResponse};
 
 /// Longest response id looked up.
-const MAX_ID: usize = 100;
-
-fn stored(what: &str, e: &dyn std::fmt::Display) -> ApiError {
-    tracing::error!("{what}: {e}");
-    ApiError::Internal(format!("{what}; see the gateway's log."))
-}
-
-/// A plausible response id, else nothing is looked up.
-fn checked(id: &str) -> Result<&str, ApiError> {
-    let ok = id.len() <= MAX_ID
-        && !id.is_empty()
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
-        Ok(id)
-    } else {
-        let shown: String = id.chars().take(40).collect();
-        Err(ApiError::ResponseNotFound { id: shown })
-    }
-}
+const MAX_ID: usize = 128;
+/// Items a page holds unless `limit` says otherwise, and at most.
+const DEFAULT_LIMIT: usize = 20;
+const MAX_LIMIT: usize = 100;
 
 /// The items of the stored conversation `previous_response_id` ends.
 pub async fn history(app: &AppState, key: &str, id: &str) -> Result<Vec<Value>, ApiError> {
-    let gone = || ApiError::BadRequest {
-        message: format!("Previous response with id '{id}' not found."),
-        param: Some("previous_response_id".into()),
-        code: Some("previous_response_not_found"),
-    };
-    let id = checked(id).map_err(|_| gone())?;
+    if !valid_id(id) {
+        return Err(ApiError::conversation(id, None));
+    }
     match app.responses.conversation(id, key).await {
         Ok(Some(items)) => Ok(items),
-        Ok(None) => Err(gone()),
-        Err(ConversationError::TooLong) => Err(ApiError::BadRequest {
-            message: format!(
-                "The conversation that '{id}' ends is {}.",
-                ConversationError::TooLong
-            ),
-            param: Some("previous_response_id".into()),
-            code: Some("conversation_too_long"),
-        }),
-        Err(ConversationError::Store(e)) => Err(stored("the conversation could not be read", &e)),
+        Ok(None) => Err(ApiError::conversation(id, None)),
+        Err(e) => Err(ApiError::conversation(id, Some(e))),
     }
 }
 
 /// What a finished response is handed to: kept for its key when the
 /// request asked (`store`) and the gateway keeps responses.
 pub fn keeper(app: &AppState, req: &ResponsesRequest, key: Arc<str>) -> OnDone {
-    let retention = app.responses_retention;
-    if !req.store() || retention.is_zero() {
+    if !req.store() || app.responses.retention().is_zero() {
         return Box::new(|_| {});
     }
     let (store, previous, input) = (
@@ -81,14 +55,13 @@ pub fn keeper(app: &AppState, req: &ResponsesRequest, key: Arc<str>) -> OnDone {
         let Some(id) = response.get("id").and_then(Value::as_str) else {
             return;
         };
-        let r = StoredResponse {
+        store.put(StoredResponse {
             id: id.to_owned(),
             key: key.to_string(),
             previous,
             input,
             response: response.clone(),
-        };
-        store.put(r, retention);
+        });
     })
 }
 
@@ -100,8 +73,14 @@ pub async fn get(
 ) -> Response {
     let rid = request_id(&headers);
     let resp = async {
-        let (app, key) = (gw.state(), caller(&gw, &headers)?);
-        Ok(Json(find(&app, &key, &id).await?.response).into_response())
+        let (app, key) = admit(&gw, &headers, &id)?;
+        let found = app
+            .responses
+            .get(&id, &key)
+            .await
+            .map_err(|e| ApiError::store_failed("the response could not be read", &e))?;
+        let r = found.ok_or_else(|| not_found(&id))?;
+        Ok(Json(r.response).into_response())
     }
     .await;
     finish_response(&gw, resp, &rid)
@@ -115,14 +94,14 @@ pub async fn delete(
 ) -> Response {
     let rid = request_id(&headers);
     let resp = async {
-        let (app, key) = (gw.state(), caller(&gw, &headers)?);
+        let (app, key) = admit(&gw, &headers, &id)?;
         let deleted = app
             .responses
-            .delete(checked(&id)?, &key)
+            .delete(&id, &key)
             .await
-            .map_err(|e| stored("the response could not be deleted", &e))?;
+            .map_err(|e| ApiError::store_failed("the response could not be deleted", &e))?;
         if !deleted {
-            return Err(ApiError::ResponseNotFound { id });
+            return Err(not_found(&id));
         }
         Ok(Json(json!({"id": id, "object": "response.deleted", "deleted": true})).into_response())
     }
@@ -130,71 +109,179 @@ pub async fn delete(
     finish_response(&gw, resp, &rid)
 }
 
-/// `GET /v1/responses/{id}/input_items?after=&limit=&order=`: the
-/// response's own input items, newest first unless `order=asc`.
+/// `GET /v1/responses/{id}/input_items?after=&limit=&order=`.
 pub async fn input_items(
     State(gw): State<Arc<Gateway>>,
     Path(id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let rid = request_id(&headers);
     let resp = async {
-        let (app, key) = (gw.state(), caller(&gw, &headers)?);
-        let bad = |param: &str, message: &str| ApiError::BadRequest {
-            message: message.to_owned(),
-            param: Some(param.to_owned()),
-            code: Some("invalid_value"),
-        };
-        let limit = match q.get("limit") {
-            None => 20,
-            Some(l) => l
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=100).contains(n))
-                .ok_or_else(|| bad("limit", "`limit` must be an integer from 1 to 100."))?,
-        };
-        let desc = match q.get("order").map(String::as_str) {
-            None | Some("desc") => true,
-            Some("asc") => false,
-            Some(_) => return Err(bad("order", "`order` must be `asc` or `desc`.")),
-        };
-        let mut items = find(&app, &key, &id).await?.input;
-        if desc {
-            items.reverse();
-        }
-        if let Some(after) = q.get("after") {
-            let at = items
-                .iter()
-                .position(|i| i.get("id").and_then(Value::as_str) == Some(after))
-                .ok_or_else(|| bad("after", "`after` names no input item of this response."))?;
-            items.drain(..=at);
-        }
-        let has_more = items.len() > limit;
-        items.truncate(limit);
-        let id_of = |i: Option<&Value>| i.and_then(|i| i.get("id")).cloned().unwrap_or(Value::Null);
-        Ok(Json(json!({
-            "object": "list",
-            "first_id": id_of(items.first()),
-            "last_id": id_of(items.last()),
-            "has_more": has_more,
-            "data": items,
-        }))
-        .into_response())
+        let (app, key) = admit(&gw, &headers, &id)?;
+        let q = Paging::read(&uri)?;
+        let page = app
+            .responses
+            .input_items(&id, &key, q.after.as_deref(), q.limit, q.order)
+            .await
+            .map_err(|e| match e {
+                PageError::Store(e) => {
+                    ApiError::store_failed("the input items could not be read", &e)
+                }
+                PageError::UnknownAfter(_) => bad(
+                    "after",
+                    "invalid_value",
+                    "Invalid 'after': no input item of this response has that id.".into(),
+                ),
+            })?;
+        let page = page.ok_or_else(|| not_found(&id))?;
+        Ok(Json(page).into_response())
     }
     .await;
     finish_response(&gw, resp, &rid)
 }
 
-/// The key behind the request's credentials.
-fn caller(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<str>, ApiError> {
-    Ok(gw.state().keys.authenticate(headers)?.name)
+/// The caller's state and key name, once the id is one worth looking up.
+fn admit(gw: &Gateway, headers: &HeaderMap, id: &str) -> Result<(Arc<AppState>, String), ApiError> {
+    let app = gw.state();
+    let caller = app.keys.authenticate(headers)?;
+    if !valid_id(id) {
+        return Err(not_found(id));
+    }
+    Ok((app, caller.name.to_string()))
 }
 
-async fn find(app: &AppState, key: &str, id: &str) -> Result<StoredResponse, ApiError> {
-    app.responses
-        .get(checked(id)?, key)
-        .await
-        .map_err(|e| stored("the response could not be read", &e))?
-        .ok_or_else(|| ApiError::ResponseNotFound { id: id.to_owned() })
+/// An id of at most [`MAX_ID`] ASCII letters, digits, `_` and `-`.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::ResponseNotFound {
+        id: id.chars().take(MAX_ID).collect(),
+    }
+}
+
+fn bad(param: &str, code: &'static str, message: String) -> ApiError {
+    ApiError::BadRequest {
+        message,
+        param: Some(param.into()),
+        code: Some(code),
+    }
+}
+
+/// The query of `input_items`; other parameters (`include`) are ignored.
+struct Paging {
+    after: Option<String>,
+    limit: usize,
+    order: Order,
+}
+
+impl Paging {
+    fn read(uri: &Uri) -> Result<Paging, ApiError> {
+        let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).map_err(|e| {
+            bad(
+                "query",
+                "invalid_request",
+                format!("The query string could not be read: {e}."),
+            )
+        })?;
+        let mut q = Paging {
+            after: None,
+            limit: DEFAULT_LIMIT,
+            order: Order::default(),
+        };
+        for (name, value) in pairs {
+            match name.as_str() {
+                "after" if !value.is_empty() => q.after = Some(value),
+                "limit" => q.limit = limit(&value)?,
+                "order" => {
+                    q.order = match value.as_str() {
+                        "asc" => Order::Asc,
+                        "desc" => Order::Desc,
+                        _ => {
+                            return Err(bad(
+                                "order",
+                                "invalid_value",
+                                format!(
+                                    "Invalid value: '{}'. Supported values are: 'asc' and 'desc'.",
+                                    value.chars().take(40).collect::<String>()
+                                ),
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+}
+
+fn limit(value: &str) -> Result<usize, ApiError> {
+    let n: i64 = value.trim().parse().map_err(|_| {
+        bad(
+            "limit",
+            "invalid_type",
+            format!(
+                "Invalid 'limit': expected an integer, but got '{}' instead.",
+                value.chars().take(40).collect::<String>()
+            ),
+        )
+    })?;
+    match usize::try_from(n) {
+        Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        _ if n < 1 => Err(bad(
+            "limit",
+            "integer_below_min_value",
+            format!(
+                "Invalid 'limit': integer below minimum value. Expected a value >= 1, but got {n} instead."
+            ),
+        )),
+        _ => Err(bad(
+            "limit",
+            "integer_above_max_value",
+            format!(
+                "Invalid 'limit': integer above maximum value. Expected a value <= {MAX_LIMIT}, but got {n} instead."
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_bounded_in_length_and_charset() {
+        assert!(valid_id("resp_0123abc-XYZ"));
+        assert!(!valid_id(""));
+        assert!(!valid_id("resp_1/../2"));
+        assert!(!valid_id("resp é"));
+        assert!(!valid_id(&"a".repeat(MAX_ID + 1)));
+    }
+
+    #[test]
+    fn a_limit_is_an_integer_from_1_to_100() {
+        assert_eq!(limit("1").unwrap(), 1);
+        assert_eq!(limit("100").unwrap(), 100);
+        for (bad, code) in [
+            ("0", "integer_below_min_value"),
+            ("-5", "integer_below_min_value"),
+            ("101", "integer_above_max_value"),
+            ("x", "invalid_type"),
+            ("99999999999999999999", "invalid_type"),
+        ] {
+            match limit(bad) {
+                Err(ApiError::BadRequest { param, code: c, .. }) => {
+                    assert_eq!((param.as_deref(), c), (Some("limit"), Some(code)), "{bad}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
 }

@@ -5,153 +5,268 @@ use serde_json::json;
 use super::*;
 use crate::clock::Clock;
 
-struct Kept(ResponseStore, Duration);
+const DAY: Duration = Duration::from_secs(86_400);
 
-impl std::ops::Deref for Kept {
-    type Target = ResponseStore;
-    fn deref(&self) -> &ResponseStore {
-        &self.0
-    }
+fn service(retention: Duration) -> (Arc<Store>, Responses) {
+    let clock = Clock::starting_at(UNIX_EPOCH + Duration::from_secs(1_772_409_540));
+    let store = Arc::new(Store::in_memory(clock).unwrap());
+    (store.clone(), Responses::new(store, retention))
 }
 
-impl Kept {
-    fn put(&self, r: StoredResponse) {
-        self.0.put(r, self.1);
-    }
-}
-
-fn store(retention: Duration) -> Kept {
-    let clock = Clock::starting_at(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
-    Kept(
-        ResponseStore::new(Arc::new(Store::in_memory(clock).unwrap())),
-        retention,
-    )
-}
-
-fn response(id: &str, key: &str, previous: Option<&str>, said: &str) -> StoredResponse {
+fn answer(id: &str, key: &str, previous: Option<&str>, said: &str, reply: &str) -> StoredResponse {
     StoredResponse {
         id: id.into(),
         key: key.into(),
         previous: previous.map(str::to_owned),
-        input: vec![json!({"type": "message", "role": "user", "content": said})],
-        response: json!({"id": id, "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": format!("re {said}")}]}]}),
+        input: vec![
+            json!({"id": format!("in_{id}"), "type": "message", "role": "user", "content": said}),
+        ],
+        response: json!({
+            "id": id, "object": "response", "status": "completed",
+            "output": [{"id": format!("out_{id}"), "type": "message", "role": "assistant",
+                        "content": [{"type": "output_text", "text": reply}]}],
+        }),
     }
 }
 
-async fn settled(s: &Kept) {
-    for _ in 0..1000 {
-        if s.pending.is_empty() {
+/// Waits (on the wall clock, at most 10 s) until the writer has written
+/// every row.
+fn settle(r: &Responses) {
+    for _ in 0..10_000 {
+        if r.inner.pending.lock().rows.is_empty() {
             return;
         }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        std::thread::sleep(Duration::from_millis(1));
     }
-    panic!("writes never settled");
+    panic!("the writer is stuck");
 }
 
-#[tokio::test]
-async fn kept_per_key_read_before_and_after_the_write_and_deleted() {
-    let s = store(Duration::from_secs(3600));
-    s.put(response("resp_1", "alice", None, "hi"));
-    // Readable at once, before the write lands.
-    assert_eq!(
-        s.get("resp_1", "alice").await.unwrap().unwrap().id,
-        "resp_1"
-    );
-    settled(&s).await;
-    let got = s.get("resp_1", "alice").await.unwrap().unwrap();
-    assert_eq!(got, response("resp_1", "alice", None, "hi"));
-    assert!(s.get("resp_1", "bob").await.unwrap().is_none());
-    assert!(!s.delete("resp_1", "bob").await.unwrap());
-    assert!(s.delete("resp_1", "alice").await.unwrap());
-    assert!(s.get("resp_1", "alice").await.unwrap().is_none());
-    assert!(!s.delete("resp_1", "alice").await.unwrap());
-}
-
-#[tokio::test]
-async fn a_delete_racing_the_write_leaves_nothing() {
-    let s = store(Duration::from_secs(3600));
-    for i in 0..50 {
-        let id = format!("resp_{i}");
-        s.put(response(&id, "k", None, "x"));
-        assert!(s.delete(&id, "k").await.unwrap());
-    }
-    settled(&s).await;
-    for i in 0..50 {
-        assert!(
-            s.get(&format!("resp_{i}"), "k").await.unwrap().is_none(),
-            "{i}"
-        );
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn expired_responses_are_gone_and_zero_keeps_none() {
-    let s = store(Duration::from_secs(60));
-    s.put(response("resp_1", "k", None, "x"));
-    settled(&s).await;
-    tokio::time::advance(Duration::from_secs(59)).await;
-    assert!(s.get("resp_1", "k").await.unwrap().is_some());
-    tokio::time::advance(Duration::from_secs(1)).await;
-    assert!(s.get("resp_1", "k").await.unwrap().is_none());
-    // The next write sweeps it out of the file.
-    s.put(response("resp_2", "k", None, "y"));
-    settled(&s).await;
-    let n: i64 = s
-        .store
+fn rows(store: &Store) -> i64 {
+    store
         .conn
         .lock()
         .query_row("SELECT COUNT(*) FROM response", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(n, 1);
-
-    let none = store(Duration::ZERO);
-    none.put(response("resp_1", "k", None, "x"));
-    assert!(none.get("resp_1", "k").await.unwrap().is_none());
+        .unwrap()
 }
 
-#[tokio::test]
-async fn a_conversation_is_gathered_oldest_first() {
-    let s = store(Duration::from_secs(3600));
-    s.put(response("resp_a", "k", None, "one"));
-    s.put(response("resp_b", "k", Some("resp_a"), "two"));
-    settled(&s).await;
-    s.put(response("resp_c", "k", Some("resp_b"), "three"));
-    let items = s.conversation("resp_c", "k").await.unwrap().unwrap();
-    let said: Vec<String> = items
+#[tokio::test(start_paused = true)]
+async fn put_is_read_back_at_once_and_after_it_is_written_by_its_own_key_only() {
+    let (store, r) = service(DAY);
+    let a = answer("resp_1", "team", None, "hi", "hello");
+    r.put(a.clone());
+    assert_eq!(r.get("resp_1", "team").await.unwrap(), Some(a.clone()));
+    assert_eq!(r.get("resp_1", "other").await.unwrap(), None);
+    settle(&r);
+    assert_eq!(rows(&store), 1);
+    assert_eq!(r.get("resp_1", "team").await.unwrap(), Some(a));
+    assert_eq!(r.get("resp_1", "other").await.unwrap(), None);
+    assert_eq!(r.get("resp_2", "team").await.unwrap(), None);
+    assert!(!r.delete("resp_1", "other").await.unwrap());
+    assert!(r.delete("resp_1", "team").await.unwrap());
+    assert!(!r.delete("resp_1", "team").await.unwrap());
+    assert_eq!(r.get("resp_1", "team").await.unwrap(), None);
+    assert_eq!(rows(&store), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_deleted_before_it_is_written_is_never_written() {
+    let (store, r) = service(DAY);
+    for i in 0..50 {
+        let id = format!("resp_{i}");
+        r.put(answer(&id, "team", None, "hi", "hello"));
+        assert!(r.delete(&id, "team").await.unwrap(), "{id}");
+    }
+    settle(&r);
+    assert_eq!(rows(&store), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_answers_are_not_found_and_are_swept() {
+    let (store, r) = service(Duration::from_secs(60));
+    r.put(answer("resp_old", "team", None, "hi", "hello"));
+    settle(&r);
+    tokio::time::advance(Duration::from_secs(30)).await;
+    r.put(answer("resp_new", "team", None, "hi", "hello"));
+    settle(&r);
+    assert!(r.get("resp_old", "team").await.unwrap().is_some());
+    tokio::time::advance(Duration::from_secs(31)).await;
+    assert_eq!(r.get("resp_old", "team").await.unwrap(), None);
+    assert!(!r.delete("resp_old", "team").await.unwrap());
+    assert!(r.get("resp_new", "team").await.unwrap().is_some());
+    // The sweep (at most once a minute) deleted the expired row.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert_eq!(r.get("resp_new", "team").await.unwrap(), None);
+    assert_eq!(rows(&store), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_answers_are_deleted_when_the_store_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let at = UNIX_EPOCH + Duration::from_secs(1_772_409_540);
+    let store = Arc::new(Store::open(&path, Clock::starting_at(at)).unwrap());
+    let r = Responses::new(store.clone(), Duration::from_secs(60));
+    r.put(answer("resp_1", "team", None, "hi", "hello"));
+    settle(&r);
+    drop((r, store));
+    let store = Store::open(&path, Clock::starting_at(at + Duration::from_secs(59))).unwrap();
+    assert_eq!(rows(&store), 1);
+    drop(store);
+    let store = Store::open(&path, Clock::starting_at(at + Duration::from_secs(60))).unwrap();
+    assert_eq!(rows(&store), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_retention_stores_nothing() {
+    let (store, r) = service(Duration::ZERO);
+    r.put(answer("resp_1", "team", None, "hi", "hello"));
+    assert_eq!(r.get("resp_1", "team").await.unwrap(), None);
+    settle(&r);
+    assert_eq!(rows(&store), 0);
+    // Another retention over the same store keeps it.
+    let kept = r.with_retention(DAY);
+    kept.put(answer("resp_1", "team", None, "hi", "hello"));
+    assert!(r.get("resp_1", "team").await.unwrap().is_some());
+}
+
+fn texts(items: &[Value]) -> Vec<String> {
+    items
         .iter()
         .map(|i| match &i["content"] {
-            Value::String(t) => t.clone(),
+            Value::String(s) => s.clone(),
             c => c[0]["text"].as_str().unwrap().to_owned(),
         })
-        .collect();
-    assert_eq!(
-        said,
-        ["one", "re one", "two", "re two", "three", "re three"]
-    );
-    assert!(s.conversation("resp_c", "other").await.unwrap().is_none());
-    // A gap further back ends the conversation there.
-    s.delete("resp_a", "k").await.unwrap();
-    assert_eq!(
-        s.conversation("resp_c", "k").await.unwrap().unwrap().len(),
-        4
-    );
+        .collect()
 }
 
-#[tokio::test]
-async fn a_conversation_past_its_bounds_is_refused() {
-    let s = store(Duration::from_secs(3600));
+#[tokio::test(start_paused = true)]
+async fn a_conversation_is_its_chain_oldest_first_and_starts_after_a_gap() {
+    let (_, r) = service(DAY);
+    r.put(answer("resp_1", "team", None, "u1", "a1"));
+    r.put(answer("resp_2", "team", Some("resp_1"), "u2", "a2"));
+    settle(&r);
+    r.put(answer("resp_3", "team", Some("resp_2"), "u3", "a3"));
+    let all = r.conversation("resp_3", "team").await.unwrap().unwrap();
+    assert_eq!(texts(&all), ["u1", "a1", "u2", "a2", "u3", "a3"]);
+    assert_eq!(all[0]["id"], "in_resp_1");
+    assert_eq!(all[1]["id"], "out_resp_1");
+    assert!(r.conversation("resp_3", "other").await.unwrap().is_none());
+    assert!(r.conversation("resp_9", "team").await.unwrap().is_none());
+    assert!(r.delete("resp_1", "team").await.unwrap());
+    let rest = r.conversation("resp_3", "team").await.unwrap().unwrap();
+    assert_eq!(texts(&rest), ["u2", "a2", "u3", "a3"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conversation_is_bounded_in_hops_and_bytes() {
+    let (_, r) = service(DAY);
     let mut previous: Option<String> = None;
     for i in 0..=MAX_HOPS {
         let id = format!("resp_{i}");
-        s.put(response(&id, "k", previous.as_deref(), "x"));
+        r.put(answer(&id, "team", previous.as_deref(), "u", "a"));
         previous = Some(id);
     }
-    settled(&s).await;
-    let last = format!("resp_{MAX_HOPS}");
+    settle(&r);
+    let last = format!("resp_{}", MAX_HOPS - 1);
+    let ok = r.conversation(&last, "team").await.unwrap().unwrap();
+    assert_eq!(ok.len(), 2 * MAX_HOPS);
+    let over = r.conversation(&format!("resp_{MAX_HOPS}"), "team").await;
+    assert!(
+        matches!(over, Err(ConversationError::TooManyHops)),
+        "{over:?}"
+    );
+
+    let big = "x".repeat(MAX_CONVERSATION_BYTES / 2);
+    r.put(answer("resp_a", "team", None, &big, "a"));
+    r.put(answer("resp_b", "team", Some("resp_a"), "u", "a"));
+    assert!(r.conversation("resp_b", "team").await.unwrap().is_some());
+    r.put(answer("resp_c", "team", Some("resp_b"), &big, "a"));
+    let over = r.conversation("resp_c", "team").await;
+    assert!(matches!(over, Err(ConversationError::TooLarge)), "{over:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn input_items_page_both_ways_and_items_without_an_id_get_one() {
+    let (_, r) = service(DAY);
+    let mut a = answer("resp_1", "team", None, "", "");
+    a.input = (1..=5)
+        .map(|i| json!({"id": format!("i{i}"), "type": "message", "role": "user", "content": "x"}))
+        .collect();
+    a.input
+        .push(json!({"type": "function_call_output", "call_id": "c", "output": "4"}));
+    r.put(a);
+    let page = |after: Option<&'static str>, order| {
+        let r = &r;
+        async move {
+            r.input_items("resp_1", "team", after, 2, order)
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let ids = |p: &ItemPage| -> Vec<String> {
+        p.data
+            .iter()
+            .map(|i| i["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let first = page(None, Order::Desc).await;
+    let fco = ids(&first)[0].clone();
+    assert!(fco.starts_with("fco_"), "{fco}");
+    assert_eq!(ids(&first)[1], "i5");
+    assert_eq!(
+        (first.first_id.as_deref(), first.last_id.as_deref()),
+        (Some(fco.as_str()), Some("i5"))
+    );
+    assert!(first.has_more);
+    let second = page(Some("i5"), Order::Desc).await;
+    assert_eq!(ids(&second), ["i4", "i3"]);
+    let last = r
+        .input_items("resp_1", "team", Some("i3"), 20, Order::Desc)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids(&last), ["i2", "i1"]);
+    assert!(!last.has_more);
+    let asc = page(None, Order::Asc).await;
+    assert_eq!(ids(&asc), ["i1", "i2"]);
+    assert!(asc.has_more);
+    let end = page(Some("i4"), Order::Asc).await;
+    assert_eq!(ids(&end), vec!["i5".to_owned(), fco.clone()]);
+    assert!(!end.has_more);
+    let none = page(Some(Box::leak(fco.into_boxed_str())), Order::Asc).await;
+    assert!(none.data.is_empty() && none.first_id.is_none() && !none.has_more);
+    let wire = serde_json::to_value(&end).unwrap();
+    assert_eq!(wire["object"], "list");
     assert!(matches!(
-        s.conversation(&last, "k").await,
-        Err(ConversationError::TooLong)
+        r.input_items("resp_1", "team", Some("nope"), 2, Order::Asc)
+            .await,
+        Err(PageError::UnknownAfter(_))
     ));
-    assert!(s.conversation("resp_10", "k").await.unwrap().is_some());
+    assert!(
+        r.input_items("resp_1", "other", None, 2, Order::Asc)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pending_rows_are_bounded_while_the_store_is_stuck() {
+    let (store, r) = service(DAY);
+    let held = store.conn.lock();
+    for i in 0..=MAX_PENDING {
+        r.put(answer(&format!("resp_{i}"), "team", None, "u", "a"));
+    }
+    assert_eq!(r.inner.pending.lock().rows.len(), MAX_PENDING);
+    drop(held);
+    settle(&r);
+    assert_eq!(rows(&store), MAX_PENDING as i64);
+    assert!(r.get("resp_0", "team").await.unwrap().is_some());
+    assert!(
+        r.get(&format!("resp_{MAX_PENDING}"), "team")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
