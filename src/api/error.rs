@@ -233,7 +233,9 @@ impl ApiError {
     /// `{"error": …}` envelope: what a dialect's stream error event carries.
     pub fn object(&self) -> Value {
         let (_, mut body) = self.body();
-        body.get_mut("error").map(Value::take).unwrap_or(Value::Null)
+        body.get_mut("error")
+            .map(Value::take)
+            .unwrap_or(Value::Null)
     }
 
     /// The error as one SSE event, for a stream that has already started.
