@@ -10,7 +10,7 @@ other = client(os.environ["OTHER_API_KEY"])  # noqa: F405
 
 first = c.responses.create(model=MODEL, input="Remember: the secret word is AZURE.")
 check(first.status == "completed" and first.output_text == MEMO, "first turn", dump(first))
-check(first.store is not False, "stored by default", dump(first))
+check(getattr(first, "store", True) is not False, "stored by default", dump(first))
 
 for stream in (False, True):
     mode = "streamed" if stream else "whole"
