@@ -18,7 +18,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::*;
 use serde_json::{Value, json};
@@ -127,8 +129,7 @@ fn once_stamped(
     std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
     let lock_path = dir.with_extension("lock");
     let lock = File::create(&lock_path).map_err(|e| format!("{lock_path:?}: {e}"))?;
-    lock.lock()
-        .map_err(|e| format!("lock {lock_path:?}: {e}"))?;
+    fs4::FileExt::lock(&lock).map_err(|e| format!("lock {lock_path:?}: {e}"))?;
     let stamp_path = dir.join("conclave-stamp");
     if std::fs::read_to_string(&stamp_path).ok().as_deref() == Some(stamp) {
         return Ok(());
