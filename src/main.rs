@@ -87,6 +87,9 @@ enum Command {
         /// With --config: answer models the config does not list by echoing.
         #[arg(long)]
         echo_unknown: bool,
+        /// Serve the Responses API (`POST /v1/responses`) too.
+        #[arg(long)]
+        responses: bool,
     },
 }
 
@@ -342,6 +345,7 @@ async fn run(command: Command) -> ExitCode {
             swap_delay,
             send_loading_state,
             echo_unknown,
+            responses,
         } => {
             let mut setup = match &config {
                 Some(path) => match conclave::config::mock_models(path, upstream.as_deref()) {
@@ -355,12 +359,15 @@ async fn run(command: Command) -> ExitCode {
             };
             setup.swap.delay = swap_delay.or(setup.swap.delay);
             setup.swap.loading_state |= send_loading_state;
-            let sim = Arc::new(conclave::mock::Simulator::new(
-                setup.models,
-                setup.swap,
-                setup.quirks,
-                echo_unknown || config.is_none(),
-            ));
+            let sim = Arc::new(
+                conclave::mock::Simulator::new(
+                    setup.models,
+                    setup.swap,
+                    setup.quirks,
+                    echo_unknown || config.is_none(),
+                )
+                .with_responses(responses || setup.responses),
+            );
             let listener = match TcpListener::bind(listen).await {
                 Ok(l) => l,
                 Err(e) => {

@@ -183,7 +183,7 @@ async fn outside_chat_strategies_keys_and_errors_answer_clearly() {
         r.json()["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("chat completions only")
+            .contains("chat completions and responses only")
     );
 
     let r = post_to(

@@ -16,7 +16,8 @@ use serde_json::{Map, Value, json};
 
 use super::Gateway;
 use super::error::ApiError;
-use super::request::{admit, finish_response, request_id};
+use super::guard::{finish_response, request_id};
+use super::ingress::admit;
 use crate::store::arena::Closed;
 use crate::strategy::arena::board::{Standing, leaderboard as rank};
 use crate::strategy::arena::pick::Pick;
@@ -58,7 +59,8 @@ async fn cast(
     body: Body,
     rid: &str,
 ) -> Result<Response, ApiError> {
-    let (app, caller, bytes) = admit(gw, headers, body).await?;
+    let ad = admit(gw, headers.clone(), body).await?;
+    let (app, caller, bytes) = (ad.app, ad.caller, ad.body);
     let v: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid_json(&e))?;
     let said = v.get("pick").and_then(Value::as_str).ok_or_else(|| {
         bad_pick(format!(

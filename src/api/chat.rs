@@ -1,32 +1,63 @@
-//! `POST /v1/chat/completions`: parse the body once into a `ChatRequest`,
-//! read conclave's options, and run the named node through the request
-//! life cycle of `request`.
+//! The chat completions dialect (`POST /v1/chat/completions`): the body
+//! parsed once into a `ChatRequest` and run on the named node, and
+//! [`ChatRender`], which writes answers as the upstream sent them (usage
+//! left out of a stream unless the client asked for it, an estimated
+//! usage chunk when it asked and none came, then `data: [DONE]`). It is
+//! conclave's internal form, so it is also how the Completions API's
+//! streams are relayed.
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::{Value, json};
 
+use super::Gateway;
 use super::error::ApiError;
-use super::request::{
-    Asked, Opened, Work, admit, bounded, finish_response, in_kind, open, request_id, resolve,
-    with_limits,
-};
-use super::{Gateway, options, sse};
-use crate::model::Call;
-use crate::wire::ChatRequest;
+use super::ingress::{Admitted, Dialect, Job, serve};
+use super::render::Render;
+use crate::model::Chunk;
+use crate::sink::Totals;
 use crate::wire::billing::{answers, check_caps};
+use crate::wire::{ChatRequest, UsageField, null_usage_span, strip_usage};
+
+const DONE: &[u8] = b"data: [DONE]\n\n";
 
 pub async fn chat_completions(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let id = request_id(&headers);
-    let resp = handle(&gw, &headers, body, &id).await;
-    finish_response(&gw, resp, &id)
+    serve(&gw, headers, body, &Chat).await
+}
+
+struct Chat;
+
+#[async_trait]
+impl Dialect for Chat {
+    async fn job<'a>(&self, ad: &'a Admitted) -> Result<Job<'a>, ApiError> {
+        let req = parse(&ad.body)?;
+        let (route, node) = ad.resolve(&req.model)?;
+        let model = node.model.clone();
+        let render = Box::new(ChatRender::new(req.wants_stream_usage()));
+        let (bill, answers, stream) = (req.billable(), answers(&req.extra), req.is_stream());
+        let req = Arc::new(req);
+        Ok(Job {
+            route,
+            node,
+            bill,
+            answers,
+            stream,
+            run: Box::new(move |call| Box::pin(async move { model.chat(call, req).await })),
+            render,
+            headers: Vec::new(),
+            on_open: None,
+        })
+    }
 }
 
 /// Reads the body as a `ChatRequest`, with OpenAI-style messages that say
@@ -72,29 +103,99 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     Ok(req)
 }
 
-async fn handle(
-    gw: &Arc<Gateway>,
-    headers: &HeaderMap,
-    body: Body,
-    id: &str,
-) -> Result<Response, ApiError> {
-    let (app, caller, body) = admit(gw, headers, body).await?;
-    let req = parse(&body)?;
-    drop(body);
-    let (route, node) = resolve(&app, &caller, &req.model)?;
-    let opts = options::read(headers)?;
-    let asked = Asked::new(&app, req.billable(), answers(&req.extra));
-    let Opened { ctx, guard, limits } = open(gw, &app, id, (route, node), caller, opts, asked)?;
-    let call = Call::new(ctx.clone());
-    let include_usage = req.wants_stream_usage();
-    let stream = req.is_stream();
-    let model = node.model.clone();
-    let req = Arc::new(req);
-    let work: Work = Box::pin(bounded(
-        ctx.clone(),
-        async move { model.chat(call, req).await },
-    ));
-    let keepalive = sse::keepalive_for(&app, node);
-    let resp = in_kind(stream, keepalive, node, &ctx, work, include_usage, guard).await;
-    Ok(with_limits(resp, &limits))
+/// Answers as chat completions (and completions): the upstream's bytes.
+pub struct ChatRender {
+    include_usage: bool,
+    /// A chunk with usage went out (or there is nothing to send).
+    usage_sent: bool,
+    /// The last chunk relayed to an `include_usage` client: the model of
+    /// an estimated usage chunk copies its `id`, `created` and `model`.
+    last: Option<Bytes>,
+}
+
+impl ChatRender {
+    /// `include_usage`: the client asked for usage at the end of a stream.
+    pub fn new(include_usage: bool) -> Self {
+        ChatRender {
+            include_usage,
+            usage_sent: !include_usage,
+            last: None,
+        }
+    }
+}
+
+/// Appends one `data:` event made of `parts` (the payload, possibly in
+/// pieces around an edit).
+fn frame_into(out: &mut BytesMut, parts: &[&[u8]]) {
+    out.reserve(parts.iter().map(|p| p.len()).sum::<usize>() + 8);
+    out.put_slice(b"data: ");
+    for part in parts {
+        out.put_slice(part);
+    }
+    out.put_slice(b"\n\n");
+}
+
+/// The usage chunk for an `include_usage` client whose upstream reported
+/// none: the request's totals, marked `"estimated": true`.
+fn estimated_usage(last: Option<&Bytes>, totals: Totals) -> Bytes {
+    let like: Value = last
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or(Value::Null);
+    let chunk = json!({
+        "id": like.get("id").cloned().unwrap_or(Value::Null),
+        "object": "chat.completion.chunk",
+        "created": like.get("created").cloned().unwrap_or(Value::Null),
+        "model": like.get("model").cloned().unwrap_or(Value::Null),
+        "choices": [],
+        "usage": {
+            "prompt_tokens": totals.input_tokens,
+            "completion_tokens": totals.output_tokens,
+            "total_tokens": totals.input_tokens + totals.output_tokens,
+            "estimated": true,
+        },
+    });
+    Bytes::from(chunk.to_string())
+}
+
+impl Render for ChatRender {
+    fn whole(&mut self, completion: &Bytes, _: Totals) -> Result<Bytes, ApiError> {
+        Ok(completion.clone())
+    }
+
+    /// The upstream's own bytes, with usage left out when conclave asked
+    /// for it and the client did not.
+    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) {
+        let data = chunk.data;
+        if self.include_usage {
+            if matches!(chunk.usage, UsageField::Present(_)) {
+                self.usage_sent = true;
+            }
+            frame_into(out, &[&data]);
+            self.last = Some(data);
+            return;
+        }
+        match chunk.usage {
+            UsageField::Absent => frame_into(out, &[&data]),
+            UsageField::Present(_) if chunk.choices == 0 => {}
+            usage => match null_usage_span(&data).filter(|_| usage == UsageField::Null) {
+                Some(cut) => frame_into(out, &[&data[..cut.start], &data[cut.end..]]),
+                None => {
+                    let edited = strip_usage(&data).unwrap_or(data);
+                    frame_into(out, &[&edited]);
+                }
+            },
+        }
+    }
+
+    fn end(&mut self, totals: Totals, out: &mut BytesMut) {
+        if !self.usage_sent {
+            let usage = estimated_usage(self.last.as_ref(), totals);
+            frame_into(out, &[&usage]);
+        }
+        out.put_slice(DONE);
+    }
+
+    fn fail(&mut self, error: &ApiError, out: &mut BytesMut) {
+        out.put_slice(&error.sse_event());
+    }
 }

@@ -1,25 +1,25 @@
 //! `POST /v1/completions` and `POST /v1/embeddings`: relayed to a concrete
 //! model (or a passthrough route that names one) exactly as chat
-//! completions are: the same auth and key model lists, `model` rewritten
-//! to the upstream's name, one recorded attempt, errors mapped in one
-//! place, Completions streams relayed event by event. A strategy route is
-//! a 400: strategies answer chat completions only.
+//! completions are: the same life cycle (`ingress`), `model` rewritten
+//! to the upstream's name, one recorded attempt, Completions streams
+//! relayed event by event as chat's are. A strategy route is a 400:
+//! strategies answer chat completions and the Responses API only.
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Map, Value};
 
+use super::Gateway;
+use super::chat::ChatRender;
 use super::error::ApiError;
-use super::request::{
-    Asked, Opened, Work, admit, bounded, finish_response, in_kind, open, request_id, resolve,
-    with_limits,
-};
-use super::{Gateway, options};
-use crate::model::Call;
+use super::ingress::{Admitted, Dialect, Job, serve};
+use crate::graph::Node;
+use crate::upstream::ConcreteModel;
 use crate::wire::billing::{Billable, answers, check_caps, output_cap, prompt_fields};
 use crate::wire::{Endpoint, estimate_tokens, text_len};
 
@@ -28,9 +28,7 @@ pub async fn completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let id = request_id(&headers);
-    let resp = forward(&gw, &headers, body, &id, Endpoint::Completions).await;
-    finish_response(&gw, resp, &id)
+    serve(&gw, headers, body, &Forward(Endpoint::Completions)).await
 }
 
 pub async fn embeddings(
@@ -38,85 +36,84 @@ pub async fn embeddings(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let id = request_id(&headers);
-    let resp = forward(&gw, &headers, body, &id, Endpoint::Embeddings).await;
-    finish_response(&gw, resp, &id)
+    serve(&gw, headers, body, &Forward(Endpoint::Embeddings)).await
 }
 
-/// `POST /v1/responses`: not served, and says what to use instead.
-pub async fn responses() -> Response {
-    ApiError::BadRequest {
-        message: "The Responses API (/v1/responses) is not served by this gateway yet; \
-                  use POST /v1/chat/completions."
-            .into(),
-        param: None,
-        code: Some("unsupported_endpoint"),
-    }
-    .into_response()
-}
+/// A body relayed as it is to one concrete model.
+struct Forward(Endpoint);
 
-async fn forward(
-    gw: &Arc<Gateway>,
-    headers: &HeaderMap,
-    body: Body,
-    id: &str,
-    endpoint: Endpoint,
-) -> Result<Response, ApiError> {
-    let (app, caller, bytes) = admit(gw, headers, body).await?;
+/// The body as a JSON object with a non-empty `model`.
+pub fn object_with_model(body: &[u8]) -> Result<(Map<String, Value>, String), ApiError> {
     let req: Map<String, Value> =
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid_json(&e))?;
-    let model = match req.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => {
-            return Err(ApiError::BadRequest {
-                message: "`model` must be a non-empty string.".into(),
-                param: Some("model".into()),
-                code: Some("invalid_request_body"),
-            });
+        serde_json::from_slice(body).map_err(|e| ApiError::invalid_json(&e))?;
+    match req.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => {
+            let m = m.clone();
+            Ok((req, m))
         }
-    };
-    let (route, node) = resolve(&app, &caller, &model)?;
-    let Some(concrete) = node.concrete.clone() else {
-        return Err(ApiError::BadRequest {
-            message: format!(
-                "`{model}` is a {} route, which serves chat completions only (POST /v1/chat/completions).",
-                node.strategy
-            ),
+        _ => Err(ApiError::BadRequest {
+            message: "`model` must be a non-empty string.".into(),
             param: Some("model".into()),
-            code: Some("unsupported_model"),
-        });
-    };
-    let stream = endpoint == Endpoint::Completions
-        && req.get("stream").and_then(Value::as_bool) == Some(true);
-    let include_usage = req
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        == Some(true);
-    check_caps(&req).map_err(ApiError::bad_cap)?;
-    let counted = ["prompt", "input"];
-    let prompt: usize = counted
-        .iter()
-        .filter_map(|k| req.get(*k))
-        .map(text_len)
-        .sum();
-    let bill = Billable {
-        input: estimate_tokens(prompt)
-            .saturating_add(estimate_tokens(prompt_fields(&req, &counted) as usize)),
-        images: 0,
-        output: match endpoint {
-            Endpoint::Embeddings => Some(0),
-            _ => output_cap(&req).map(|cap| cap.saturating_mul(answers(&req))),
-        },
-    };
-    let asked = Asked::new(&app, bill, answers(&req));
-    let opts = options::read(headers)?;
-    let Opened { ctx, guard, limits } = open(gw, &app, id, (route, node), caller, opts, asked)?;
-    let call = Call::new(ctx.clone());
-    let work: Work = Box::pin(bounded(ctx.clone(), async move {
-        concrete.forward(call, endpoint, req).await
-    }));
-    let keepalive = app.sse_keepalive;
-    let resp = in_kind(stream, keepalive, node, &ctx, work, include_usage, guard).await;
-    Ok(with_limits(resp, &limits))
+            code: Some("invalid_request_body"),
+        }),
+    }
+}
+
+/// The concrete model behind `node`, or a 400 for a strategy route.
+pub fn concrete(node: &Node, model: &str) -> Result<Arc<ConcreteModel>, ApiError> {
+    node.concrete.clone().ok_or_else(|| ApiError::BadRequest {
+        message: format!(
+            "`{model}` is a {} route, which serves chat completions and responses only \
+             (POST /v1/chat/completions, POST /v1/responses).",
+            node.strategy
+        ),
+        param: Some("model".into()),
+        code: Some("unsupported_model"),
+    })
+}
+
+#[async_trait]
+impl Dialect for Forward {
+    async fn job<'a>(&self, ad: &'a Admitted) -> Result<Job<'a>, ApiError> {
+        let endpoint = self.0;
+        let (req, model) = object_with_model(&ad.body)?;
+        let (route, node) = ad.resolve(&model)?;
+        let concrete = concrete(node, &model)?;
+        let stream = endpoint == Endpoint::Completions
+            && req.get("stream").and_then(Value::as_bool) == Some(true);
+        let include_usage = req
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        check_caps(&req).map_err(ApiError::bad_cap)?;
+        let counted = ["prompt", "input"];
+        let prompt: usize = counted
+            .iter()
+            .filter_map(|k| req.get(*k))
+            .map(text_len)
+            .sum();
+        let bill = Billable {
+            input: estimate_tokens(prompt)
+                .saturating_add(estimate_tokens(prompt_fields(&req, &counted) as usize)),
+            images: 0,
+            output: match endpoint {
+                Endpoint::Embeddings => Some(0),
+                _ => output_cap(&req).map(|cap| cap.saturating_mul(answers(&req))),
+            },
+        };
+        Ok(Job {
+            route,
+            node,
+            bill,
+            answers: answers(&req),
+            stream,
+            run: Box::new(move |call| {
+                Box::pin(async move { concrete.forward(call, endpoint, req).await })
+            }),
+            render: Box::new(ChatRender::new(include_usage)),
+            headers: Vec::new(),
+            on_open: None,
+        })
+    }
 }

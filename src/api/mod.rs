@@ -1,9 +1,13 @@
-//! The HTTP surface: the axum router and shared state. Handlers (`chat`,
-//! `forward` for completions and embeddings, `info`) run models through
-//! one request life cycle (`request`) and answer through `reply` and
-//! `sse`; `ready` answers `/readyz` from its cache; `auth`, `body` and
-//! `options` read what the client sent; `error` is the one OpenAI error
-//! mapping.
+//! The HTTP surface: the axum router and shared state. Every request that
+//! runs a model goes through one life cycle (`ingress`: admit, parse,
+//! resolve, open, bound, respond) that each API dialect plugs into with
+//! its own parse and [`render::Render`]: `chat` (chat completions, the
+//! internal form), `forward` (completions and embeddings, relayed).
+//! Answers go out through `respond` (whole, or streamed by `relay`);
+//! `guard` counts each request. `info` and `arena` answer the other
+//! endpoints; `ready` answers `/readyz` from its cache; `auth`, `body`
+//! and `options` read what the client sent; `error` is the one OpenAI
+//! error mapping.
 //!
 //! [`Gateway`] holds the current [`AppState`] behind an atomic swap, so a
 //! config reload (SIGHUP) changes what new requests see while requests in
@@ -15,13 +19,15 @@ mod body;
 mod chat;
 pub mod error;
 mod forward;
+mod guard;
 mod info;
+mod ingress;
 mod options;
 mod ready;
+mod relay;
 pub mod render;
-mod reply;
-mod request;
-mod sse;
+mod respond;
+pub mod responses;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,8 +170,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/completions", post(forward::completions))
         .route("/v1/embeddings", post(forward::embeddings))
         .route("/embeddings", post(forward::embeddings))
-        .route("/v1/responses", post(forward::responses))
-        .route("/responses", post(forward::responses))
+        .route("/v1/responses", post(responses))
+        .route("/responses", post(responses))
         .route("/v1/models", get(info::models))
         .route("/models", get(info::models))
         .route("/v1/models/{id}", get(info::model))
@@ -182,6 +188,17 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .fallback(unknown_url)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(gateway)
+}
+
+/// `POST /v1/responses`: not served, and says what to use instead.
+async fn responses() -> ApiError {
+    ApiError::BadRequest {
+        message: "The Responses API (/v1/responses) is not served by this gateway yet; \
+                  use POST /v1/chat/completions."
+            .into(),
+        param: None,
+        code: Some("unsupported_endpoint"),
+    }
 }
 
 async fn unknown_url(method: Method, uri: Uri) -> ApiError {

@@ -133,6 +133,9 @@ pub struct Upstream {
     pub timeout: Duration,
     /// Longest gap between two events of a streamed answer.
     pub stream_idle_timeout: Duration,
+    /// The server also speaks the Responses API natively (`responses`):
+    /// a passthrough to it forwards `/v1/responses` bodies verbatim.
+    pub responses: bool,
     pub kind: UpstreamKind,
 }
 
@@ -270,6 +273,8 @@ pub struct MockSetup {
     pub models: IndexMap<String, Behavior>,
     pub swap: SwapSim,
     pub quirks: Quirks,
+    /// Serve `POST /v1/responses` too.
+    pub responses: bool,
 }
 
 /// The simulated models (and llama-swap emulation) of one `kind = "mock"`
@@ -317,6 +322,7 @@ pub fn mock_models(path: &Path, name: Option<&str>) -> Result<MockSetup, ConfigE
     match parsed {
         Some(u) if errs.0.is_empty() => Ok(MockSetup {
             quirks: Quirks::new(&u.quirks),
+            responses: u.responses,
             models: u.models,
             swap,
         }),

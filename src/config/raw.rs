@@ -197,6 +197,9 @@ pub struct OpenAiUpstream {
     #[serde(default, with = "humantime_serde")]
     pub stream_idle_timeout: Option<Duration>,
     pub rpm: Option<u32>,
+    /// The server also speaks the Responses API (`POST /responses`).
+    #[serde(default)]
+    pub responses: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -225,6 +228,9 @@ pub struct MockUpstream {
     /// Behaviours of real servers to play (see `mock::Quirk`).
     #[serde(default)]
     pub quirks: Vec<Quirk>,
+    /// Serve the Responses API (`POST /v1/responses`) too.
+    #[serde(default)]
+    pub responses: bool,
     #[serde(default)]
     pub models: IndexMap<String, Behavior>,
 }

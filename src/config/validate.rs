@@ -364,6 +364,7 @@ fn upstreams(
                     rpm: upstream_rpm(u.rpm, &path, errs),
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
+                    responses: u.responses,
                     kind: UpstreamKind::OpenAi {
                         base_url: u.base_url.trim_end_matches('/').to_owned(),
                         api_key,
@@ -394,6 +395,7 @@ fn upstreams(
                     rpm: upstream_rpm(u.rpm, &path, errs),
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
+                    responses: u.responses,
                     kind: UpstreamKind::Mock {
                         swap: swap_sim(&u, &path, errs),
                         quirks: Quirks::new(&u.quirks),

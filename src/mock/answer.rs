@@ -78,22 +78,24 @@ pub(super) fn token_count(b: &Resolved, req: &Value, model: &str) -> u64 {
     a.tokens.len().max(args) as u64
 }
 
-/// The content of one simulated answer.
-struct Answer {
+/// The content of one simulated answer (a Responses answer is made of
+/// it too, see `super::responses`).
+pub(super) struct Answer {
     /// A legacy Completions answer (`text` choices) rather than chat.
     legacy: bool,
     id: String,
     model: String,
-    created: u64,
+    pub(super) created: u64,
     /// Text split into tokens (each word with its leading whitespace).
-    tokens: Vec<String>,
-    tool_call: Option<(String, String)>,
-    finish_reason: String,
-    usage: UsageSpec,
+    pub(super) tokens: Vec<String>,
+    /// (name, arguments).
+    pub(super) tool_call: Option<(String, String)>,
+    pub(super) finish_reason: String,
+    pub(super) usage: UsageSpec,
 }
 
 impl Answer {
-    fn new(b: &Resolved, req: &Value, model: &str, n: u64) -> Self {
+    pub(super) fn new(b: &Resolved, req: &Value, model: &str, n: u64) -> Self {
         let fill = |t: &str| {
             t.replace("{last_user}", &last_user(req))
                 .replace("{model}", model)
@@ -148,7 +150,7 @@ impl Answer {
         }
     }
 
-    fn generation_time(&self, b: &Resolved) -> Duration {
+    pub(super) fn generation_time(&self, b: &Resolved) -> Duration {
         if b.tokens_per_second > 0.0 {
             Duration::from_secs_f64(
                 self.tokens.len().saturating_sub(1) as f64 / b.tokens_per_second,
@@ -180,7 +182,7 @@ impl Answer {
     }
 }
 
-fn split_tokens(text: &str) -> Vec<String> {
+pub(super) fn split_tokens(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     for c in text.chars() {

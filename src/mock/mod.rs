@@ -8,6 +8,9 @@
 //! with llama-swap's `GET /running`. With a [`SwapSim`] it plays llama-swap:
 //! one model loaded at a time, a load delay when another is asked for, and
 //! optionally llama-swap's `sendLoadingState` banner on cold streams.
+//! With `responses` it also answers the Responses API natively
+//! ([`responses`]); without, `/v1/responses` is a 404, as on a chat-only
+//! server.
 
 mod answer;
 mod behavior;
@@ -15,6 +18,7 @@ pub mod context;
 mod embeddings;
 mod null_content;
 mod quirks;
+mod responses;
 pub mod server;
 
 use std::collections::{HashMap, VecDeque};
@@ -101,6 +105,8 @@ pub struct Simulator {
     quirks: Quirks,
     /// Answer models it does not list (echo) instead of 404.
     echo_unknown: bool,
+    /// Serve `POST /v1/responses` too.
+    responses: bool,
     /// Per-model call counters for `when_call` rules.
     calls: Mutex<HashMap<String, u64>>,
     /// The loaded model (llama-swap emulation). An async mutex: a swap
@@ -128,6 +134,7 @@ impl Simulator {
             swap,
             quirks,
             echo_unknown,
+            responses: false,
             calls: Mutex::new(HashMap::new()),
             loaded: tokio::sync::Mutex::new(None),
             running: Mutex::new(None),
@@ -135,6 +142,17 @@ impl Simulator {
             stats: Arc::new(Stats::default()),
             next_id: AtomicU64::new(1),
         }
+    }
+
+    /// The same simulator, serving the Responses API too when `on`.
+    pub fn with_responses(mut self, on: bool) -> Self {
+        self.responses = on;
+        self
+    }
+
+    /// Whether it serves `POST /v1/responses`.
+    pub fn speaks_responses(&self) -> bool {
+        self.responses
     }
 
     pub fn model_names(&self) -> Vec<String> {
@@ -174,6 +192,11 @@ impl Simulator {
     ) -> MockResponse {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let guard = Finish::new(self.stats.clone());
+        if endpoint == Endpoint::Responses && !self.responses {
+            // What a chat-only server says.
+            let msg = "mock: POST /v1/responses is not served here (responses = false)";
+            return guard.done(error_response(404, msg, None));
+        }
         let req: Value = match serde_json::from_slice(body) {
             Ok(v @ Value::Object(_)) => v,
             _ => {
@@ -208,7 +231,11 @@ impl Simulator {
             *n += 1;
             *n
         };
-        let text = request_text(&req);
+        let view = match endpoint {
+            Endpoint::Responses => Some(responses::chat_view(&req)),
+            _ => None,
+        };
+        let text = request_text(view.as_ref().unwrap_or(&req));
         let mut b = match self.models.get(&model) {
             Some(b) => b.resolve(&text, call),
             None if self.echo_unknown => Behavior::default().resolve(&text, call),
@@ -259,6 +286,10 @@ impl Simulator {
             Endpoint::Embeddings => {
                 pause(b.ttft).await;
                 guard.done(embeddings::respond(&req, &model))
+            }
+            Endpoint::Responses => {
+                let view = view.unwrap_or_default();
+                responses::respond(b, &req, &view, &model, n, guard).await
             }
             Endpoint::Chat | Endpoint::Completions => {
                 let legacy = endpoint == Endpoint::Completions;

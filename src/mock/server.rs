@@ -1,4 +1,6 @@
 //! `conclave mock`: the simulator as a standalone OpenAI-compatible server
+//! (Chat Completions, Completions, Embeddings, and the Responses API when
+//! `responses = true`, else a 404 there)
 //! that also answers llama-swap's `GET /running` and
 //! `GET /upstream/<model>/props` (which loads the model, as llama-swap's
 //! passthrough does) and llama.cpp's `GET /props` (`?model=` picks the
@@ -34,6 +36,8 @@ pub fn router(sim: Arc<Simulator>) -> Router {
         .route("/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
         .route("/embeddings", post(embeddings))
+        .route("/v1/responses", post(responses))
+        .route("/responses", post(responses))
         .route("/v1/models", get(models))
         .route("/running", get(running))
         .route("/props", get(props))
@@ -76,6 +80,10 @@ async fn embeddings(
     body: Bytes,
 ) -> Response {
     answer(Endpoint::Embeddings, &sim, &headers, &body).await
+}
+
+async fn responses(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(Endpoint::Responses, &sim, &headers, &body).await
 }
 
 async fn answer(

@@ -5,7 +5,7 @@
 //! Each event's own bytes are scanned whole. Then the answer text the
 //! event adds (its first choice's `delta.content` and tool-call
 //! `arguments`, or a completion's `text`: what `wire::inspect_chunk_text`
-//! reads) is read after the last [`TAIL`] bytes of the text before it: a
+//! reads; a Responses event's `delta`: what `wire::responses` reads) is read after the last [`TAIL`] bytes of the text before it: a
 //! run of secret that began in earlier events and goes on in this one is
 //! cut from this event's text too. Nothing is held back, so what goes out
 //! before the run counts (at most 7 characters, or a vendor prefix and 3
@@ -49,6 +49,11 @@ fn cut_text(v: &mut Value, mut n: usize) {
             rest
         };
     };
+    // A Responses event's text (`response.output_text.delta`, …).
+    if let Some(d) = v.get_mut("delta").filter(|d| d.is_string()) {
+        cut(d);
+        return;
+    }
     let Some(c) = v.pointer_mut("/choices/0") else {
         return;
     };

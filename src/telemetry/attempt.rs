@@ -33,6 +33,12 @@ pub struct AttemptEvent {
     error: Option<String>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
+    /// Of `input_tokens`, read from the provider's prompt cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cached_tokens: Option<u64>,
+    /// Of `output_tokens`, spent reasoning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_tokens: Option<u64>,
     usage_estimated: bool,
     cost_usd: Option<f64>,
     output_summary: String,
@@ -76,6 +82,8 @@ impl AttemptSink for Telemetry {
                 error: r.error.as_ref().map(|e| e.1.clone()),
                 input_tokens: r.usage.map(|u| u.prompt_tokens),
                 output_tokens: r.usage.map(|u| u.completion_tokens),
+                cached_tokens: r.usage.map(|u| u.cached_tokens).filter(|n| *n > 0),
+                reasoning_tokens: r.usage.map(|u| u.reasoning_tokens).filter(|n| *n > 0),
                 usage_estimated: r.usage.is_some_and(|u| u.estimated),
                 cost_usd: r.cost_usd,
                 output_summary: r.summary.clone(),

@@ -3,6 +3,9 @@
 //! [`Attempt`] (probe warm state, send, decode, deadlines); strategies built
 //! on top never do their own bookkeeping. A chat request that does not fit
 //! the model's context window is refused before that ([`super::fit`]).
+//! Completions, Embeddings and (to an upstream that speaks it,
+//! [`ConcreteModel::speaks_responses`]) Responses bodies are relayed by
+//! [`ConcreteModel::forward`].
 
 use std::sync::Arc;
 
@@ -26,7 +29,7 @@ use crate::governor::rate::retry_after_secs;
 use crate::governor::{Scope, record_rejection};
 use crate::model::{Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
 use crate::sink::ModelInfo;
-use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, text_len};
+use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, responses, text_len};
 
 pub struct ConcreteModel {
     pub info: Arc<ModelInfo>,
@@ -53,9 +56,20 @@ impl ConcreteModel {
         }
     }
 
-    /// Relays a Completions or Embeddings body (a JSON object) to this
-    /// model: `model` becomes the upstream's name, a stream asks for usage,
-    /// and the call is recorded as an attempt like any chat call.
+    /// Whether this model's upstream speaks the Responses API natively
+    /// (`responses = true`): a Responses request for it can be
+    /// [`forward`](Self::forward)ed verbatim with [`Endpoint::Responses`].
+    pub fn speaks_responses(&self) -> bool {
+        self.upstream.responses
+    }
+
+    /// Relays a Completions, Embeddings or Responses body (a JSON object)
+    /// to this model: `model` becomes the upstream's name, a Completions
+    /// stream asks for usage (a Responses body goes as it is otherwise:
+    /// its streams always end with their usage), and the call is recorded
+    /// as an attempt like any chat call. A streamed Responses answer comes
+    /// back as its events, one [`crate::model::Chunk`] each, the event's
+    /// JSON as the upstream wrote it (its `type` is the SSE event name).
     pub async fn forward(
         &self,
         call: Call,
@@ -67,7 +81,7 @@ impl ConcreteModel {
             Value::String(self.info.upstream_model.clone()),
         );
         let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
-        if stream {
+        if stream && endpoint != Endpoint::Responses {
             let opts = body
                 .entry("stream_options")
                 .or_insert_with(|| Value::Object(Map::new()));
@@ -75,13 +89,14 @@ impl ConcreteModel {
                 o.insert("include_usage".into(), Value::Bool(true));
             }
         }
-        let input_tokens = estimate_tokens(
-            ["prompt", "input"]
+        let input_tokens = estimate_tokens(match endpoint {
+            Endpoint::Responses => responses::input_len(&body),
+            _ => ["prompt", "input"]
                 .iter()
                 .filter_map(|k| body.get(*k))
                 .map(text_len)
                 .sum(),
-        );
+        });
         let out = Outgoing {
             endpoint,
             body: Bytes::from(serde_json::to_vec(&body)?),
@@ -180,6 +195,7 @@ impl ConcreteModel {
         let first = total.min(first_due);
         let x = Exchange {
             upstream: up.name.clone(),
+            endpoint: out.endpoint,
             started,
             first,
             total,
@@ -201,9 +217,7 @@ impl ConcreteModel {
                 let whole = delivery::collect(s, &up.name).await?;
                 delivery::with_usage(whole, attempt.usage()).map(ReplyBody::Whole)
             }
-            Wire::Whole => decode::whole(resp, &x, out.endpoint, attempt)
-                .await
-                .map(ReplyBody::Whole),
+            Wire::Whole => decode::whole(resp, &x, attempt).await.map(ReplyBody::Whole),
         }
     }
 
@@ -350,6 +364,7 @@ impl ChatModel for ConcreteModel {
             prompt_tokens: size.input_tokens(self.info.image_tokens),
             completion_tokens: size.output,
             estimated: true,
+            ..Usage::default()
         };
         Spend {
             tokens: size.tokens(self.info.image_tokens),

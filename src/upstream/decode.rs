@@ -1,6 +1,7 @@
-//! Turns an upstream's raw response into a [`Completion`] or a committed
-//! [`ChunkStream`], enforcing the attempt's deadlines and bounds and keeping
-//! its [`Attempt`] up to date (first token, usage, end, failure).
+//! Turns an upstream's raw response into a [`Completion`] (here) or a
+//! committed [`ChunkStream`](crate::model::ChunkStream) ([`super::relay`]), enforcing the attempt's
+//! deadlines and bounds and keeping its [`Attempt`] up to date (first
+//! token, usage, end, failure), for chat and for the Responses API alike.
 //!
 //! Nothing an upstream sends is trusted: a body or an event past its size
 //! bound, a 200 that is not an answer (`{}`, `[]`, invalid UTF-8), and a
@@ -11,28 +12,22 @@
 //! events). Stream events are relayed one by one as they arrive, each as
 //! its own bytes; only a `Retry-After` that is a number or a date is kept.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use serde_json::Value;
-use tokio::time::{Instant, Sleep, sleep_until, timeout_at};
+use tokio::time::{Instant, timeout_at};
 
-use super::delivery::EMPTY_STREAM;
-use super::lane::Permit;
-use super::sse::SseParser;
+pub use super::relay::stream;
 use super::{BodyStream, RawResponse};
 use crate::attempt::Attempt;
 use crate::error::{ModelError, TimeoutPhase, WITHHELD};
-use crate::labels::Warm;
-use crate::model::{Chunk, ChunkStream, Completion};
-use crate::redact::{Carry, Redactor};
+use crate::model::Completion;
+use crate::redact::Redactor;
 use crate::wire::{
-    AssistantOutput, Endpoint, MAX_RESPONSE, Usage, UsageField, WholeBody, error_message,
-    inspect_chunk, inspect_chunk_text, inspect_completion,
+    AssistantOutput, Endpoint, MAX_RESPONSE, Usage, WholeBody, error_message, inspect_completion,
 };
 
 /// Largest single SSE line or event accepted from an upstream.
@@ -47,6 +42,8 @@ const MAX_MESSAGE_CHARS: usize = 1000;
 /// text is built here.
 pub struct Exchange {
     pub upstream: Arc<str>,
+    /// What was asked: how the answer is read.
+    pub endpoint: Endpoint,
     pub started: Instant,
     /// The first stream event must arrive by then.
     pub first: Instant,
@@ -106,7 +103,7 @@ impl Exchange {
         }
     }
 
-    fn reported(&self, message: &str, streamed: bool) -> ModelError {
+    pub(super) fn reported(&self, message: &str, streamed: bool) -> ModelError {
         ModelError::Reported {
             upstream: self.upstream.clone(),
             message: self.clean(message),
@@ -192,7 +189,6 @@ fn is_retry_after(v: &str) -> bool {
 pub async fn whole(
     resp: RawResponse,
     x: &Exchange,
-    endpoint: Endpoint,
     attempt: &Attempt,
 ) -> Result<Completion, ModelError> {
     let body = match read_body(resp.body, MAX_RESPONSE, x.total).await {
@@ -205,7 +201,7 @@ pub async fn whole(
         }
         Ok(b) => x.redactor.redact_bytes(b),
     };
-    let usage = match inspect_completion(&body, endpoint) {
+    let usage = match inspect_completion(&body, x.endpoint) {
         Ok(WholeBody::Answer {
             usage,
             finish_reason,
@@ -222,7 +218,11 @@ pub async fn whole(
         attempt.set_usage(u);
     }
     if usage.is_none() || attempt.wants_summary() {
-        let out = AssistantOutput::from_completion(&body).unwrap_or_default();
+        let out = match x.endpoint {
+            Endpoint::Responses => AssistantOutput::from_response(&body),
+            _ => AssistantOutput::from_completion(&body),
+        };
+        let out = out.unwrap_or_default();
         if usage.is_none() {
             let output = out.text.len()
                 + out
@@ -236,263 +236,4 @@ pub async fn whole(
     }
     attempt.finish();
     Ok(Completion { body, usage })
-}
-
-/// Starts relaying a streamed answer and waits for its first chunk, so
-/// the stream comes back committed (or the call fails before any output).
-pub async fn stream(
-    resp: RawResponse,
-    x: Exchange,
-    attempt: &Attempt,
-    permit: Permit,
-) -> Result<ChunkStream, ModelError> {
-    let first_by = x.first;
-    let first_phase = x.first_phase();
-    let mut relay = Relay {
-        body: resp.body,
-        parser: SseParser::new(MAX_EVENT),
-        body_ended: false,
-        timer: Box::pin(sleep_until(x.total)),
-        last_event: None,
-        arrived: x.started,
-        x,
-        carry: Carry::default(),
-        attempt: attempt.clone(),
-        open: true,
-        permit: Some(permit),
-        relayed: false,
-        answering: false,
-        output_bytes: 0,
-        finished_choice: false,
-    };
-    let first = match timeout_at(first_by, relay.next()).await {
-        Err(_) => return Err(relay.fail_now(first_phase)),
-        Ok(None) => return Err(relay.x.invalid("the stream ended before its first event")),
-        Ok(Some(Err(e))) => return Err(e),
-        Ok(Some(Ok(c))) => c,
-    };
-    Ok(ChunkStream::new(
-        futures::stream::once(async { Ok(first) }).chain(relay),
-    ))
-}
-
-/// Relays SSE events as chunks until `[DONE]`, an error or a deadline.
-struct Relay {
-    body: BodyStream,
-    parser: SseParser,
-    body_ended: bool,
-    /// Fires at the total deadline, or at the idle deadline after the
-    /// last event, whichever is first (re-armed lazily, not per event).
-    timer: Pin<Box<Sleep>>,
-    last_event: Option<Instant>,
-    /// When the bytes being parsed arrived (the time of their events).
-    arrived: Instant,
-    x: Exchange,
-    /// What redaction remembers of the events before.
-    carry: Carry,
-    attempt: Attempt,
-    open: bool,
-    /// The lane's permit, held until the answer is read.
-    permit: Option<Permit>,
-    /// At least one chunk of the answer went out: `[DONE]` before any is
-    /// not an answer.
-    relayed: bool,
-    /// The answer has begun: a chunk other than llama-swap's loading
-    /// banner arrived (the first token, for the attempt's time to first
-    /// token and the first-token deadline).
-    answering: bool,
-    /// Answer text seen so far, for a usage estimate.
-    output_bytes: usize,
-    /// A chunk with a `finish_reason` went by: an end without `[DONE]`
-    /// after it is a clean end, not a cut.
-    finished_choice: bool,
-}
-
-type Next = Poll<Option<Result<Chunk, ModelError>>>;
-
-impl Relay {
-    fn fail(&mut self, e: ModelError) -> Next {
-        self.open = false;
-        self.permit = None;
-        if self.relayed {
-            self.attempt.charge_unreported(self.output_bytes);
-        }
-        self.attempt.fail(&e);
-        Poll::Ready(Some(Err(e)))
-    }
-
-    /// Fails the relay with a timeout from outside (the first-token wait).
-    fn fail_now(&mut self, phase: TimeoutPhase) -> ModelError {
-        let e = self.x.timeout(phase);
-        self.open = false;
-        self.permit = None;
-        self.attempt.fail(&e);
-        e
-    }
-
-    fn done(&mut self) -> Next {
-        if !self.relayed {
-            return self.fail(self.x.invalid("the stream ended before its first event"));
-        }
-        self.open = false;
-        self.permit = None;
-        if !self.attempt.has_usage() {
-            // The upstream ignored `include_usage`: estimate, and say so.
-            let estimate = Usage::estimate(self.x.input_tokens, self.output_bytes);
-            self.attempt.set_usage(estimate);
-        }
-        self.attempt.finish();
-        Poll::Ready(None)
-    }
-
-    fn chunk(&mut self, data: Bytes) -> Result<Chunk, ModelError> {
-        let (summarize, redactor) = (self.attempt.wants_summary(), &self.x.redactor);
-        let info = match redactor.is_active() {
-            true => inspect_chunk_text(&data, summarize),
-            false => inspect_chunk(&data, summarize),
-        };
-        let info = info.map_err(|e| {
-            self.x
-                .invalid(&format!("a stream event is not a chunk: {e}"))
-        })?;
-        if let Some(message) = info.error {
-            return Err(self.x.reported(&message, true));
-        }
-        // Read as the upstream sent it (the summary is redacted when
-        // recorded), relayed without secrets.
-        let data = redactor.event(&mut self.carry, data, info.text.as_deref());
-        if let UsageField::Present(u) = info.usage {
-            self.attempt.set_usage(u);
-        }
-        let loading = info.loading && !self.answering;
-        if loading {
-            // llama-swap is loading the model: the call was cold, and
-            // its first token is still to come.
-            self.attempt.set_warm(Warm::No);
-        } else {
-            if !self.answering {
-                self.answering = true;
-                self.attempt.first_token();
-            }
-            self.relayed = true;
-        }
-        self.finished_choice |= info.finished;
-        if let Some(r) = &info.finish_reason {
-            self.attempt.set_finish_reason(&self.x.redactor.redact(r));
-        }
-        self.output_bytes += info.text_bytes;
-        if let Some(summary) = &info.summary {
-            self.attempt.add_summary(summary);
-        }
-        Ok(Chunk {
-            data,
-            usage: info.usage,
-            choices: info.choices,
-            real: info.real,
-            loading,
-        })
-    }
-
-    /// Which deadline, if any, has passed at `now`.
-    fn overdue(&self, now: Instant) -> Option<TimeoutPhase> {
-        if now >= self.x.total {
-            return Some(TimeoutPhase::Total);
-        }
-        if !self.answering && now >= self.x.first {
-            return Some(TimeoutPhase::FirstToken);
-        }
-        let last = self.last_event?;
-        (now.saturating_duration_since(last) >= self.x.idle).then_some(TimeoutPhase::Idle)
-    }
-
-    /// The earliest deadline still ahead: the total one, the idle one once
-    /// events flow, the first-token one while only a loading banner came.
-    fn next_deadline(&self) -> Instant {
-        let by = match self.last_event {
-            Some(last) => self.x.total.min(last + self.x.idle),
-            None => self.x.total,
-        };
-        if self.answering {
-            by
-        } else {
-            by.min(self.x.first)
-        }
-    }
-}
-
-impl Stream for Relay {
-    type Item = Result<Chunk, ModelError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Next {
-        let this = &mut *self;
-        if !this.open {
-            return Poll::Ready(None);
-        }
-        loop {
-            match this.parser.next_event() {
-                Err(e) => return this.fail(this.x.invalid(&e.to_string())),
-                Ok(Some(data)) => {
-                    if this.last_event.replace(this.arrived).is_none() {
-                        // From the first event on, the idle deadline applies.
-                        let at = this.next_deadline();
-                        this.timer.as_mut().reset(at);
-                    }
-                    if data.is_empty() {
-                        continue;
-                    }
-                    if &data[..] == b"[DONE]" {
-                        return this.done();
-                    }
-                    return match this.chunk(data) {
-                        Ok(c) => Poll::Ready(Some(Ok(c))),
-                        Err(e) => this.fail(e),
-                    };
-                }
-                Ok(None) => {}
-            }
-            if this.body_ended {
-                if this.finished_choice {
-                    return this.done();
-                }
-                if this.last_event.is_none() {
-                    // Not even `[DONE]`: what llama-cpp-python sends when
-                    // it fails after the response began.
-                    return this.fail(this.x.cut(EMPTY_STREAM));
-                }
-                return this.fail(this.x.cut("the stream ended without [DONE]"));
-            }
-            match this.body.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(bytes))) => {
-                    this.parser.push(bytes);
-                    this.arrived = Instant::now();
-                    // Checked as data arrives too: an upstream that never
-                    // pauses must still meet its deadline.
-                    if this.arrived >= this.x.total {
-                        return this.fail(this.x.timeout(TimeoutPhase::Total));
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => return this.fail(this.x.cut(&e.to_string())),
-                Poll::Ready(None) => this.body_ended = true,
-                Poll::Pending => {
-                    while this.timer.as_mut().poll(cx).is_ready() {
-                        if let Some(phase) = this.overdue(Instant::now()) {
-                            return this.fail(this.x.timeout(phase));
-                        }
-                        let at = this.next_deadline();
-                        this.timer.as_mut().reset(at);
-                    }
-                    return Poll::Pending;
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        if self.open {
-            self.attempt.charge_unreported(self.output_bytes);
-            self.attempt.cancel();
-        }
-    }
 }

@@ -21,9 +21,16 @@ pub struct MockTransport {
 }
 
 impl MockTransport {
-    pub fn new(models: IndexMap<String, Behavior>, swap: SwapSim, quirks: Quirks) -> Self {
+    /// `responses`: it serves the Responses API too.
+    pub fn new(
+        models: IndexMap<String, Behavior>,
+        swap: SwapSim,
+        quirks: Quirks,
+        responses: bool,
+    ) -> Self {
+        let sim = Simulator::new(models, swap, quirks, true).with_responses(responses);
         MockTransport {
-            sim: Arc::new(Simulator::new(models, swap, quirks, true)),
+            sim: Arc::new(sim),
             swaps: swap.delay.is_some(),
         }
     }

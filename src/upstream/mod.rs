@@ -1,11 +1,12 @@
 //! Upstreams: where concrete models live. A [`Transport`] moves request
 //! bytes to a server and hands back its raw response (`openai` over
 //! reqwest, `mock` in-process); [`decode`] turns any raw response into a
-//! completion or a committed chunk stream; [`ConcreteModel`] is the one
-//! decorator that makes an upstream model a [`crate::model::ChatModel`] and
-//! records every call as an attempt, after checking that the request fits
-//! the model's context window ([`fit`], with windows the server reports
-//! learned by [`window`]).
+//! completion, [`relay`] into a committed chunk stream (chat or, for an
+//! upstream with `responses = true`, the Responses API's events);
+//! [`ConcreteModel`] is the one decorator that makes an upstream model a
+//! [`crate::model::ChatModel`] and records every call as an attempt, after
+//! checking that the request fits the model's context window ([`fit`],
+//! with windows the server reports learned by [`window`]).
 
 mod concrete;
 pub mod decode;
@@ -16,6 +17,7 @@ pub mod limit;
 pub mod llama_swap;
 mod mock;
 pub mod openai;
+mod relay;
 pub mod sse;
 pub mod window;
 
@@ -109,6 +111,8 @@ pub struct Upstream {
     pub pace: Option<limit::Pace>,
     pub timeout: Duration,
     pub stream_idle_timeout: Duration,
+    /// Its server speaks the Responses API natively (`responses = true`).
+    pub responses: bool,
     pub transport: Box<dyn Transport>,
     /// llama-swap's warm state, for `llama_swap = URL` upstreams.
     pub probe: Option<Arc<WarmProbe>>,
@@ -152,6 +156,7 @@ impl Upstream {
                 models.clone(),
                 *swap,
                 quirks.clone(),
+                cfg.responses,
             )),
         };
         Ok(Upstream {
@@ -168,6 +173,7 @@ impl Upstream {
             lane: cfg.lane,
             timeout: cfg.timeout,
             stream_idle_timeout: cfg.stream_idle_timeout,
+            responses: cfg.responses,
             transport,
             probe,
             models,

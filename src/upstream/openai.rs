@@ -38,6 +38,7 @@ pub struct OpenAiTransport {
     chat_url: reqwest::Url,
     completions_url: reqwest::Url,
     embeddings_url: reqwest::Url,
+    responses_url: reqwest::Url,
     models_url: reqwest::Url,
     auth: Option<HeaderValue>,
     /// What the server says about its models' context windows.
@@ -69,6 +70,7 @@ impl OpenAiTransport {
             chat_url: parse_url(&format!("{base_url}{}", Endpoint::Chat.path()))?,
             completions_url: parse_url(&format!("{base_url}{}", Endpoint::Completions.path()))?,
             embeddings_url: parse_url(&format!("{base_url}{}", Endpoint::Embeddings.path()))?,
+            responses_url: parse_url(&format!("{base_url}{}", Endpoint::Responses.path()))?,
             models_url: parse_url(&format!("{base_url}/models"))?,
             auth,
         })
@@ -139,6 +141,7 @@ impl Transport for OpenAiTransport {
             Endpoint::Chat => &self.chat_url,
             Endpoint::Completions => &self.completions_url,
             Endpoint::Embeddings => &self.embeddings_url,
+            Endpoint::Responses => &self.responses_url,
         };
         let mut req = self
             .client

@@ -35,6 +35,10 @@ pub enum NotAnAnswer {
     NoChoices,
     #[error("it has no `data`")]
     NoData,
+    #[error("it has no `output`")]
+    NoOutput,
+    #[error("it has no `type`")]
+    NoType,
     #[error("it has {0} choices (at most {MAX_CHOICES} are accepted)")]
     TooManyChoices(usize),
     #[error("a tool call index of {0} is out of range (at most {MAX_TOOL_CALLS} tool calls)")]
@@ -43,7 +47,7 @@ pub enum NotAnAnswer {
 
 /// A payload must be a UTF-8 JSON object before it is read further
 /// (serde would read `[]` as a struct with every field defaulted).
-fn object_bytes(data: &[u8]) -> Result<(), NotAnAnswer> {
+pub(super) fn object_bytes(data: &[u8]) -> Result<(), NotAnAnswer> {
     std::str::from_utf8(data).map_err(|_| NotAnAnswer::Utf8)?;
     match data.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'{') => Ok(()),
@@ -362,8 +366,12 @@ pub enum WholeBody {
 }
 
 /// Validates a whole response body of `endpoint` and reads its usage:
-/// chat and legacy completions need `choices`, embeddings `data`.
+/// chat and legacy completions need `choices`, embeddings `data`, a
+/// Responses body `output` ([`super::responses::inspect_response`]).
 pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, NotAnAnswer> {
+    if endpoint == Endpoint::Responses {
+        return super::responses::inspect_response(body);
+    }
     object_bytes(body)?;
     let probe: CompletionProbe = serde_json::from_slice(body)?;
     if let Some(e) = probe.error.filter(|e| !e.is_null()) {

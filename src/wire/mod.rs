@@ -6,7 +6,8 @@
 //! response body and each stream chunk travel as the upstream's own bytes.
 //! [`inspect`] only reads what conclave needs from them (usage, errors,
 //! validity); [`output`] assembles the assistant's text when a strategy
-//! must judge it.
+//! must judge it. [`responses`] reads the same of the Responses API's
+//! bodies and stream events, for upstreams that speak it natively.
 
 pub mod assemble;
 pub mod billing;
@@ -14,6 +15,7 @@ mod finish;
 mod inspect;
 mod output;
 mod request;
+pub mod responses;
 
 pub use inspect::*;
 pub use output::*;
@@ -25,6 +27,9 @@ pub enum Endpoint {
     Chat,
     Completions,
     Embeddings,
+    /// The Responses API, relayed verbatim to an upstream that speaks it
+    /// natively (`responses = true`).
+    Responses,
 }
 
 impl Endpoint {
@@ -34,6 +39,7 @@ impl Endpoint {
             Endpoint::Chat => "/chat/completions",
             Endpoint::Completions => "/completions",
             Endpoint::Embeddings => "/embeddings",
+            Endpoint::Responses => "/responses",
         }
     }
 }

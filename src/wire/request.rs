@@ -296,16 +296,99 @@ pub struct StreamOptions {
     pub extra: Map<String, Value>,
 }
 
-/// Token usage as upstreams report it; missing counts read as zero.
+/// Token usage as upstreams report it, in either dialect: Chat
+/// Completions' `prompt_tokens`/`completion_tokens` (with
+/// `prompt_tokens_details.cached_tokens` and
+/// `completion_tokens_details.reasoning_tokens`) or the Responses API's
+/// `input_tokens`/`output_tokens` (with `input_tokens_details` and
+/// `output_tokens_details`). Missing counts read as zero; a detail that is
+/// not a count is ignored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(from = "UsageWire")]
 pub struct Usage {
-    #[serde(default)]
     pub prompt_tokens: u64,
-    #[serde(default)]
     pub completion_tokens: u64,
+    /// Input tokens read from the provider's prompt cache (part of
+    /// `prompt_tokens`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cached_tokens: u64,
+    /// Output tokens spent reasoning (part of `completion_tokens`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
     /// conclave estimated it: the upstream reported none.
     #[serde(skip)]
     pub estimated: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// [`Usage`] as either dialect writes it.
+#[derive(Deserialize)]
+struct UsageWire {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<Details>,
+    #[serde(default)]
+    completion_tokens_details: Option<Details>,
+    #[serde(default)]
+    input_tokens_details: Option<Details>,
+    #[serde(default)]
+    output_tokens_details: Option<Details>,
+}
+
+/// A `*_tokens_details` object: only the two counts conclave keeps, read
+/// leniently (servers put other things there).
+#[derive(Default, Deserialize)]
+struct Details {
+    #[serde(default)]
+    cached_tokens: Option<Count>,
+    #[serde(default)]
+    reasoning_tokens: Option<Count>,
+}
+
+/// A count, or anything else (read as nothing).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Count {
+    N(u64),
+    Other(serde::de::IgnoredAny),
+}
+
+fn count(c: &Option<Count>) -> u64 {
+    match c {
+        Some(Count::N(n)) => *n,
+        _ => 0,
+    }
+}
+
+impl From<UsageWire> for Usage {
+    fn from(w: UsageWire) -> Self {
+        let detail = |a: &Option<Details>, b: &Option<Details>, f: fn(&Details) -> u64| {
+            a.as_ref().or(b.as_ref()).map_or(0, f)
+        };
+        Usage {
+            prompt_tokens: w.prompt_tokens.or(w.input_tokens).unwrap_or(0),
+            completion_tokens: w.completion_tokens.or(w.output_tokens).unwrap_or(0),
+            cached_tokens: detail(&w.prompt_tokens_details, &w.input_tokens_details, |d| {
+                count(&d.cached_tokens)
+            }),
+            reasoning_tokens: detail(
+                &w.completion_tokens_details,
+                &w.output_tokens_details,
+                |d| count(&d.reasoning_tokens),
+            ),
+            estimated: false,
+        }
+    }
 }
 
 /// The one rule for estimating tokens when an upstream reports no usage:
@@ -323,6 +406,7 @@ impl Usage {
             prompt_tokens: input_tokens,
             completion_tokens: estimate_tokens(output_bytes),
             estimated: true,
+            ..Usage::default()
         }
     }
 }

@@ -120,7 +120,7 @@ impl ChatModel for Fake {
                 let usage = Usage {
                     prompt_tokens: 1,
                     completion_tokens: 1,
-                    estimated: false,
+                    ..Usage::default()
                 };
                 attempt.set_usage(usage);
                 attempt.finish();

@@ -284,6 +284,7 @@ fn answer(replies: Vec<Reply>, face: Face, call: &Call) -> Result<Reply, ModelEr
                 prompt_tokens: t.input_tokens,
                 completion_tokens: t.output_tokens,
                 estimated: t.estimated,
+                ..Usage::default()
             }),
         })
     } else {

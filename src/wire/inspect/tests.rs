@@ -12,7 +12,7 @@ fn chunk_inspection_reads_usage_and_errors() {
         UsageField::Present(Usage {
             prompt_tokens: 3,
             completion_tokens: 4,
-            estimated: false,
+            ..Usage::default()
         })
     );
     assert_eq!(c.choices, 0);

@@ -1,0 +1,89 @@
+//! What every request that runs a model is counted by: its id, the guard
+//! that tracks it in flight and records it when it ends, and the response
+//! of a request that failed before it reached a route.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use metrics::{counter, gauge};
+
+use super::Gateway;
+use super::error::ApiError;
+use crate::context::RequestCtx;
+use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, Telemetry, status_label};
+
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The response of a handler that may have failed before its route was
+/// known (counted under `route="unknown"`), with the request id.
+pub fn finish_response(gw: &Gateway, resp: Result<Response, ApiError>, id: &str) -> Response {
+    let mut resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            // A key's 429 was recorded under its route when it was opened.
+            if !matches!(e, ApiError::Governed(_)) {
+                let status = status_label(e.status().as_u16());
+                gw.state().telemetry.metrics.scope(|| {
+                    counter!(REQUESTS_TOTAL, "route" => "unknown", "strategy" => "none", "status" => status)
+                        .increment(1);
+                });
+            }
+            e.into_response()
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    resp
+}
+
+/// The client's `x-request-id` when it is a sane token, else a new UUID.
+pub fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string())
+}
+
+/// Tracks one request in flight and records it when it ends. Dropped
+/// without a status, the client went away first (`499`).
+pub struct RequestGuard {
+    ctx: Arc<RequestCtx>,
+    telemetry: Arc<Telemetry>,
+    status: Option<&'static str>,
+}
+
+impl RequestGuard {
+    pub fn new(ctx: Arc<RequestCtx>, telemetry: Arc<Telemetry>) -> Self {
+        let route = ctx.route.clone();
+        ctx.metrics
+            .scope(|| gauge!(INFLIGHT_REQUESTS, "route" => route).increment(1.0));
+        RequestGuard {
+            ctx,
+            telemetry,
+            status: None,
+        }
+    }
+
+    pub fn ctx(&self) -> &Arc<RequestCtx> {
+        &self.ctx
+    }
+
+    pub fn finish(&mut self, status: &'static str) {
+        self.status.get_or_insert(status);
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        let route = self.ctx.route.clone();
+        self.ctx
+            .metrics
+            .scope(|| gauge!(INFLIGHT_REQUESTS, "route" => route).decrement(1.0));
+        let end = self.ctx.end(self.status.unwrap_or("499"));
+        self.telemetry.record_request(&end);
+    }
+}

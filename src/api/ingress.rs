@@ -1,0 +1,282 @@
+//! The life of one model request, the same for every dialect: admit it
+//! (state, caller, body), let its dialect parse it and resolve its model
+//! into a [`Job`], open its context and guard (the key's limits), bound
+//! its work by the deadline and shutdown, answer in kind through the
+//! dialect's [`Render`], and record it when it ends.
+//!
+//! A dialect (chat completions, completions and embeddings, Responses)
+//! is a [`Dialect`]: a parse and a render; it knows nothing of limits,
+//! keep-alives, telemetry or shutdown.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::Response;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::time::timeout_at;
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::guard::{RequestGuard, finish_response, request_id};
+use super::render::Render;
+use super::{AppState, Gateway, body, options, respond};
+use crate::context::{Options, RequestCtx};
+use crate::error::ModelError;
+use crate::governor::{RateHeaders, record_rejection};
+use crate::graph::Node;
+use crate::model::{Call, CallSize, Reply};
+use crate::wire::billing::Billable;
+
+/// A request that got in: the current state, the caller behind its
+/// credentials, its headers, and its body within the limits.
+pub struct Admitted {
+    pub app: Arc<AppState>,
+    pub caller: Caller,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Admitted {
+    /// The node a client's `model` names, if the caller may use it. A
+    /// model the caller may not use is not found, exactly as an unknown one.
+    pub fn resolve(&self, model: &str) -> Result<(&Arc<str>, &Node), ApiError> {
+        resolve(&self.app, &self.caller, model)
+    }
+}
+
+/// See [`Admitted::resolve`].
+pub fn resolve<'a>(
+    app: &'a AppState,
+    caller: &Caller,
+    model: &str,
+) -> Result<(&'a Arc<str>, &'a Node), ApiError> {
+    app.graph
+        .get(model)
+        .filter(|(route, _)| caller.may_use(route))
+        .ok_or_else(|| ApiError::NotFound {
+            model: model.to_owned(),
+        })
+}
+
+/// What a model is asked to do for a request: the call it makes, given
+/// the request's first [`Call`].
+pub type Run = Box<dyn FnOnce(Call) -> BoxFuture<'static, Result<Reply, ModelError>> + Send>;
+
+/// Something to do once the request's context exists (an event to emit).
+pub type OnOpen = Box<dyn FnOnce(&RequestCtx) + Send>;
+
+/// A request read by its dialect and resolved to a node, ready to run.
+pub struct Job<'a> {
+    pub route: &'a Arc<str>,
+    pub node: &'a Node,
+    /// The request's size, for its key's limits, and how many answers
+    /// it asks for.
+    pub bill: Billable,
+    pub answers: u64,
+    pub stream: bool,
+    pub run: Run,
+    pub render: Box<dyn Render>,
+    /// Response headers the dialect adds (a warning).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub on_open: Option<OnOpen>,
+}
+
+/// One API dialect's request side: its body read into a [`Job`].
+#[async_trait]
+pub trait Dialect: Send + Sync {
+    async fn job<'a>(&self, admitted: &'a Admitted) -> Result<Job<'a>, ApiError>;
+}
+
+/// Serves one model request of `dialect`, start to end.
+pub async fn serve(
+    gw: &Gateway,
+    headers: HeaderMap,
+    body: Body,
+    dialect: &dyn Dialect,
+) -> Response {
+    let id = request_id(&headers);
+    let resp = async {
+        let admitted = admit(gw, headers, body).await?;
+        let job = dialect.job(&admitted).await?;
+        run(gw, &admitted, &id, job).await
+    }
+    .await;
+    finish_response(gw, resp, &id)
+}
+
+/// The first steps of every request: the current state, the caller
+/// behind the credentials, and the body within its limits.
+pub async fn admit(gw: &Gateway, headers: HeaderMap, body: Body) -> Result<Admitted, ApiError> {
+    let app = gw.state();
+    let caller = app.keys.authenticate(&headers)?;
+    let body = body::read(
+        body,
+        &headers,
+        app.max_body_bytes,
+        app.body_read_timeout,
+        &gw.stop,
+    )
+    .await?;
+    Ok(Admitted {
+        app,
+        caller,
+        headers,
+        body,
+    })
+}
+
+/// Opens the job's request, runs its model bounded by the request, and
+/// answers in kind.
+async fn run(gw: &Gateway, ad: &Admitted, id: &str, job: Job<'_>) -> Result<Response, ApiError> {
+    let opts = options::read(&ad.headers)?;
+    let asked = Asked::new(&ad.app, job.bill, job.answers);
+    let Opened { ctx, guard, limits } = open(
+        gw,
+        &ad.app,
+        id,
+        (job.route, job.node),
+        ad.caller.clone(),
+        opts,
+        asked,
+    )?;
+    if let Some(f) = job.on_open {
+        f(&ctx);
+    }
+    let work: Work = Box::pin(bounded(ctx.clone(), (job.run)(Call::new(ctx.clone()))));
+    let keepalive = respond::keepalive_for(&ad.app, job.node);
+    let answer = respond::Answer {
+        node: job.node,
+        ctx: &ctx,
+        render: job.render,
+        guard,
+    };
+    let mut resp = if job.stream {
+        respond::stream(answer, keepalive, work).await
+    } else {
+        respond::whole(answer, work).await
+    };
+    let h = resp.headers_mut();
+    h.extend(job.headers);
+    for (name, value) in limits.pairs() {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// What a request asks of a node, for its key's limits: the size of
+/// one call, and whether the client capped its output.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    size: CallSize,
+    capped: bool,
+}
+
+impl Asked {
+    /// A request billable for `bill`, its output at the gateway's
+    /// assumption (times its answers) when the client set no cap.
+    fn new(app: &AppState, bill: Billable, answers: u64) -> Self {
+        let assumed = u64::from(app.estimate_output_tokens).saturating_mul(answers);
+        Asked {
+            size: CallSize {
+                input: bill.input,
+                images: bill.images,
+                output: bill.output.unwrap_or(assumed),
+            },
+            capped: bill.output.is_some(),
+        }
+    }
+}
+
+/// An opened request: its context, the guard that records it when it
+/// ends, and the key's `x-ratelimit-*` figures for its response.
+struct Opened {
+    ctx: Arc<RequestCtx>,
+    guard: RequestGuard,
+    limits: RateHeaders,
+}
+
+/// Opens a request on `route` if the caller's key lets it in (its rate
+/// limits and budget, for what `node` may spend on `asked`): its context
+/// (deadline, key, shutdown, access log, budget ticket) and guard. A
+/// request turned away is recorded as a 429 and its rejection logged.
+fn open(
+    gw: &Gateway,
+    app: &AppState,
+    id: &str,
+    (route, node): (&Arc<str>, &Node),
+    caller: Caller,
+    options: Options,
+    asked: Asked,
+) -> Result<Opened, ApiError> {
+    let admitted = caller
+        .gov
+        .as_ref()
+        .map(|g| g.admit(node.model.estimate(asked.size), asked.capped))
+        .transpose();
+    let mut ctx = RequestCtx::new(
+        id.to_owned(),
+        route.clone(),
+        node.strategy,
+        caller.name,
+        app.request_timeout,
+        app.telemetry.reporters(),
+        gw.hard.clone(),
+    )
+    .with_access_log(app.access_log)
+    .with_trace(
+        app.telemetry
+            .tracer
+            .as_ref()
+            .and_then(|t| t.start(options.trace_parent.as_ref(), app.clock.now())),
+    )
+    .with_options(options);
+    let mut limits = RateHeaders::default();
+    let rejected = match admitted {
+        Ok(Some(a)) => {
+            limits = a.headers;
+            if let Some(t) = a.ticket {
+                ctx = ctx.with_sink(t);
+            }
+            None
+        }
+        Ok(None) => None,
+        Err(r) => Some(r),
+    };
+    let ctx = Arc::new(ctx);
+    let mut guard = RequestGuard::new(ctx.clone(), app.telemetry.clone());
+    if let Some(r) = rejected {
+        let retry = r.retry_after.map_or(Value::Null, Value::from);
+        record_rejection(&ctx, r.scope, r.limit, r.asked, &[("retry_after_s", retry)]);
+        guard.finish("429");
+        return Err(ApiError::Governed(r));
+    }
+    Ok(Opened { ctx, guard, limits })
+}
+
+/// A model's answer in the making, bounded by its request (see [`bounded`]).
+pub type Work = Pin<Box<dyn Future<Output = Result<Reply, ApiError>> + Send>>;
+
+/// Runs a model's work under the request's deadline, until shutdown's
+/// grace period ends it.
+async fn bounded(
+    ctx: Arc<RequestCtx>,
+    work: impl Future<Output = Result<Reply, ModelError>>,
+) -> Result<Reply, ApiError> {
+    tokio::select! {
+        r = timeout_at(ctx.deadline, work) => match r {
+            Err(_) => Err(ApiError::Timeout {
+                after: ctx.deadline - ctx.started,
+            }),
+            Ok(r) => r.map_err(ApiError::from),
+        },
+        () = ctx.shutdown.cancelled() => Err(ApiError::ShuttingDown),
+    }
+}

@@ -1,0 +1,238 @@
+//! How answers go out, whole or streamed, in whatever dialect the
+//! request's [`Render`] writes: a whole JSON body; a stream of events
+//! (relayed by [`relay`](super::relay)); the error response of a request
+//! that reached its route; and the `x-conclave-*` headers, written from
+//! whatever the reply's meta holds (no strategy-specific code here).
+//!
+//! While a model works on its first chunk, keep-alive comments may be sent
+//! (`server.sse_keepalive`, or a chain that verifies); the first one commits
+//! the status to 200, so a later failure becomes the dialect's stream
+//! error event.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use tokio::time::Instant;
+
+use super::AppState;
+use super::error::ApiError;
+use super::guard::RequestGuard;
+use super::ingress::Work;
+use super::relay::{ClientStream, KEEPALIVE};
+use super::render::Render;
+use crate::context::RequestCtx;
+use crate::graph::Node;
+use crate::model::{ChunkStream, Meta, ReplyBody};
+use crate::stream::whole_to_stream;
+use crate::telemetry::status_label;
+
+pub const ROUTE: HeaderName = HeaderName::from_static("x-conclave-route");
+pub const STRATEGY: HeaderName = HeaderName::from_static("x-conclave-strategy");
+pub const SERVED_BY: HeaderName = HeaderName::from_static("x-conclave-served-by");
+pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-conclave-attempts");
+
+/// Everything an answer is written with.
+pub struct Answer<'a> {
+    pub node: &'a Node,
+    pub ctx: &'a std::sync::Arc<RequestCtx>,
+    pub render: Box<dyn Render>,
+    pub guard: RequestGuard,
+}
+
+/// Answers with a whole JSON body.
+pub async fn whole(a: Answer<'_>, work: Work) -> Response {
+    let Answer {
+        node,
+        ctx,
+        mut render,
+        mut guard,
+    } = a;
+    let reply = match work.await {
+        Ok(r) => r,
+        Err(e) => return failed(e, ctx, node, guard),
+    };
+    let ReplyBody::Whole(completion) = &reply.body else {
+        let e = ApiError::Internal("the model answered a whole request with a stream".into());
+        return failed(e, ctx, node, guard);
+    };
+    // A whole answer's first token reaches the client with the rest.
+    ctx.first_token();
+    let body = match render.whole(&completion.body, ctx.totals()) {
+        Ok(b) => b,
+        Err(e) => return failed(e, ctx, node, guard),
+    };
+    let mut resp = Response::new(Body::from(body));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    answer_headers(resp.headers_mut(), ctx, node, Known::Answer(&reply.meta));
+    guard.finish("200");
+    resp
+}
+
+/// The error response of a request that reached its route.
+pub fn failed(e: ApiError, ctx: &RequestCtx, node: &Node, mut guard: RequestGuard) -> Response {
+    guard.finish(status_label(e.status().as_u16()));
+    let mut resp = e.into_response();
+    answer_headers(resp.headers_mut(), ctx, node, Known::Failed);
+    resp
+}
+
+/// What is known about the answer when the response headers go out.
+enum Known<'a> {
+    /// Keep-alives were sent before any answer existed.
+    Committed,
+    Answer(&'a Meta),
+    Failed,
+}
+
+/// The `x-conclave-*` response headers.
+fn answer_headers(h: &mut HeaderMap, ctx: &RequestCtx, node: &Node, known: Known<'_>) {
+    if let Ok(v) = HeaderValue::from_str(&ctx.route) {
+        h.insert(ROUTE, v);
+    }
+    h.insert(STRATEGY, HeaderValue::from_static(node.strategy));
+    match known {
+        Known::Committed => {}
+        Known::Failed => {
+            h.insert(ATTEMPTS, HeaderValue::from(ctx.attempts()));
+        }
+        Known::Answer(meta) => {
+            for (name, value) in meta_headers(meta, ctx) {
+                h.insert(name, value);
+            }
+        }
+    }
+}
+
+/// The headers an answer's meta becomes, with the attempt count so far.
+pub fn meta_headers(meta: &Meta, ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = Vec::with_capacity(meta.headers.len() + 2);
+    if let Some(v) = meta
+        .served_by
+        .as_deref()
+        .and_then(|s| HeaderValue::from_str(s).ok())
+    {
+        out.push((SERVED_BY, v));
+    }
+    out.push((ATTEMPTS, HeaderValue::from(ctx.attempts())));
+    out.extend(meta.headers.iter().cloned());
+    out
+}
+
+/// The stream of a streamed request's reply: a strategy that worked on a
+/// whole answer has it turned into chunks.
+fn stream_of(body: ReplyBody) -> Result<ChunkStream, ApiError> {
+    match body {
+        ReplyBody::Stream(s) => Ok(s),
+        ReplyBody::Whole(c) => whole_to_stream(&c).map_err(ApiError::from),
+    }
+}
+
+fn sse_headers(h: &mut HeaderMap) {
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+}
+
+/// The keep-alive gap of a streamed request to `node`: the shorter of
+/// the node's own (a verifying chain) and the server's.
+pub fn keepalive_for(app: &AppState, node: &Node) -> Option<Duration> {
+    match (node.keepalive, app.sse_keepalive) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Answers a streamed request with the reply `work` produces, sending
+/// keep-alive comments every `keepalive` while it has none yet.
+pub async fn stream(a: Answer<'_>, keepalive: Option<Duration>, mut work: Work) -> Response {
+    let Answer {
+        node,
+        ctx,
+        render,
+        guard,
+    } = a;
+    let result = match keepalive {
+        None => work.as_mut().await,
+        Some(gap) => tokio::select! {
+            r = work.as_mut() => r,
+            () = tokio::time::sleep(gap) => {
+                let body = committed(work, gap, ctx.clone(), render, guard);
+                let mut resp = Response::new(Body::from_stream(body));
+                sse_headers(resp.headers_mut());
+                answer_headers(resp.headers_mut(), ctx, node, Known::Committed);
+                return resp;
+            }
+        },
+    };
+    let reply = match result {
+        Ok(r) => r,
+        Err(e) => return failed(e, ctx, node, guard),
+    };
+    let mut headers = HeaderMap::new();
+    answer_headers(&mut headers, ctx, node, Known::Answer(&reply.meta));
+    let stream = match stream_of(reply.body) {
+        Ok(s) => s,
+        Err(e) => return failed(e, ctx, node, guard),
+    };
+    let mut resp = Response::new(Body::from_stream(ClientStream::new(stream, render, guard)));
+    sse_headers(resp.headers_mut());
+    resp.headers_mut().extend(headers);
+    resp
+}
+
+/// The body of a stream committed (status 200) while the model still
+/// works: the dialect's opening, then keep-alive comments until the
+/// answer or the error is there.
+fn committed(
+    mut work: Work,
+    gap: Duration,
+    ctx: std::sync::Arc<RequestCtx>,
+    mut render: Box<dyn Render>,
+    mut guard: RequestGuard,
+) -> impl Stream<Item = Result<Bytes, Infallible>> {
+    async_stream::stream! {
+        let mut first = BytesMut::new();
+        render.open(&mut first);
+        first.extend_from_slice(KEEPALIVE);
+        yield Ok(first.freeze());
+        let mut tick = tokio::time::interval_at(Instant::now() + gap, gap);
+        let result = loop {
+            let r = tokio::select! {
+                r = work.as_mut() => Some(r),
+                _ = tick.tick() => None,
+            };
+            match r {
+                Some(r) => break r,
+                None => yield Ok(Bytes::from_static(KEEPALIVE)),
+            }
+        };
+        match result.and_then(|r| Ok((r.meta, stream_of(r.body)?))) {
+            Ok((meta, s)) => {
+                // The headers went out before the answer existed: its
+                // meta follows the stream as comments before its end.
+                let mut relay = ClientStream::opened(s, render, guard).with_trailer(meta);
+                while let Some(b) = relay.next().await {
+                    yield b;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(request_id = %ctx.id, error = %e, "streamed request failed");
+                guard.finish("stream_error");
+                let mut out = BytesMut::new();
+                render.fail(&e, &mut out);
+                yield Ok(out.freeze());
+            }
+        }
+    }
+}
