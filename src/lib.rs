@@ -18,7 +18,8 @@
 //!   race, arena, oracle).
 //! - [`governor`]: API keys' rate limits and daily budgets, and the rate
 //!   limits upstreams share.
-//! - [`store`]: the embedded SQLite store (spend per key and day, arenas).
+//! - [`store`]: the embedded SQLite store (spend per key and day, arenas,
+//!   oracle spend, stored responses).
 //! - [`stream`]: the streaming toolkit strategies share (whole to stream,
 //!   rewrite chunks, commit at the first real delta, merge).
 //! - [`api`]: the axum router, auth, SSE relaying and the single mapping of
@@ -164,6 +165,7 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
     let shared = Shared {
         telemetry,
         governor,
+        responses: Arc::new(store::responses::ResponseStore::new(store.clone())),
         store,
         started_at: clock.unix_secs(),
         clock,

@@ -69,12 +69,16 @@ fn check_stream(text: &str) -> Value {
     }
     let last = evs.last().unwrap();
     assert!(
-        ["response.completed", "response.incomplete", "response.failed"]
-            .contains(&last.name.as_str()),
+        [
+            "response.completed",
+            "response.incomplete",
+            "response.failed"
+        ]
+        .contains(&last.name.as_str()),
         "{text}"
     );
     let done = last.data["response"].clone();
-    assert_eq!(done["output_text"].as_str().unwrap_or(""), deltas, "{done}");
+    assert_eq!(said(&done), deltas, "{done}");
     let calls: String = done["output"]
         .as_array()
         .unwrap()
@@ -84,6 +88,23 @@ fn check_stream(text: &str) -> Value {
         .collect();
     assert_eq!(calls, args);
     done
+}
+
+/// The text of a response's messages (what the SDKs' `output_text` is;
+/// OpenAI's own bodies do not carry it, conclave's do).
+fn said(v: &Value) -> String {
+    let text: String = v["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "message")
+        .flat_map(|i| i["content"].as_array().unwrap().clone())
+        .filter_map(|p| p["text"].as_str().map(str::to_owned))
+        .collect();
+    if let Some(t) = v.get("output_text") {
+        assert_eq!(t.as_str().unwrap(), text, "{v}");
+    }
+    text
 }
 
 /// The text of a chat completion's first choice.
@@ -132,10 +153,15 @@ async fn a_race_and_an_arena_answer_too() {
     let gw = demo();
     let confirm = [("x-conclave-confirm", "yes")];
     for stream in [false, true] {
-        let body = json!({"model": "best-of-3", "input": "hi", "stream": stream, "max_output_tokens": 64});
+        let body =
+            json!({"model": "best-of-3", "input": "hi", "stream": stream, "max_output_tokens": 64});
         let r = gw.post_with("/v1/responses", &body, &confirm).await;
         assert_eq!(r.status, 200, "{}", r.text);
-        let v = if stream { check_stream(&r.text) } else { r.json() };
+        let v = if stream {
+            check_stream(&r.text)
+        } else {
+            r.json()
+        };
         assert_eq!(v["status"], "completed", "{v}");
         assert!(!v["output_text"].as_str().unwrap().is_empty());
     }
@@ -146,7 +172,11 @@ async fn a_race_and_an_arena_answer_too() {
         let r = gw.post_with("/v1/responses", &body, &[]).await;
         assert_eq!(r.status, 200, "{}", r.text);
         let id = r.header("x-conclave-arena-id").map(str::to_owned);
-        let v = if stream { check_stream(&r.text) } else { r.json() };
+        let v = if stream {
+            check_stream(&r.text)
+        } else {
+            r.json()
+        };
         let messages = v["output"]
             .as_array()
             .unwrap()
@@ -161,6 +191,9 @@ async fn a_race_and_an_arena_answer_too() {
 }
 
 const TOOLS: &str = r#"
+[server]
+event_log = "{dir}/events.jsonl"
+
 [upstreams.sim]
 kind = "mock"
 
@@ -193,7 +226,11 @@ async fn a_function_tool_round_trip() {
             dropped.contains("web_search") && dropped.contains("local_shell"),
             "{dropped}"
         );
-        let v = if stream { check_stream(&r.text) } else { r.json() };
+        let v = if stream {
+            check_stream(&r.text)
+        } else {
+            r.json()
+        };
         let call = v["output"]
             .as_array()
             .unwrap()
@@ -214,7 +251,11 @@ async fn a_function_tool_round_trip() {
         ]});
         let r = gw.post_with("/v1/responses", &body, &[]).await;
         assert_eq!(r.status, 200, "{}", r.text);
-        let v = if stream { check_stream(&r.text) } else { r.json() };
+        let v = if stream {
+            check_stream(&r.text)
+        } else {
+            r.json()
+        };
         assert_eq!(v["output_text"], "It is sunny in Paris.", "{v}");
     }
     // Upstream, the tools were chat tools (built-ins dropped) and the
@@ -254,7 +295,10 @@ key_env = "BOB"
 /// deleted by it, and a 404 for anyone else.
 #[tokio::test(start_paused = true)]
 async fn stored_responses_are_continued_and_kept_per_key() {
-    let env = [("ALICE", "sk-alice-0123456789"), ("BOB", "sk-bob-0123456789")];
+    let env = [
+        ("ALICE", "sk-alice-0123456789"),
+        ("BOB", "sk-bob-0123456789"),
+    ];
     let gw = inproc::Gw::start_with(KEYS, &env, std::time::UNIX_EPOCH + inproc::START);
     let alice = [("authorization", "Bearer sk-alice-0123456789")];
     let bob = [("authorization", "Bearer sk-bob-0123456789")];
@@ -276,10 +320,18 @@ async fn stored_responses_are_continued_and_kept_per_key() {
         let r = gw.post_with("/v1/responses", &body, &alice).await;
         assert_eq!(r.status, 200, "{}", r.text);
         let asked = gw.asked("sim", "echo");
-        let msgs = asked.last().unwrap()["messages"].as_array().unwrap().clone();
+        let msgs = asked.last().unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .clone();
         let said: Vec<(&str, &str)> = msgs
             .iter()
-            .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap_or("")))
+            .map(|m| {
+                (
+                    m["role"].as_str().unwrap(),
+                    m["content"].as_str().unwrap_or(""),
+                )
+            })
             .collect();
         assert_eq!(
             said,
@@ -305,7 +357,10 @@ async fn stored_responses_are_continued_and_kept_per_key() {
         .get_with(&format!("/v1/responses/{id}/input_items"), &alice)
         .await;
     assert_eq!(items.status, 200, "{}", items.text);
-    assert_eq!(items.json()["data"][0]["content"][0]["text"], "my name is Ada");
+    assert_eq!(
+        items.json()["data"][0]["content"][0]["text"],
+        "my name is Ada"
+    );
 
     let del = gw
         .send(
@@ -328,7 +383,10 @@ async fn stored_responses_are_continued_and_kept_per_key() {
     let body = json!({"model": "echo", "input": "forget me", "store": false});
     let r = gw.post_with("/v1/responses", &body, &alice).await.json();
     let gone = gw
-        .get_with(&format!("/v1/responses/{}", r["id"].as_str().unwrap()), &alice)
+        .get_with(
+            &format!("/v1/responses/{}", r["id"].as_str().unwrap()),
+            &alice,
+        )
         .await;
     assert_eq!(gone.status, 404);
 }
@@ -337,12 +395,24 @@ async fn stored_responses_are_continued_and_kept_per_key() {
 async fn what_cannot_be_honoured_is_a_400_naming_the_field() {
     let gw = demo();
     let cases = [
-        (json!({"model": "fast", "input": "x", "background": true}), "background"),
-        (json!({"model": "fast", "input": "x", "frobnicate": 1}), "frobnicate"),
-        (json!({"model": "fast", "input": "x", "max_output_tokens": -1}), "max_output_tokens"),
+        (
+            json!({"model": "fast", "input": "x", "background": true}),
+            "background",
+        ),
+        (
+            json!({"model": "fast", "input": "x", "frobnicate": 1}),
+            "frobnicate",
+        ),
+        (
+            json!({"model": "fast", "input": "x", "max_output_tokens": -1}),
+            "max_output_tokens",
+        ),
         (json!({"model": "fast"}), "input"),
         (json!({"model": "", "input": "x"}), "model"),
-        (json!({"model": "fast", "input": [{"type": "item_reference", "id": "msg_1"}]}), "input[0]"),
+        (
+            json!({"model": "fast", "input": [{"type": "item_reference", "id": "msg_1"}]}),
+            "input[0]",
+        ),
     ];
     for (body, param) in cases {
         let r = gw.post_with("/v1/responses", &body, &[]).await;
@@ -355,7 +425,101 @@ async fn what_cannot_be_honoured_is_a_400_naming_the_field() {
         );
     }
     let r = gw
-        .post_with("/v1/responses", &json!({"model": "nope", "input": "x"}), &[])
+        .post_with(
+            "/v1/responses",
+            &json!({"model": "nope", "input": "x"}),
+            &[],
+        )
         .await;
     assert_eq!(r.status, 404, "{}", r.text);
+}
+
+const NATIVE: &str = r#"
+[server]
+event_log = "{dir}/events.jsonl"
+
+[upstreams.oai]
+kind = "mock"
+responses = true
+
+[upstreams.oai.models.gpt-sim]
+reply = { text = "native answer" }
+
+[upstreams.chat]
+kind = "mock"
+
+[upstreams.chat.models.local-sim]
+reply = { text = "translated answer" }
+
+[models.gpt]
+upstream = "oai"
+model = "gpt-sim"
+
+[models.local]
+upstream = "chat"
+model = "local-sim"
+
+[routes.smart]
+strategy = "passthrough"
+model = "gpt"
+
+[routes.review]
+strategy = "chain"
+tiers = ["local", "gpt"]
+"#;
+
+/// A passthrough route to an upstream that speaks the Responses API is
+/// forwarded verbatim (built-in tools, reasoning items and `include`
+/// reach it, and it echoes them); its events keep their names. A
+/// strategy route in front of the same model translates instead.
+#[tokio::test(start_paused = true)]
+async fn a_native_upstream_gets_the_body_verbatim() {
+    let gw = inproc::Gw::start(NATIVE);
+    let body = |stream: bool| {
+        json!({"model": "smart", "stream": stream, "store": false,
+            "include": ["reasoning.encrypted_content"],
+            "input": [
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+                {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+            "tools": [{"type": "web_search"}, {"type": "custom", "name": "apply_patch"}],
+            "background": false})
+    };
+    let r = gw.post_with("/v1/responses", &body(false), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.header("x-conclave-dropped-tools").is_none());
+    let v = r.json();
+    assert_eq!(said(&v), "native answer", "{v}");
+    assert_eq!(v["tools"][0]["type"], "web_search", "{v}");
+    assert_eq!(v["model"], "gpt-sim");
+
+    let r = gw.post_with("/v1/responses", &body(true), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let done = check_stream(&r.text);
+    assert_eq!(said(&done), "native answer");
+    assert!(r.text.ends_with("\n\n"), "{}", r.text);
+    assert!(!r.text.contains("[DONE]"), "{}", r.text);
+
+    // The upstream saw the client's body, model renamed.
+    let asked = gw.asked("oai", "gpt-sim");
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(asked[0]["input"][0]["encrypted_content"], "opaque");
+    assert_eq!(asked[0]["include"][0], "reasoning.encrypted_content");
+
+    // Usage reached the request's accounting, as for chat.
+    let m = gw.metrics();
+    let tokens = samples(&m, "conclave_tokens_total", &[("model", "gpt")]);
+    assert!(tokens.iter().sum::<f64>() > 0.0, "{m}");
+
+    // A chain in front of it translates (built-in tools dropped, named).
+    let mut chained = body(false);
+    chained["model"] = json!("review");
+    chained["input"] = json!("hi");
+    chained.as_object_mut().unwrap().remove("background");
+    let r = gw.post_with("/v1/responses", &chained, &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["output_text"], "translated answer");
+    assert_eq!(
+        r.header("x-conclave-dropped-tools"),
+        Some("web_search, custom")
+    );
 }

@@ -39,6 +39,10 @@ pub enum ApiError {
     ArenaNotYours,
     #[error("Arena `{id}` already has its vote ({outcome}); an arena takes one.")]
     ArenaVoted { id: String, outcome: String },
+    /// A stored response that is unknown, expired, deleted or another
+    /// key's: they answer alike.
+    #[error("Response with id '{id}' not found.")]
+    ResponseNotFound { id: String },
     /// An unknown model, or one the key may not use: the two answer
     /// alike, so a key cannot learn which names exist (as OpenAI does).
     #[error("The model `{model}` does not exist or you do not have access to it.")]
@@ -129,6 +133,9 @@ impl ApiError {
                 "invalid_request_error",
                 "arena_not_found",
             ),
+            ApiError::ResponseNotFound { .. } => {
+                plain(StatusCode::NOT_FOUND, "invalid_request_error", "not_found")
+            }
             ApiError::ArenaNotYours => {
                 plain(StatusCode::FORBIDDEN, "permission_error", "arena_not_yours")
             }

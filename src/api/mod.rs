@@ -43,6 +43,7 @@ use crate::config::{Config, Route};
 use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
 use crate::store::Store;
+use crate::store::responses::ResponseStore;
 use crate::strategy::arena::config::ArenaSpec;
 use crate::telemetry::Telemetry;
 pub use auth::Keys;
@@ -58,6 +59,8 @@ pub struct Shared {
     pub governor: Arc<Governor>,
     /// The embedded store (`server.state_path`, else in memory).
     pub store: Arc<Store>,
+    /// The Responses API's stored responses (in `store`).
+    pub responses: Arc<ResponseStore>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
     /// The instance's wall clock.
@@ -77,6 +80,9 @@ pub struct AppState {
     pub access_log: bool,
     pub telemetry: Arc<Telemetry>,
     pub store: Arc<Store>,
+    pub responses: Arc<ResponseStore>,
+    /// How long a stored response is kept (`server.responses_retention`).
+    pub responses_retention: Duration,
     pub clock: Clock,
     /// Arena routes and their contestants, for votes and the leaderboard.
     pub arenas: IndexMap<String, Vec<String>>,
@@ -110,6 +116,8 @@ impl AppState {
             access_log: config.server.access_log,
             telemetry: shared.telemetry.clone(),
             store: shared.store.clone(),
+            responses: shared.responses.clone(),
+            responses_retention: config.server.responses_retention,
             clock: shared.clock,
             arenas: config
                 .routes
@@ -170,8 +178,24 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/completions", post(forward::completions))
         .route("/v1/embeddings", post(forward::embeddings))
         .route("/embeddings", post(forward::embeddings))
-        .route("/v1/responses", post(responses))
-        .route("/responses", post(responses))
+        .route("/v1/responses", post(responses::dialect::create))
+        .route("/responses", post(responses::dialect::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::stored::get).delete(responses::stored::delete),
+        )
+        .route(
+            "/responses/{id}",
+            get(responses::stored::get).delete(responses::stored::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::stored::input_items),
+        )
+        .route(
+            "/responses/{id}/input_items",
+            get(responses::stored::input_items),
+        )
         .route("/v1/models", get(info::models))
         .route("/models", get(info::models))
         .route("/v1/models/{id}", get(info::model))
@@ -188,17 +212,6 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .fallback(unknown_url)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(gateway)
-}
-
-/// `POST /v1/responses`: not served, and says what to use instead.
-async fn responses() -> ApiError {
-    ApiError::BadRequest {
-        message: "The Responses API (/v1/responses) is not served by this gateway yet; \
-                  use POST /v1/chat/completions."
-            .into(),
-        param: None,
-        code: Some("unsupported_endpoint"),
-    }
 }
 
 async fn unknown_url(method: Method, uri: Uri) -> ApiError {

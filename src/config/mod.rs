@@ -79,6 +79,8 @@ pub struct Server {
     pub metrics_key: Option<Secret>,
     /// How long `/readyz` reuses its last probe of the upstreams.
     pub readyz_cache: Duration,
+    /// How long a stored response (`store: true`) is kept; zero keeps none.
+    pub responses_retention: Duration,
 }
 
 /// `[telemetry]`: where traces go (`None`: tracing off) and how many.

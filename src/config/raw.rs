@@ -45,6 +45,8 @@ pub struct Server {
     pub metrics_key_env: Option<String>,
     #[serde(default = "default_readyz_cache", with = "humantime_serde")]
     pub readyz_cache: Duration,
+    #[serde(default = "default_responses_retention", with = "humantime_serde")]
+    pub responses_retention: Duration,
     #[serde(default = "default_http2_max_streams")]
     pub http2_max_streams: u32,
     #[serde(default = "default_max_header_bytes")]
@@ -70,10 +72,16 @@ impl Default for Server {
             event_log_buffer: default_event_log_buffer(),
             metrics_key_env: None,
             readyz_cache: default_readyz_cache(),
+            responses_retention: default_responses_retention(),
             http2_max_streams: default_http2_max_streams(),
             max_header_bytes: default_max_header_bytes(),
         }
     }
+}
+
+/// OpenAI keeps a stored response 30 days.
+fn default_responses_retention() -> Duration {
+    Duration::from_secs(30 * 86_400)
 }
 
 fn default_readyz_cache() -> Duration {

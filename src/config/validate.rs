@@ -259,6 +259,7 @@ fn server(
         },
         metrics_key,
         readyz_cache: raw.readyz_cache,
+        responses_retention: raw.responses_retention,
     })
 }
 

@@ -1,7 +1,8 @@
 //! The embedded store (`server.state_path`): one SQLite file holding what
 //! must survive a restart: each key's spend per UTC day ([`spend`]), the
 //! arenas and their votes ([`arena`]), and what each session, and each
-//! key per oracle route and day, spent on oracle consults (`oracle`). It
+//! key per oracle route and day, spent on oracle consults (`oracle`), and
+//! the Responses API's stored responses ([`responses`]). It
 //! is created with its schema on first start and migrated in order by
 //! `PRAGMA user_version`; a file
 //! from a newer conclave is refused rather than misread; arenas that
@@ -10,6 +11,7 @@
 
 pub mod arena;
 pub mod oracle;
+pub mod responses;
 mod spend;
 
 pub use spend::SpendRow;
@@ -59,6 +61,16 @@ const MIGRATIONS: &[&str] = &[
         cost_usd  REAL    NOT NULL,
         PRIMARY KEY (key, route, day)
     );",
+    "CREATE TABLE response (
+        id        TEXT    PRIMARY KEY,   -- resp_…
+        key       TEXT    NOT NULL,      -- key name, or anonymous
+        created   INTEGER NOT NULL,      -- Unix seconds
+        expires   INTEGER NOT NULL,
+        previous  TEXT,                  -- previous_response_id
+        input     TEXT    NOT NULL,      -- JSON: this request's own input items
+        output    TEXT    NOT NULL       -- JSON: the response object
+    );
+    CREATE INDEX response_expires ON response (expires);",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +81,8 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("a state store task failed: {0}")]
+    Task(String),
     #[error(
         "the state store {path} has schema version {found}, newer than this build's {known}; \
          use a newer conclave or another server.state_path"

@@ -19,10 +19,12 @@
 //! the streamed and the whole rendering of one answer agree to the byte.
 //! docs/responses.md describes the field mapping for users.
 
+pub mod dialect;
 mod events;
 mod items;
 mod output;
 mod request;
+pub mod stored;
 #[cfg(test)]
 mod tests;
 mod tools;

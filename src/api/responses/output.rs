@@ -1,7 +1,8 @@
 //! Output items and the `response` object, built the same way for a whole
-//! answer and at the end of a stream. [`whole`] reads a chat completion
-//! (choice 0 only): its reasoning text, its text and refusal, its tool
-//! calls, in that order, as output items; an answer with neither text nor
+//! answer and at the end of a stream. [`whole`] reads a chat completion:
+//! choice 0's reasoning text, its text and refusal, its tool calls, in
+//! that order, as output items, then the text of any other choice (an
+//! arena's second answer) as a message each; an answer with neither text nor
 //! calls gets one empty message, so a client always finds one. A
 //! `finish_reason` of `length` or `content_filter` makes the response
 //! `incomplete`, and its last item too.
@@ -363,6 +364,13 @@ pub(super) fn whole(head: &Head, completion: &[u8], totals: Totals) -> Result<Va
         }
         items.push(item);
     }
+    for text in other_choices(choices) {
+        let mut item = Item::message(&head.id, items.len());
+        let mut part = Part::new(false);
+        part.text = text;
+        item.kind = Kind::Message { parts: vec![part] };
+        items.push(item);
+    }
     if !items.iter().any(Item::is_answer) {
         let mut item = Item::message(&head.id, items.len());
         item.kind = Kind::Message {
@@ -375,15 +383,46 @@ pub(super) fn whole(head: &Head, completion: &[u8], totals: Totals) -> Result<Va
         .and_then(Value::as_str);
     let ending = Ending::of(reason);
     let model = text_of(&body, "model").unwrap_or(&head.model);
-    Ok(response(
-        head,
-        Body {
-            status: ending.status(),
-            model,
-            items: &items,
-            ending,
-            usage: usage(body.get("usage").filter(|u| u.is_object()), totals),
-            error: Value::Null,
-        },
+    Ok(with_arena(
+        body.get("arena_id"),
+        response(
+            head,
+            Body {
+                status: ending.status(),
+                model,
+                items: &items,
+                ending,
+                usage: usage(body.get("usage").filter(|u| u.is_object()), totals),
+                error: Value::Null,
+            },
+        ),
     ))
+}
+
+/// Most choices past the first an answer is read for.
+pub(super) const MAX_OTHER_CHOICES: u64 = 8;
+
+/// The text of each choice past the first (an arena's second answer), in
+/// order: each becomes a message item after the first choice's items.
+fn other_choices(choices: &[Value]) -> Vec<String> {
+    let mut others: Vec<(u64, String)> = choices
+        .iter()
+        .filter_map(|c| {
+            let i = c.get("index").and_then(Value::as_u64)?;
+            (1..=MAX_OTHER_CHOICES)
+                .contains(&i)
+                .then(|| (i, content_text(c.pointer("/message/content"))))
+        })
+        .collect();
+    others.sort_by_key(|o| o.0);
+    others.into_iter().map(|o| o.1).collect()
+}
+
+/// The response with the arena's id, when the answer is an arena's (its
+/// two blind answers are the two messages; vote on `arena_id`).
+pub(super) fn with_arena(arena_id: Option<&Value>, mut response: Value) -> Value {
+    if let (Some(id @ Value::String(_)), Value::Object(m)) = (arena_id, &mut response) {
+        m.insert("arena_id".into(), id.clone());
+    }
+    response
 }

@@ -5,7 +5,7 @@ use bytes::BytesMut;
 use serde_json::{Value, json};
 
 use super::Responses;
-use crate::api::responses::output::{Item, Kind, Part, reasoning_of, text_of};
+use crate::api::responses::output::{Item, Kind, MAX_OTHER_CHOICES, Part, reasoning_of, text_of};
 use crate::wire::MAX_TOOL_CALLS;
 
 impl Responses {
@@ -29,7 +29,13 @@ impl Responses {
     }
 
     /// Text (or, `refusal`, a refusal) into the open message's last part.
-    fn text(&mut self, out: &mut BytesMut, delta: &str, refusal: bool, logprobs: &[Value]) {
+    pub(super) fn text(
+        &mut self,
+        out: &mut BytesMut,
+        delta: &str,
+        refusal: bool,
+        logprobs: &[Value],
+    ) {
         if !self.current(|k| matches!(k, Kind::Message { .. })) {
             let item = Item::message(&self.head.id, self.items.len());
             if !self.start(out, item) {
@@ -164,7 +170,21 @@ impl Responses {
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(u.clone());
         }
-        let choice = v.get("choices").and_then(Value::as_array).and_then(|cs| {
+        if let Some(id) = v.get("arena_id").filter(|id| id.is_string()) {
+            self.arena_id = Some(id.clone());
+        }
+        let choices = v.get("choices").and_then(Value::as_array);
+        for c in choices.into_iter().flatten() {
+            let i = c.get("index").and_then(Value::as_u64).unwrap_or(0);
+            if (1..=MAX_OTHER_CHOICES).contains(&i) {
+                let text = c.pointer("/delta/content").and_then(Value::as_str);
+                match self.others.iter_mut().find(|o| o.0 == i) {
+                    Some(o) => o.1.push_str(text.unwrap_or_default()),
+                    None => self.others.push((i, text.unwrap_or_default().to_owned())),
+                }
+            }
+        }
+        let choice = choices.and_then(|cs| {
             cs.iter()
                 .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
         });

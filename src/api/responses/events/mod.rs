@@ -17,6 +17,8 @@
 //!   text or arguments and `response.output_item.done`. Usage chunks and
 //!   the `finish_reason` are kept for the end; chunks that are not JSON,
 //!   carry no choice 0, or are llama-swap's loading banner are skipped.
+//!   The text of other choices (an arena's second answer) is kept and
+//!   written at the end as a message each, after choice 0's items.
 //!   A tool-call fragment for a call already closed is dropped (servers
 //!   stream one call after the other), as is anything past
 //!   [`MAX_ITEMS`] items.
@@ -63,6 +65,10 @@ pub struct Responses {
     model: Option<String>,
     usage: Option<Value>,
     finish_reason: Option<String>,
+    /// The text of each choice past the first (an arena's second answer),
+    /// written as a message of its own at the end.
+    others: Vec<(u64, String)>,
+    arena_id: Option<Value>,
 }
 
 impl Responses {
@@ -81,6 +87,8 @@ impl Responses {
             model: None,
             usage: None,
             finish_reason: None,
+            others: Vec::new(),
+            arena_id: None,
         }
     }
 
@@ -252,6 +260,14 @@ impl Render for Responses {
         if self.finished {
             return;
         }
+        let mut others = std::mem::take(&mut self.others);
+        others.sort_by_key(|o| o.0);
+        for (_, text) in others {
+            let item = Item::message(&self.head.id, self.items.len());
+            if self.start(out, item) {
+                self.text(out, &text, false, &[]);
+            }
+        }
         if !self.items.iter().any(Item::is_answer) {
             let item = Item::message(&self.head.id, self.items.len());
             if self.start(out, item) {
@@ -271,6 +287,7 @@ impl Render for Responses {
                 error: Value::Null,
             },
         );
+        let response = output::with_arena(self.arena_id.as_ref(), response);
         let kind = match ending {
             Ending::Completed => "response.completed",
             Ending::Incomplete(_) => "response.incomplete",

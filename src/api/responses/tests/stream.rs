@@ -274,7 +274,7 @@ fn junk_and_loading_chunks_are_skipped_and_open_is_implied() {
     r.chunk(raw(b"[1,2]"), &mut out);
     r.chunk(raw(br#"{"choices": "no"}"#), &mut out);
     r.chunk(
-        raw(br#"{"choices": [{"index": 1, "delta": {"content": "other choice"}}]}"#),
+        raw(br#"{"choices": [{"index": 9, "delta": {"content": "past the choices read"}}]}"#),
         &mut out,
     );
     let mut banner =

@@ -235,7 +235,11 @@ fn refusals_logprobs_and_empty_answers() {
         {"index": 1, "message": {"content": "second"}, "finish_reason": "stop"},
         {"index": 0, "message": {"content": "first"}, "finish_reason": "stop"}]});
     let v = whole(head(), two, Totals::default());
-    assert_eq!(v["output_text"], "first", "only choice 0");
+    // Choice 0's items first, then each other choice (an arena's B) as a
+    // message of its own.
+    assert_eq!(v["output"][0]["content"][0]["text"], "first");
+    assert_eq!(v["output"][1]["content"][0]["text"], "second");
+    assert_eq!(v["output"].as_array().unwrap().len(), 2);
 }
 
 #[test]

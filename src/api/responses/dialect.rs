@@ -1,0 +1,172 @@
+//! `POST /v1/responses` through the request life cycle (`ingress`): a
+//! request to a model whose upstream speaks the Responses API natively
+//! (`responses = true`, a concrete model or a passthrough route to one)
+//! is forwarded verbatim and its events relayed as they come ([`Native`]);
+//! any other route (every strategy) gets the request translated to chat
+//! and the answer rendered back ([`Responses`]), continuing and storing
+//! the conversation in conclave's store.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::Response;
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::{Map, Value, json};
+
+use super::stored::{history, keeper};
+use super::{Head, Responses, parse};
+use crate::api::Gateway;
+use crate::api::error::ApiError;
+use crate::api::forward::object_with_model;
+use crate::api::ingress::{Admitted, Dialect, Job, OnOpen, serve};
+use crate::api::render::Render;
+use crate::model::Chunk;
+use crate::sink::Totals;
+use crate::wire::billing::{Billable, output_cap};
+use crate::wire::responses::input_len;
+use crate::wire::{Endpoint, estimate_tokens};
+
+/// Names the built-in tool types left out of a translated request.
+pub const DROPPED_TOOLS: HeaderName = HeaderName::from_static("x-conclave-dropped-tools");
+
+pub async fn create(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
+    serve(&gw, headers, body, &ResponsesApi).await
+}
+
+struct ResponsesApi;
+
+#[async_trait]
+impl Dialect for ResponsesApi {
+    async fn job<'a>(&self, ad: &'a Admitted) -> Result<Job<'a>, ApiError> {
+        let (raw, model) = object_with_model(&ad.body)?;
+        let (route, node) = ad.resolve(&model)?;
+        if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_responses()) {
+            return Ok(native(route, node, concrete, raw));
+        }
+        drop(raw);
+        let req = parse(&ad.body)?;
+        let history = match req.previous_response_id() {
+            None => Vec::new(),
+            Some(id) => history(&ad.app, &ad.caller.name, id).await?,
+        };
+        let tr = req.to_chat(&history)?;
+        let head = Head::new(&model, tr.echo, ad.app.clock.unix_secs());
+        let on_done = keeper(&ad.app, &req, ad.caller.name.clone());
+        let mut headers = Vec::new();
+        let mut on_open: Option<OnOpen> = None;
+        if !tr.dropped_tools.is_empty() {
+            let names = tr.dropped_tools.join(", ");
+            if let Ok(v) = HeaderValue::from_str(&names) {
+                headers.push((DROPPED_TOOLS, v));
+            }
+            let tools = tr.dropped_tools.clone();
+            on_open = Some(Box::new(move |ctx| {
+                if ctx.events_enabled() {
+                    let mut f = Map::new();
+                    f.insert("tools".into(), json!(tools));
+                    ctx.emit("tools_dropped", f);
+                }
+            }));
+        }
+        let chat = Arc::new(tr.chat);
+        let model = node.model.clone();
+        Ok(Job {
+            route,
+            node,
+            bill: chat.billable(),
+            answers: 1,
+            stream: req.is_stream(),
+            run: Box::new(move |call| Box::pin(async move { model.chat(call, chat).await })),
+            render: Box::new(Responses::new(head, on_done)),
+            headers,
+            on_open,
+        })
+    }
+}
+
+/// The job of a request forwarded verbatim to a native upstream.
+fn native<'a>(
+    route: &'a Arc<str>,
+    node: &'a crate::graph::Node,
+    concrete: Arc<crate::upstream::ConcreteModel>,
+    raw: Map<String, Value>,
+) -> Job<'a> {
+    let stream = raw.get("stream").and_then(Value::as_bool) == Some(true);
+    let bill = Billable {
+        input: estimate_tokens(input_len(&raw)),
+        images: 0,
+        output: raw
+            .get("max_output_tokens")
+            .and_then(Value::as_u64)
+            .or_else(|| output_cap(&raw)),
+    };
+    Job {
+        route,
+        node,
+        bill,
+        answers: 1,
+        stream,
+        run: Box::new(move |call| {
+            Box::pin(async move { concrete.forward(call, Endpoint::Responses, raw).await })
+        }),
+        render: Box::new(Native::default()),
+        headers: Vec::new(),
+        on_open: None,
+    }
+}
+
+/// Relays a native upstream's Responses answer: the body as it is, each
+/// event under its own name (its JSON's `type`), and an error after the
+/// stream began as an `error` event.
+#[derive(Default)]
+struct Native {
+    /// The last event's `sequence_number`, for an error event after it.
+    seq: Option<u64>,
+}
+
+#[derive(serde::Deserialize)]
+struct EventHead<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    sequence_number: Option<u64>,
+}
+
+impl Render for Native {
+    fn whole(&mut self, body: &Bytes, _: Totals) -> Result<Bytes, ApiError> {
+        Ok(body.clone())
+    }
+
+    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) {
+        let head: Option<EventHead> = serde_json::from_slice(&chunk.data).ok();
+        let kind = head
+            .as_ref()
+            .and_then(|h| h.kind.as_deref())
+            .unwrap_or("message");
+        if let Some(n) = head.as_ref().and_then(|h| h.sequence_number) {
+            self.seq = Some(n);
+        }
+        out.reserve(chunk.data.len() + kind.len() + 16);
+        out.put_slice(b"event: ");
+        out.put_slice(kind.as_bytes());
+        out.put_slice(b"\ndata: ");
+        out.put_slice(&chunk.data);
+        out.put_slice(b"\n\n");
+    }
+
+    fn end(&mut self, _: Totals, _: &mut BytesMut) {}
+
+    fn fail(&mut self, error: &ApiError, out: &mut BytesMut) {
+        let e = error.object();
+        let event = json!({
+            "type": "error",
+            "code": e.get("code"),
+            "message": e.get("message"),
+            "param": e.get("param"),
+            "sequence_number": self.seq.map_or(0, |n| n + 1),
+        });
+        out.put_slice(format!("event: error\ndata: {event}\n\n").as_bytes());
+    }
+}
