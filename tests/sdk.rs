@@ -39,6 +39,7 @@ const TOOL_RESULT: &str = "TOOL-RESULT: 18C, sunny";
 const MEMO: &str = "Noted: MEMO-42";
 const CONTINUED: &str = "Continuing after MEMO-42: the word was AZURE.";
 const CODEX_TOOL_OK: &str = "The command printed CODEX-TOOL-OK.";
+const ESSAY: &str = "Once upon a time, in a land";
 
 // ---------------------------------------------------------------------------
 // Setup: bounded child processes, the venv and the npm install.
@@ -214,7 +215,11 @@ fn codex() -> &'static Path {
 /// One mock model's behaviour: a plain answer, and rules (first match wins)
 /// that the scripts' prompts trigger.
 fn behaviour(name: &str) -> String {
-    let rules: [(&str, String); 7] = [
+    let rules: [(&str, String); 8] = [
+        (
+            "Write a long essay",
+            format!("reply = {{ text = \"{ESSAY}\" }}, finish_reason = \"length\""),
+        ),
         ("MEMO-42", format!("reply = {{ text = \"{CONTINUED}\" }}")),
         (
             "the secret word is AZURE",
@@ -257,8 +262,21 @@ fn mock_toml() -> String {
     for m in ["m-good", "m-twin", "m-pa", "m-pb"] {
         t.push_str(&behaviour(m));
     }
+    // The hedge's first candidate and the panel are slow: the hedge starts
+    // its second candidate, the panel's stream sends keep-alives.
+    for (m, ttft) in [("m-twin", "3s"), ("m-pa", "400ms"), ("m-pb", "400ms")] {
+        t = t.replace(
+            &format!("[upstreams.sim.models.{m}]\n"),
+            &format!("[upstreams.sim.models.{m}]\nttft = \"{ttft}\"\n"),
+        );
+    }
     t.push_str(
-        r#"[upstreams.sim.models.m-syn]
+        r#"[upstreams.sim.models.m-cut]
+reply = { text = "one two three four five six seven eight nine ten" }
+tokens_per_second = 50
+fail = "cut"
+
+[upstreams.sim.models.m-syn]
 reply = { text = "Guidance: state the answer plainly." }
 
 [upstreams.sim.models.m-down]
@@ -270,7 +288,8 @@ error_message = "simulated outage"
 }
 
 /// The routes: a passthrough, a fallback chain whose first tier is down, a
-/// judge panel and a hedge (first-of-N race).
+/// judge panel, a hedge (first-of-N race) whose first candidate is slow,
+/// and a passthrough to a model whose stream breaks halfway.
 const ROUTES: &str = r#"
 [routes.pass]
 strategy = "passthrough"
@@ -285,19 +304,26 @@ strategy = "judge"
 panel = ["m-pa", "m-pb"]
 synthesis = "m-syn"
 default = "m-good"
+keepalive = "100ms"
 
 [routes.hedge]
 strategy = "race"
 mode = "first"
-candidates = ["m-good", "m-twin"]
-hedge_delay = "2s"
+candidates = ["m-twin", "m-good"]
+hedge_delay = "100ms"
+
+[routes.cut]
+strategy = "passthrough"
+model = "m-cut"
 "#;
 
 fn gateway_toml(mock_v1: &str) -> String {
     let mut t = format!(
         "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n[upstreams.up]\nkind = \"openai\"\nbase_url = \"{mock_v1}\"\ntimeout = \"10s\"\n\n"
     );
-    for m in ["m-good", "m-twin", "m-pa", "m-pb", "m-syn", "m-down"] {
+    for m in [
+        "m-good", "m-twin", "m-pa", "m-pb", "m-syn", "m-down", "m-cut",
+    ] {
         t.push_str(&format!("[models.{m}]\nupstream = \"up\"\n\n"));
     }
     t.push_str(
@@ -396,6 +422,14 @@ fn the_openai_sdk_on_a_judge_panel() {
 #[test]
 fn the_openai_sdk_on_a_hedge() {
     responses_on("hedge");
+}
+
+#[test]
+fn the_openai_sdk_sees_a_broken_stream_fail() {
+    let w = world();
+    if let Err(e) = w.script("responses_failure.py", "cut") {
+        panic!("{e}");
+    }
 }
 
 #[test]
@@ -540,6 +574,18 @@ async fn recorded_codex_requests_are_answered_on_a_chain() {
 
 /// Runs `codex exec PROMPT` against `route`; its stdout.
 fn codex_exec(w: &World, route: &str, prompt: &str) -> String {
+    let ran = codex_run(w, route, prompt);
+    assert!(
+        ran.ok(),
+        "codex exec on {route}: {}\n--- gateway log (tail)\n{}",
+        ran.show(),
+        tail(&w.gw.stderr(), 30)
+    );
+    ran.stdout
+}
+
+/// Runs `codex exec PROMPT` against `route` (no retries), within 90 s.
+fn codex_run(w: &World, route: &str, prompt: &str) -> Ran {
     let codex = codex();
     // Not under /tmp: Codex refuses to put its helper binaries there.
     let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -571,13 +617,7 @@ fn codex_exec(w: &World, route: &str, prompt: &str) -> String {
         Duration::from_secs(90),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        ran.ok(),
-        "codex exec on {route}: {}\n--- gateway log (tail)\n{}",
-        ran.show(),
-        tail(&w.gw.stderr(), 30)
-    );
-    ran.stdout
+    ran
 }
 
 #[test]
@@ -600,5 +640,33 @@ async fn codex_exec_runs_a_tool_through_a_chain() {
     assert!(
         tool["content"].as_str().unwrap().contains("CODEX-TOOL-OK"),
         "{tool}"
+    );
+}
+
+/// A stream that breaks: Codex gets `error` and `response.failed`, reports
+/// the gateway's message and exits 1 at once (it waits for the body to
+/// close after `response.failed`, up to its 300 s idle timeout).
+#[test]
+fn codex_exec_reports_a_broken_stream_at_once() {
+    let w = world();
+    let t = Instant::now();
+    let ran = codex_run(&w, "cut", "Count to ten.");
+    let took = t.elapsed();
+    assert_eq!(ran.code, Some(1), "{}", ran.show());
+    assert!(
+        took < Duration::from_secs(20),
+        "took {took:?}: {}",
+        ran.show()
+    );
+    let said = ran
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("ERROR:"))
+        .unwrap_or_default();
+    assert!(
+        said.contains("stream disconnected before completion")
+            && !said.contains("closed before response.completed"),
+        "want the gateway's message, not a bare disconnect: {}",
+        ran.show()
     );
 }

@@ -7,7 +7,7 @@ import os
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
 
-from common import MODEL, TOOL_RESULT, WEATHER, check, mock_requests, ok
+from common import CONTINUED, MEMO, MODEL, TOOL_RESULT, WEATHER, check, mock_requests, ok
 
 set_tracing_disabled(True)
 CALLS = []
@@ -42,6 +42,15 @@ async def main():
     check(run.final_output == WEATHER, "streamed: the final output", run.final_output)
     check("raw_response_event" in kinds, "streamed: raw events came through", kinds[:20])
     ok("Runner.run_streamed")
+
+    # Server-side state: the second run continues the first by its
+    # response id instead of sending the history.
+    first = await Runner.run(agent, "Remember: the secret word is AZURE.")
+    check(first.final_output == MEMO, "stateful: first run", first.final_output)
+    check(bool(first.last_response_id), "stateful: a response id", first.last_response_id)
+    second = await Runner.run(agent, "What was the secret word?", previous_response_id=first.last_response_id)
+    check(second.final_output == CONTINUED, "stateful: the second run saw the first", second.final_output)
+    ok("Runner.run previous_response_id")
     await api.close()
 
 

@@ -22,6 +22,7 @@ WEATHER = "It is 18C and sunny in Paris."
 TOOL_RESULT = "TOOL-RESULT: 18C, sunny"
 MEMO = "Noted: MEMO-42"
 CONTINUED = "Continuing after MEMO-42: the word was AZURE."
+ESSAY = "Once upon a time, in a land"
 
 WEATHER_TOOL = {
     "type": "function",

@@ -39,6 +39,16 @@ texts = [p.text for i in items.data if i.type == "message" for p in i.content if
 check("Remember: the secret word is AZURE." in texts, "input_items has the input", dump(items))
 ok("input_items")
 
+# The SDK's auto-pagination walks the input items page by page (`after`).
+many = c.responses.create(model=MODEL, input=[{"role": "user", "content": w} for w in ("one", "two", "three")])
+pages = c.responses.input_items.list(many.id, limit=1, order="asc")
+check(len(pages.data) == 1 and pages.has_more, "one item a page, more to come", dump(pages))
+walked = [i.content[0].text for i in pages]
+check(walked == ["one", "two", "three"], "auto-pagination, oldest first", walked)
+newest = [i.content[0].text for i in c.responses.input_items.list(many.id, limit=2)]
+check(newest == ["three", "two", "one"], "newest first by default", newest)
+ok("input_items pages")
+
 try:
     other.responses.retrieve(first.id)
     check(False, "another key's retrieve is a 404")

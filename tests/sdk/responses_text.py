@@ -69,3 +69,15 @@ with c.responses.stream(model=MODEL, input="What is the capital of France?", sto
 check("".join(texts) == CAPITAL, "stream helper deltas", texts)
 check(final.output_text == CAPITAL and final.status == "completed", "stream helper final response", dump(final))
 ok("stream helper")
+
+# Cut by max_output_tokens: incomplete, whole and streamed.
+r = c.responses.create(model=MODEL, input="Write a long essay.", max_output_tokens=16, store=False)
+check(r.status == "incomplete", "cut: status incomplete", dump(r))
+check(r.incomplete_details is not None and r.incomplete_details.reason == "max_output_tokens", "cut: incomplete_details", dump(r))
+check(r.output_text == ESSAY, "cut: the text so far", r.output_text)
+events = stream_events(c.responses.create(model=MODEL, input="Write a long essay.", max_output_tokens=16, stream=True, store=False))
+check(events[-1].type == "response.incomplete", "cut streamed: response.incomplete last", [e.type for e in events])
+last = events[-1].response
+check(last.status == "incomplete" and last.incomplete_details.reason == "max_output_tokens", "cut streamed: the response", dump(last))
+check(last.output_text == ESSAY, "cut streamed: the text so far", last.output_text)
+ok("incomplete")
