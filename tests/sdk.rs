@@ -599,7 +599,7 @@ fn codex_run(w: &World, route: &str, prompt: &str) -> Ran {
         ),
     )
     .unwrap();
-    let ran = run_bounded(
+    run_bounded(
         Command::new(codex)
             // The sandbox needs user namespaces, which CI containers may
             // not have; the only command run is the mock's `echo`.
@@ -616,8 +616,7 @@ fn codex_run(w: &World, route: &str, prompt: &str) -> Ran {
             .env("NO_PROXY", "127.0.0.1,localhost"),
         Duration::from_secs(90),
     )
-    .unwrap_or_else(|e| panic!("{e}"));
-    ran
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
