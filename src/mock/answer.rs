@@ -197,19 +197,22 @@ pub(super) fn split_tokens(text: &str) -> Vec<String> {
     out
 }
 
+/// A 200 that is not an answer: a proxy's HTML error page.
+pub(super) fn garbage(mut guard: Finish) -> MockResponse {
+    guard.complete();
+    MockResponse {
+        status: 200,
+        content_type: "text/html",
+        retry_after: None,
+        body: once(Bytes::from_static(
+            b"<html><body>502 Bad Gateway</body></html>",
+        )),
+    }
+}
+
 fn whole_response(b: &Resolved, a: &Answer, mut guard: Finish) -> MockResponse {
     match b.fail {
-        Some(FailMode::Garbage) => {
-            guard.complete();
-            return MockResponse {
-                status: 200,
-                content_type: "text/html",
-                retry_after: None,
-                body: once(Bytes::from_static(
-                    b"<html><body>502 Bad Gateway</body></html>",
-                )),
-            };
-        }
+        Some(FailMode::Garbage) => return garbage(guard),
         Some(FailMode::ErrorEvent) => {
             let message = b
                 .error_message

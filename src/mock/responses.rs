@@ -30,7 +30,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::answer::{Answer, split_tokens};
+use super::answer::{Answer, garbage, split_tokens};
 use super::{
     CUT_GRACE, FailMode, Finish, MockCut, MockResponse, Resolved, error_response, once, pause,
 };
@@ -209,17 +209,7 @@ impl Shape {
 
     fn whole(&self, mut guard: Finish) -> MockResponse {
         match self.b.fail {
-            Some(FailMode::Garbage) => {
-                guard.complete();
-                return MockResponse {
-                    status: 200,
-                    content_type: "text/html",
-                    retry_after: None,
-                    body: once(Bytes::from_static(
-                        b"<html><body>502 Bad Gateway</body></html>",
-                    )),
-                };
-            }
+            Some(FailMode::Garbage) => return garbage(guard),
             Some(FailMode::ErrorEvent) => {
                 let message = self.b.error_message.as_deref();
                 let message = message.unwrap_or("mock: simulated server error");

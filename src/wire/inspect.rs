@@ -87,6 +87,24 @@ pub struct ChunkInfo {
     pub text: Option<String>,
 }
 
+impl ChunkInfo {
+    /// What is known of a payload before its fields are read: its usage.
+    pub(crate) fn with_usage(usage: UsageField) -> Self {
+        ChunkInfo {
+            usage,
+            choices: 0,
+            finished: false,
+            finish_reason: None,
+            text_bytes: 0,
+            real: false,
+            loading: false,
+            error: None,
+            summary: None,
+            text: None,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct ChunkProbe<'a> {
     /// Outer `None`: no `usage` key; `Some(None)`: `"usage": null`.
@@ -258,18 +276,7 @@ fn read_chunk(data: &[u8], summarize: bool, text: bool) -> Result<ChunkInfo, Not
         Some(None) => UsageField::Null,
         Some(Some(u)) => UsageField::Present(u),
     };
-    let mut info = ChunkInfo {
-        usage,
-        choices: 0,
-        finished: false,
-        finish_reason: None,
-        text_bytes: 0,
-        real: false,
-        loading: false,
-        error: None,
-        summary: None,
-        text: None,
-    };
+    let mut info = ChunkInfo::with_usage(usage);
     if let Some(e) = probe.error.filter(|e| !e.is_null()) {
         info.error = Some(error_message(&e));
         return Ok(info);

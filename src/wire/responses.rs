@@ -172,18 +172,7 @@ pub fn inspect_event(data: &[u8], summarize: bool, text: bool) -> Result<ChunkIn
     let Some(kind) = e.kind.as_deref() else {
         return Err(NotAnAnswer::NoType);
     };
-    let mut info = ChunkInfo {
-        usage: UsageField::Absent,
-        choices: 0,
-        finished: false,
-        finish_reason: None,
-        text_bytes: 0,
-        real: false,
-        loading: false,
-        error: None,
-        summary: None,
-        text: None,
-    };
+    let mut info = ChunkInfo::with_usage(UsageField::Absent);
     let delta = e.delta.as_ref().and_then(Value::as_str);
     match kind {
         "error" => {
