@@ -2,7 +2,9 @@
 //! runs a model goes through one life cycle (`ingress`: admit, parse,
 //! resolve, open, bound, respond) that each API dialect plugs into with
 //! its own parse and [`render::Render`]: `chat` (chat completions, the
-//! internal form), `forward` (completions and embeddings, relayed).
+//! internal form), `forward` (completions and embeddings, relayed),
+//! `responses` (the Responses API: translated, or verbatim to a native
+//! upstream; and its stored responses).
 //! Answers go out through `respond` (whole, or streamed by `relay`);
 //! `guard` counts each request. `info` and `arena` answer the other
 //! endpoints; `ready` answers `/readyz` from its cache; `auth`, `body`
@@ -25,9 +27,9 @@ mod ingress;
 mod options;
 mod ready;
 mod relay;
-pub mod render;
+mod render;
 mod respond;
-pub mod responses;
+mod responses;
 
 use std::sync::Arc;
 use std::time::Duration;

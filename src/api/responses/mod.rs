@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 pub use events::{OnDone, Responses};
-pub use request::{ResponsesRequest, Translated, parse};
+pub use request::{ResponsesRequest, parse};
 
 /// A new random id: `prefix` and 32 lowercase hex digits.
 pub fn new_id(prefix: &str) -> String {
@@ -58,6 +58,7 @@ pub struct Echo {
 
 impl Echo {
     /// The echoed fields, by name.
+    #[cfg(test)]
     pub fn fields(&self) -> &Map<String, Value> {
         &self.fields
     }

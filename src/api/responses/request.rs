@@ -337,6 +337,7 @@ impl ResponsesRequest {
         Ok(())
     }
 
+    #[cfg(test)]
     pub fn model(&self) -> &str {
         &self.model
     }
@@ -359,11 +360,6 @@ impl ResponsesRequest {
     /// `fco_…`, `rs_…`), its own when it came with one.
     pub fn input_items(&self) -> Vec<Value> {
         self.items.clone()
-    }
-
-    /// The types of the tools conclave leaves out, each once.
-    pub fn dropped_tools(&self) -> &[String] {
-        &self.dropped_tools
     }
 
     /// The chat request for conclave's strategies. `history` is the items
