@@ -210,7 +210,7 @@ pub(super) fn garbage(mut guard: Finish) -> MockResponse {
     }
 }
 
-fn whole_response(b: &Resolved, a: &Answer, mut guard: Finish) -> MockResponse {
+fn whole_response(b: &Resolved, a: &Answer, guard: Finish) -> MockResponse {
     match b.fail {
         Some(FailMode::Garbage) => return garbage(guard),
         Some(FailMode::ErrorEvent) => {
@@ -244,8 +244,12 @@ fn whole_response(b: &Resolved, a: &Answer, mut guard: Finish) -> MockResponse {
     };
     m.insert("choices".into(), json!([choice]));
     m.insert("usage".into(), a.usage_json());
-    let body = Bytes::from(Value::Object(m).to_string());
-    if b.fail == Some(FailMode::Cut) {
+    json_body(Bytes::from(Value::Object(m).to_string()), b.fail, guard)
+}
+
+/// A whole JSON answer, or its first half and a cut (`fail = "cut"`).
+pub(super) fn json_body(body: Bytes, fail: Option<FailMode>, mut guard: Finish) -> MockResponse {
+    if fail == Some(FailMode::Cut) {
         let half = body.slice(..body.len() / 2);
         let s = async_stream::stream! {
             yield Ok(half);

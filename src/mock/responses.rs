@@ -30,10 +30,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::answer::{Answer, garbage, split_tokens};
-use super::{
-    CUT_GRACE, FailMode, Finish, MockCut, MockResponse, Resolved, error_response, once, pause,
-};
+use super::answer::{Answer, garbage, json_body, split_tokens};
+use super::{CUT_GRACE, FailMode, Finish, MockCut, MockResponse, Resolved, error_response, pause};
 
 /// The request as chat messages: `instructions` as a system message, then
 /// each input item that has a role (a string `input` is one user message).
@@ -207,7 +205,7 @@ impl Shape {
             .collect()
     }
 
-    fn whole(&self, mut guard: Finish) -> MockResponse {
+    fn whole(&self, guard: Finish) -> MockResponse {
         match self.b.fail {
             Some(FailMode::Garbage) => return garbage(guard),
             Some(FailMode::ErrorEvent) => {
@@ -218,28 +216,7 @@ impl Shape {
             _ => {}
         }
         let body = self.response(self.status(), self.output(), self.usage());
-        let body = Bytes::from(body.to_string());
-        if self.b.fail == Some(FailMode::Cut) {
-            let half = body.slice(..body.len() / 2);
-            let s = async_stream::stream! {
-                yield Ok(half);
-                guard.complete();
-                tokio::time::sleep(CUT_GRACE).await;
-                yield Err(MockCut);
-            };
-            return MockResponse {
-                status: 200,
-                content_type: "application/json",
-                retry_after: None,
-                body: Box::pin(s),
-            };
-        }
-        guard.done(MockResponse {
-            status: 200,
-            content_type: "application/json",
-            retry_after: None,
-            body: once(body),
-        })
+        json_body(Bytes::from(body.to_string()), self.b.fail, guard)
     }
 
     /// The events of the answer's item after `response.output_item.added`
