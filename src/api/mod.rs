@@ -1,7 +1,7 @@
 //! The HTTP surface: the axum router and shared state. Every request that
 //! runs a model goes through one life cycle (`ingress`: admit, parse,
 //! resolve, open, bound, respond) that each API dialect plugs into with
-//! its own parse and [`render::Render`]: `chat` (chat completions, the
+//! its own parse and `render::Render`: `chat` (chat completions, the
 //! internal form), `forward` (completions and embeddings, relayed),
 //! `responses` (the Responses API: translated, or verbatim to a native
 //! upstream; and its stored responses).

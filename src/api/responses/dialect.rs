@@ -17,7 +17,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Map, Value, json};
 
 use super::stored::{history, keeper};
-use super::{Head, Responses, parse};
+use super::{Head, Responses, from_object};
 use crate::api::Gateway;
 use crate::api::error::ApiError;
 use crate::api::forward::object_with_model;
@@ -46,8 +46,8 @@ impl Dialect for ResponsesApi {
         if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_responses()) {
             return Ok(native(route, node, concrete, raw));
         }
+        let req = from_object(&raw)?;
         drop(raw);
-        let req = parse(&ad.body)?;
         let history = match req.previous_response_id() {
             None => Vec::new(),
             Some(id) => history(&ad.app, &ad.caller.name, id).await?,

@@ -1,8 +1,9 @@
 //! The OpenAI Responses API (`POST /v1/responses`) as a dialect of
 //! conclave's internal chat form: translators at the edge, nothing else.
 //!
-//! - [`parse`] reads a Responses body into a [`ResponsesRequest`] (every
-//!   field checked, a 400 naming the one that is wrong), which gives its
+//! - [`from_object`] reads a Responses body (a JSON object) into a
+//!   [`ResponsesRequest`] (every field checked, a 400 naming the one that
+//!   is wrong), which gives its
 //!   own input as items ([`ResponsesRequest::input_items`], for the store)
 //!   and the chat request conclave's strategies answer
 //!   ([`ResponsesRequest::to_chat`]: `request` for the top-level fields,
@@ -33,7 +34,9 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 pub use events::{OnDone, Responses};
-pub use request::{ResponsesRequest, parse};
+#[cfg(test)]
+pub use request::parse;
+pub use request::{ResponsesRequest, from_object};
 
 /// A new random id: `prefix` and 32 lowercase hex digits.
 pub fn new_id(prefix: &str) -> String {

@@ -92,6 +92,7 @@ pub(super) fn wrong_type(param: &str, expected: &str) -> ApiError {
 }
 
 /// Reads a Responses body.
+#[cfg(test)]
 pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::invalid_json(&e))?;
     let Value::Object(fields) = value else {
@@ -101,6 +102,11 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
             code: Some("invalid_request_body"),
         });
     };
+    from_object(&fields)
+}
+
+/// Reads a Responses body already parsed as a JSON object.
+pub fn from_object(fields: &Map<String, Value>) -> Result<ResponsesRequest, ApiError> {
     let mut req = ResponsesRequest {
         model: String::new(),
         stream: false,
@@ -114,7 +120,7 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
         echo: Echo::default(),
     };
     let mut input = None;
-    for (key, v) in &fields {
+    for (key, v) in fields {
         req.field(key, v, &mut input)?;
     }
     if req.model.is_empty() {
