@@ -8,6 +8,7 @@
 //! OpenAI's is not looked up. Failures are counted in the request
 //! metrics as the arena's vote endpoint does.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::Json;
@@ -71,19 +72,17 @@ pub async fn get(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let rid = request_id(&headers);
-    let resp = async {
-        let (app, key) = admit(&gw, &headers, &id)?;
+    let id = id.as_str();
+    answer(&gw, &headers, id, |app, key| async move {
         let found = app
             .responses
-            .get(&id, &key)
+            .get(id, &key)
             .await
             .map_err(|e| ApiError::store_failed("the response could not be read", &e))?;
-        let r = found.ok_or_else(|| not_found(&id))?;
+        let r = found.ok_or_else(|| not_found(id))?;
         Ok(Json(r.response).into_response())
-    }
-    .await;
-    finish_response(&gw, resp, &rid)
+    })
+    .await
 }
 
 /// `DELETE /v1/responses/{id}`.
@@ -92,21 +91,19 @@ pub async fn delete(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let rid = request_id(&headers);
-    let resp = async {
-        let (app, key) = admit(&gw, &headers, &id)?;
+    let id = id.as_str();
+    answer(&gw, &headers, id, |app, key| async move {
         let deleted = app
             .responses
-            .delete(&id, &key)
+            .delete(id, &key)
             .await
             .map_err(|e| ApiError::store_failed("the response could not be deleted", &e))?;
         if !deleted {
-            return Err(not_found(&id));
+            return Err(not_found(id));
         }
         Ok(Json(json!({"id": id, "object": "response.deleted", "deleted": true})).into_response())
-    }
-    .await;
-    finish_response(&gw, resp, &rid)
+    })
+    .await
 }
 
 /// `GET /v1/responses/{id}/input_items?after=&limit=&order=`.
@@ -116,13 +113,12 @@ pub async fn input_items(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let rid = request_id(&headers);
-    let resp = async {
-        let (app, key) = admit(&gw, &headers, &id)?;
+    let id = id.as_str();
+    answer(&gw, &headers, id, |app, key| async move {
         let q = Paging::read(&uri)?;
         let page = app
             .responses
-            .input_items(&id, &key, q.after.as_deref(), q.limit, q.order)
+            .input_items(id, &key, q.after.as_deref(), q.limit, q.order)
             .await
             .map_err(|e| match e {
                 PageError::Store(e) => {
@@ -134,11 +130,25 @@ pub async fn input_items(
                     "Invalid 'after': no input item of this response has that id.".into(),
                 ),
             })?;
-        let page = page.ok_or_else(|| not_found(&id))?;
+        let page = page.ok_or_else(|| not_found(id))?;
         Ok(Json(page).into_response())
-    }
-    .await;
-    finish_response(&gw, resp, &rid)
+    })
+    .await
+}
+
+/// Answers a request about stored response `id` with what `f` makes of
+/// the caller's state and key name, counted and given its request id.
+async fn answer<F, Fut>(gw: &Gateway, headers: &HeaderMap, id: &str, f: F) -> Response
+where
+    F: FnOnce(Arc<AppState>, String) -> Fut,
+    Fut: Future<Output = Result<Response, ApiError>>,
+{
+    let rid = request_id(headers);
+    let resp = match admit(gw, headers, id) {
+        Ok((app, key)) => f(app, key).await,
+        Err(e) => Err(e),
+    };
+    finish_response(gw, resp, &rid)
 }
 
 /// The caller's state and key name, once the id is one worth looking up.
