@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::wire::content_text;
 
 use super::{
-    CUT_GRACE, FailMode, Finish, MockCut, MockResponse, ReplySpec, Resolved, UsageSpec,
+    CUT_GRACE, FailMode, Finish, MockBody, MockCut, MockResponse, ReplySpec, Resolved, UsageSpec,
     error_response, once, pause,
 };
 
@@ -197,6 +197,16 @@ pub(super) fn split_tokens(text: &str) -> Vec<String> {
     out
 }
 
+/// A 200 event stream of `body`.
+pub(super) fn event_stream(body: MockBody) -> MockResponse {
+    MockResponse {
+        status: 200,
+        content_type: "text/event-stream",
+        retry_after: None,
+        body,
+    }
+}
+
 /// A 200 that is not an answer: a proxy's HTML error page.
 pub(super) fn garbage(mut guard: Finish) -> MockResponse {
     guard.complete();
@@ -354,12 +364,7 @@ fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finis
         yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
         guard.complete();
     };
-    MockResponse {
-        status: 200,
-        content_type: "text/event-stream",
-        retry_after: None,
-        body: Box::pin(body),
-    }
+    event_stream(Box::pin(body))
 }
 
 #[cfg(test)]

@@ -335,12 +335,7 @@ impl Simulator {
                 yield part;
             }
         };
-        MockResponse {
-            status: 200,
-            content_type: "text/event-stream",
-            retry_after: None,
-            body: Box::pin(body),
-        }
+        answer::event_stream(Box::pin(body))
     }
 
     /// Loads `model` as llama-swap would. The swap runs as its own task,

@@ -147,12 +147,7 @@ impl ToolAsk {
 /// the handler fails after the response began (streamed automatic tool
 /// choice, a prompt longer than the context).
 pub fn empty_stream() -> MockResponse {
-    MockResponse {
-        status: 200,
-        content_type: "text/event-stream",
-        retry_after: None,
-        body: Box::pin(futures::stream::empty()),
-    }
+    super::answer::event_stream(Box::pin(futures::stream::empty()))
 }
 
 /// Generates a whole answer's `tokens` on a task of its own, as a server

@@ -30,7 +30,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::answer::{Answer, garbage, json_body, split_tokens};
+use super::answer::{Answer, event_stream, garbage, json_body, split_tokens};
 use super::{CUT_GRACE, FailMode, Finish, MockCut, MockResponse, Resolved, error_response, pause};
 
 /// The request as chat messages: `instructions` as a system message, then
@@ -332,12 +332,7 @@ impl Shape {
             yield Ok(ev(&format!("response.{status}"), json!({"response": end})));
             guard.complete();
         };
-        MockResponse {
-            status: 200,
-            content_type: "text/event-stream",
-            retry_after: None,
-            body: Box::pin(body),
-        }
+        event_stream(Box::pin(body))
     }
 }
 
