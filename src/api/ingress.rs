@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio::time::timeout_at;
 
 use super::auth::Caller;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorStyle};
 use super::guard::{RequestGuard, finish_response, request_id};
 use super::render::Render;
 use super::{AppState, Gateway, body, options, respond};
@@ -91,6 +91,11 @@ pub struct Job<'a> {
 #[async_trait]
 pub trait Dialect: Send + Sync {
     async fn job<'a>(&self, admitted: &'a Admitted) -> Result<Job<'a>, ApiError>;
+
+    /// The shape its clients read errors in.
+    fn errors(&self) -> ErrorStyle {
+        ErrorStyle::OpenAi
+    }
 }
 
 /// Serves one model request of `dialect`, start to end.
@@ -104,10 +109,10 @@ pub async fn serve(
     let resp = async {
         let admitted = admit(gw, headers, body).await?;
         let job = dialect.job(&admitted).await?;
-        run(gw, &admitted, &id, job).await
+        run(gw, &admitted, &id, job, dialect.errors()).await
     }
     .await;
-    finish_response(gw, resp, &id)
+    finish_response(gw, resp, &id, dialect.errors())
 }
 
 /// The first steps of every request: the current state, the caller
@@ -133,7 +138,13 @@ pub async fn admit(gw: &Gateway, headers: HeaderMap, body: Body) -> Result<Admit
 
 /// Opens the job's request, runs its model bounded by the request, and
 /// answers in kind.
-async fn run(gw: &Gateway, ad: &Admitted, id: &str, job: Job<'_>) -> Result<Response, ApiError> {
+async fn run(
+    gw: &Gateway,
+    ad: &Admitted,
+    id: &str,
+    job: Job<'_>,
+    style: ErrorStyle,
+) -> Result<Response, ApiError> {
     let opts = options::read(&ad.headers)?;
     let asked = Asked::new(&ad.app, job.bill, job.answers);
     let Opened { ctx, guard, limits } = open(
@@ -155,6 +166,7 @@ async fn run(gw: &Gateway, ad: &Admitted, id: &str, job: Job<'_>) -> Result<Resp
         ctx: &ctx,
         render: job.render,
         guard,
+        style,
     };
     let mut resp = if job.stream {
         respond::stream(answer, keepalive, work).await

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::{OnDone, ResponsesRequest};
 use crate::api::error::ApiError;
+use crate::api::error::ErrorStyle;
 use crate::api::guard::{finish_response, request_id};
 use crate::api::{AppState, Gateway};
 use crate::store::responses::{Order, PageError, StoredResponse};
@@ -148,7 +149,7 @@ where
         Ok((app, key)) => f(app, key).await,
         Err(e) => Err(e),
     };
-    finish_response(gw, resp, &rid)
+    finish_response(gw, resp, &rid, ErrorStyle::OpenAi)
 }
 
 /// The caller's state and key name, once the id is one worth looking up.
