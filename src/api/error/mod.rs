@@ -217,6 +217,24 @@ impl ApiError {
         }
     }
 
+    /// A 400 about the body's field `param`.
+    pub fn field(param: &str, code: &'static str, message: String) -> Self {
+        ApiError::BadRequest {
+            message,
+            param: Some(param.to_owned()),
+            code: Some(code),
+        }
+    }
+
+    /// A 400: the body's field `param` is not of the `expected` type.
+    pub fn wrong_type(param: &str, expected: &str) -> Self {
+        ApiError::field(
+            param,
+            "invalid_type",
+            format!("`{param}` must be {expected}."),
+        )
+    }
+
     /// A body whose output cap or answer count is not a positive integer.
     pub fn bad_cap(e: BadCap) -> Self {
         ApiError::BadRequest {
