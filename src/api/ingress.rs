@@ -87,6 +87,30 @@ pub struct Job<'a> {
     pub on_open: Option<OnOpen>,
 }
 
+/// Names the built-in tool types left out of a translated request.
+pub const DROPPED_TOOLS: HeaderName = HeaderName::from_static("x-conclave-dropped-tools");
+
+/// What a translated request that left out the built-in tools `names`
+/// answers with: the `x-conclave-dropped-tools` header, and a
+/// `tools_dropped` event once its context exists.
+pub fn dropped_tools(names: &[String]) -> (Vec<(HeaderName, HeaderValue)>, Option<OnOpen>) {
+    if names.is_empty() {
+        return (Vec::new(), None);
+    }
+    let header = HeaderValue::from_str(&names.join(", "))
+        .ok()
+        .map(|v| (DROPPED_TOOLS, v));
+    let tools = names.to_vec();
+    let on_open: OnOpen = Box::new(move |ctx| {
+        if ctx.events_enabled() {
+            let mut f = serde_json::Map::new();
+            f.insert("tools".into(), Value::from(tools));
+            ctx.emit("tools_dropped", f);
+        }
+    });
+    (header.into_iter().collect(), Some(on_open))
+}
+
 /// One API dialect's request side: its body read into a [`Job`].
 #[async_trait]
 pub trait Dialect: Send + Sync {
