@@ -186,8 +186,14 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/embeddings", post(forward::embeddings))
         .route("/v1/messages", post(messages::dialect::create))
         .route("/messages", post(messages::dialect::create))
-        .route("/v1/messages/count_tokens", post(messages::dialect::count_tokens))
-        .route("/messages/count_tokens", post(messages::dialect::count_tokens))
+        .route(
+            "/v1/messages/count_tokens",
+            post(messages::dialect::count_tokens),
+        )
+        .route(
+            "/messages/count_tokens",
+            post(messages::dialect::count_tokens),
+        )
         .route("/v1/responses", post(responses::dialect::create))
         .route("/responses", post(responses::dialect::create))
         .route(

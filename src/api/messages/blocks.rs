@@ -53,7 +53,11 @@ fn str_field<'a>(b: &'a Value, key: &str, at: &str) -> Result<&'a str, ApiError>
         .ok_or_else(|| ApiError::wrong_type(&format!("{at}.{key}"), "a string"))
 }
 
-fn user(blocks: &[Value], at: &dyn Fn(&str) -> String, out: &mut Vec<Message>) -> Result<(), ApiError> {
+fn user(
+    blocks: &[Value],
+    at: &dyn Fn(&str) -> String,
+    out: &mut Vec<Message>,
+) -> Result<(), ApiError> {
     let mut parts = Vec::new();
     for (j, b) in blocks.iter().enumerate() {
         let here = at(&format!(".content.{j}"));
@@ -86,7 +90,9 @@ fn user(blocks: &[Value], at: &dyn Fn(&str) -> String, out: &mut Vec<Message>) -
         ),
         false => Value::Array(parts),
     };
-    out.push(Message::from_value(json!({"role": "user", "content": content})));
+    out.push(Message::from_value(
+        json!({"role": "user", "content": content}),
+    ));
     Ok(())
 }
 
@@ -235,7 +241,10 @@ fn assistant(
     let mut m = Map::new();
     m.insert("role".into(), "assistant".into());
     let empty = text.is_empty() && !calls.is_empty();
-    m.insert("content".into(), if empty { Value::Null } else { text.into() });
+    m.insert(
+        "content".into(),
+        if empty { Value::Null } else { text.into() },
+    );
     if !calls.is_empty() {
         m.insert("tool_calls".into(), Value::Array(calls));
     }

@@ -138,7 +138,12 @@ impl Messages {
 
     fn text(&mut self, out: &mut BytesMut, text: &str) {
         let block = json!({"type": "text", "text": ""});
-        self.delta(out, Open::Text, block, json!({"type": "text_delta", "text": text}));
+        self.delta(
+            out,
+            Open::Text,
+            block,
+            json!({"type": "text_delta", "text": text}),
+        );
     }
 
     fn absorb(&mut self, data: &[u8], out: &mut BytesMut) {
@@ -179,12 +184,20 @@ impl Messages {
         }
         let signed = delta.get("thinking_blocks").and_then(Value::as_array);
         for b in signed.into_iter().flatten() {
-            if let Some(sig) = b.get("signature").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            if let Some(sig) = b
+                .get("signature")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
                 let d = json!({"type": "signature_delta", "signature": sig});
                 self.delta(out, Open::Thinking, thinking.clone(), d);
             }
         }
-        if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        if let Some(t) = delta
+            .get("content")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
             self.text(out, t);
         }
         let calls = delta.get("tool_calls").and_then(Value::as_array);
@@ -211,7 +224,11 @@ impl Messages {
             }
             self.calls.push(index);
         }
-        if let Some(a) = f.get("arguments").and_then(Value::as_str).filter(|a| !a.is_empty()) {
+        if let Some(a) = f
+            .get("arguments")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty())
+        {
             let d = json!({"type": "input_json_delta", "partial_json": a});
             self.delta(out, Open::Tool(index), Value::Null, d);
         }

@@ -68,18 +68,42 @@ pub fn tool_input(arguments: &str) -> Value {
     }
 }
 
-/// The thinking blocks of a chat message or delta: its `thinking_blocks`
-/// as they are, else its reasoning text as one unsigned block.
+/// The thinking blocks of a chat message: its `thinking_blocks` when
+/// they hold the thinking, else its reasoning text as one block, signed
+/// with the last signature among its `thinking_blocks` (a stream put
+/// together carries the text in `reasoning_content` and the signature
+/// in a block of its own).
 pub fn thinking_blocks(m: &Value) -> Vec<Value> {
-    if let Some(Value::Array(blocks)) = m.get("thinking_blocks") {
-        return blocks
+    let blocks: Vec<&Value> = match m.get("thinking_blocks") {
+        Some(Value::Array(b)) => b
             .iter()
-            .filter(|b| matches!(b.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking")))
-            .cloned()
-            .collect();
+            .filter(|b| {
+                matches!(
+                    b.get("type").and_then(Value::as_str),
+                    Some("thinking" | "redacted_thinking")
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let whole = |b: &&Value| {
+        b.get("type").and_then(Value::as_str) == Some("redacted_thinking")
+            || b.get("thinking")
+                .and_then(Value::as_str)
+                .is_some_and(|t| !t.is_empty())
+    };
+    if blocks.iter().any(whole) {
+        return blocks.into_iter().cloned().collect();
     }
+    let signature = blocks
+        .iter()
+        .rev()
+        .find_map(|b| b.get("signature").and_then(Value::as_str))
+        .unwrap_or_default();
     match reasoning_of(m) {
-        Some(t) if !t.is_empty() => vec![json!({"type": "thinking", "thinking": t, "signature": ""})],
+        Some(t) if !t.is_empty() => {
+            vec![json!({"type": "thinking", "thinking": t, "signature": signature})]
+        }
         _ => Vec::new(),
     }
 }

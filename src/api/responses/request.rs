@@ -224,7 +224,9 @@ impl ResponsesRequest {
                                 .insert("reasoning_effort".into(), Value::from(e.as_str()));
                         }
                         None | Some(Value::Null) => {}
-                        Some(_) => return Err(ApiError::wrong_type("reasoning.effort", "a string")),
+                        Some(_) => {
+                            return Err(ApiError::wrong_type("reasoning.effort", "a string"));
+                        }
                     }
                 }
                 Value::Null => {}
