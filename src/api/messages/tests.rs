@@ -213,11 +213,7 @@ fn render_both(chunks: &[Value]) -> (Vec<Value>, Value, Value) {
     let whole = Messages::new(head())
         .whole(&body, Totals::default())
         .unwrap();
-    (
-        evs,
-        streamed,
-        serde_json::from_slice(&whole).unwrap(),
-    )
+    (evs, streamed, serde_json::from_slice(&whole).unwrap())
 }
 
 fn delta(d: Value) -> Value {
