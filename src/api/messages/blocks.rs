@@ -16,11 +16,23 @@ pub fn turn(i: usize, turn: &Value, out: &mut Vec<Message>) -> Result<(), ApiErr
     let at = |rest: &str| format!("messages.{i}{rest}");
     let role = match turn.get("role").and_then(Value::as_str) {
         Some(r @ ("user" | "assistant")) => r,
+        // Newer clients (Claude Code) put system text between turns.
+        Some("system") => {
+            let text = super::request::system_text(turn.get("content").unwrap_or(&Value::Null))
+                .map_err(|_| {
+                    ApiError::wrong_type(&at(".content"), "a string or an array of text blocks")
+                })?;
+            out.push(Message::new("system", text));
+            return Ok(());
+        }
         _ => {
             return Err(ApiError::field(
                 &at(".role"),
                 "invalid_value",
-                format!("`{}` must be `user` or `assistant`.", at(".role")),
+                format!(
+                    "`{}` must be `user`, `assistant` or `system`.",
+                    at(".role")
+                ),
             ));
         }
     };

@@ -103,9 +103,20 @@ pub fn from_object(fields: &Map<String, Value>) -> Result<MessagesRequest, ApiEr
             "tool_choice" => tool_choice(v, &mut extra)?,
             "thinking" => {
                 if let Some(effort) = effort(v)? {
-                    extra.insert("reasoning_effort".into(), effort.into());
+                    extra.entry("reasoning_effort").or_insert(effort.into());
                 }
             }
+            // The effort a client asks for outright wins over one
+            // guessed from a thinking budget.
+            "output_config" => match v.get("effort").and_then(Value::as_str) {
+                Some(e @ ("low" | "medium" | "high")) => {
+                    extra.insert("reasoning_effort".into(), e.into());
+                }
+                Some("max") => {
+                    extra.insert("reasoning_effort".into(), "high".into());
+                }
+                _ => {}
+            },
             k if DROPPED.contains(&k) => {}
             // Fields of later API versions, or betas: left out, as an
             // unknown field is by most OpenAI-compatible servers.
@@ -145,7 +156,7 @@ fn missing(param: &str) -> ApiError {
 
 /// `system` as one text: a string, or text blocks joined by blank lines
 /// (`cache_control` and citations left out).
-fn system_text(v: &Value) -> Result<String, ApiError> {
+pub(super) fn system_text(v: &Value) -> Result<String, ApiError> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Null => Ok(String::new()),

@@ -95,7 +95,7 @@ fn bad_requests_name_the_field() {
     let mut no_max = base(json!({}));
     no_max.as_object_mut().unwrap().remove("max_tokens");
     assert_eq!(refused(no_max).0.as_deref(), Some("max_tokens"));
-    let bad_role = base(json!({"messages": [{"role": "system", "content": "x"}]}));
+    let bad_role = base(json!({"messages": [{"role": "tool", "content": "x"}]}));
     assert_eq!(refused(bad_role).0.as_deref(), Some("messages.0.role"));
     let bad_block = base(json!({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}));
     assert_eq!(
