@@ -13,6 +13,7 @@
 //! The mapping, field by field, is in `docs/anthropic.md`.
 
 mod answer;
+mod conversation;
 mod request;
 mod stream;
 #[cfg(test)]
@@ -21,8 +22,9 @@ mod tests;
 use serde_json::{Value, json};
 
 pub use answer::to_completion;
-pub use request::to_messages;
-pub use stream::{ChunkMaker, StreamFault};
+pub use conversation::PLACEHOLDER;
+pub use request::{JSON_OBJECT_PROMPT, budget, to_messages};
+pub use stream::{ChunkMaker, MAX_BLOCKS, StreamFault};
 
 /// The tool a `response_format` of type `json_schema` becomes: the model
 /// is made to call it, and its input comes back as the answer's content.
@@ -76,7 +78,9 @@ pub fn finish_reason(stop_reason: &str) -> &'static str {
 /// the cache reads, and both cache counts kept at the top (as LiteLLM
 /// does) so pricing can charge cache writes.
 pub fn usage(input: u64, output: u64, cache_read: u64, cache_creation: u64) -> Value {
-    let prompt = input.saturating_add(cache_read).saturating_add(cache_creation);
+    let prompt = input
+        .saturating_add(cache_read)
+        .saturating_add(cache_creation);
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": output,
