@@ -9,6 +9,7 @@
 //! must judge it. [`responses`] reads the same of the Responses API's
 //! bodies and stream events, for upstreams that speak it natively.
 
+pub mod anthropic;
 pub mod assemble;
 pub mod billing;
 mod finish;
