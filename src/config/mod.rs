@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
+pub use anthropic::{Anthropic, DEFAULT_BASE_URL, DEFAULT_VERSION};
 pub(crate) use errors::Errors;
 pub(crate) use errors::positive;
 pub use errors::{ConfigError, ConfigErrors};
-pub use anthropic::{Anthropic, DEFAULT_BASE_URL, DEFAULT_VERSION};
 pub use keys::digest;
 pub use price::DEFAULT_MAX_TOKENS;
 pub use raw::{Lane, Price};

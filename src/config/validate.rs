@@ -10,6 +10,7 @@ use indexmap::IndexMap;
 
 use crate::mock::{Quirks, SwapSim};
 
+use super::anthropic::mock_api;
 use super::{
     Config, Errors, IMAGE_TOKENS, Lane, LaneLimits, Limits, LlamaSwap, MAX_CONTEXT_WINDOW, Model,
     Secret, Server, Strategies, TelemetryConfig, Upstream, UpstreamKind,

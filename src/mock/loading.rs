@@ -50,7 +50,6 @@ impl Simulator {
         };
         answer::event_stream(Box::pin(body))
     }
-
 }
 
 /// One chunk of llama-swap's loading banner: only `reasoning_content`, no
@@ -59,4 +58,3 @@ fn loading_chunk(text: &str) -> Bytes {
     let chunk = json!({"choices": [{"delta": {"reasoning_content": text}}]});
     Bytes::from(format!("data: {chunk}\n\n"))
 }
-

@@ -38,11 +38,10 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-pub use anthropic::Api;
 use answer::request_text;
+pub use anthropic::Api;
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
 pub use quirks::{Quirk, Quirks};
-
 
 use crate::wire::Endpoint;
 

@@ -16,8 +16,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};

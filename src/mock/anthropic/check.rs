@@ -79,9 +79,7 @@ pub(super) fn request(req: &Value, count: bool) -> Result<(), String> {
         blocks_or_text(s, "system")?;
     }
     if let Some(s) = req.get("stop_sequences")
-        && !s
-            .as_array()
-            .is_some_and(|a| a.iter().all(Value::is_string))
+        && !s.as_array().is_some_and(|a| a.iter().all(Value::is_string))
     {
         return Err("stop_sequences: Input should be a valid list of strings".into());
     }
@@ -172,7 +170,9 @@ fn messages(v: Option<&Value>) -> Result<(), String> {
         if let Some(next) = ms.get(i + 1)
             && !uses.is_empty()
         {
-            let answered: HashSet<&str> = ids(next, "tool_result", "tool_use_id").into_iter().collect();
+            let answered: HashSet<&str> = ids(next, "tool_result", "tool_use_id")
+                .into_iter()
+                .collect();
             if let Some(id) = uses.iter().find(|id| !answered.contains(*id)) {
                 return Err(format!(
                     "messages.{i}: `tool_use` ids were found without `tool_result` blocks \
@@ -191,9 +191,22 @@ fn tools(v: Option<&Value>) -> Result<(), String> {
         return Err("tools: Input should be a valid list".into());
     };
     for (i, t) in tools.iter().enumerate() {
-        let custom = matches!(t.get("type").and_then(Value::as_str), None | Some("custom"));
-        if !custom {
-            continue;
+        match t.get("type").and_then(Value::as_str) {
+            None | Some("custom") => {}
+            // A server tool: `web_search_20250305`, `bash_20250124`, …
+            Some(k)
+                if k.rsplit_once('_').is_some_and(|(_, v)| {
+                    v.len() == 8 && v.bytes().all(|b| b.is_ascii_digit())
+                }) =>
+            {
+                continue;
+            }
+            Some(k) => {
+                return Err(format!(
+                    "tools.{i}: Input tag '{k}' found using 'type' does not match any of the \
+                     expected tags: 'custom', or a server tool's versioned type"
+                ));
+            }
         }
         if t.get("name").and_then(Value::as_str).is_none() {
             return Err(format!("tools.{i}.custom.name: Field required"));
@@ -201,11 +214,17 @@ fn tools(v: Option<&Value>) -> Result<(), String> {
         if !t.get("input_schema").is_some_and(Value::is_object) {
             return Err(format!("tools.{i}.custom.input_schema: Field required"));
         }
-        if let Some(k) = t
-            .as_object()
-            .and_then(|o| o.keys().find(|k| !matches!(k.as_str(), "type" | "name" | "description" | "input_schema" | "cache_control")))
-        {
-            return Err(format!("tools.{i}.custom.{k}: Extra inputs are not permitted"));
+        if let Some(k) = t.as_object().and_then(|o| {
+            o.keys().find(|k| {
+                !matches!(
+                    k.as_str(),
+                    "type" | "name" | "description" | "input_schema" | "cache_control"
+                )
+            })
+        }) {
+            return Err(format!(
+                "tools.{i}.custom.{k}: Extra inputs are not permitted"
+            ));
         }
     }
     Ok(())

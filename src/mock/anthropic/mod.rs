@@ -115,7 +115,12 @@ fn chat_view(req: &Value) -> Value {
         .flatten()
     {
         let mut parts = vec![content_text(m.get("content"))];
-        for block in m.get("content").and_then(Value::as_array).into_iter().flatten() {
+        for block in m
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if block.get("type").and_then(Value::as_str) == Some("tool_result") {
                 parts.push(content_text(block.get("content")));
             }

@@ -116,7 +116,11 @@ impl Shape {
         match self.b.fail {
             Some(FailMode::Garbage) => return garbage(guard),
             Some(FailMode::ErrorEvent) => {
-                let msg = self.b.error_message.as_deref().unwrap_or("Internal server error");
+                let msg = self
+                    .b
+                    .error_message
+                    .as_deref()
+                    .unwrap_or("Internal server error");
                 return guard.done(error(500, msg, None));
             }
             _ => {}

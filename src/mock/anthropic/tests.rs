@@ -26,19 +26,28 @@ async fn collect(r: MockResponse) -> (u16, String) {
 }
 
 async fn ask(s: &Arc<Simulator>, endpoint: Endpoint, body: Value) -> (u16, String) {
-    collect(s.respond(endpoint, body.to_string().as_bytes(), None, None).await).await
+    collect(
+        s.respond(endpoint, body.to_string().as_bytes(), None, None)
+            .await,
+    )
+    .await
 }
 
 #[tokio::test]
 async fn a_whole_message_in_anthropics_shape() {
-    let s = sim("[m]\nusage = { prompt_tokens = 100, completion_tokens = 3, cached_tokens = 60, cache_write_tokens = 30 }");
+    let s = sim(
+        "[m]\nusage = { prompt_tokens = 100, completion_tokens = 3, cached_tokens = 60, cache_write_tokens = 30 }",
+    );
     let body = json!({"model": "m", "max_tokens": 100, "system": "be brief",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hello big world"}]}]});
     let (status, text) = ask(&s, Endpoint::Messages, body).await;
     assert_eq!(status, 200, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["type"], "message");
-    assert_eq!(v["content"][0], json!({"type": "text", "text": "hello big world"}));
+    assert_eq!(
+        v["content"][0],
+        json!({"type": "text", "text": "hello big world"})
+    );
     assert_eq!(v["stop_reason"], "end_turn");
     assert_eq!(
         v["usage"],
@@ -77,22 +86,51 @@ async fn refuses_what_anthropic_refuses() {
     let s = sim("");
     let user = json!({"role": "user", "content": "hi"});
     for (body, says) in [
-        (json!({"model": "m", "messages": [user]}), "max_tokens: Field required"),
-        (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}, user]}), "Unexpected role \"system\""),
-        (json!({"model": "m", "max_tokens": 5, "stream_options": {}, "messages": [user]}), "stream_options: Extra inputs"),
-        (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}), "Input tag 'image_url'"),
-        (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "4"}]}]}), "unexpected `tool_use_id`"),
-        (json!({"model": "m", "max_tokens": 5, "tools": [{"type": "function", "function": {"name": "f"}}], "messages": [user]}), "tools.0"),
-        (json!({"model": "m", "max_tokens": 5, "temperature": 1.5, "messages": [user]}), "temperature"),
+        (
+            json!({"model": "m", "messages": [user]}),
+            "max_tokens: Field required",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}, user]}),
+            "Unexpected role \"system\"",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "stream_options": {}, "messages": [user]}),
+            "stream_options: Extra inputs",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+            "Input tag 'image_url'",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "4"}]}]}),
+            "unexpected `tool_use_id`",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "tools": [{"type": "function", "function": {"name": "f"}}], "messages": [user]}),
+            "tools.0",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "temperature": 1.5, "messages": [user]}),
+            "temperature",
+        ),
     ] {
         let (status, text) = ask(&s, Endpoint::Messages, body).await;
         assert_eq!(status, 400, "{text}");
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["type"], "error");
         assert_eq!(v["error"]["type"], "invalid_request_error");
-        assert!(v["error"]["message"].as_str().unwrap().contains(says), "{text}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(says),
+            "{text}"
+        );
     }
-    let (status, text) = ask(&s, Endpoint::Chat, json!({"model": "m", "messages": [user]})).await;
+    let (status, text) = ask(
+        &s,
+        Endpoint::Chat,
+        json!({"model": "m", "messages": [user]}),
+    )
+    .await;
     assert_eq!(status, 404, "{text}");
     assert!(text.contains("not_found_error"));
 }
@@ -100,14 +138,31 @@ async fn refuses_what_anthropic_refuses() {
 #[tokio::test]
 async fn counts_tokens_and_fails_in_anthropics_shape() {
     let s = sim("[busy]\nstatus = 529\n[slow]\nstatus = 429\nretry_after = 7");
-    let (status, text) = ask(&s, Endpoint::CountTokens, json!({"model": "m", "messages": [{"role": "user", "content": "12345678"}]})).await;
+    let (status, text) = ask(
+        &s,
+        Endpoint::CountTokens,
+        json!({"model": "m", "messages": [{"role": "user", "content": "12345678"}]}),
+    )
+    .await;
     assert_eq!((status, text.as_str()), (200, "{\"input_tokens\":2}"));
     let user = json!([{"role": "user", "content": "hi"}]);
-    let (status, text) = ask(&s, Endpoint::Messages, json!({"model": "busy", "max_tokens": 5, "messages": user})).await;
+    let (status, text) = ask(
+        &s,
+        Endpoint::Messages,
+        json!({"model": "busy", "max_tokens": 5, "messages": user}),
+    )
+    .await;
     assert_eq!(status, 529);
     assert!(text.contains("overloaded_error"), "{text}");
     let r = s
-        .respond(Endpoint::Messages, json!({"model": "slow", "max_tokens": 5, "messages": user}).to_string().as_bytes(), None, None)
+        .respond(
+            Endpoint::Messages,
+            json!({"model": "slow", "max_tokens": 5, "messages": user})
+                .to_string()
+                .as_bytes(),
+            None,
+            None,
+        )
         .await;
     assert_eq!((r.status, r.retry_after), (429, Some(7)));
     assert!(collect(r).await.1.contains("rate_limit_error"));

@@ -76,7 +76,9 @@ pub fn finish_reason(stop_reason: &str) -> &'static str {
 /// the cache reads, and both cache counts kept at the top (as LiteLLM
 /// does) so pricing can charge cache writes.
 pub fn usage(input: u64, output: u64, cache_read: u64, cache_creation: u64) -> Value {
-    let prompt = input.saturating_add(cache_read).saturating_add(cache_creation);
+    let prompt = input
+        .saturating_add(cache_read)
+        .saturating_add(cache_creation);
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": output,
