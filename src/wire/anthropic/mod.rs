@@ -13,6 +13,7 @@
 //! The mapping, field by field, is in `docs/anthropic.md`.
 
 mod answer;
+mod conversation;
 mod request;
 mod stream;
 #[cfg(test)]
@@ -21,8 +22,9 @@ mod tests;
 use serde_json::{Value, json};
 
 pub use answer::to_completion;
-pub use request::to_messages;
-pub use stream::{ChunkMaker, StreamFault};
+pub use conversation::PLACEHOLDER;
+pub use request::{JSON_OBJECT_PROMPT, budget, to_messages};
+pub use stream::{ChunkMaker, MAX_BLOCKS, StreamFault};
 
 /// The tool a `response_format` of type `json_schema` becomes: the model
 /// is made to call it, and its input comes back as the answer's content.
