@@ -463,3 +463,99 @@ async fn kind_anthropic_over_http() {
     assert!(r.header("retry-after").is_some());
     assert!(!r.text.contains(key));
 }
+
+/// An Anthropic server that echoes the `x-api-key` it was sent back, in
+/// the way `model` says: in a whole answer's text, spelled over stream
+/// deltas, in an error body, in a stream's `error` event.
+async fn echoing_anthropic() -> String {
+    use axum::http::HeaderMap;
+    use axum::response::IntoResponse;
+    async fn messages(headers: HeaderMap, body: axum::body::Bytes) -> axum::response::Response {
+        let key = headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let req: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let model = req["model"].as_str().unwrap_or("").to_owned();
+        let sse = |events: Vec<Value>| {
+            let text: String = events
+                .iter()
+                .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+                .collect();
+            ([("content-type", "text/event-stream")], text).into_response()
+        };
+        let start = json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+            "role": "assistant", "model": model, "content": [], "stop_reason": null,
+            "usage": {"input_tokens": 5, "output_tokens": 1}}});
+        match model.as_str() {
+            "echo-text" => axum::Json(json!({"id": "msg_1", "type": "message", "role": "assistant",
+                "model": model, "content": [{"type": "text", "text": format!("your key is {key}")}],
+                "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": 5}}))
+            .into_response(),
+            "echo-stream" => {
+                let mut events = vec![
+                    start,
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                ];
+                let spelled: Vec<char> = format!("key: {key}").chars().collect();
+                for piece in spelled.chunks(3) {
+                    let t: String = piece.iter().collect();
+                    events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}));
+                }
+                events.push(json!({"type": "content_block_stop", "index": 0}));
+                events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}));
+                events.push(json!({"type": "message_stop"}));
+                sse(events)
+            }
+            "echo-stream-error" => sse(vec![
+                start,
+                json!({"type": "error", "error": {"type": "overloaded_error", "message": format!("overloaded for {key}")}}),
+            ]),
+            _ => (
+                axum::http::StatusCode::BAD_REQUEST,
+                axum::Json(json!({"type": "error", "error": {"type": "invalid_request_error",
+                    "message": format!("bad request from key {key}")}})),
+            )
+                .into_response(),
+        }
+    }
+    let app = axum::Router::new().route("/v1/messages", axum::routing::post(messages));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_an_anthropic_upstream_echoes_never_gets_through() {
+    let base = echoing_anthropic().await;
+    let key = "sk-ant-api03-Zq7Xr9WpT2mVt4LbN8cJdK";
+    let mut toml = format!(
+        "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\
+         [upstreams.evil]\nkind = \"anthropic\"\nbase_url = \"{base}\"\napi_key_env = \"EVIL_KEY\"\n"
+    );
+    let models = ["echo-text", "echo-stream", "echo-stream-error", "echo-error"];
+    for m in models {
+        toml.push_str(&format!("[models.{m}]\nupstream = \"evil\"\n"));
+    }
+    let gw = Gw::start_with(&toml, &[("EVIL_KEY", key)], std::time::SystemTime::now());
+    let mut seen = 0;
+    for m in models {
+        for stream in [false, true] {
+            let r = ask(&gw, m, "hi", stream).await;
+            seen += 1;
+            let spelled = streamed_text(&r.data_events());
+            let headers = format!("{:?}", r.headers);
+            for text in [&r.text, &spelled, &headers] {
+                assert!(!text.contains(key), "{m} (stream {stream}): {text}");
+                assert!(!text.contains(&key[8..]), "{m} (stream {stream}): {text}");
+            }
+        }
+    }
+    assert_eq!(seen, 8);
+    let events = gw.events(&[]).await;
+    let log = serde_json::to_string(&events).unwrap();
+    assert!(!log.contains(&key[8..]), "{log}");
+    assert!(log.contains("echo-stream-error"), "the calls were logged");
+}
