@@ -489,9 +489,11 @@ async fn echoing_anthropic() -> String {
             "role": "assistant", "model": model, "content": [], "stop_reason": null,
             "usage": {"input_tokens": 5, "output_tokens": 1}}});
         match model.as_str() {
-            "echo-text" => axum::Json(json!({"id": "msg_1", "type": "message", "role": "assistant",
+            "echo-text" => axum::Json(
+                json!({"id": "msg_1", "type": "message", "role": "assistant",
                 "model": model, "content": [{"type": "text", "text": format!("your key is {key}")}],
-                "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": 5}}))
+                "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": 5}}),
+            )
             .into_response(),
             "echo-stream" => {
                 let mut events = vec![
@@ -514,8 +516,10 @@ async fn echoing_anthropic() -> String {
             ]),
             _ => (
                 axum::http::StatusCode::BAD_REQUEST,
-                axum::Json(json!({"type": "error", "error": {"type": "invalid_request_error",
-                    "message": format!("bad request from key {key}")}})),
+                axum::Json(
+                    json!({"type": "error", "error": {"type": "invalid_request_error",
+                    "message": format!("bad request from key {key}")}}),
+                ),
             )
                 .into_response(),
         }
@@ -535,7 +539,12 @@ async fn the_key_an_anthropic_upstream_echoes_never_gets_through() {
         "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\
          [upstreams.evil]\nkind = \"anthropic\"\nbase_url = \"{base}\"\napi_key_env = \"EVIL_KEY\"\n"
     );
-    let models = ["echo-text", "echo-stream", "echo-stream-error", "echo-error"];
+    let models = [
+        "echo-text",
+        "echo-stream",
+        "echo-stream-error",
+        "echo-error",
+    ];
     for m in models {
         toml.push_str(&format!("[models.{m}]\nupstream = \"evil\"\n"));
     }
