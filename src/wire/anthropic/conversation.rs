@@ -2,7 +2,7 @@
 //! alternating, user-first `messages` list.
 //!
 //! - `system` and `developer` messages, wherever they are, fold in order
-//!   into `system` text blocks.
+//!   into `system`, an array of text blocks.
 //! - `tool` messages become `tool_result` blocks of a user turn.
 //! - Consecutive turns of one role merge (their blocks concatenated; in a
 //!   user turn `tool_result` blocks go first, in an assistant turn
@@ -152,7 +152,7 @@ impl Conversation {
         }
     }
 
-    /// The `system` value (none when empty) and the `messages` list.
+    /// The `system` blocks (none when empty) and the `messages` list.
     pub(super) fn finish(mut self) -> (Option<Value>, Vec<Value>) {
         if let Some(last) = self.turns.last_mut().filter(|t| t.role == Role::Assistant) {
             trim_prefill(&mut last.blocks);
@@ -183,7 +183,7 @@ impl Conversation {
                 json!({"role": role, "content": content_value(t.blocks)})
             })
             .collect();
-        let system = (!self.system.is_empty()).then(|| content_value(self.system));
+        let system = (!self.system.is_empty()).then(|| Value::Array(self.system));
         (system, messages)
     }
 }
