@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use super::Gateway;
 use super::error::ApiError;
+use super::error::ErrorStyle;
 use super::guard::{finish_response, request_id};
 use super::ingress::admit;
 use crate::store::arena::Closed;
@@ -34,7 +35,7 @@ pub async fn vote(
 ) -> Response {
     let rid = request_id(&headers);
     let resp = cast(&gw, &id, &headers, body, &rid).await;
-    finish_response(&gw, resp, &rid)
+    finish_response(&gw, resp, &rid, ErrorStyle::OpenAi)
 }
 
 /// A store failure: the detail (a path, SQLite's words) goes to the log,

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use metrics::{counter, gauge};
 
 use super::Gateway;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorStyle};
 use crate::context::RequestCtx;
 use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, Telemetry, status_label};
 
@@ -17,7 +17,13 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The response of a handler that may have failed before its route was
 /// known (counted under `route="unknown"`), with the request id.
-pub fn finish_response(gw: &Gateway, resp: Result<Response, ApiError>, id: &str) -> Response {
+/// `style`: the shape of its error.
+pub fn finish_response(
+    gw: &Gateway,
+    resp: Result<Response, ApiError>,
+    id: &str,
+    style: ErrorStyle,
+) -> Response {
     let mut resp = match resp {
         Ok(r) => r,
         Err(e) => {
@@ -29,7 +35,7 @@ pub fn finish_response(gw: &Gateway, resp: Result<Response, ApiError>, id: &str)
                         .increment(1);
                 });
             }
-            e.into_response()
+            e.respond(style)
         }
     };
     if let Ok(v) = HeaderValue::from_str(id) {

@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio::time::timeout_at;
 
 use super::auth::Caller;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorStyle};
 use super::guard::{RequestGuard, finish_response, request_id};
 use super::render::Render;
 use super::{AppState, Gateway, body, options, respond};
@@ -87,10 +87,39 @@ pub struct Job<'a> {
     pub on_open: Option<OnOpen>,
 }
 
+/// Names the built-in tool types left out of a translated request.
+pub const DROPPED_TOOLS: HeaderName = HeaderName::from_static("x-conclave-dropped-tools");
+
+/// What a translated request that left out the built-in tools `names`
+/// answers with: the `x-conclave-dropped-tools` header, and a
+/// `tools_dropped` event once its context exists.
+pub fn dropped_tools(names: &[String]) -> (Vec<(HeaderName, HeaderValue)>, Option<OnOpen>) {
+    if names.is_empty() {
+        return (Vec::new(), None);
+    }
+    let header = HeaderValue::from_str(&names.join(", "))
+        .ok()
+        .map(|v| (DROPPED_TOOLS, v));
+    let tools = names.to_vec();
+    let on_open: OnOpen = Box::new(move |ctx| {
+        if ctx.events_enabled() {
+            let mut f = serde_json::Map::new();
+            f.insert("tools".into(), Value::from(tools));
+            ctx.emit("tools_dropped", f);
+        }
+    });
+    (header.into_iter().collect(), Some(on_open))
+}
+
 /// One API dialect's request side: its body read into a [`Job`].
 #[async_trait]
 pub trait Dialect: Send + Sync {
     async fn job<'a>(&self, admitted: &'a Admitted) -> Result<Job<'a>, ApiError>;
+
+    /// The shape its clients read errors in.
+    fn errors(&self) -> ErrorStyle {
+        ErrorStyle::OpenAi
+    }
 }
 
 /// Serves one model request of `dialect`, start to end.
@@ -104,10 +133,10 @@ pub async fn serve(
     let resp = async {
         let admitted = admit(gw, headers, body).await?;
         let job = dialect.job(&admitted).await?;
-        run(gw, &admitted, &id, job).await
+        run(gw, &admitted, &id, job, dialect.errors()).await
     }
     .await;
-    finish_response(gw, resp, &id)
+    finish_response(gw, resp, &id, dialect.errors())
 }
 
 /// The first steps of every request: the current state, the caller
@@ -133,7 +162,13 @@ pub async fn admit(gw: &Gateway, headers: HeaderMap, body: Body) -> Result<Admit
 
 /// Opens the job's request, runs its model bounded by the request, and
 /// answers in kind.
-async fn run(gw: &Gateway, ad: &Admitted, id: &str, job: Job<'_>) -> Result<Response, ApiError> {
+async fn run(
+    gw: &Gateway,
+    ad: &Admitted,
+    id: &str,
+    job: Job<'_>,
+    style: ErrorStyle,
+) -> Result<Response, ApiError> {
     let opts = options::read(&ad.headers)?;
     let asked = Asked::new(&ad.app, job.bill, job.answers);
     let Opened { ctx, guard, limits } = open(
@@ -155,6 +190,7 @@ async fn run(gw: &Gateway, ad: &Admitted, id: &str, job: Job<'_>) -> Result<Resp
         ctx: &ctx,
         render: job.render,
         guard,
+        style,
     };
     let mut resp = if job.stream {
         respond::stream(answer, keepalive, work).await

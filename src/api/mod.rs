@@ -4,7 +4,8 @@
 //! its own parse and `render::Render`: `chat` (chat completions, the
 //! internal form), `forward` (completions and embeddings, relayed),
 //! `responses` (the Responses API: translated, or verbatim to a native
-//! upstream; and its stored responses).
+//! upstream; and its stored responses), `messages` (Anthropic's Messages
+//! API, errors in Anthropic's shape).
 //! Answers go out through `respond` (whole, or streamed by `relay`);
 //! `guard` counts each request. `info` and `arena` answer the other
 //! endpoints; `ready` answers `/readyz` from its cache; `auth`, `body`
@@ -24,6 +25,7 @@ mod forward;
 mod guard;
 mod info;
 mod ingress;
+mod messages;
 mod options;
 mod ready;
 mod relay;
@@ -182,6 +184,16 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/completions", post(forward::completions))
         .route("/v1/embeddings", post(forward::embeddings))
         .route("/embeddings", post(forward::embeddings))
+        .route("/v1/messages", post(messages::dialect::create))
+        .route("/messages", post(messages::dialect::create))
+        .route(
+            "/v1/messages/count_tokens",
+            post(messages::dialect::count_tokens),
+        )
+        .route(
+            "/messages/count_tokens",
+            post(messages::dialect::count_tokens),
+        )
         .route("/v1/responses", post(responses::dialect::create))
         .route("/responses", post(responses::dialect::create))
         .route(

@@ -8,6 +8,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::error::ApiError;
+use super::relay::KEEPALIVE;
 use crate::model::Chunk;
 use crate::sink::Totals;
 
@@ -21,6 +22,12 @@ pub trait Render: Send + 'static {
     /// What opens a stream, written once before anything else (also when
     /// keep-alives commit the stream before the answer exists).
     fn open(&mut self, _out: &mut BytesMut) {}
+
+    /// What keeps a committed stream alive while the model works (an
+    /// SSE comment unless the dialect has its own).
+    fn keepalive(&mut self, out: &mut BytesMut) {
+        out.extend_from_slice(KEEPALIVE);
+    }
 
     /// Frames one chunk of a streamed answer.
     fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut);

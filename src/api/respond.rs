@@ -14,16 +14,16 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorStyle};
 use super::guard::RequestGuard;
 use super::ingress::Work;
-use super::relay::{ClientStream, KEEPALIVE};
+use super::relay::ClientStream;
 use super::render::Render;
 use crate::context::RequestCtx;
 use crate::graph::Node;
@@ -42,6 +42,8 @@ pub struct Answer<'a> {
     pub ctx: &'a std::sync::Arc<RequestCtx>,
     pub render: Box<dyn Render>,
     pub guard: RequestGuard,
+    /// The shape of an error response.
+    pub style: ErrorStyle,
 }
 
 /// Answers with a whole JSON body.
@@ -51,20 +53,21 @@ pub async fn whole(a: Answer<'_>, work: Work) -> Response {
         ctx,
         mut render,
         mut guard,
+        style,
     } = a;
     let reply = match work.await {
         Ok(r) => r,
-        Err(e) => return failed(e, ctx, node, guard),
+        Err(e) => return failed(e, style, ctx, node, guard),
     };
     let ReplyBody::Whole(completion) = &reply.body else {
         let e = ApiError::Internal("the model answered a whole request with a stream".into());
-        return failed(e, ctx, node, guard);
+        return failed(e, style, ctx, node, guard);
     };
     // A whole answer's first token reaches the client with the rest.
     ctx.first_token();
     let body = match render.whole(&completion.body, ctx.totals()) {
         Ok(b) => b,
-        Err(e) => return failed(e, ctx, node, guard),
+        Err(e) => return failed(e, style, ctx, node, guard),
     };
     let mut resp = Response::new(Body::from(body));
     resp.headers_mut().insert(
@@ -77,9 +80,15 @@ pub async fn whole(a: Answer<'_>, work: Work) -> Response {
 }
 
 /// The error response of a request that reached its route.
-pub fn failed(e: ApiError, ctx: &RequestCtx, node: &Node, mut guard: RequestGuard) -> Response {
+pub fn failed(
+    e: ApiError,
+    style: ErrorStyle,
+    ctx: &RequestCtx,
+    node: &Node,
+    mut guard: RequestGuard,
+) -> Response {
     guard.finish(status_label(e.status().as_u16()));
-    let mut resp = e.into_response();
+    let mut resp = e.respond(style);
     answer_headers(resp.headers_mut(), ctx, node, Known::Failed);
     resp
 }
@@ -161,6 +170,7 @@ pub async fn stream(a: Answer<'_>, keepalive: Option<Duration>, mut work: Work) 
         ctx,
         render,
         guard,
+        style,
     } = a;
     let result = match keepalive {
         None => work.as_mut().await,
@@ -177,13 +187,13 @@ pub async fn stream(a: Answer<'_>, keepalive: Option<Duration>, mut work: Work) 
     };
     let reply = match result {
         Ok(r) => r,
-        Err(e) => return failed(e, ctx, node, guard),
+        Err(e) => return failed(e, style, ctx, node, guard),
     };
     let mut headers = HeaderMap::new();
     answer_headers(&mut headers, ctx, node, Known::Answer(&reply.meta));
     let stream = match stream_of(reply.body) {
         Ok(s) => s,
-        Err(e) => return failed(e, ctx, node, guard),
+        Err(e) => return failed(e, style, ctx, node, guard),
     };
     let mut resp = Response::new(Body::from_stream(ClientStream::new(stream, render, guard)));
     sse_headers(resp.headers_mut());
@@ -204,7 +214,7 @@ fn committed(
     async_stream::stream! {
         let mut first = BytesMut::new();
         render.open(&mut first);
-        first.extend_from_slice(KEEPALIVE);
+        render.keepalive(&mut first);
         yield Ok(first.freeze());
         let mut tick = tokio::time::interval_at(Instant::now() + gap, gap);
         let result = loop {
@@ -214,7 +224,11 @@ fn committed(
             };
             match r {
                 Some(r) => break r,
-                None => yield Ok(Bytes::from_static(KEEPALIVE)),
+                None => {
+                    let mut ping = BytesMut::new();
+                    render.keepalive(&mut ping);
+                    yield Ok(ping.freeze());
+                }
             }
         };
         match result.and_then(|r| Ok((r.meta, stream_of(r.body)?))) {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Map, Value, json};
@@ -21,16 +21,13 @@ use super::{Head, Responses, from_object};
 use crate::api::Gateway;
 use crate::api::error::ApiError;
 use crate::api::forward::object_with_model;
-use crate::api::ingress::{Admitted, Dialect, Job, OnOpen, serve};
+use crate::api::ingress::{Admitted, Dialect, Job, dropped_tools, serve};
 use crate::api::render::Render;
 use crate::model::Chunk;
 use crate::sink::Totals;
 use crate::wire::billing::{Billable, output_cap};
 use crate::wire::responses::input_len;
 use crate::wire::{Endpoint, estimate_tokens};
-
-/// Names the built-in tool types left out of a translated request.
-pub const DROPPED_TOOLS: HeaderName = HeaderName::from_static("x-conclave-dropped-tools");
 
 pub async fn create(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
     serve(&gw, headers, body, &ResponsesApi).await
@@ -55,22 +52,7 @@ impl Dialect for ResponsesApi {
         let tr = req.to_chat(&history)?;
         let head = Head::new(&model, tr.echo, ad.app.clock.unix_secs());
         let on_done = keeper(&ad.app, &req, ad.caller.name.clone());
-        let mut headers = Vec::new();
-        let mut on_open: Option<OnOpen> = None;
-        if !tr.dropped_tools.is_empty() {
-            let names = tr.dropped_tools.join(", ");
-            if let Ok(v) = HeaderValue::from_str(&names) {
-                headers.push((DROPPED_TOOLS, v));
-            }
-            let tools = tr.dropped_tools.clone();
-            on_open = Some(Box::new(move |ctx| {
-                if ctx.events_enabled() {
-                    let mut f = Map::new();
-                    f.insert("tools".into(), json!(tools));
-                    ctx.emit("tools_dropped", f);
-                }
-            }));
-        }
+        let (headers, on_open) = dropped_tools(&tr.dropped_tools);
         let chat = Arc::new(tr.chat);
         let model = node.model.clone();
         Ok(Job {

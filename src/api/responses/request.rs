@@ -75,22 +75,6 @@ pub struct Translated {
     pub echo: Echo,
 }
 
-pub(super) fn bad(param: &str, code: &'static str, message: String) -> ApiError {
-    ApiError::BadRequest {
-        message,
-        param: Some(param.to_owned()),
-        code: Some(code),
-    }
-}
-
-pub(super) fn wrong_type(param: &str, expected: &str) -> ApiError {
-    bad(
-        param,
-        "invalid_type",
-        format!("`{param}` must be {expected}."),
-    )
-}
-
 /// Reads a Responses body.
 #[cfg(test)]
 pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
@@ -124,14 +108,14 @@ pub fn from_object(fields: &Map<String, Value>) -> Result<ResponsesRequest, ApiE
         req.field(key, v, &mut input)?;
     }
     if req.model.is_empty() {
-        return Err(bad(
+        return Err(ApiError::field(
             "model",
             "missing_required_parameter",
             "`model` is required: the name of a route or model on this gateway.".into(),
         ));
     }
     let Some(input) = input else {
-        return Err(bad(
+        return Err(ApiError::field(
             "input",
             "missing_required_parameter",
             "`input` is required: a string, or a list of input items.".into(),
@@ -170,7 +154,7 @@ impl ResponsesRequest {
         match key {
             "model" => match v {
                 Value::String(m) if !m.is_empty() => self.model = m.clone(),
-                _ => return Err(wrong_type("model", "a non-empty string")),
+                _ => return Err(ApiError::wrong_type("model", "a non-empty string")),
             },
             "input" => *input = Some(v),
             "tools" | "tool_choice" => {}
@@ -180,7 +164,7 @@ impl ResponsesRequest {
                     echo.insert(key.into(), v.clone());
                 }
                 Value::Null => {}
-                _ => return Err(wrong_type(key, "a string")),
+                _ => return Err(ApiError::wrong_type(key, "a string")),
             },
             "stream" => self.stream = flag(key, v, false)?,
             "store" => {
@@ -198,7 +182,7 @@ impl ResponsesRequest {
                     echo.insert(key.into(), v.clone());
                 }
                 Value::Null => {}
-                _ => return Err(wrong_type(key, "a response id (`resp_…`)")),
+                _ => return Err(ApiError::wrong_type(key, "a response id (`resp_…`)")),
             },
             "max_output_tokens" => match v.as_u64() {
                 Some(n) if n > 0 => {
@@ -223,7 +207,7 @@ impl ResponsesRequest {
                 }
                 _ if v.is_null() => {}
                 _ => {
-                    return Err(bad(
+                    return Err(ApiError::field(
                         key,
                         "invalid_value",
                         "`top_logprobs` must be an integer from 0 to 20.".into(),
@@ -240,11 +224,13 @@ impl ResponsesRequest {
                                 .insert("reasoning_effort".into(), Value::from(e.as_str()));
                         }
                         None | Some(Value::Null) => {}
-                        Some(_) => return Err(wrong_type("reasoning.effort", "a string")),
+                        Some(_) => {
+                            return Err(ApiError::wrong_type("reasoning.effort", "a string"));
+                        }
                     }
                 }
                 Value::Null => {}
-                _ => return Err(wrong_type(key, "an object")),
+                _ => return Err(ApiError::wrong_type(key, "an object")),
             },
             "metadata" => {
                 metadata(v)?;
@@ -265,7 +251,7 @@ impl ResponsesRequest {
             }
             k if UNSUPPORTED.contains(&k) => {
                 if !matches!(v, Value::Null | Value::Bool(false)) {
-                    return Err(bad(
+                    return Err(ApiError::field(
                         k,
                         "unsupported_parameter",
                         format!(
@@ -276,7 +262,7 @@ impl ResponsesRequest {
                 }
             }
             other => {
-                return Err(bad(
+                return Err(ApiError::field(
                     other,
                     "unknown_parameter",
                     format!(
@@ -296,13 +282,13 @@ impl ResponsesRequest {
         let text = match v {
             Value::Null => return Ok(()),
             Value::Object(t) => t,
-            _ => return Err(wrong_type("text", "an object")),
+            _ => return Err(ApiError::wrong_type("text", "an object")),
         };
         self.echo.fields.insert("text".into(), v.clone());
         let format = match text.get("format") {
             None | Some(Value::Null) => return Ok(()),
             Some(Value::Object(f)) => f,
-            Some(_) => return Err(wrong_type("text.format", "an object")),
+            Some(_) => return Err(ApiError::wrong_type("text.format", "an object")),
         };
         match format.get("type").and_then(Value::as_str) {
             Some("text") => {}
@@ -312,7 +298,7 @@ impl ResponsesRequest {
             }
             Some("json_schema") => {
                 let Some(schema) = format.get("schema").filter(|s| s.is_object()) else {
-                    return Err(bad(
+                    return Err(ApiError::field(
                         "text.format.schema",
                         "missing_required_parameter",
                         "A `json_schema` format needs its `schema` (a JSON Schema object).".into(),
@@ -333,7 +319,7 @@ impl ResponsesRequest {
                 );
             }
             _ => {
-                return Err(bad(
+                return Err(ApiError::field(
                     "text.format.type",
                     "invalid_value",
                     "`text.format.type` must be `text`, `json_object` or `json_schema`.".into(),
@@ -379,7 +365,7 @@ impl ResponsesRequest {
         }
         messages.extend(items::merge(earlier.into_iter().chain(self.pieces.clone())));
         if messages.is_empty() {
-            return Err(bad(
+            return Err(ApiError::field(
                 "input",
                 "invalid_value",
                 "There is nothing to answer: `input` holds no message.".into(),
@@ -408,7 +394,7 @@ fn flag(key: &str, v: &Value, default: bool) -> Result<bool, ApiError> {
     match v {
         Value::Bool(b) => Ok(*b),
         Value::Null => Ok(default),
-        _ => Err(wrong_type(key, "a boolean")),
+        _ => Err(ApiError::wrong_type(key, "a boolean")),
     }
 }
 
@@ -417,10 +403,10 @@ fn metadata(v: &Value) -> Result<(), ApiError> {
     let m = match v {
         Value::Null => return Ok(()),
         Value::Object(m) => m,
-        _ => return Err(wrong_type("metadata", "an object of strings")),
+        _ => return Err(ApiError::wrong_type("metadata", "an object of strings")),
     };
     if m.len() > METADATA_KEYS {
-        return Err(bad(
+        return Err(ApiError::field(
             "metadata",
             "invalid_value",
             format!("`metadata` may hold at most {METADATA_KEYS} keys."),
@@ -431,7 +417,7 @@ fn metadata(v: &Value) -> Result<(), ApiError> {
             && v.as_str()
                 .is_some_and(|s| s.chars().count() <= METADATA_VALUE_LEN);
         if !fits {
-            return Err(bad(
+            return Err(ApiError::field(
                 "metadata",
                 "invalid_value",
                 format!(

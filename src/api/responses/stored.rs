@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::{OnDone, ResponsesRequest};
 use crate::api::error::ApiError;
+use crate::api::error::ErrorStyle;
 use crate::api::guard::{finish_response, request_id};
 use crate::api::{AppState, Gateway};
 use crate::store::responses::{Order, PageError, StoredResponse};
@@ -124,7 +125,7 @@ pub async fn input_items(
                 PageError::Store(e) => {
                     ApiError::store_failed("the input items could not be read", &e)
                 }
-                PageError::UnknownAfter(_) => bad(
+                PageError::UnknownAfter(_) => ApiError::field(
                     "after",
                     "invalid_value",
                     "Invalid 'after': no input item of this response has that id.".into(),
@@ -148,7 +149,7 @@ where
         Ok((app, key)) => f(app, key).await,
         Err(e) => Err(e),
     };
-    finish_response(gw, resp, &rid)
+    finish_response(gw, resp, &rid, ErrorStyle::OpenAi)
 }
 
 /// The caller's state and key name, once the id is one worth looking up.
@@ -176,14 +177,6 @@ fn not_found(id: &str) -> ApiError {
     }
 }
 
-fn bad(param: &str, code: &'static str, message: String) -> ApiError {
-    ApiError::BadRequest {
-        message,
-        param: Some(param.into()),
-        code: Some(code),
-    }
-}
-
 /// The query of `input_items`; other parameters (`include`) are ignored.
 struct Paging {
     after: Option<String>,
@@ -194,7 +187,7 @@ struct Paging {
 impl Paging {
     fn read(uri: &Uri) -> Result<Paging, ApiError> {
         let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).map_err(|e| {
-            bad(
+            ApiError::field(
                 "query",
                 "invalid_request",
                 format!("The query string could not be read: {e}."),
@@ -214,7 +207,7 @@ impl Paging {
                         "asc" => Order::Asc,
                         "desc" => Order::Desc,
                         _ => {
-                            return Err(bad(
+                            return Err(ApiError::field(
                                 "order",
                                 "invalid_value",
                                 format!(
@@ -234,7 +227,7 @@ impl Paging {
 
 fn limit(value: &str) -> Result<usize, ApiError> {
     let n: i64 = value.trim().parse().map_err(|_| {
-        bad(
+        ApiError::field(
             "limit",
             "invalid_type",
             format!(
@@ -245,14 +238,14 @@ fn limit(value: &str) -> Result<usize, ApiError> {
     })?;
     match usize::try_from(n) {
         Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
-        _ if n < 1 => Err(bad(
+        _ if n < 1 => Err(ApiError::field(
             "limit",
             "integer_below_min_value",
             format!(
                 "Invalid 'limit': integer below minimum value. Expected a value >= 1, but got {n} instead."
             ),
         )),
-        _ => Err(bad(
+        _ => Err(ApiError::field(
             "limit",
             "integer_above_max_value",
             format!(

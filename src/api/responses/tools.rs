@@ -9,7 +9,6 @@
 use serde_json::{Map, Value, json};
 
 use super::items::clip;
-use super::request::{bad, wrong_type};
 use crate::api::error::ApiError;
 
 /// The tools, read.
@@ -42,7 +41,7 @@ pub(super) fn read(tools: Option<&Value>, choice: Option<&Value>) -> Result<Tool
                     }
                     Some(other) => drop_tool(&mut t.dropped, other),
                     None => {
-                        return Err(bad(
+                        return Err(ApiError::field(
                             &format!("tools[{i}].type"),
                             "missing_required_parameter",
                             format!("Tool {i} needs a `type`."),
@@ -51,7 +50,7 @@ pub(super) fn read(tools: Option<&Value>, choice: Option<&Value>) -> Result<Tool
                 }
             }
         }
-        Some(_) => return Err(wrong_type("tools", "a list of tools")),
+        Some(_) => return Err(ApiError::wrong_type("tools", "a list of tools")),
     }
     t.choice = match choice {
         None | Some(Value::Null) => None,
@@ -79,7 +78,7 @@ fn tool_choice(c: &Value, dropped: &mut Vec<String>) -> Result<(Value, Value), A
                     json!({"type": "function", "function": {"name": name}}),
                     c.clone(),
                 )),
-                _ => Err(bad(
+                _ => Err(ApiError::field(
                     "tool_choice.name",
                     "missing_required_parameter",
                     "A function `tool_choice` needs the function's `name`.".into(),
@@ -87,7 +86,7 @@ fn tool_choice(c: &Value, dropped: &mut Vec<String>) -> Result<(Value, Value), A
             },
             Some("allowed_tools") => match o.get("mode").and_then(Value::as_str) {
                 Some(m @ ("auto" | "required")) => Ok((Value::from(m), c.clone())),
-                _ => Err(bad(
+                _ => Err(ApiError::field(
                     "tool_choice.mode",
                     "invalid_value",
                     "`tool_choice.mode` must be `auto` or `required`.".into(),
@@ -97,13 +96,13 @@ fn tool_choice(c: &Value, dropped: &mut Vec<String>) -> Result<(Value, Value), A
                 drop_tool(dropped, other);
                 Ok((Value::from("auto"), Value::from("auto")))
             }
-            None => Err(bad(
+            None => Err(ApiError::field(
                 "tool_choice.type",
                 "missing_required_parameter",
                 "An object `tool_choice` needs a `type`.".into(),
             )),
         },
-        _ => Err(bad(
+        _ => Err(ApiError::field(
             "tool_choice",
             "invalid_value",
             "`tool_choice` must be `auto`, `none`, `required` or an object naming a tool.".into(),
@@ -118,7 +117,7 @@ fn function_tool(i: usize, tool: &Value) -> Result<Value, ApiError> {
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
     else {
-        return Err(bad(
+        return Err(ApiError::field(
             &format!("tools[{i}].name"),
             "missing_required_parameter",
             format!("Function tool {i} needs a `name`."),

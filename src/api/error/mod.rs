@@ -1,6 +1,8 @@
 //! The one place errors become HTTP: OpenAI's body
 //! `{"error": {"message", "type", "param", "code"}}` with the status DESIGN.md
 //! lists, before a stream starts; one SSE `data: {"error": …}` event after.
+//! The Anthropic Messages dialect gets the same errors in Anthropic's shape
+//! ([`anthropic`], chosen by an [`ErrorStyle`]).
 //! 5xx messages name the upstream that failed, never a key or an internal URL;
 //! a model's error reads [`ModelError::public_message`] (an upstream's own
 //! words only when they are about the client's request), while the log line
@@ -13,6 +15,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
+
+mod anthropic;
 
 use crate::error::ModelError;
 use crate::governor::{Rejection, Scope};
@@ -213,6 +217,24 @@ impl ApiError {
         }
     }
 
+    /// A 400 about the body's field `param`.
+    pub fn field(param: &str, code: &'static str, message: String) -> Self {
+        ApiError::BadRequest {
+            message,
+            param: Some(param.to_owned()),
+            code: Some(code),
+        }
+    }
+
+    /// A 400: the body's field `param` is not of the `expected` type.
+    pub fn wrong_type(param: &str, expected: &str) -> Self {
+        ApiError::field(
+            param,
+            "invalid_type",
+            format!("`{param}` must be {expected}."),
+        )
+    }
+
     /// A body whose output cap or answer count is not a positive integer.
     pub fn bad_cap(e: BadCap) -> Self {
         ApiError::BadRequest {
@@ -408,9 +430,32 @@ fn model_shape(e: &ModelError) -> Shape {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (shape, body) = self.body();
+/// Which error shape a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorStyle {
+    /// `{"error": {"message", "type", "param", "code"}}`.
+    #[default]
+    OpenAi,
+    /// `{"type": "error", "error": {"type", "message"}}`.
+    Anthropic,
+}
+
+impl ApiError {
+    /// The error response in `style`.
+    pub fn respond(self, style: ErrorStyle) -> Response {
+        match style {
+            ErrorStyle::OpenAi => self.into_response(),
+            ErrorStyle::Anthropic => {
+                let (shape, _) = self.body();
+                let body = anthropic::body(&shape, self.object());
+                self.finish(shape, body)
+            }
+        }
+    }
+
+    /// The response of `shape` with `body`: its status, `Retry-After`
+    /// and other headers.
+    fn finish(self, shape: Shape, body: Value) -> Response {
         if shape.status.is_server_error() {
             tracing::warn!(status = shape.status.as_u16(), error = %self, "request failed");
         }
@@ -427,5 +472,12 @@ impl IntoResponse for ApiError {
             }
         }
         resp
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (shape, body) = self.body();
+        self.finish(shape, body)
     }
 }
