@@ -1,6 +1,7 @@
-"""A blind arena through the Messages API: an answer from the contestants
-(both say the same), an arena id header to vote with, no model name of a
-contestant anywhere, whole and streamed."""
+"""A blind arena through the Messages API: both contestants' answers as two
+text blocks (A, then B; both say the same here), an arena id header (and
+`arena_id` in the body) to vote with, no contestant's name anywhere, whole
+and streamed."""
 
 import urllib.request
 
@@ -22,7 +23,9 @@ for stream in (False, True):
         m = raw.parse()
         headers = raw.headers
         text = text_of(m)
-    check(CAPITAL in text, f"{mode}: a contestant's answer", text)
+        check(raw.http_response.json().get("arena_id") == headers.get("x-conclave-arena-id"), f"{mode}: arena_id in the body", raw.http_response.text)
+    texts = [b.text for b in m.content if b.type == "text"]
+    check(texts == [CAPITAL, CAPITAL], f"{mode}: the two answers as two text blocks", dump(m))
     check(m.stop_reason == "end_turn", f"{mode}: stop_reason", dump(m))
     for name in NAMES:
         check(name not in dump(m), f"{mode}: no contestant's name in the answer", dump(m))

@@ -17,14 +17,15 @@ for bearer in (False, True):
     ok(f"messages.create whole ({auth})")
 
 c = client()
-# System as blocks, a stop sequence, temperature and metadata: accepted.
+# System as blocks, a stop sequence, temperature, top_k and metadata:
+# accepted.
 m = c.messages.create(
     model=MODEL,
     max_tokens=256,
     system=[{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Answer in English."}],
     messages=[{"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}],
     stop_sequences=["\n\nHuman:"],
-    temperature=0.2,
+    extra_body={"temperature": 0.2, "top_k": 40},  # not parameters of this SDK any more
     metadata={"user_id": "sdk-test-user"},
 )
 message_ok(m, "system blocks")

@@ -96,11 +96,13 @@ model = "o-good"
 strategy = "chain"
 tiers = ["o-good", "a-top"]
 verifier = "a-ver"
+verify = ["o-good"]
 
 [routes.chain-a]
 strategy = "chain"
 tiers = ["a-good", "a-top"]
 verifier = "a-ver"
+verify = ["a-good"]
 
 [routes.panel]
 strategy = "judge"
