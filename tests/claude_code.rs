@@ -205,6 +205,17 @@ async fn the_recorded_claude_code_request_is_forwarded_to_an_anthropic_upstream(
 /// Runs `claude -p PROMPT --model ROUTE` against the gateway with a scratch
 /// home and nothing non-essential (no telemetry, no updates), within 90 s.
 fn claude_run(w: &World, route: &str, prompt: &str, extra: &[&str]) -> Ran {
+    claude_run_as(w, ALICE, route, prompt, extra, Duration::from_secs(90))
+}
+
+fn claude_run_as(
+    w: &World,
+    key: &str,
+    route: &str,
+    prompt: &str,
+    extra: &[&str],
+    limit: Duration,
+) -> Ran {
     let claude = claude();
     let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let work = home.path().join("work");
@@ -221,13 +232,13 @@ fn claude_run(w: &World, route: &str, prompt: &str, extra: &[&str]) -> Ran {
             .env("HOME", home.path())
             .env("CLAUDE_CONFIG_DIR", home.path().join("config"))
             .env("ANTHROPIC_BASE_URL", &w.gw.base)
-            .env("ANTHROPIC_API_KEY", ALICE)
+            .env("ANTHROPIC_API_KEY", key)
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("DISABLE_TELEMETRY", "1")
             .env("DISABLE_AUTOUPDATER", "1")
             .env("DISABLE_ERROR_REPORTING", "1")
             .env("NO_PROXY", "127.0.0.1,localhost"),
-        Duration::from_secs(90),
+        limit,
     )
     .unwrap_or_else(|e| panic!("{e}"))
 }
@@ -275,4 +286,29 @@ async fn claude_code_runs_its_bash_tool_through_a_chain() {
         .unwrap_or_else(|| panic!("no tool message: {last}"))
         .clone();
     assert!(tool.to_string().contains("CLAUDE-TOOL-OK"), "{tool}");
+}
+
+/// A wrong key: Claude Code says so and exits 1 at once. It retries a 401
+/// for minutes unless the answer says `x-should-retry: false` (found with a
+/// logging server: 8 attempts in 90 s without it, one with it).
+#[test]
+fn claude_code_reports_a_wrong_key_at_once() {
+    let w = world();
+    let t = std::time::Instant::now();
+    let ran = claude_run_as(
+        &w,
+        "sk-anth-wrong-0123456789",
+        "pass-a",
+        "say hi",
+        &[],
+        Duration::from_secs(40),
+    );
+    let took = t.elapsed();
+    assert_eq!(ran.code, Some(1), "{}", ran.show());
+    assert!(
+        took < Duration::from_secs(20),
+        "took {took:?}: {}",
+        ran.show()
+    );
+    assert!(ran.stdout.contains("Invalid API key"), "{}", ran.show());
 }

@@ -29,10 +29,7 @@ pub fn turn(i: usize, turn: &Value, out: &mut Vec<Message>) -> Result<(), ApiErr
             return Err(ApiError::field(
                 &at(".role"),
                 "invalid_value",
-                format!(
-                    "`{}` must be `user`, `assistant` or `system`.",
-                    at(".role")
-                ),
+                format!("`{}` must be `user`, `assistant` or `system`.", at(".role")),
             ));
         }
     };
