@@ -32,6 +32,9 @@ pub struct Options {
     pub confirm: bool,
     /// The client's W3C `traceparent` (and `tracestate`), when valid.
     pub trace_parent: Option<opentelemetry::trace::SpanContext>,
+    /// The client's `anthropic-beta`, passed on to an Anthropic upstream
+    /// that gets the request verbatim.
+    pub anthropic_beta: Option<Arc<str>>,
 }
 
 pub struct RequestCtx {

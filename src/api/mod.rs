@@ -26,6 +26,7 @@ mod guard;
 mod info;
 mod ingress;
 mod messages;
+mod native;
 mod options;
 mod ready;
 mod relay;

@@ -1,4 +1,4 @@
-//! The `x-conclave-*` request headers, read in one place into the request
+//! The `x-conclave-*` request headers (and `anthropic-beta`), read in one place into the request
 //! context's [`Options`], each with its own 400 when it is malformed.
 
 use std::sync::Arc;
@@ -11,6 +11,10 @@ use crate::context::Options;
 const PIN: &str = "x-conclave-pin";
 const SESSION: &str = "x-conclave-session";
 const CONFIRM: &str = "x-conclave-confirm";
+const ANTHROPIC_BETA: &str = "anthropic-beta";
+
+/// Longest `anthropic-beta` accepted (a comma-separated list of names).
+const MAX_BETA: usize = 1024;
 
 /// Longest pin or session id accepted.
 const MAX_TOKEN: usize = 128;
@@ -29,6 +33,15 @@ pub fn read(headers: &HeaderMap) -> Result<Options, ApiError> {
             Some(_) => return Err(bad(CONFIRM, "must be `yes` or `no`")),
         },
         trace_parent: crate::span::remote_parent(headers),
+        anthropic_beta: match text(headers, ANTHROPIC_BETA)? {
+            Some(s) if s.len() > MAX_BETA => {
+                return Err(bad(
+                    ANTHROPIC_BETA,
+                    &format!("is longer than {MAX_BETA} characters"),
+                ));
+            }
+            s => s.map(Arc::from),
+        },
     })
 }
 

@@ -13,6 +13,7 @@ pub mod assemble;
 pub mod billing;
 mod finish;
 mod inspect;
+pub mod messages;
 mod output;
 mod request;
 pub mod responses;

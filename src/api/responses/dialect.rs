@@ -1,7 +1,7 @@
 //! `POST /v1/responses` through the request life cycle (`ingress`): a
 //! request to a model whose upstream speaks the Responses API natively
 //! (`responses = true`, a concrete model or a passthrough route to one)
-//! is forwarded verbatim and its events relayed as they come ([`Native`]);
+//! is forwarded verbatim and its events relayed as they come (`Native`);
 //! any other route (every strategy) gets the request translated to chat
 //! and the answer rendered back ([`Responses`]), continuing and storing
 //! the conversation in conclave's store.
@@ -13,18 +13,15 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use bytes::{BufMut, Bytes, BytesMut};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::stored::{history, keeper};
 use super::{Head, Responses, from_object};
 use crate::api::Gateway;
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, ErrorStyle};
 use crate::api::forward::object_with_model;
 use crate::api::ingress::{Admitted, Dialect, Job, dropped_tools, serve};
-use crate::api::render::Render;
-use crate::model::Chunk;
-use crate::sink::Totals;
+use crate::api::native::Native;
 use crate::wire::billing::{Billable, output_cap};
 use crate::wire::responses::input_len;
 use crate::wire::{Endpoint, estimate_tokens};
@@ -94,61 +91,8 @@ fn native<'a>(
         run: Box::new(move |call| {
             Box::pin(async move { concrete.forward(call, Endpoint::Responses, raw).await })
         }),
-        render: Box::new(Native::default()),
+        render: Box::new(Native::new(ErrorStyle::OpenAi)),
         headers: Vec::new(),
         on_open: None,
-    }
-}
-
-/// Relays a native upstream's Responses answer: the body as it is, each
-/// event under its own name (its JSON's `type`), and an error after the
-/// stream began as an `error` event.
-#[derive(Default)]
-struct Native {
-    /// The last event's `sequence_number`, for an error event after it.
-    seq: Option<u64>,
-}
-
-#[derive(serde::Deserialize)]
-struct EventHead<'a> {
-    #[serde(borrow, rename = "type")]
-    kind: Option<std::borrow::Cow<'a, str>>,
-    sequence_number: Option<u64>,
-}
-
-impl Render for Native {
-    fn whole(&mut self, body: &Bytes, _: Totals) -> Result<Bytes, ApiError> {
-        Ok(body.clone())
-    }
-
-    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) {
-        let head: Option<EventHead> = serde_json::from_slice(&chunk.data).ok();
-        let kind = head
-            .as_ref()
-            .and_then(|h| h.kind.as_deref())
-            .unwrap_or("message");
-        if let Some(n) = head.as_ref().and_then(|h| h.sequence_number) {
-            self.seq = Some(n);
-        }
-        out.reserve(chunk.data.len() + kind.len() + 16);
-        out.put_slice(b"event: ");
-        out.put_slice(kind.as_bytes());
-        out.put_slice(b"\ndata: ");
-        out.put_slice(&chunk.data);
-        out.put_slice(b"\n\n");
-    }
-
-    fn end(&mut self, _: Totals, _: &mut BytesMut) {}
-
-    fn fail(&mut self, error: &ApiError, out: &mut BytesMut) {
-        let e = error.object();
-        let event = json!({
-            "type": "error",
-            "code": e.get("code"),
-            "message": e.get("message"),
-            "param": e.get("param"),
-            "sequence_number": self.seq.map_or(0, |n| n + 1),
-        });
-        out.put_slice(format!("event: error\ndata: {event}\n\n").as_bytes());
     }
 }

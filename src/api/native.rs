@@ -1,0 +1,84 @@
+//! [`Native`]: the [`Render`] of an answer an upstream wrote in the
+//! client's own dialect (a Responses or Messages body forwarded verbatim):
+//! the body as it is, each stream event under its own name (its JSON's
+//! `type`), and an error after the stream began as the dialect's `error`
+//! event.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::json;
+
+use super::error::{ApiError, ErrorStyle};
+use super::render::Render;
+use crate::model::Chunk;
+use crate::sink::Totals;
+
+pub struct Native {
+    /// Whose error event a failure is: the Responses API's (OpenAI's
+    /// style) or Anthropic's.
+    style: ErrorStyle,
+    /// The last event's `sequence_number` (Responses), for an error
+    /// event after it.
+    seq: Option<u64>,
+}
+
+impl Native {
+    pub fn new(style: ErrorStyle) -> Self {
+        Native { style, seq: None }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct EventHead<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    sequence_number: Option<u64>,
+}
+
+impl Render for Native {
+    fn whole(&mut self, body: &Bytes, _: Totals) -> Result<Bytes, ApiError> {
+        Ok(body.clone())
+    }
+
+    fn keepalive(&mut self, out: &mut BytesMut) {
+        match self.style {
+            ErrorStyle::Anthropic => out.put_slice(b"event: ping\ndata: {\"type\":\"ping\"}\n\n"),
+            ErrorStyle::OpenAi => out.put_slice(super::relay::KEEPALIVE),
+        }
+    }
+
+    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) {
+        let head: Option<EventHead> = serde_json::from_slice(&chunk.data).ok();
+        let kind = head
+            .as_ref()
+            .and_then(|h| h.kind.as_deref())
+            .unwrap_or("message");
+        if let Some(n) = head.as_ref().and_then(|h| h.sequence_number) {
+            self.seq = Some(n);
+        }
+        out.reserve(chunk.data.len() + kind.len() + 16);
+        out.put_slice(b"event: ");
+        out.put_slice(kind.as_bytes());
+        out.put_slice(b"\ndata: ");
+        out.put_slice(&chunk.data);
+        out.put_slice(b"\n\n");
+    }
+
+    fn end(&mut self, _: Totals, _: &mut BytesMut) {}
+
+    fn fail(&mut self, error: &ApiError, out: &mut BytesMut) {
+        let event = match self.style {
+            ErrorStyle::Anthropic => json!({"type": "error", "error": error.anthropic_object()}),
+            ErrorStyle::OpenAi => {
+                let e = error.object();
+                json!({
+                    "type": "error",
+                    "code": e.get("code"),
+                    "message": e.get("message"),
+                    "param": e.get("param"),
+                    "sequence_number": self.seq.map_or(0, |n| n + 1),
+                })
+            }
+        };
+        out.put_slice(format!("event: error\ndata: {event}\n\n").as_bytes());
+    }
+}
