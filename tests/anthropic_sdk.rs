@@ -55,7 +55,11 @@ const COMMON: [&str; 3] = [
 fn the_anthropic_sdk_on_a_passthrough_to_an_anthropic_upstream() {
     let mut s = COMMON.to_vec();
     s.extend(["anthropic_errors.py", "anthropic_thinking.py"]);
-    scripts_on("pass-a", &s, &[("PASS_THINKING", "1")]);
+    scripts_on(
+        "pass-a",
+        &s,
+        &[("PASS_THINKING", "1"), ("EXPECT_THINKING", "1")],
+    );
 }
 
 #[test]
@@ -81,7 +85,7 @@ fn the_anthropic_sdk_on_a_judge_panel() {
 fn the_anthropic_sdk_on_a_hedge() {
     let mut s = COMMON.to_vec();
     s.push("anthropic_thinking.py");
-    scripts_on("hedge", &s, &[]);
+    scripts_on("hedge", &s, &[("EXPECT_THINKING", "1")]);
 }
 
 #[test]

@@ -1,8 +1,10 @@
 """Extended thinking asked for (`thinking.type = enabled` with a budget):
 the request is accepted whole and streamed, any thinking block that comes
 back is well formed (thinking text and a signature, before the text), and
-the answer is the mock's. PASS_THINKING=1: the route forwards to an
-Anthropic upstream, which must get the `thinking` object as sent."""
+the answer is the mock's. EXPECT_THINKING=1: the answering model is an
+Anthropic mock, which thinks when asked: its thinking block must come back.
+PASS_THINKING=1: the route forwards to an Anthropic upstream verbatim,
+which must get the `thinking` object as sent."""
 
 import os
 
@@ -10,6 +12,8 @@ from anth_common import *  # noqa: F403
 
 c = client()
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
+# What the Anthropic mock's thinking block says.
+THOUGHT = "Let me think this through step by step."
 THINK = {"type": "enabled", "budget_tokens": 1024}
 
 for stream in (False, True):
@@ -31,6 +35,12 @@ for stream in (False, True):
     for b in m.content:
         if b.type == "thinking":
             check(bool(b.thinking) and bool(b.signature), f"{mode}: a thinking block has thinking and a signature", dump(b))
+    if os.environ.get("EXPECT_THINKING") == "1":
+        thoughts = [b.thinking for b in m.content if b.type == "thinking"]
+        check(thoughts == [THOUGHT], f"{mode}: the mock's thinking block came back", dump(m))
+        check(types == ["thinking", "text"], f"{mode}: thinking, then text", types)
+        if stream:
+            check("thinking_delta" in kinds and "signature_delta" in kinds, f"{mode}: thinking_delta and signature_delta", kinds)
     if "thinking" in types:
         check("thinking_delta" in kinds or not stream, f"{mode}: thinking streamed as thinking_delta", kinds)
     if os.environ.get("PASS_THINKING") == "1":
