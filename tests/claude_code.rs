@@ -305,7 +305,7 @@ async fn claude_code_runs_its_bash_tool_through_a_chain() {
 #[test]
 fn claude_code_reports_a_wrong_key_at_once() {
     let w = world();
-    let t = std::time::Instant::now();
+    let t = tokio::time::Instant::now();
     let ran = claude_run_as(
         &w,
         "sk-anth-wrong-0123456789",

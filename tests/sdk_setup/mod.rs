@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -157,7 +159,7 @@ pub fn venv() -> &'static Path {
 /// minutes); the path of its executable `bin`.
 pub fn npm_tool(dir: &str, package: &str, version: &str, bin: &str) -> PathBuf {
     static MADE: OnceLock<Mutex<HashMap<String, Result<PathBuf, String>>>> = OnceLock::new();
-    let mut made = MADE.get_or_init(Default::default).lock().unwrap();
+    let mut made = MADE.get_or_init(Default::default).lock();
     let got = made
         .entry(dir.to_owned())
         .or_insert_with(|| {
