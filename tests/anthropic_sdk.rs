@@ -145,29 +145,39 @@ async fn an_anthropic_verifier_s_verdict_is_read() {
     assert!(w.anth.asked("a-top").await.is_empty());
 }
 
-/// The upstream got conclave's key as `x-api-key`, never the client's.
+/// The upstream gets conclave's key as `x-api-key` with an
+/// `anthropic-version`, never the client's key; no answer or log shows the
+/// upstream key.
 #[tokio::test]
 async fn the_anthropic_upstream_gets_its_own_key() {
     let w = tokio::task::spawn_blocking(world).await.unwrap();
-    let r = send(
-        client()
-            .post(w.gw.url("/v1/messages"))
-            .bearer_auth(ALICE)
-            .json(&json!({
-                "model": "pass-a",
-                "max_tokens": 64,
-                "messages": [{"role": "user", "content": "hi"}],
-            })),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    let got: Value = r.json();
-    assert_eq!(got["content"][0]["text"], CAPITAL, "{got}");
-    let seen = w.anth.received().await;
-    let auth = seen.last().unwrap().to_string();
+    for route in ["pass-a", "hedge"] {
+        let r = send(
+            client()
+                .post(w.gw.url("/v1/messages"))
+                .bearer_auth(ALICE)
+                .json(&json!({
+                    "model": route,
+                    "max_tokens": 64,
+                    "messages": [{"role": "user", "content": "hi"}],
+                })),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{route}: {}", r.text);
+        let got: Value = r.json();
+        assert_eq!(got["content"][0]["text"], CAPITAL, "{route}: {got}");
+        assert!(!r.text.contains(UPSTREAM_KEY));
+        let seen = w.anth.received().await;
+        let last = seen.last().unwrap();
+        assert_eq!(last["api_key"], UPSTREAM_KEY, "{route}: {last}");
+        assert!(last["anthropic_version"].is_string(), "{route}: {last}");
+        assert!(
+            !last.to_string().contains(ALICE),
+            "{route}: the client's key went upstream: {last}"
+        );
+    }
     assert!(
-        !auth.contains(ALICE),
-        "the client's key went upstream: {auth}"
+        !w.gw.stderr().contains(UPSTREAM_KEY),
+        "the upstream key is in the log"
     );
-    assert!(!r.text.contains(UPSTREAM_KEY));
 }

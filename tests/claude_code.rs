@@ -199,7 +199,14 @@ async fn the_recorded_claude_code_request_is_forwarded_to_an_anthropic_upstream(
             assert_eq!(whole_text(&r.json()), CAPITAL, "{}", r.text);
         }
     }
-    // Verbatim: every field as sent but the model's name.
+    // Verbatim: every field as sent but the model's name, and the betas.
+    let seen = w.anth.received().await;
+    for q in &seen {
+        assert_eq!(
+            q["anthropic_beta"], BETAS,
+            "the client's betas went upstream"
+        );
+    }
     let asked = w.anth.asked("a-good").await;
     let mut want = fixture();
     want["model"] = json!("a-good");
