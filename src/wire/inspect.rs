@@ -39,6 +39,10 @@ pub enum NotAnAnswer {
     NoOutput,
     #[error("it has no `type`")]
     NoType,
+    #[error("it is not a Messages `message` object")]
+    NotAMessage,
+    #[error("it has no `content` array")]
+    NoContent,
     #[error("it has {0} choices (at most {MAX_CHOICES} are accepted)")]
     TooManyChoices(usize),
     #[error("a tool call index of {0} is out of range (at most {MAX_TOOL_CALLS} tool calls)")]

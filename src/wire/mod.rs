@@ -8,7 +8,10 @@
 //! validity); [`output`] assembles the assistant's text when a strategy
 //! must judge it. [`responses`] reads the same of the Responses API's
 //! bodies and stream events, for upstreams that speak it natively.
+//! [`anthropic`] translates chat requests to Anthropic's Messages API and
+//! its answers and event streams back, for Anthropic upstreams.
 
+pub mod anthropic;
 pub mod assemble;
 pub mod billing;
 mod finish;

@@ -106,11 +106,16 @@ impl ApiError {
                 code: code.map(str::to_owned),
                 ..plain(StatusCode::BAD_REQUEST, "invalid_request_error", "")
             },
-            ApiError::Unauthorized { .. } => plain(
-                StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
-                "invalid_api_key",
-            ),
+            // A wrong key stays wrong: clients that retry errors
+            // (Claude Code retries a 401 for minutes) are told not to.
+            ApiError::Unauthorized { .. } => Shape {
+                headers: vec![("x-should-retry", "false".into())],
+                ..plain(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_request_error",
+                    "invalid_api_key",
+                )
+            },
             ApiError::AdminOnly { .. } | ApiError::OperatorOnly { .. } => {
                 plain(StatusCode::FORBIDDEN, "permission_error", "admin_only")
             }
