@@ -366,7 +366,8 @@ async fn run(command: Command) -> ExitCode {
                     setup.quirks,
                     echo_unknown || config.is_none(),
                 )
-                .with_responses(responses || setup.responses),
+                .with_responses(responses || setup.responses)
+                .with_api(setup.api),
             );
             let listener = match TcpListener::bind(listen).await {
                 Ok(l) => l,

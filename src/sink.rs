@@ -33,6 +33,10 @@ pub struct ModelInfo {
     pub upstream_model: String,
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    /// Input tokens read from the prompt cache.
+    pub cached_input_per_mtok: f64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write_per_mtok: f64,
     /// Input tokens one image is estimated at.
     pub image_tokens: u64,
     /// The context window the config gives (it wins over the server's).
@@ -43,8 +47,15 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
+    /// What `usage` costs: cached and cache-write input tokens at their
+    /// own prices, the rest of the input at the input price.
     pub fn cost(&self, usage: &Usage) -> f64 {
-        (usage.prompt_tokens as f64 * self.input_per_mtok
+        let cached = usage.cached_tokens.min(usage.prompt_tokens);
+        let written = usage.cache_write_tokens.min(usage.prompt_tokens - cached);
+        let fresh = usage.prompt_tokens - cached - written;
+        (fresh as f64 * self.input_per_mtok
+            + cached as f64 * self.cached_input_per_mtok
+            + written as f64 * self.cache_write_per_mtok
             + usage.completion_tokens as f64 * self.output_per_mtok)
             / 1_000_000.0
     }
@@ -268,5 +279,48 @@ impl metrics::Recorder for Strays {
     fn register_histogram(&self, key: &Key, _: &metrics::Metadata<'_>) -> metrics::Histogram {
         self.stray(key.name());
         metrics::Histogram::noop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_reads_and_writes_are_charged_at_their_prices() {
+        let info = ModelInfo {
+            name: "m".into(),
+            upstream: "u".into(),
+            upstream_model: "m".into(),
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+            cached_input_per_mtok: 0.3,
+            cache_write_per_mtok: 3.75,
+            image_tokens: 0,
+            context_window: None,
+            redactor: Arc::new(Redactor::default()),
+        };
+        let usage = Usage {
+            prompt_tokens: 1_000_000,
+            completion_tokens: 100_000,
+            cached_tokens: 600_000,
+            cache_write_tokens: 300_000,
+            ..Usage::default()
+        };
+        // 100k fresh at 3, 600k read at 0.3, 300k written at 3.75, 100k out at 15.
+        let want = 0.3 + 0.18 + 1.125 + 1.5;
+        assert!(
+            (info.cost(&usage) - want).abs() < 1e-9,
+            "{}",
+            info.cost(&usage)
+        );
+        // Counts past the prompt (a server's slip) never charge more than it.
+        let odd = Usage {
+            prompt_tokens: 10,
+            cached_tokens: 50,
+            cache_write_tokens: 50,
+            ..Usage::default()
+        };
+        assert!((info.cost(&odd) - 10.0 * 0.3 / 1e6).abs() < 1e-12);
     }
 }

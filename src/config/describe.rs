@@ -33,7 +33,13 @@ impl Config {
                     Some(ls) => format!("{base_url} (llama-swap {})", ls.url),
                     None => base_url.clone(),
                 },
-                UpstreamKind::Mock { models, .. } => format!("{} simulated models", models.len()),
+                UpstreamKind::Anthropic(a) => a.base_url.clone(),
+                UpstreamKind::Mock { models, api, .. } => match api {
+                    crate::mock::Api::OpenAi => format!("{} simulated models", models.len()),
+                    crate::mock::Api::Anthropic => {
+                        format!("{} simulated models (Messages API)", models.len())
+                    }
+                },
             };
             let rpm = u.rpm.map_or(String::new(), |r| format!(", {r} rpm"));
             out.push_str(&format!(

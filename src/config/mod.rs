@@ -9,10 +9,12 @@
 //! `describe` renders a config for people. `graph` compiles the result
 //! into model nodes.
 
+mod anthropic;
 mod describe;
 mod errors;
 mod keys;
 mod names;
+mod price;
 mod raw;
 mod strategies;
 mod validate;
@@ -25,10 +27,12 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
+pub use anthropic::{Anthropic, DEFAULT_BASE_URL, DEFAULT_VERSION};
 pub(crate) use errors::Errors;
 pub(crate) use errors::positive;
 pub use errors::{ConfigError, ConfigErrors};
 pub use keys::digest;
+pub use price::DEFAULT_MAX_TOKENS;
 pub use raw::{Lane, Price};
 pub use strategies::{RouteSpec, Strategies};
 
@@ -148,7 +152,11 @@ pub enum UpstreamKind {
         api_key: Option<Secret>,
         llama_swap: Option<LlamaSwap>,
     },
+    /// Anthropic's Messages API (`kind = "anthropic"`).
+    Anthropic(Anthropic),
     Mock {
+        /// The wire format it speaks (`api`).
+        api: crate::mock::Api,
         swap: SwapSim,
         quirks: Quirks,
         models: IndexMap<String, Behavior>,
@@ -195,6 +203,7 @@ impl UpstreamKind {
     pub fn name(&self) -> &'static str {
         match self {
             UpstreamKind::OpenAi { .. } => "openai",
+            UpstreamKind::Anthropic(_) => "anthropic",
             UpstreamKind::Mock { .. } => "mock",
         }
     }
@@ -211,6 +220,9 @@ pub struct Model {
     /// The context window the config gives (`None`: learned, if the
     /// server says).
     pub context_window: Option<u64>,
+    /// `max_tokens` sent when a request sets none, to an upstream that
+    /// requires it (Anthropic's).
+    pub max_tokens: u32,
 }
 
 /// A route: an alias of another name, or a strategy that owns its config
@@ -277,6 +289,8 @@ pub struct MockSetup {
     pub quirks: Quirks,
     /// Serve `POST /v1/responses` too.
     pub responses: bool,
+    /// The wire format it speaks (`api`).
+    pub api: crate::mock::Api,
 }
 
 /// The simulated models (and llama-swap emulation) of one `kind = "mock"`
@@ -320,11 +334,13 @@ pub fn mock_models(path: &Path, name: Option<&str>) -> Result<MockSetup, ConfigE
             }
         }
         swap = validate::swap_sim(u, &at, &mut errs);
+        anthropic::mock_api(u, &at, &mut errs);
     }
     match parsed {
         Some(u) if errs.0.is_empty() => Ok(MockSetup {
             quirks: Quirks::new(&u.quirks),
             responses: u.responses,
+            api: u.api,
             models: u.models,
             swap,
         }),
@@ -342,7 +358,10 @@ impl Config {
         let upstream = self.upstreams.values().filter_map(|u| match &u.kind {
             UpstreamKind::OpenAi {
                 api_key: Some(k), ..
-            } => Some(k.0.as_str()),
+            }
+            | UpstreamKind::Anthropic(Anthropic {
+                api_key: Some(k), ..
+            }) => Some(k.0.as_str()),
             _ => None,
         });
         upstream

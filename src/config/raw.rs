@@ -8,7 +8,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-use crate::mock::{Behavior, Quirk};
+use crate::mock::{Api, Behavior, Quirk};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4000";
 
@@ -239,6 +239,9 @@ pub struct MockUpstream {
     /// Serve the Responses API (`POST /v1/responses`) too.
     #[serde(default)]
     pub responses: bool,
+    /// The wire format it speaks: OpenAI's or Anthropic's Messages API.
+    #[serde(default)]
+    pub api: Api,
     #[serde(default)]
     pub models: IndexMap<String, Behavior>,
 }
@@ -250,6 +253,24 @@ pub struct Price {
     pub input_per_mtok: f64,
     #[serde(default)]
     pub output_per_mtok: f64,
+    /// Input tokens read from the provider's prompt cache (default: the
+    /// input price, so budgets never undercount).
+    pub cached_input_per_mtok: Option<f64>,
+    /// Input tokens written to the provider's prompt cache (default: the
+    /// input price).
+    pub cache_write_per_mtok: Option<f64>,
+}
+
+impl Price {
+    /// Dollars per million cached input tokens.
+    pub fn cached_input(&self) -> f64 {
+        self.cached_input_per_mtok.unwrap_or(self.input_per_mtok)
+    }
+
+    /// Dollars per million input tokens written to the cache.
+    pub fn cache_write(&self) -> f64 {
+        self.cache_write_per_mtok.unwrap_or(self.input_per_mtok)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -266,6 +287,9 @@ pub struct Model {
     pub image_tokens: Option<u64>,
     /// The model's context window in tokens (else learned from the server).
     pub context_window: Option<u64>,
+    /// `max_tokens` sent when the request sets none, to an upstream that
+    /// requires it (Anthropic's).
+    pub max_tokens: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

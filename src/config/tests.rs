@@ -108,6 +108,7 @@ api_key_env = "MISSING_VAR"
 
 [upstreams.b]
 kind = "anthropic"
+responses = true
 
 [upstreams.c]
 kind = "mock"
@@ -140,7 +141,7 @@ tiers = ["loop1"]
         "server.colour: unknown field `colour`",
         "upstreams.a.base_url: \"ftp://x\" is not an http(s) URL",
         "upstreams.a.api_key_env: environment variable MISSING_VAR is not set",
-        "upstreams.b.kind: \"anthropic\" is not available",
+        "upstreams.b.responses: an Anthropic upstream does not speak the Responses API",
         "upstreams.c.bogus: unknown field `bogus`",
         "models.m.upstream: unknown upstream \"nope\"",
         "routes.review.tiers[1]: unknown model \"gemma5\"",

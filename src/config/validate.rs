@@ -10,6 +10,7 @@ use indexmap::IndexMap;
 
 use crate::mock::{Quirks, SwapSim};
 
+use super::anthropic::mock_api;
 use super::{
     Config, Errors, IMAGE_TOKENS, Lane, LaneLimits, Limits, LlamaSwap, MAX_CONTEXT_WINDOW, Model,
     Secret, Server, Strategies, TelemetryConfig, Upstream, UpstreamKind,
@@ -37,7 +38,7 @@ pub(super) fn swap_sim(u: &raw::MockUpstream, path: &str, errs: &mut Errors) -> 
     }
 }
 
-fn upstream_rpm(rpm: Option<u32>, path: &str, errs: &mut Errors) -> Option<u32> {
+pub(super) fn upstream_rpm(rpm: Option<u32>, path: &str, errs: &mut Errors) -> Option<u32> {
     if rpm == Some(0) {
         errs.push(
             format!("{path}.rpm"),
@@ -48,7 +49,7 @@ fn upstream_rpm(rpm: Option<u32>, path: &str, errs: &mut Errors) -> Option<u32> 
 }
 
 /// Validates an upstream's lane keys, as read, into its lane's limits.
-fn lane_limits(
+pub(super) fn lane_limits(
     lane: Lane,
     max_concurrency: Option<u32>,
     max_models: Option<u32>,
@@ -310,7 +311,7 @@ pub(super) fn secret(
     }
 }
 
-fn url(s: &str, path: &str, errs: &mut Errors) {
+pub(super) fn url(s: &str, path: &str, errs: &mut Errors) {
     match reqwest::Url::parse(s) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {}
         _ => errs.push(path, format!("\"{s}\" is not an http(s) URL")),
@@ -398,31 +399,28 @@ fn upstreams(
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     responses: u.responses,
                     kind: UpstreamKind::Mock {
+                        api: mock_api(&u, &path, errs),
                         swap: swap_sim(&u, &path, errs),
                         quirks: Quirks::new(&u.quirks),
                         models: u.models,
                     },
                 }
             }),
-            Some("anthropic") => {
-                errs.push(
-                    format!("{path}.kind"),
-                    "\"anthropic\" is not available in this build yet; use kind = \"openai\" with \
-                     base_url = \"https://api.anthropic.com/v1\" (Anthropic's OpenAI-compatible endpoint)",
-                );
-                None
-            }
+            Some("anthropic") => super::anthropic::upstream(item, &path, env, errs),
             Some(other) => {
                 errs.push(
                     format!("{path}.kind"),
-                    format!("unknown upstream kind \"{other}\" (expected \"openai\" or \"mock\")"),
+                    format!(
+                        "unknown upstream kind \"{other}\" (expected \"openai\", \"anthropic\" \
+                         or \"mock\")"
+                    ),
                 );
                 None
             }
             None => {
                 errs.push(
                     format!("{path}.kind"),
-                    "missing (expected \"openai\" or \"mock\")",
+                    "missing (expected \"openai\", \"anthropic\" or \"mock\")",
                 );
                 None
             }
@@ -463,14 +461,7 @@ fn models(
                 format!("unknown upstream \"{}\"", m.upstream),
             );
         }
-        for (field, v) in [
-            ("input_per_mtok", m.price.input_per_mtok),
-            ("output_per_mtok", m.price.output_per_mtok),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                errs.push(format!("{path}.price.{field}"), "must be a number >= 0");
-            }
-        }
+        super::price::check(&m, &path, errs);
         if let Some(w) = m.context_window
             && !(1..=MAX_CONTEXT_WINDOW).contains(&w)
         {
@@ -491,6 +482,7 @@ fn models(
                 json_mode: m.json_mode.unwrap_or(true),
                 image_tokens: m.image_tokens.unwrap_or(IMAGE_TOKENS),
                 context_window: m.context_window,
+                max_tokens: m.max_tokens.unwrap_or(super::price::DEFAULT_MAX_TOKENS),
             },
         );
     }

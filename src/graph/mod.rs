@@ -88,12 +88,16 @@ impl Graph {
                 .filter(|(_, m)| m.upstream == *name)
                 .map(|(n, m)| (m.upstream_model.clone(), Arc::from(n.as_str())))
                 .collect();
-            let built =
-                Upstream::from_config(name, u, models, metrics.clone()).map_err(|source| {
-                    BuildError::Client {
-                        name: name.clone(),
-                        source,
-                    }
+            let max_tokens = config
+                .models
+                .values()
+                .filter(|m| m.upstream == *name)
+                .map(|m| (m.upstream_model.clone(), m.max_tokens))
+                .collect();
+            let built = Upstream::from_config(name, u, models, max_tokens, metrics.clone())
+                .map_err(|source| BuildError::Client {
+                    name: name.clone(),
+                    source,
                 })?;
             upstreams.insert(name.as_str(), Arc::new(built));
         }
@@ -118,6 +122,8 @@ impl Graph {
                 upstream_model: m.upstream_model.clone(),
                 input_per_mtok: m.price.input_per_mtok,
                 output_per_mtok: m.price.output_per_mtok,
+                cached_input_per_mtok: m.price.cached_input(),
+                cache_write_per_mtok: m.price.cache_write(),
                 image_tokens: m.image_tokens,
                 context_window: m.context_window,
                 redactor: redactor.clone(),

@@ -126,6 +126,8 @@ impl Answer {
         let usage = b.usage.unwrap_or(UsageSpec {
             prompt_tokens: (request_text(req).len() as u64).div_ceil(4),
             completion_tokens: completion,
+            cached_tokens: 0,
+            cache_write_tokens: 0,
         });
         Answer {
             legacy: false,
@@ -161,11 +163,15 @@ impl Answer {
     }
 
     fn usage_json(&self) -> Value {
-        json!({
+        let mut u = json!({
             "prompt_tokens": self.usage.prompt_tokens,
             "completion_tokens": self.usage.completion_tokens,
             "total_tokens": self.usage.prompt_tokens + self.usage.completion_tokens,
-        })
+        });
+        if self.usage.cached_tokens > 0 {
+            u["prompt_tokens_details"] = json!({"cached_tokens": self.usage.cached_tokens});
+        }
+        u
     }
 
     fn envelope(&self, object: &str, extra: &Map<String, Value>) -> Map<String, Value> {

@@ -82,8 +82,17 @@ pub struct ToolCallSpec {
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageSpec {
+    /// Every input token, cached ones included (as OpenAI counts them).
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, read from the prompt cache (OpenAI's
+    /// `cached_tokens`, Anthropic's `cache_read_input_tokens`).
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Of `prompt_tokens`, written to the prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`; an OpenAI answer does not say).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

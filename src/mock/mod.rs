@@ -10,12 +10,16 @@
 //! optionally llama-swap's `sendLoadingState` banner on cold streams.
 //! With `responses` it also answers the Responses API natively
 //! ([`responses`]); without, `/v1/responses` is a 404, as on a chat-only
-//! server.
+//! server. With [`Api::Anthropic`] it plays Anthropic's Messages API
+//! instead ([`anthropic`]): `/v1/messages` and its `count_tokens`, and a
+//! 404 for every OpenAI path.
 
 mod answer;
+mod anthropic;
 mod behavior;
 pub mod context;
 mod embeddings;
+mod loading;
 mod null_content;
 mod quirks;
 mod responses;
@@ -35,6 +39,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use answer::request_text;
+pub use anthropic::Api;
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
 pub use quirks::{Quirk, Quirks};
 
@@ -64,7 +69,25 @@ pub struct Recorded {
     pub authorization: Option<String>,
     /// The `x-request-id` header the request carried.
     pub request_id: Option<String>,
+    /// Anthropic's headers, when it plays Anthropic: `x-api-key`,
+    /// `anthropic-version` and `anthropic-beta`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anthropic_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anthropic_beta: Option<String>,
     pub body: Value,
+}
+
+/// The headers of a request the simulator reads (and records).
+#[derive(Debug, Clone, Default)]
+pub struct Heard {
+    pub authorization: Option<String>,
+    pub request_id: Option<String>,
+    pub api_key: Option<String>,
+    pub anthropic_version: Option<String>,
+    pub anthropic_beta: Option<String>,
 }
 
 /// Counters for `GET /mock/stats`: how many answers finished, how many
@@ -107,6 +130,8 @@ pub struct Simulator {
     echo_unknown: bool,
     /// Serve `POST /v1/responses` too.
     responses: bool,
+    /// The wire format it speaks.
+    api: Api,
     /// Per-model call counters for `when_call` rules.
     calls: Mutex<HashMap<String, u64>>,
     /// The loaded model (llama-swap emulation). An async mutex: a swap
@@ -135,6 +160,7 @@ impl Simulator {
             quirks,
             echo_unknown,
             responses: false,
+            api: Api::OpenAi,
             calls: Mutex::new(HashMap::new()),
             loaded: tokio::sync::Mutex::new(None),
             running: Mutex::new(None),
@@ -148,6 +174,17 @@ impl Simulator {
     pub fn with_responses(mut self, on: bool) -> Self {
         self.responses = on;
         self
+    }
+
+    /// The same simulator, speaking `api`.
+    pub fn with_api(mut self, api: Api) -> Self {
+        self.api = api;
+        self
+    }
+
+    /// The wire format it speaks.
+    pub fn api(&self) -> Api {
+        self.api
     }
 
     /// Whether it serves `POST /v1/responses`.
@@ -190,8 +227,31 @@ impl Simulator {
         authorization: Option<String>,
         request_id: Option<String>,
     ) -> MockResponse {
+        let heard = Heard {
+            authorization,
+            request_id,
+            ..Heard::default()
+        };
+        self.respond_to(endpoint, body, heard).await
+    }
+
+    /// Answers one request body for `endpoint`, with the headers it came
+    /// with.
+    pub async fn respond_to(
+        self: &Arc<Self>,
+        endpoint: Endpoint,
+        body: &[u8],
+        heard: Heard,
+    ) -> MockResponse {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let guard = Finish::new(self.stats.clone());
+        if self.api == Api::Anthropic {
+            return anthropic::respond(self, endpoint, body, heard, guard).await;
+        }
+        if matches!(endpoint, Endpoint::Messages | Endpoint::CountTokens) {
+            let msg = "mock: the Messages API is not served here (api = \"openai\")";
+            return guard.done(error_response(404, msg, None));
+        }
         if endpoint == Endpoint::Responses && !self.responses {
             // What a chat-only server says.
             let msg = "mock: POST /v1/responses is not served here (responses = false)";
@@ -210,27 +270,11 @@ impl Simulator {
         let Some(model) = req.get("model").and_then(Value::as_str).map(str::to_owned) else {
             return guard.done(error_response(400, "mock: missing `model`", None));
         };
-        {
-            let mut log = self.log.lock();
-            if log.len() >= RECORDED {
-                log.pop_front();
-            }
-            log.push_back(Recorded {
-                model: model.clone(),
-                authorization,
-                request_id,
-                body: req.clone(),
-            });
-        }
+        self.record(&model, heard, &req);
         if let Some(refused) = null_content::refusal(&self.quirks, &req) {
             return guard.done(refused);
         }
-        let call = {
-            let mut calls = self.calls.lock();
-            let n = calls.entry(model.clone()).or_insert(0);
-            *n += 1;
-            *n
-        };
+        let call = self.count_call(&model);
         let view = match endpoint {
             Endpoint::Responses => Some(responses::chat_view(&req)),
             _ => None,
@@ -291,51 +335,36 @@ impl Simulator {
                 let view = view.unwrap_or_default();
                 responses::respond(b, &req, &view, &model, n, guard).await
             }
-            Endpoint::Chat | Endpoint::Completions => {
+            Endpoint::Chat | Endpoint::Completions | Endpoint::Messages | Endpoint::CountTokens => {
                 let legacy = endpoint == Endpoint::Completions;
                 answer::respond(b, &req, &model, n, legacy, stream, include_usage, guard).await
             }
         }
     }
 
-    /// A cold streamed answer with llama-swap's `sendLoadingState`: the
-    /// 200 and the loading banner at once (a dot a second while loading,
-    /// as llama-swap does), then the answer once the model is loaded.
-    fn loading(
-        self: &Arc<Self>,
-        b: Resolved,
-        req: Value,
-        model: String,
-        n: u64,
-        include_usage: bool,
-        guard: Finish,
-    ) -> MockResponse {
-        let this = self.clone();
-        let body = async_stream::stream! {
-            let started = tokio::time::Instant::now();
-            yield Ok(loading_chunk("━━━━━\n"));
-            yield Ok(loading_chunk(&format!("llama-swap loading model: {model}\n")));
-            let swap = this.swap_to(&model);
-            tokio::pin!(swap);
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            tick.tick().await;
-            loop {
-                tokio::select! {
-                    () = &mut swap => break,
-                    _ = tick.tick() => yield Ok(loading_chunk(".")),
-                }
-            }
-            let took = started.elapsed().as_secs_f64();
-            yield Ok(loading_chunk(&format!("\nDone! ({took:.2}s)\n")));
-            yield Ok(loading_chunk("━━━━━\n"));
-            yield Ok(loading_chunk(" \n"));
-            let answer = answer::respond(b, &req, &model, n, false, true, include_usage, guard).await;
-            let mut answer = answer.body;
-            while let Some(part) = futures::StreamExt::next(&mut answer).await {
-                yield part;
-            }
-        };
-        answer::event_stream(Box::pin(body))
+    /// Keeps the request for `GET /mock/requests`.
+    fn record(&self, model: &str, heard: Heard, body: &Value) {
+        let mut log = self.log.lock();
+        if log.len() >= RECORDED {
+            log.pop_front();
+        }
+        log.push_back(Recorded {
+            model: model.to_owned(),
+            authorization: heard.authorization,
+            request_id: heard.request_id,
+            api_key: heard.api_key,
+            anthropic_version: heard.anthropic_version,
+            anthropic_beta: heard.anthropic_beta,
+            body: body.clone(),
+        });
+    }
+
+    /// Counts a call of `model` and returns its number (from 1).
+    fn count_call(&self, model: &str) -> u64 {
+        let mut calls = self.calls.lock();
+        let n = calls.entry(model.to_owned()).or_insert(0);
+        *n += 1;
+        *n
     }
 
     /// Loads `model` as llama-swap would. The swap runs as its own task,
@@ -366,13 +395,6 @@ impl Simulator {
         });
         let _ = swap.await;
     }
-}
-
-/// One chunk of llama-swap's loading banner: only `reasoning_content`, no
-/// `id` or `object` (llama-swap writes it, not the model).
-fn loading_chunk(text: &str) -> Bytes {
-    let chunk = json!({"choices": [{"delta": {"reasoning_content": text}}]});
-    Bytes::from(format!("data: {chunk}\n\n"))
 }
 
 /// Sleeps, unless there is nothing to wait for: a zero sleep still waits
@@ -437,58 +459,4 @@ fn once(b: Bytes) -> MockBody {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::StreamExt;
-
-    async fn collect(r: MockResponse) -> (u16, String) {
-        let mut out = Vec::new();
-        let mut body = r.body;
-        while let Some(Ok(b)) = body.next().await {
-            out.extend_from_slice(&b);
-        }
-        (r.status, String::from_utf8_lossy(&out).into_owned())
-    }
-
-    #[tokio::test]
-    async fn echo_whole_and_streamed() {
-        let sim = Arc::new(Simulator::new(
-            IndexMap::new(),
-            SwapSim::default(),
-            Quirks::default(),
-            true,
-        ));
-        let (status, body) = collect(
-            sim.respond(
-                Endpoint::Chat,
-                br#"{"model":"m","messages":[{"role":"user","content":"hi there"}]}"#,
-                None,
-                None,
-            )
-            .await,
-        )
-        .await;
-        assert_eq!(status, 200);
-        let v: Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(v["choices"][0]["message"]["content"], "hi there");
-        assert_eq!(v["usage"]["completion_tokens"], 2);
-
-        let (_, body) = collect(
-            sim.respond(
-                Endpoint::Chat,
-                br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a b c"}]}"#,
-                None,
-                None,
-            )
-            .await,
-        )
-        .await;
-        let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).collect();
-        // role, 3 tokens, finish, usage, [DONE]
-        assert_eq!(events.len(), 7, "{body}");
-        assert!(events[5].contains("\"choices\":[]"));
-        assert_eq!(events[6], "data: [DONE]");
-        assert_eq!(sim.running().as_deref(), Some("m"));
-        assert_eq!(sim.stats.completed.load(Ordering::Relaxed), 2);
-    }
-}
+mod tests;

@@ -2,6 +2,11 @@
 //! (Chat Completions, Completions, Embeddings, and the Responses API when
 //! `responses = true`, else a 404 there)
 //! that also answers llama-swap's `GET /running` and
+//! With `api = "anthropic"` it plays Anthropic instead: `POST
+//! /v1/messages` and `/v1/messages/count_tokens`, reading `x-api-key`,
+//! `anthropic-version` and `anthropic-beta`, and a 429 carries
+//! `anthropic-ratelimit-requests-*` headers besides `retry-after`.
+//! It also answers
 //! `GET /upstream/<model>/props` (which loads the model, as llama-swap's
 //! passthrough does) and llama.cpp's `GET /props` (`?model=` picks the
 //! model, as in router mode), plus two test hooks:
@@ -12,6 +17,7 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -25,7 +31,7 @@ use tokio::net::TcpListener;
 
 use std::collections::HashMap;
 
-use super::{Simulator, context};
+use super::{Api, Heard, Simulator, context};
 use crate::wire::Endpoint;
 
 pub fn router(sim: Arc<Simulator>) -> Router {
@@ -38,6 +44,8 @@ pub fn router(sim: Arc<Simulator>) -> Router {
         .route("/embeddings", post(embeddings))
         .route("/v1/responses", post(responses))
         .route("/responses", post(responses))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
         .route("/running", get(running))
         .route("/props", get(props))
@@ -86,21 +94,38 @@ async fn responses(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: 
     answer(Endpoint::Responses, &sim, &headers, &body).await
 }
 
+async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(Endpoint::Messages, &sim, &headers, &body).await
+}
+
+async fn count_tokens(
+    State(sim): State<Arc<Simulator>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(Endpoint::CountTokens, &sim, &headers, &body).await
+}
+
 async fn answer(
     endpoint: Endpoint,
     sim: &Arc<Simulator>,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Response {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let request_id = headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let r = sim.respond(endpoint, body, auth, request_id).await;
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let heard = Heard {
+        authorization: get(header::AUTHORIZATION.as_str()),
+        request_id: get("x-request-id"),
+        api_key: get("x-api-key"),
+        anthropic_version: get("anthropic-version"),
+        anthropic_beta: get("anthropic-beta"),
+    };
+    let r = sim.respond_to(endpoint, body, heard).await;
     let mut resp = Response::new(Body::from_stream(r.body));
     *resp.status_mut() =
         StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -111,6 +136,19 @@ async fn answer(
     );
     if let Some(secs) = r.retry_after {
         h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    if r.status == 429 && sim.api() == Api::Anthropic {
+        let reset = std::time::SystemTime::now() + Duration::from_secs(r.retry_after.unwrap_or(1));
+        let reset = humantime::format_rfc3339_seconds(reset).to_string();
+        for (name, v) in [
+            ("anthropic-ratelimit-requests-limit", "50".to_owned()),
+            ("anthropic-ratelimit-requests-remaining", "0".to_owned()),
+            ("anthropic-ratelimit-requests-reset", reset),
+        ] {
+            if let Ok(v) = HeaderValue::from_str(&v) {
+                h.insert(name, v);
+            }
+        }
     }
     resp
 }

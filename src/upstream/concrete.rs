@@ -258,6 +258,7 @@ impl ConcreteModel {
             let ids = CallIds {
                 request_id: &ctx.upstream_id,
                 traceparent: attempt.traceparent(),
+                anthropic_beta: None,
             };
             let sent = up.transport.send(out.endpoint, out.body.clone(), &ids);
             let resp = match timeout_at(x.first, sent).await {

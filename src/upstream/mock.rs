@@ -11,7 +11,7 @@ use indexmap::IndexMap;
 
 use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use crate::labels::Warm;
-use crate::mock::{Behavior, Quirks, Simulator, SwapSim};
+use crate::mock::{Api, Behavior, Heard, Quirks, Simulator, SwapSim};
 use crate::wire::Endpoint;
 
 pub struct MockTransport {
@@ -21,14 +21,18 @@ pub struct MockTransport {
 }
 
 impl MockTransport {
-    /// `responses`: it serves the Responses API too.
+    /// A simulator speaking `api` (and the Responses API when
+    /// `responses`).
     pub fn new(
         models: IndexMap<String, Behavior>,
         swap: SwapSim,
         quirks: Quirks,
+        api: Api,
         responses: bool,
     ) -> Self {
-        let sim = Simulator::new(models, swap, quirks, true).with_responses(responses);
+        let sim = Simulator::new(models, swap, quirks, true)
+            .with_api(api)
+            .with_responses(responses);
         MockTransport {
             sim: Arc::new(sim),
             swaps: swap.delay.is_some(),
@@ -44,10 +48,7 @@ impl Transport for MockTransport {
         body: Bytes,
         ids: &CallIds<'_>,
     ) -> Result<RawResponse, TransportError> {
-        let r = self
-            .sim
-            .respond(endpoint, &body, None, Some(ids.request_id.to_owned()))
-            .await;
+        let r = self.sim.respond_to(endpoint, &body, heard(ids)).await;
         Ok(RawResponse {
             status: r.status,
             retry_after: r.retry_after.map(|s| s.to_string()),
@@ -69,5 +70,14 @@ impl Transport for MockTransport {
 
     fn simulator(&self) -> Option<Arc<Simulator>> {
         Some(self.sim.clone())
+    }
+}
+
+/// What an in-process call tells the simulator (no HTTP headers).
+fn heard(ids: &CallIds<'_>) -> Heard {
+    Heard {
+        request_id: Some(ids.request_id.to_owned()),
+        anthropic_beta: ids.anthropic_beta.map(str::to_owned),
+        ..Heard::default()
     }
 }

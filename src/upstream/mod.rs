@@ -1,6 +1,7 @@
 //! Upstreams: where concrete models live. A [`Transport`] moves request
-//! bytes to a server and hands back its raw response (`openai` over
-//! reqwest, `mock` in-process); [`decode`] turns any raw response into a
+//! bytes to a server and hands back its raw response (`openai` and
+//! `anthropic` over reqwest, `mock` in-process; an Anthropic-speaking one
+//! behind [`translate`], which makes chat of it); [`decode`] turns any raw response into a
 //! completion, [`relay`] into a committed chunk stream (chat or, for an
 //! upstream with `responses = true`, the Responses API's events);
 //! [`ConcreteModel`] is the one decorator that makes an upstream model a
@@ -8,6 +9,7 @@
 //! checking that the request fits the model's context window ([`fit`],
 //! with windows the server reports learned by [`window`]).
 
+pub mod anthropic;
 mod concrete;
 pub mod decode;
 pub mod delivery;
@@ -19,8 +21,10 @@ mod mock;
 pub mod openai;
 mod relay;
 pub mod sse;
+pub mod translate;
 pub mod window;
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,6 +104,9 @@ pub trait Transport: Send + Sync {
 pub struct CallIds<'a> {
     pub request_id: &'a str,
     pub traceparent: Option<String>,
+    /// Sent as `anthropic-beta` to an Anthropic upstream (a native
+    /// Messages call passes on the client's).
+    pub anthropic_beta: Option<&'a str>,
 }
 
 /// One configured upstream.
@@ -125,11 +132,14 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// `models`: (name sent upstream, conclave's name) of the models on it.
+    /// `models`: (name sent upstream, conclave's name) of the models on it;
+    /// `max_tokens`: their `max_tokens` by the name sent upstream (for an
+    /// upstream that requires one).
     pub fn from_config(
         name: &str,
         cfg: &config::Upstream,
         models: Vec<(String, Arc<str>)>,
+        max_tokens: HashMap<String, u32>,
         metrics: Metrics,
     ) -> Result<Self, openai::BuildError> {
         let name: Arc<str> = name.into();
@@ -148,16 +158,25 @@ impl Upstream {
                 }
                 Box::new(t)
             }
+            UpstreamKind::Anthropic(a) => Box::new(translate::Translate::new(
+                Box::new(anthropic::AnthropicTransport::new(a)?),
+                max_tokens,
+            )),
             UpstreamKind::Mock {
+                api,
                 swap,
                 quirks,
                 models,
-            } => Box::new(mock::MockTransport::new(
-                models.clone(),
-                *swap,
-                quirks.clone(),
-                cfg.responses,
-            )),
+            } => {
+                let (s, q) = (*swap, quirks.clone());
+                let m = mock::MockTransport::new(models.clone(), s, q, *api, cfg.responses);
+                match api {
+                    crate::mock::Api::OpenAi => Box::new(m),
+                    crate::mock::Api::Anthropic => {
+                        Box::new(translate::Translate::new(Box::new(m), max_tokens))
+                    }
+                }
+            }
         };
         Ok(Upstream {
             gate: Gate::new(

@@ -142,6 +142,9 @@ impl Transport for OpenAiTransport {
             Endpoint::Completions => &self.completions_url,
             Endpoint::Embeddings => &self.embeddings_url,
             Endpoint::Responses => &self.responses_url,
+            Endpoint::Messages | Endpoint::CountTokens => {
+                return Ok(super::translate::unsupported(endpoint));
+            }
         };
         let mut req = self
             .client

@@ -34,16 +34,24 @@ pub enum Endpoint {
     /// The Responses API, relayed verbatim to an upstream that speaks it
     /// natively (`responses = true`).
     Responses,
+    /// Anthropic's Messages API (`POST /v1/messages`), to an upstream of
+    /// `kind = "anthropic"` (or a mock with `api = "anthropic"`).
+    Messages,
+    /// Anthropic's `POST /v1/messages/count_tokens`.
+    CountTokens,
 }
 
 impl Endpoint {
-    /// The path under an OpenAI base URL (`…/v1`).
+    /// The path under an OpenAI base URL (`…/v1`); Anthropic's paths
+    /// under its `…/v1` likewise.
     pub fn path(self) -> &'static str {
         match self {
             Endpoint::Chat => "/chat/completions",
             Endpoint::Completions => "/completions",
             Endpoint::Embeddings => "/embeddings",
             Endpoint::Responses => "/responses",
+            Endpoint::Messages => "/messages",
+            Endpoint::CountTokens => "/messages/count_tokens",
         }
     }
 }

@@ -315,6 +315,11 @@ pub struct Usage {
     /// Output tokens spent reasoning (part of `completion_tokens`).
     #[serde(skip_serializing_if = "is_zero")]
     pub reasoning_tokens: u64,
+    /// Input tokens written to the provider's prompt cache (part of
+    /// `prompt_tokens`): Anthropic's `cache_creation_input_tokens`, kept
+    /// at the top of a translated chat `usage`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     /// conclave estimated it: the upstream reported none.
     #[serde(skip)]
     pub estimated: bool,
@@ -343,6 +348,8 @@ struct UsageWire {
     input_tokens_details: Option<Details>,
     #[serde(default)]
     output_tokens_details: Option<Details>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<Count>,
 }
 
 /// A `*_tokens_details` object: only the two counts conclave keeps, read
@@ -386,6 +393,7 @@ impl From<UsageWire> for Usage {
                 &w.output_tokens_details,
                 |d| count(&d.reasoning_tokens),
             ),
+            cache_write_tokens: count(&w.cache_creation_input_tokens),
             estimated: false,
         }
     }

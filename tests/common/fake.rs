@@ -63,6 +63,8 @@ impl Fake {
                 upstream_model: name.to_owned(),
                 input_per_mtok: 0.0,
                 output_per_mtok: 0.0,
+                cached_input_per_mtok: 0.0,
+                cache_write_per_mtok: 0.0,
                 image_tokens: conclave::model::IMAGE_TOKENS,
                 redactor: Arc::new(Redactor::default()),
             }),

@@ -1,0 +1,55 @@
+//! The simulator's own answers, whole and streamed.
+
+use super::*;
+use futures::StreamExt;
+
+async fn collect(r: MockResponse) -> (u16, String) {
+    let mut out = Vec::new();
+    let mut body = r.body;
+    while let Some(Ok(b)) = body.next().await {
+        out.extend_from_slice(&b);
+    }
+    (r.status, String::from_utf8_lossy(&out).into_owned())
+}
+
+#[tokio::test]
+async fn echo_whole_and_streamed() {
+    let sim = Arc::new(Simulator::new(
+        IndexMap::new(),
+        SwapSim::default(),
+        Quirks::default(),
+        true,
+    ));
+    let (status, body) = collect(
+        sim.respond(
+            Endpoint::Chat,
+            br#"{"model":"m","messages":[{"role":"user","content":"hi there"}]}"#,
+            None,
+            None,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "hi there");
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+
+    let (_, body) = collect(
+        sim.respond(
+            Endpoint::Chat,
+            br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a b c"}]}"#,
+            None,
+            None,
+        )
+        .await,
+    )
+    .await;
+    let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).collect();
+    // role, 3 tokens, finish, usage, [DONE]
+    assert_eq!(events.len(), 7, "{body}");
+    assert!(events[5].contains("\"choices\":[]"));
+    assert_eq!(events[6], "data: [DONE]");
+    assert_eq!(sim.running().as_deref(), Some("m"));
+    assert_eq!(sim.stats.completed.load(Ordering::Relaxed), 2);
+}
