@@ -56,6 +56,7 @@ impl Counts {
                 .saturating_add(written),
             completion_tokens: self.output_tokens.unwrap_or(0),
             cached_tokens: read,
+            cache_write_tokens: written,
             ..Usage::default()
         })
     }
@@ -192,6 +193,7 @@ impl Usage {
             completion_tokens: pick(self.completion_tokens, later.completion_tokens),
             cached_tokens: pick(self.cached_tokens, later.cached_tokens),
             reasoning_tokens: pick(self.reasoning_tokens, later.reasoning_tokens),
+            cache_write_tokens: pick(self.cache_write_tokens, later.cache_write_tokens),
             estimated: later.estimated,
         }
     }
