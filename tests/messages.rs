@@ -376,3 +376,83 @@ async fn keys_limits_and_errors_speak_anthropic() {
         .await;
     anth(&r, 404, "not_found_error");
 }
+
+/// A passthrough to an Anthropic upstream gets the body verbatim (only
+/// `model` rewritten): fields conclave does not translate (`top_k`,
+/// `cache_control`, system turns, `output_config`) reach it, and its own
+/// events come back under their own names, its usage recorded.
+#[tokio::test(start_paused = true)]
+async fn an_anthropic_upstream_gets_the_body_verbatim() {
+    let gw = demo();
+    let mut body = json!({"model": "claude", "max_tokens": 300, "top_k": 5,
+        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        "output_config": {"effort": "low"},
+        "messages": [{"role": "user", "content": "hello verbatim"},
+                     {"role": "system", "content": "a system turn"},
+                     {"role": "user", "content": [{"type": "text", "text": "again"}]}]});
+    let beta = [("anthropic-beta", "prompt-caching-2024-07-31")];
+    let r = gw.post_with("/v1/messages", &body, &beta).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-conclave-served-by"), Some("sonnet"));
+    let v = r.json();
+    assert_eq!(v["type"], "message", "{v}");
+    assert!(said(&v).starts_with("Claude's answer:"), "{v}");
+    let sent = gw.asked("claude", "claude-sim");
+    let sent = sent.last().unwrap();
+    assert_eq!(sent["top_k"], 5, "{sent}");
+    assert_eq!(sent["system"][0]["cache_control"]["type"], "ephemeral");
+    assert_eq!(sent["messages"][1]["role"], "system");
+    assert_eq!(sent["output_config"]["effort"], "low");
+
+    body["stream"] = json!(true);
+    let r = gw.post_with("/v1/messages", &body, &beta).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let m = check_stream(&r.text);
+    assert!(said(&m).starts_with("Claude's answer:"), "{}", r.text);
+    assert!(
+        m["usage"]["output_tokens"].as_u64().unwrap() > 0,
+        "{}",
+        r.text
+    );
+    let metrics = gw.metrics();
+    let tokens = samples(
+        &metrics,
+        "conclave_tokens_total",
+        &[("model", "sonnet"), ("kind", "output")],
+    );
+    assert!(tokens.iter().sum::<f64>() > 0.0, "{metrics}");
+
+    // count_tokens: asked of the upstream itself.
+    let count =
+        json!({"model": "claude", "messages": [{"role": "user", "content": "hello there"}]});
+    let r = gw.post_with("/v1/messages/count_tokens", &count, &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-conclave-token-count"), Some("upstream"));
+    assert!(r.json()["input_tokens"].as_u64().unwrap() > 0);
+}
+
+/// Claude Code's own request (recorded: system blocks with
+/// `cache_control`, a dozen tools, adaptive thinking, system turns,
+/// `stream: true`) is answered on a chain (translated) and verbatim by
+/// an Anthropic upstream.
+#[tokio::test(start_paused = true)]
+async fn a_recorded_claude_code_request_is_answered() {
+    let gw = demo();
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/claude_code_request.json"
+    );
+    let body: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let beta = [(
+        "anthropic-beta",
+        "claude-code-20250219,interleaved-thinking-2025-05-14",
+    )];
+    for route in ["review", "claude", "claude-review"] {
+        let mut b = body.clone();
+        b["model"] = json!(route);
+        let r = gw.post_with("/v1/messages?beta=true", &b, &beta).await;
+        assert_eq!(r.status, 200, "{route}: {}", r.text);
+        let m = check_stream(&r.text);
+        assert!(!said(&m).is_empty(), "{route}: {}", r.text);
+    }
+}

@@ -63,13 +63,68 @@ impl ConcreteModel {
         self.upstream.responses
     }
 
-    /// Relays a Completions, Embeddings or Responses body (a JSON object)
-    /// to this model: `model` becomes the upstream's name, a Completions
-    /// stream asks for usage (a Responses body goes as it is otherwise:
-    /// its streams always end with their usage), and the call is recorded
-    /// as an attempt like any chat call. A streamed Responses answer comes
-    /// back as its events, one [`crate::model::Chunk`] each, the event's
-    /// JSON as the upstream wrote it (its `type` is the SSE event name).
+    /// Whether this model's upstream speaks Anthropic's Messages API: a
+    /// Messages request for it can be [`forward`](Self::forward)ed
+    /// verbatim with [`Endpoint::Messages`].
+    pub fn speaks_messages(&self) -> bool {
+        self.upstream.messages
+    }
+
+    /// Asks this model's upstream how many input tokens a Messages body
+    /// holds (`POST /v1/messages/count_tokens`, with `model` rewritten and
+    /// the fields a count does not take left out), within the upstream's
+    /// timeout (at most 30 s); `None` when it cannot say (an error, a
+    /// timeout, an answer without a count). Not an attempt: nothing is
+    /// generated or billed.
+    pub async fn count_tokens(
+        &self,
+        mut body: Map<String, Value>,
+        request_id: &str,
+        anthropic_beta: Option<&str>,
+    ) -> Option<u64> {
+        body.insert(
+            "model".into(),
+            Value::String(self.info.upstream_model.clone()),
+        );
+        for k in [
+            "max_tokens",
+            "stream",
+            "stop_sequences",
+            "temperature",
+            "top_p",
+            "top_k",
+            "metadata",
+        ] {
+            body.remove(k);
+        }
+        let bytes = Bytes::from(serde_json::to_vec(&body).ok()?);
+        let ids = CallIds {
+            request_id,
+            traceparent: None,
+            anthropic_beta,
+        };
+        let by = Instant::now() + self.upstream.timeout.min(Duration::from_secs(30));
+        let send = self
+            .upstream
+            .transport
+            .send(Endpoint::CountTokens, bytes, &ids);
+        let resp = timeout_at(by, send).await.ok()?.ok()?;
+        if resp.status != 200 {
+            return None;
+        }
+        let body = decode::small_body(resp.body, 64 * 1024, by).await?;
+        let v: Value = serde_json::from_slice(&body).ok()?;
+        v.get("input_tokens").and_then(Value::as_u64)
+    }
+
+    /// Relays a Completions, Embeddings, Responses or Messages body (a
+    /// JSON object) to this model: `model` becomes the upstream's name, a
+    /// Completions stream asks for usage (a Responses or Messages body
+    /// goes as it is otherwise: its streams always carry their usage),
+    /// and the call is recorded as an attempt like any chat call. A
+    /// streamed Responses or Messages answer comes back as its events, one
+    /// [`crate::model::Chunk`] each, the event's JSON as the upstream
+    /// wrote it (its `type` is the SSE event name).
     pub async fn forward(
         &self,
         call: Call,
@@ -81,7 +136,7 @@ impl ConcreteModel {
             Value::String(self.info.upstream_model.clone()),
         );
         let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
-        if stream && endpoint != Endpoint::Responses {
+        if stream && !endpoint.typed_events() {
             let opts = body
                 .entry("stream_options")
                 .or_insert_with(|| Value::Object(Map::new()));
@@ -91,6 +146,7 @@ impl ConcreteModel {
         }
         let input_tokens = estimate_tokens(match endpoint {
             Endpoint::Responses => responses::input_len(&body),
+            Endpoint::Messages => crate::wire::messages::input_len(&body),
             _ => ["prompt", "input"]
                 .iter()
                 .filter_map(|k| body.get(*k))
@@ -258,7 +314,11 @@ impl ConcreteModel {
             let ids = CallIds {
                 request_id: &ctx.upstream_id,
                 traceparent: attempt.traceparent(),
-                anthropic_beta: None,
+                // The client's betas go with a body it wrote itself.
+                anthropic_beta: match out.endpoint {
+                    Endpoint::Messages => ctx.options.anthropic_beta.as_deref(),
+                    _ => None,
+                },
             };
             let sent = up.transport.send(out.endpoint, out.body.clone(), &ids);
             let resp = match timeout_at(x.first, sent).await {

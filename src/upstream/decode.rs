@@ -143,6 +143,12 @@ async fn read_body(mut body: BodyStream, limit: usize, by: Instant) -> Result<By
     Ok(buf.freeze())
 }
 
+/// A small body (a count), read by `by` within `limit` bytes; `None`
+/// when it was cut, too large or late.
+pub async fn small_body(body: BodyStream, limit: usize, by: Instant) -> Option<Bytes> {
+    read_body(body, limit, by).await.ok()
+}
+
 /// The error for a non-2xx answer, with the upstream's own message.
 pub async fn status_error(resp: RawResponse, x: &Exchange) -> ModelError {
     let body = read_body(resp.body, MAX_ERROR_BODY, x.total)
@@ -220,6 +226,7 @@ pub async fn whole(
     if usage.is_none() || attempt.wants_summary() {
         let out = match x.endpoint {
             Endpoint::Responses => AssistantOutput::from_response(&body),
+            Endpoint::Messages => AssistantOutput::from_message(&body),
             _ => AssistantOutput::from_completion(&body),
         };
         let out = out.unwrap_or_default();

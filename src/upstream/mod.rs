@@ -120,6 +120,9 @@ pub struct Upstream {
     pub stream_idle_timeout: Duration,
     /// Its server speaks the Responses API natively (`responses = true`).
     pub responses: bool,
+    /// Its server speaks Anthropic's Messages API natively (`kind =
+    /// "anthropic"`, or a mock with `api = "anthropic"`).
+    pub messages: bool,
     pub transport: Box<dyn Transport>,
     /// llama-swap's warm state, for `llama_swap = URL` upstreams.
     pub probe: Option<Arc<WarmProbe>>,
@@ -193,6 +196,14 @@ impl Upstream {
             timeout: cfg.timeout,
             stream_idle_timeout: cfg.stream_idle_timeout,
             responses: cfg.responses,
+            messages: matches!(
+                &cfg.kind,
+                UpstreamKind::Anthropic(_)
+                    | UpstreamKind::Mock {
+                        api: crate::mock::Api::Anthropic,
+                        ..
+                    }
+            ),
             transport,
             probe,
             models,

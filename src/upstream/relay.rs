@@ -12,7 +12,11 @@
 //! item or a delta, not `response.created`), they end at
 //! `response.completed` / `response.incomplete` (no `[DONE]` needed: what
 //! is already buffered after it is relayed, nothing is waited for), and a
-//! `response.failed` or `error` event fails the attempt. Such events are
+//! `response.failed` or `error` event fails the attempt. Messages streams
+//! ([`Endpoint::Messages`], an Anthropic upstream answering verbatim) are
+//! read alike by `wire::messages`: first token at the first content
+//! block, end at `message_stop`, the usage of `message_start` completed
+//! by `message_delta`'s, an `error` event a failure. Such events are
 //! handed on with `usage` [`UsageField::Absent`] (they have no top-level
 //! `usage` for a relay to edit) and `choices` 0.
 
@@ -34,6 +38,7 @@ use crate::error::{ModelError, TimeoutPhase};
 use crate::labels::Warm;
 use crate::model::{Chunk, ChunkStream};
 use crate::redact::Carry;
+use crate::wire::messages;
 use crate::wire::responses::inspect_event;
 use crate::wire::{Endpoint, Usage, UsageField, inspect_chunk, inspect_chunk_text};
 
@@ -63,6 +68,7 @@ pub async fn stream(
         answering: false,
         output_bytes: 0,
         finished_choice: false,
+        usage: None,
     };
     let first = match timeout_at(first_by, relay.next()).await {
         Err(_) => return Err(relay.fail_now(first_phase)),
@@ -105,6 +111,8 @@ struct Relay {
     /// A chunk with a `finish_reason` (or a Responses stream's last event)
     /// went by: an end without `[DONE]` after it is a clean end, not a cut.
     finished_choice: bool,
+    /// The usage read so far (a Messages stream gives it in two parts).
+    usage: Option<Usage>,
 }
 
 type Next = Poll<Option<Result<Chunk, ModelError>>>;
@@ -146,11 +154,12 @@ impl Relay {
 
     fn chunk(&mut self, data: Bytes) -> Result<Chunk, ModelError> {
         let (summarize, redactor) = (self.attempt.wants_summary(), &self.x.redactor);
-        let responses = self.x.endpoint == Endpoint::Responses;
-        let info = match (responses, redactor.is_active()) {
-            (true, text) => inspect_event(&data, summarize, text),
-            (false, true) => inspect_chunk_text(&data, summarize),
-            (false, false) => inspect_chunk(&data, summarize),
+        let responses = self.x.endpoint.typed_events();
+        let info = match (self.x.endpoint, redactor.is_active()) {
+            (Endpoint::Responses, text) => inspect_event(&data, summarize, text),
+            (Endpoint::Messages, text) => messages::inspect_event(&data, summarize, text),
+            (_, true) => inspect_chunk_text(&data, summarize),
+            (_, false) => inspect_chunk(&data, summarize),
         };
         let info = info.map_err(|e| {
             self.x
@@ -163,6 +172,13 @@ impl Relay {
         // recorded), relayed without secrets.
         let data = redactor.event(&mut self.carry, data, info.text.as_deref());
         if let UsageField::Present(u) = info.usage {
+            // Anthropic's `message_delta` may lack the input that
+            // `message_start` gave.
+            let u = match (self.x.endpoint, self.usage) {
+                (Endpoint::Messages, Some(before)) => before.update(u),
+                _ => u,
+            };
+            self.usage = Some(u);
             self.attempt.set_usage(u);
         }
         let loading = info.loading && !self.answering;
@@ -268,6 +284,7 @@ impl Stream for Relay {
                 }
                 let missing = match this.x.endpoint {
                     Endpoint::Responses => "the stream ended before response.completed",
+                    Endpoint::Messages => "the stream ended before message_stop",
                     _ => "the stream ended without [DONE]",
                 };
                 return this.fail(this.x.cut(missing));
@@ -284,7 +301,7 @@ impl Stream for Relay {
                 }
                 Poll::Ready(Some(Err(e))) => return this.fail(this.x.cut(&e.to_string())),
                 Poll::Ready(None) => this.body_ended = true,
-                Poll::Pending if this.finished_choice && this.x.endpoint == Endpoint::Responses => {
+                Poll::Pending if this.finished_choice && this.x.endpoint.typed_events() => {
                     // Its last event came: nothing more is waited for.
                     return this.done();
                 }

@@ -378,10 +378,13 @@ pub enum WholeBody {
 
 /// Validates a whole response body of `endpoint` and reads its usage:
 /// chat and legacy completions need `choices`, embeddings `data`, a
-/// Responses body `output` ([`super::responses::inspect_response`]).
+/// Responses body `output` ([`super::responses::inspect_response`]), a
+/// Messages body `content` ([`super::messages::inspect_message`]).
 pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, NotAnAnswer> {
-    if endpoint == Endpoint::Responses {
-        return super::responses::inspect_response(body);
+    match endpoint {
+        Endpoint::Responses => return super::responses::inspect_response(body),
+        Endpoint::Messages => return super::messages::inspect_message(body),
+        _ => {}
     }
     object_bytes(body)?;
     let probe: CompletionProbe = serde_json::from_slice(body)?;

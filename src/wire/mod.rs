@@ -42,6 +42,12 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// Its streams are typed events that end at their own last event
+    /// (`response.completed`, `message_stop`), not at `[DONE]`.
+    pub fn typed_events(self) -> bool {
+        matches!(self, Endpoint::Responses | Endpoint::Messages)
+    }
+
     /// The path under an OpenAI base URL (`…/v1`); Anthropic's paths
     /// under its `…/v1` likewise.
     pub fn path(self) -> &'static str {

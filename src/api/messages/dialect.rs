@@ -1,7 +1,11 @@
 //! `POST /v1/messages` and `POST /v1/messages/count_tokens` through the
 //! request life cycle (`ingress`), with errors in Anthropic's shape: the
 //! request translated to chat and the answer rendered back
-//! ([`Messages`]) on every route and strategy.
+//! ([`Messages`]) on every route and strategy, or, for a model whose
+//! upstream speaks the Messages API (a concrete model on an Anthropic
+//! upstream, or a passthrough route to one), forwarded verbatim (only
+//! `model` rewritten, the client's `anthropic-beta` passed on) and its
+//! events relayed as they come (`Native`).
 
 use std::sync::Arc;
 
@@ -20,6 +24,12 @@ use crate::api::Gateway;
 use crate::api::error::{ApiError, ErrorStyle};
 use crate::api::guard::{finish_response, request_id};
 use crate::api::ingress::{Admitted, Dialect, Job, admit, dropped_tools, serve};
+use crate::api::native::Native;
+use crate::api::options;
+use crate::graph::Node;
+use crate::upstream::ConcreteModel;
+use crate::wire::billing::Billable;
+use crate::wire::{Endpoint, estimate_tokens, messages};
 
 /// Says how `count_tokens` counted: `estimate` (conclave's rule).
 pub const TOKEN_COUNT: HeaderName = HeaderName::from_static("x-conclave-token-count");
@@ -34,9 +44,16 @@ struct MessagesApi;
 impl Dialect for MessagesApi {
     async fn job<'a>(&self, ad: &'a Admitted) -> Result<Job<'a>, ApiError> {
         let raw = object(&ad.body)?;
+        let model = match raw.get("model") {
+            Some(Value::String(m)) if !m.is_empty() => m.clone(),
+            _ => return Err(ApiError::wrong_type("model", "a non-empty string")),
+        };
+        let (route, node) = ad.resolve(&model)?;
+        if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_messages()) {
+            return Ok(native(route, node, concrete, raw));
+        }
         let req = from_object(&raw)?;
         drop(raw);
-        let (route, node) = ad.resolve(&req.model)?;
         let MessagesRequest {
             model: asked,
             stream,
@@ -70,14 +87,51 @@ impl Dialect for MessagesApi {
     }
 }
 
+/// A `count_tokens` answer, saying how it was counted.
+fn counted(input: u64, how: &'static str) -> Response {
+    let mut resp = Json(json!({"input_tokens": input})).into_response();
+    resp.headers_mut()
+        .insert(TOKEN_COUNT, HeaderValue::from_static(how));
+    resp
+}
+
+/// The job of a request forwarded verbatim to an Anthropic upstream.
+fn native<'a>(
+    route: &'a Arc<str>,
+    node: &'a Node,
+    concrete: Arc<ConcreteModel>,
+    raw: Map<String, Value>,
+) -> Job<'a> {
+    let stream = raw.get("stream").and_then(Value::as_bool) == Some(true);
+    let bill = Billable {
+        input: estimate_tokens(messages::input_len(&raw)),
+        images: 0,
+        output: raw.get("max_tokens").and_then(Value::as_u64),
+    };
+    Job {
+        route,
+        node,
+        bill,
+        answers: 1,
+        stream,
+        run: Box::new(move |call| {
+            Box::pin(async move { concrete.forward(call, Endpoint::Messages, raw).await })
+        }),
+        render: Box::new(Native::new(ErrorStyle::Anthropic)),
+        headers: Vec::new(),
+        on_open: None,
+    }
+}
+
 /// The body as a JSON object.
 fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::invalid_json(&e))
 }
 
-/// `POST /v1/messages/count_tokens`: the request's input tokens, by
-/// conclave's estimate (the `x-conclave-token-count: estimate` header
-/// says so). Nothing is sent upstream and no limit is charged.
+/// `POST /v1/messages/count_tokens`: the request's input tokens, as the
+/// model's own Anthropic upstream counts them (`x-conclave-token-count:
+/// upstream`), else (another upstream, a strategy route, or no answer
+/// from it) by conclave's estimate (`estimate`). No limit is charged.
 pub async fn count_tokens(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
@@ -86,16 +140,23 @@ pub async fn count_tokens(
     let id = request_id(&headers);
     let resp = async {
         let ad = admit(&gw, headers, body).await?;
-        let mut raw = object(&ad.body)?;
+        let raw = object(&ad.body)?;
+        let model = match raw.get("model") {
+            Some(Value::String(m)) if !m.is_empty() => m.clone(),
+            _ => return Err(ApiError::wrong_type("model", "a non-empty string")),
+        };
+        let (_, node) = ad.resolve(&model)?;
+        if let Some(c) = node.concrete.clone().filter(|c| c.speaks_messages()) {
+            let beta = options::read(&ad.headers)?.anthropic_beta;
+            if let Some(n) = c.count_tokens(raw.clone(), &id, beta.as_deref()).await {
+                return Ok(counted(n, "upstream"));
+            }
+        }
+        let mut raw = raw;
         // `max_tokens` is not part of a count.
         raw.entry("max_tokens").or_insert(json!(1));
         let req = from_object(&raw)?;
-        ad.resolve(&req.model)?;
-        let input = req.chat.billable().input;
-        let mut resp = Json(json!({"input_tokens": input})).into_response();
-        resp.headers_mut()
-            .insert(TOKEN_COUNT, HeaderValue::from_static("estimate"));
-        Ok(resp)
+        Ok(counted(req.chat.billable().input, "estimate"))
     }
     .await;
     finish_response(&gw, resp, &id, ErrorStyle::Anthropic)

@@ -2,7 +2,7 @@
 //! mock checks it: a field the Messages API does not take (it rejects
 //! extra inputs, so OpenAI-only fields such as `stream_options` or
 //! `response_format` must not reach it), a missing `max_tokens`, roles
-//! other than `user`/`assistant` (a `system` message has its own error),
+//! other than `user`/`assistant`/`system`,
 //! content blocks of types it does not know (OpenAI's `image_url`),
 //! OpenAI-shaped tools, a `tool_result` whose `tool_use` is not in the
 //! message before, a `tool_use` whose result does not follow, a
@@ -32,6 +32,7 @@ const FIELDS: &[&str] = &[
     "container",
     "mcp_servers",
     "context_management",
+    "output_config",
 ];
 
 /// Content block types a message may hold.
@@ -133,13 +134,9 @@ fn messages(v: Option<&Value>) -> Result<(), String> {
     }
     for (i, m) in ms.iter().enumerate() {
         match m.get("role").and_then(Value::as_str) {
-            Some("user" | "assistant") => {}
-            Some("system") => {
-                return Err(format!(
-                    "messages.{i}.role: Unexpected role \"system\". The Messages API accepts a \
-                     top-level `system` parameter, not \"system\" as an input message role."
-                ));
-            }
+            // Later API versions take system turns between messages
+            // (Claude Code sends them).
+            Some("user" | "assistant" | "system") => {}
             _ => {
                 return Err(format!(
                     "messages.{i}.role: Input should be 'user' or 'assistant'"
@@ -215,12 +212,10 @@ fn tools(v: Option<&Value>) -> Result<(), String> {
             return Err(format!("tools.{i}.custom.input_schema: Field required"));
         }
         if let Some(k) = t.as_object().and_then(|o| {
-            o.keys().find(|k| {
-                !matches!(
-                    k.as_str(),
-                    "type" | "name" | "description" | "input_schema" | "cache_control"
-                )
-            })
+            // OpenAI's shape; other keys may belong to betas (Claude
+            // Code sends `defer_loading`).
+            o.keys()
+                .find(|k| matches!(k.as_str(), "function" | "parameters"))
         }) {
             return Err(format!(
                 "tools.{i}.custom.{k}: Extra inputs are not permitted"
@@ -247,7 +242,8 @@ fn tool_choice(v: Option<&Value>) -> Result<(), String> {
 fn thinking(v: Option<&Value>, max_tokens: Option<u64>) -> Result<(), String> {
     let Some(v) = v else { return Ok(()) };
     match v.get("type").and_then(Value::as_str) {
-        Some("disabled") => Ok(()),
+        // `adaptive`: the model sets its own budget (Claude Code sends it).
+        Some("disabled" | "adaptive") => Ok(()),
         Some("enabled") => {
             let Some(budget) = v.get("budget_tokens").and_then(Value::as_u64) else {
                 return Err("thinking.enabled.budget_tokens: Field required".into());
@@ -264,7 +260,7 @@ fn thinking(v: Option<&Value>, max_tokens: Option<u64>) -> Result<(), String> {
             Ok(())
         }
         _ => Err(
-            "thinking: Input tag does not match any of the expected tags: 'enabled', 'disabled'"
+            "thinking: Input tag does not match any of the expected tags: 'enabled', 'disabled', 'adaptive'"
                 .into(),
         ),
     }

@@ -91,8 +91,8 @@ async fn refuses_what_anthropic_refuses() {
             "max_tokens: Field required",
         ),
         (
-            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}, user]}),
-            "Unexpected role \"system\"",
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}, user]}),
+            "Input should be 'user' or 'assistant'",
         ),
         (
             json!({"model": "m", "max_tokens": 5, "stream_options": {}, "messages": [user]}),
