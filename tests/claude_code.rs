@@ -7,12 +7,15 @@
 //! it sends (`?beta=true`, `anthropic-beta`, `anthropic-version`,
 //! `x-api-key`), on a chain and on a passthrough to an Anthropic upstream;
 //! and Claude Code itself (`@anthropic-ai/claude-code` from npm, into
-//! `target/claude-code`) completing `claude -p` turns, one running its
-//! `Bash` tool. What the recording showed Claude Code needs of a stream:
-//! `message_start` first (without it, it retries without streaming), then
-//! the content block events; `message_delta` and `message_stop` are
-//! optional (the end of the body ends the turn), `ping` and unknown events
-//! are ignored, an `error` event makes it retry once with `stream: false`.
+//! `target/claude-code`) completing `claude -p` turns on translated and
+//! verbatim routes, running its `Bash` tool, and reporting a wrong key at
+//! once. What a logging server showed Claude Code needs of a stream:
+//! `message_start` and `content_block_start` before the deltas (without
+//! them it asks again with `stream: false`); `message_delta`,
+//! `message_stop` and `message_start`'s usage are optional (the end of the
+//! body ends the turn); `ping` and unknown events are ignored; an `error`
+//! event makes it ask again once with `stream: false`; a 401 is retried
+//! for minutes unless it says `x-should-retry: false`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -272,28 +275,48 @@ fn claude_ok(w: &World, route: &str, prompt: &str, extra: &[&str]) -> String {
     ran.stdout
 }
 
-#[test]
-fn claude_code_completes_a_turn_through_the_gateway() {
-    let w = world();
+/// One turn on a passthrough to an Anthropic upstream (Claude Code's body
+/// and betas forwarded verbatim), a chain and a judge panel (translated).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_completes_a_turn_through_the_gateway() {
+    let w = tokio::task::spawn_blocking(world).await.unwrap();
     for route in ["pass-a", "chain", "panel"] {
-        let out = claude_ok(&w, route, "say hi", &[]);
+        let out = tokio::task::block_in_place(|| claude_ok(&w, route, "say hi", &[]));
         assert_eq!(out.trim(), CAPITAL, "{route}: {out}");
+        if route == "pass-a" {
+            let seen = w.anth.received().await;
+            let q = seen.last().unwrap();
+            assert!(q["body"]["output_config"].is_object(), "not verbatim: {q}");
+            assert!(
+                q["anthropic_beta"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("claude-code-20250219"),
+                "{q}"
+            );
+        }
     }
 }
 
+/// Claude Code runs the `Bash` call the mock asks for and sends its output
+/// back: on a chain (an OpenAI tier, translated) and on a passthrough to an
+/// Anthropic upstream (verbatim).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_runs_its_bash_tool_through_a_chain() {
+async fn claude_code_runs_its_bash_tool_through_the_gateway() {
     let w = tokio::task::spawn_blocking(world).await.unwrap();
-    let out = tokio::task::block_in_place(|| {
-        claude_ok(
-            &w,
-            "chain",
-            "Run the claude echo.",
-            &["--allowedTools", "Bash(echo:*)"],
-        )
-    });
-    assert_eq!(out.trim(), CLAUDE_TOOL_OK, "{out}");
-    // The command ran and its output went back as a tool result.
+    for route in ["chain", "pass-a"] {
+        let out = tokio::task::block_in_place(|| {
+            claude_ok(
+                &w,
+                route,
+                "Run the claude echo.",
+                &["--allowedTools", "Bash(echo:*)"],
+            )
+        });
+        assert_eq!(out.trim(), CLAUDE_TOOL_OK, "{route}: {out}");
+    }
+    // The command ran and its output went back as a tool result: a chat
+    // tool message to the OpenAI tier, a `tool_result` block to Anthropic.
     let asked = w.oai.asked("o-good").await;
     let last = asked.last().unwrap();
     let tool = last["messages"]
@@ -304,6 +327,22 @@ async fn claude_code_runs_its_bash_tool_through_a_chain() {
         .unwrap_or_else(|| panic!("no tool message: {last}"))
         .clone();
     assert!(tool.to_string().contains("CLAUDE-TOOL-OK"), "{tool}");
+    let asked = w.anth.asked("a-good").await;
+    let last = asked.last().unwrap();
+    let user = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap()
+        .clone();
+    let result = user["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("no tool_result: {user}"));
+    assert!(result.to_string().contains("CLAUDE-TOOL-OK"), "{result}");
 }
 
 /// A wrong key: Claude Code says so and exits 1 at once. It retries a 401
