@@ -10,16 +10,6 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 
-fn demo() -> inproc::Gw {
-    let demo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo.toml"))
-        .unwrap()
-        .replace(
-            "event_log = \"conclave-events.jsonl\"",
-            "event_log = \"{dir}/events.jsonl\"",
-        );
-    inproc::Gw::start(&demo)
-}
-
 fn events(text: &str) -> Vec<(String, Value)> {
     text.split("\n\n")
         // Comments (a committed stream's trailing `x-conclave-*` meta)
@@ -115,7 +105,7 @@ fn msg(model: &str, text: &str, stream: bool) -> Value {
 
 #[tokio::test(start_paused = true)]
 async fn every_strategy_answers_the_messages_api_as_it_answers_chat() {
-    let gw = demo();
+    let gw = inproc::Gw::demo();
     let confirm = [("x-conclave-confirm", "yes")];
     for route in [
         "fast",
@@ -171,7 +161,7 @@ async fn every_strategy_answers_the_messages_api_as_it_answers_chat() {
 
 #[tokio::test(start_paused = true)]
 async fn an_arena_answers_with_two_text_blocks_and_its_id() {
-    let gw = demo();
+    let gw = inproc::Gw::demo();
     for stream in [false, true] {
         let r = gw
             .post_with("/v1/messages", &msg("ab", "hi", stream), &[])
@@ -383,7 +373,7 @@ async fn keys_limits_and_errors_speak_anthropic() {
 /// events come back under their own names, its usage recorded.
 #[tokio::test(start_paused = true)]
 async fn an_anthropic_upstream_gets_the_body_verbatim() {
-    let gw = demo();
+    let gw = inproc::Gw::demo();
     let mut body = json!({"model": "claude", "max_tokens": 300, "top_k": 5,
         "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
         "output_config": {"effort": "low"},
@@ -437,7 +427,7 @@ async fn an_anthropic_upstream_gets_the_body_verbatim() {
 /// an Anthropic upstream.
 #[tokio::test(start_paused = true)]
 async fn a_recorded_claude_code_request_is_answered() {
-    let gw = demo();
+    let gw = inproc::Gw::demo();
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/claude_code_request.json"

@@ -9,16 +9,6 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 
-fn demo() -> inproc::Gw {
-    let demo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo.toml"))
-        .unwrap()
-        .replace(
-            "event_log = \"conclave-events.jsonl\"",
-            "event_log = \"{dir}/events.jsonl\"",
-        );
-    inproc::Gw::start(&demo)
-}
-
 /// One SSE event: its `event:` name and its JSON data.
 #[derive(Debug)]
 struct Event {
@@ -117,7 +107,7 @@ fn chat_text(r: &Resp) -> String {
 
 #[tokio::test(start_paused = true)]
 async fn every_strategy_answers_the_responses_api_as_it_answers_chat() {
-    let gw = demo();
+    let gw = inproc::Gw::demo();
     for route in ["fast", "review", "failover", "council", "hedge", "wise"] {
         let input = format!("hello from {route}");
         let chat = gw.chat(&common::chat(route, &input)).await;
@@ -150,7 +140,7 @@ async fn every_strategy_answers_the_responses_api_as_it_answers_chat() {
 
 #[tokio::test(start_paused = true)]
 async fn a_race_and_an_arena_answer_too() {
-    let gw = demo();
+    let gw = inproc::Gw::demo();
     let confirm = [("x-conclave-confirm", "yes")];
     for stream in [false, true] {
         let body =
@@ -393,7 +383,7 @@ async fn stored_responses_are_continued_and_kept_per_key() {
 
 #[tokio::test(start_paused = true)]
 async fn what_cannot_be_honoured_is_a_400_naming_the_field() {
-    let gw = demo();
+    let gw = inproc::Gw::demo();
     let cases = [
         (
             json!({"model": "fast", "input": "x", "background": true}),

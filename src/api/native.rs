@@ -4,13 +4,45 @@
 //! `type`), and an error after the stream began as the dialect's `error`
 //! event.
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 use super::error::{ApiError, ErrorStyle};
+use super::ingress::Job;
 use super::render::Render;
+use crate::graph::Node;
 use crate::model::Chunk;
 use crate::sink::Totals;
+use crate::upstream::ConcreteModel;
+use crate::wire::Endpoint;
+use crate::wire::billing::Billable;
+
+/// The job of a body (`raw`) forwarded verbatim to `concrete` on
+/// `endpoint`, billable for `bill`, its answer relayed by [`Native`] in
+/// `style`.
+pub fn job<'a>(
+    (route, node): (&'a Arc<str>, &'a Node),
+    concrete: Arc<ConcreteModel>,
+    (endpoint, style): (Endpoint, ErrorStyle),
+    raw: Map<String, Value>,
+    bill: Billable,
+) -> Job<'a> {
+    Job {
+        route,
+        node,
+        bill,
+        answers: 1,
+        stream: raw.get("stream").and_then(Value::as_bool) == Some(true),
+        run: Box::new(move |call| {
+            Box::pin(async move { concrete.forward(call, endpoint, raw).await })
+        }),
+        render: Box::new(Native::new(style)),
+        headers: Vec::new(),
+        on_open: None,
+    }
+}
 
 pub struct Native {
     /// Whose error event a failure is: the Responses API's (OpenAI's

@@ -6,11 +6,13 @@
 //! the stream relay (`respond`) know nothing else of a dialect.
 
 use bytes::{Bytes, BytesMut};
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::relay::KEEPALIVE;
 use crate::model::Chunk;
 use crate::sink::Totals;
+use crate::wire::content_text;
 
 /// Writes one request's answer in its dialect. One value serves one
 /// request: it may keep state across the chunks of a stream.
@@ -38,4 +40,24 @@ pub trait Render: Send + 'static {
 
     /// Ends a stream with an error, after whatever was written.
     fn fail(&mut self, error: &ApiError, out: &mut BytesMut);
+}
+
+/// Most choices past the first an answer is read for.
+pub const MAX_OTHER_CHOICES: u64 = 8;
+
+/// The text of each choice past the first (an arena's second answer) of
+/// a whole chat completion's `choices`, in order: each dialect writes
+/// them after the first choice's output.
+pub fn other_choices(choices: &[Value]) -> Vec<String> {
+    let mut others: Vec<(u64, String)> = choices
+        .iter()
+        .filter_map(|c| {
+            let i = c.get("index").and_then(Value::as_u64)?;
+            (1..=MAX_OTHER_CHOICES)
+                .contains(&i)
+                .then(|| (i, content_text(c.pointer("/message/content"))))
+        })
+        .collect();
+    others.sort_by_key(|o| o.0);
+    others.into_iter().map(|o| o.1).collect()
 }

@@ -30,6 +30,18 @@ pub struct Gw {
 impl Gw {
     /// A gateway on `toml` (`{dir}` is replaced by a temp dir), its clock
     /// at [`START`]. Call it on the test's runtime.
+    /// The gateway on `config/demo.toml`, its event log in its own dir.
+    pub fn demo() -> Gw {
+        let demo =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo.toml"))
+                .unwrap_or_default()
+                .replace(
+                    "event_log = \"conclave-events.jsonl\"",
+                    "event_log = \"{dir}/events.jsonl\"",
+                );
+        Gw::start(&demo)
+    }
+
     pub fn start(toml: &str) -> Gw {
         Gw::start_at(toml, UNIX_EPOCH + START)
     }

@@ -24,7 +24,6 @@ use crate::api::Gateway;
 use crate::api::error::{ApiError, ErrorStyle};
 use crate::api::guard::{finish_response, request_id};
 use crate::api::ingress::{Admitted, Dialect, Job, admit, dropped_tools, serve};
-use crate::api::native::Native;
 use crate::api::options;
 use crate::graph::Node;
 use crate::upstream::ConcreteModel;
@@ -50,7 +49,7 @@ impl Dialect for MessagesApi {
         };
         let (route, node) = ad.resolve(&model)?;
         if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_messages()) {
-            return Ok(native(route, node, concrete, raw));
+            return Ok(native((route, node), concrete, raw));
         }
         let req = from_object(&raw)?;
         drop(raw);
@@ -97,30 +96,17 @@ fn counted(input: u64, how: &'static str) -> Response {
 
 /// The job of a request forwarded verbatim to an Anthropic upstream.
 fn native<'a>(
-    route: &'a Arc<str>,
-    node: &'a Node,
+    at: (&'a Arc<str>, &'a Node),
     concrete: Arc<ConcreteModel>,
     raw: Map<String, Value>,
 ) -> Job<'a> {
-    let stream = raw.get("stream").and_then(Value::as_bool) == Some(true);
     let bill = Billable {
         input: estimate_tokens(messages::input_len(&raw)),
         images: 0,
         output: raw.get("max_tokens").and_then(Value::as_u64),
     };
-    Job {
-        route,
-        node,
-        bill,
-        answers: 1,
-        stream,
-        run: Box::new(move |call| {
-            Box::pin(async move { concrete.forward(call, Endpoint::Messages, raw).await })
-        }),
-        render: Box::new(Native::new(ErrorStyle::Anthropic)),
-        headers: Vec::new(),
-        on_open: None,
-    }
+    let how = (Endpoint::Messages, ErrorStyle::Anthropic);
+    crate::api::native::job(at, concrete, how, raw, bill)
 }
 
 /// The body as a JSON object.

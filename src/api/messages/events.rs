@@ -23,8 +23,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Value, json};
 
-use super::render::{self, Head, MAX_OTHER_CHOICES, reasoning_of};
+use super::render::{self, Head, reasoning_of};
 use crate::api::error::ApiError;
+use crate::api::render::MAX_OTHER_CHOICES;
 use crate::api::render::Render;
 use crate::model::Chunk;
 use crate::sink::Totals;

@@ -6,12 +6,9 @@
 use serde_json::{Value, json};
 
 use crate::api::error::ApiError;
+use crate::api::render::other_choices;
 use crate::sink::Totals;
 use crate::wire::content_text;
-
-/// Most choices past the first an answer is read for (an arena's second
-/// answer becomes a text block after the first's blocks).
-pub const MAX_OTHER_CHOICES: u64 = 8;
 
 /// What every rendering of one answer knows before it exists.
 #[derive(Debug, Clone)]
@@ -146,20 +143,10 @@ pub fn whole(head: &Head, completion: &[u8], totals: Totals) -> Result<Value, Ap
             "input": tool_input(arguments),
         }));
     }
-    let mut others: Vec<(u64, String)> = choices
-        .iter()
-        .filter_map(|c| {
-            let i = c.get("index").and_then(Value::as_u64)?;
-            (1..=MAX_OTHER_CHOICES)
-                .contains(&i)
-                .then(|| (i, content_text(c.pointer("/message/content"))))
-        })
-        .collect();
-    others.sort_by_key(|o| o.0);
     content.extend(
-        others
+        other_choices(choices)
             .into_iter()
-            .map(|(_, t)| json!({"type": "text", "text": t})),
+            .map(|t| json!({"type": "text", "text": t})),
     );
     let finish = choice
         .and_then(|c| c.get("finish_reason"))

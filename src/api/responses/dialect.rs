@@ -21,7 +21,6 @@ use crate::api::Gateway;
 use crate::api::error::{ApiError, ErrorStyle};
 use crate::api::forward::object_with_model;
 use crate::api::ingress::{Admitted, Dialect, Job, dropped_tools, serve};
-use crate::api::native::Native;
 use crate::wire::billing::{Billable, output_cap};
 use crate::wire::responses::input_len;
 use crate::wire::{Endpoint, estimate_tokens};
@@ -38,7 +37,7 @@ impl Dialect for ResponsesApi {
         let (raw, model) = object_with_model(&ad.body)?;
         let (route, node) = ad.resolve(&model)?;
         if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_responses()) {
-            return Ok(native(route, node, concrete, raw));
+            return Ok(native((route, node), concrete, raw));
         }
         let req = from_object(&raw)?;
         drop(raw);
@@ -68,12 +67,10 @@ impl Dialect for ResponsesApi {
 
 /// The job of a request forwarded verbatim to a native upstream.
 fn native<'a>(
-    route: &'a Arc<str>,
-    node: &'a crate::graph::Node,
+    at: (&'a Arc<str>, &'a crate::graph::Node),
     concrete: Arc<crate::upstream::ConcreteModel>,
     raw: Map<String, Value>,
 ) -> Job<'a> {
-    let stream = raw.get("stream").and_then(Value::as_bool) == Some(true);
     let bill = Billable {
         input: estimate_tokens(input_len(&raw)),
         images: 0,
@@ -82,17 +79,6 @@ fn native<'a>(
             .and_then(Value::as_u64)
             .or_else(|| output_cap(&raw)),
     };
-    Job {
-        route,
-        node,
-        bill,
-        answers: 1,
-        stream,
-        run: Box::new(move |call| {
-            Box::pin(async move { concrete.forward(call, Endpoint::Responses, raw).await })
-        }),
-        render: Box::new(Native::new(ErrorStyle::OpenAi)),
-        headers: Vec::new(),
-        on_open: None,
-    }
+    let how = (Endpoint::Responses, ErrorStyle::OpenAi);
+    crate::api::native::job(at, concrete, how, raw, bill)
 }

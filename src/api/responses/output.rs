@@ -364,7 +364,7 @@ pub(super) fn whole(head: &Head, completion: &[u8], totals: Totals) -> Result<Va
         }
         items.push(item);
     }
-    for text in other_choices(choices) {
+    for text in crate::api::render::other_choices(choices) {
         let mut item = Item::message(&head.id, items.len());
         let mut part = Part::new(false);
         part.text = text;
@@ -397,25 +397,6 @@ pub(super) fn whole(head: &Head, completion: &[u8], totals: Totals) -> Result<Va
             },
         ),
     ))
-}
-
-/// Most choices past the first an answer is read for.
-pub(super) const MAX_OTHER_CHOICES: u64 = 8;
-
-/// The text of each choice past the first (an arena's second answer), in
-/// order: each becomes a message item after the first choice's items.
-fn other_choices(choices: &[Value]) -> Vec<String> {
-    let mut others: Vec<(u64, String)> = choices
-        .iter()
-        .filter_map(|c| {
-            let i = c.get("index").and_then(Value::as_u64)?;
-            (1..=MAX_OTHER_CHOICES)
-                .contains(&i)
-                .then(|| (i, content_text(c.pointer("/message/content"))))
-        })
-        .collect();
-    others.sort_by_key(|o| o.0);
-    others.into_iter().map(|o| o.1).collect()
 }
 
 /// The response with the arena's id, when the answer is an arena's (its

@@ -154,6 +154,15 @@ impl Conversation {
 
     /// The `system` blocks (none when empty) and the `messages` list.
     pub(super) fn finish(mut self) -> (Option<Value>, Vec<Value>) {
+        for t in &mut self.turns {
+            let first: &[&str] = match t.role {
+                Role::User => &["tool_result"],
+                Role::Assistant => &["thinking", "redacted_thinking"],
+            };
+            // Stable: the blocks that must lead keep their order.
+            t.blocks.sort_by_key(|b| !first.contains(&kind(b)));
+        }
+        // After the order is settled: the prefill's end is its last block.
         if let Some(last) = self.turns.last_mut().filter(|t| t.role == Role::Assistant) {
             trim_prefill(&mut last.blocks);
             if last.blocks.is_empty() {
@@ -173,13 +182,11 @@ impl Conversation {
         let messages = self
             .turns
             .into_iter()
-            .map(|mut t| {
-                let (role, first): (_, &[&str]) = match t.role {
-                    Role::User => ("user", &["tool_result"]),
-                    Role::Assistant => ("assistant", &["thinking", "redacted_thinking"]),
+            .map(|t| {
+                let role = match t.role {
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
                 };
-                // Stable: the blocks that must lead keep their order.
-                t.blocks.sort_by_key(|b| !first.contains(&kind(b)));
                 json!({"role": role, "content": content_value(t.blocks)})
             })
             .collect();

@@ -5,7 +5,8 @@ use bytes::BytesMut;
 use serde_json::{Value, json};
 
 use super::Responses;
-use crate::api::responses::output::{Item, Kind, MAX_OTHER_CHOICES, Part, reasoning_of, text_of};
+use crate::api::render::MAX_OTHER_CHOICES;
+use crate::api::responses::output::{Item, Kind, Part, reasoning_of, text_of};
 use crate::wire::MAX_TOOL_CALLS;
 
 impl Responses {
