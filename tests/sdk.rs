@@ -13,16 +13,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+mod sdk_setup;
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use common::*;
+use sdk_setup::*;
 use serde_json::{Value, json};
 
 /// The Codex CLI release the tests install (the fixtures were recorded
@@ -41,171 +41,9 @@ const CONTINUED: &str = "Continuing after MEMO-42: the word was AZURE.";
 const CODEX_TOOL_OK: &str = "The command printed CODEX-TOOL-OK.";
 const ESSAY: &str = "Once upon a time, in a land";
 
-// ---------------------------------------------------------------------------
-// Setup: bounded child processes, the venv and the npm install.
-// ---------------------------------------------------------------------------
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The cargo target directory (`CARGO_TARGET_TMPDIR` is `<target>/tmp`).
-fn target_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// What a bounded child did.
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Ran {
-    fn ok(&self) -> bool {
-        self.code == Some(0)
-    }
-
-    fn show(&self) -> String {
-        format!(
-            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
-
-/// Runs `cmd` with its output in files (no pipe to fill) and no stdin; past
-/// `limit` it is sent SIGTERM, then SIGKILL, by its own pid only.
-fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<Ran, String> {
-    let out = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
-    let err = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(out.reopen().map_err(|e| e.to_string())?)
-        .stderr(err.reopen().map_err(|e| e.to_string())?)
-        .spawn()
-        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(s);
-        }
-        if start.elapsed() > limit {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            std::thread::sleep(Duration::from_secs(2));
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    };
-    let ran = Ran {
-        code: status.and_then(|s| s.code()),
-        stdout: std::fs::read_to_string(out.path()).unwrap_or_default(),
-        stderr: std::fs::read_to_string(err.path()).unwrap_or_default(),
-    };
-    match status {
-        Some(_) => Ok(ran),
-        None => Err(format!(
-            "{cmd:?} still running after {limit:?}, killed\n{}",
-            ran.show()
-        )),
-    }
-}
-
-/// Makes `dir` once, under an exclusive file lock (other test binaries may
-/// be making it too), unless its stamp already reads `stamp`.
-fn once_stamped(
-    dir: &Path,
-    stamp: &str,
-    make: impl FnOnce() -> Result<(), String>,
-) -> Result<(), String> {
-    let target = target_dir();
-    std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
-    let lock_path = dir.with_extension("lock");
-    let lock = File::create(&lock_path).map_err(|e| format!("{lock_path:?}: {e}"))?;
-    fs4::FileExt::lock(&lock).map_err(|e| format!("lock {lock_path:?}: {e}"))?;
-    let stamp_path = dir.join("conclave-stamp");
-    if std::fs::read_to_string(&stamp_path).ok().as_deref() == Some(stamp) {
-        return Ok(());
-    }
-    let _ = std::fs::remove_dir_all(dir);
-    let t = Instant::now();
-    make()?;
-    std::fs::write(&stamp_path, stamp).map_err(|e| e.to_string())?;
-    eprintln!("made {} in {:.1?}", dir.display(), t.elapsed());
-    Ok(())
-}
-
-/// `target/sdk-venv` with `tests/sdk/requirements.txt` installed.
-fn venv() -> &'static Path {
-    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let made = VENV.get_or_init(|| {
-        let dir = target_dir().join("sdk-venv");
-        let reqs = root().join("tests/sdk/requirements.txt");
-        let wanted = std::fs::read_to_string(&reqs).map_err(|e| format!("{reqs:?}: {e}"))?;
-        once_stamped(&dir, &wanted, || {
-            let venv = run_bounded(
-                Command::new("python3").arg("-m").arg("venv").arg(&dir),
-                Duration::from_secs(120),
-            )?;
-            if !venv.ok() {
-                return Err(format!(
-                    "`python3 -m venv` failed (Debian: apt-get install python3-venv)\n{}",
-                    venv.show()
-                ));
-            }
-            let pip = run_bounded(
-                Command::new(dir.join("bin/python"))
-                    .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
-                    .arg("-r")
-                    .arg(&reqs),
-                Duration::from_secs(600),
-            )?;
-            if !pip.ok() {
-                return Err(format!("pip install failed\n{}", pip.show()));
-            }
-            Ok(())
-        })?;
-        Ok(dir)
-    });
-    match made {
-        Ok(p) => p,
-        Err(e) => panic!("the SDK venv could not be made: {e}"),
-    }
-}
-
 /// `target/codex` with `@openai/codex@CODEX_VERSION`; the CLI's path.
-fn codex() -> &'static Path {
-    static CODEX: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let made = CODEX.get_or_init(|| {
-        let dir = target_dir().join("codex");
-        once_stamped(&dir, CODEX_VERSION, || {
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            let npm = run_bounded(
-                Command::new("npm")
-                    .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                    .arg(&dir)
-                    .arg(format!("@openai/codex@{CODEX_VERSION}")),
-                Duration::from_secs(600),
-            )?;
-            if !npm.ok() {
-                return Err(format!("npm install failed\n{}", npm.show()));
-            }
-            Ok(())
-        })?;
-        Ok(dir.join("node_modules/.bin/codex"))
-    });
-    match made {
-        Ok(p) => p,
-        Err(e) => panic!("Codex CLI could not be installed: {e}"),
-    }
+fn codex() -> PathBuf {
+    npm_tool("codex", "@openai/codex", CODEX_VERSION, "codex")
 }
 
 // ---------------------------------------------------------------------------
@@ -350,36 +188,20 @@ fn world() -> World {
 impl World {
     /// Runs `tests/sdk/SCRIPT` against `route`; its output, or why not.
     fn script(&self, script: &str, route: &str) -> Result<String, String> {
-        let python = venv().join("bin/python");
-        let ran = run_bounded(
-            Command::new(python)
-                .arg(root().join("tests/sdk").join(script))
-                .current_dir(root().join("tests/sdk"))
-                .env("OPENAI_BASE_URL", self.gw.v1())
-                .env("OPENAI_API_KEY", ALICE)
-                .env("OTHER_API_KEY", BOB)
-                .env("MODEL", route)
-                .env("MOCK_URL", &self.mock.base)
-                .env("NO_PROXY", "127.0.0.1,localhost")
-                .env("PYTHONDONTWRITEBYTECODE", "1")
-                .env("OPENAI_AGENTS_DISABLE_TRACING", "1"),
-            Duration::from_secs(120),
-        )?;
-        if ran.ok() {
-            Ok(ran.stdout)
-        } else {
-            Err(format!(
-                "{script} on {route}: {}\n--- gateway log (tail)\n{}",
-                ran.show(),
+        let env = [
+            ("OPENAI_BASE_URL", self.gw.v1()),
+            ("OPENAI_API_KEY", ALICE.to_owned()),
+            ("OTHER_API_KEY", BOB.to_owned()),
+            ("MOCK_URL", self.mock.base.clone()),
+            ("OPENAI_AGENTS_DISABLE_TRACING", "1".to_owned()),
+        ];
+        python_script(script, route, &env).map_err(|e| {
+            format!(
+                "{e}\n--- gateway log (tail)\n{}",
                 tail(&self.gw.stderr(), 30)
-            ))
-        }
+            )
+        })
     }
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Every Responses script against `route`, each on a fresh world; all
