@@ -339,6 +339,9 @@ async fn keys_limits_and_errors_speak_anthropic() {
     assert!(r.text.contains("max_tokens"), "{}", r.text);
     let r = gw.post_with("/v1/messages", &body, &key).await;
     assert_eq!(r.status, 200, "{}", r.text);
+    // Anthropic's SDKs read the id from `request-id`.
+    assert_eq!(r.header("request-id"), r.header("x-request-id"));
+    assert!(r.header("request-id").is_some());
     let r = gw
         .post_with(
             "/v1/messages",

@@ -14,6 +14,7 @@ use crate::context::RequestCtx;
 use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, Telemetry, status_label};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 
 /// The response of a handler that may have failed before its route was
 /// known (counted under `route="unknown"`), with the request id.
@@ -39,6 +40,10 @@ pub fn finish_response(
         }
     };
     if let Ok(v) = HeaderValue::from_str(id) {
+        // Anthropic's clients read theirs from `request-id`.
+        if style == ErrorStyle::Anthropic {
+            resp.headers_mut().insert(ANTHROPIC_REQUEST_ID, v.clone());
+        }
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     resp
