@@ -14,12 +14,11 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::TryStreamExt;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 
 use super::openai::{BuildError, describe};
 use super::translate::unsupported;
-use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
+use super::{CallIds, RawResponse, Transport, TransportError};
 use crate::config::Anthropic;
 use crate::wire::Endpoint;
 
@@ -94,31 +93,14 @@ impl Transport for AnthropicTransport {
         {
             req = req.header("anthropic-beta", beta);
         }
-        if let Ok(id) = HeaderValue::from_str(ids.request_id) {
-            req = req.header("x-request-id", id);
-        }
-        if let Some(tp) = ids.traceparent.as_deref() {
-            req = req.header("traceparent", tp);
-        }
-        let resp = req.send().await.map_err(|e| TransportError {
-            reason: describe(&e),
-            connected: !e.is_connect() && !e.is_timeout(),
-            source: Some(Box::new(e.without_url())),
-        })?;
+        let resp = super::openai::send(req, ids).await?;
         let status = resp.status().as_u16();
         let retry_after = match resp.headers().get(RETRY_AFTER) {
             Some(v) => v.to_str().ok().map(str::to_owned),
             None if matches!(status, 429 | 529) => retry_after(resp.headers(), SystemTime::now()),
             None => None,
         };
-        Ok(RawResponse {
-            status,
-            retry_after,
-            body: Box::pin(
-                resp.bytes_stream()
-                    .map_err(|e| Box::new(e.without_url()) as BoxError),
-            ),
-        })
+        Ok(super::openai::raw(resp, retry_after))
     }
 
     async fn ready(&self) -> Result<(), String> {

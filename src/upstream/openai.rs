@@ -129,6 +129,37 @@ pub(super) fn describe(e: &reqwest::Error) -> String {
     }
 }
 
+/// Sends a request with the call's ids (`x-request-id`, `traceparent`),
+/// and says why when no response arrived.
+pub(super) async fn send(
+    mut req: reqwest::RequestBuilder,
+    ids: &CallIds<'_>,
+) -> Result<reqwest::Response, TransportError> {
+    if let Ok(id) = HeaderValue::from_str(ids.request_id) {
+        req = req.header("x-request-id", id);
+    }
+    if let Some(tp) = ids.traceparent.as_deref() {
+        req = req.header("traceparent", tp);
+    }
+    req.send().await.map_err(|e| TransportError {
+        reason: describe(&e),
+        connected: !e.is_connect() && !e.is_timeout(),
+        source: Some(Box::new(e.without_url())),
+    })
+}
+
+/// A response as a [`RawResponse`], its body streamed without its URL.
+pub(super) fn raw(resp: reqwest::Response, retry_after: Option<String>) -> RawResponse {
+    RawResponse {
+        status: resp.status().as_u16(),
+        retry_after,
+        body: Box::pin(
+            resp.bytes_stream()
+                .map_err(|e| Box::new(e.without_url()) as BoxError),
+        ),
+    }
+}
+
 #[async_trait]
 impl Transport for OpenAiTransport {
     async fn send(
@@ -154,30 +185,13 @@ impl Transport for OpenAiTransport {
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth.clone());
         }
-        if let Ok(id) = HeaderValue::from_str(ids.request_id) {
-            req = req.header("x-request-id", id);
-        }
-        if let Some(tp) = ids.traceparent.as_deref() {
-            req = req.header("traceparent", tp);
-        }
-        let resp = req.send().await.map_err(|e| TransportError {
-            reason: describe(&e),
-            connected: !e.is_connect() && !e.is_timeout(),
-            source: Some(Box::new(e.without_url())),
-        })?;
+        let resp = send(req, ids).await?;
         let retry_after = resp
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        Ok(RawResponse {
-            status: resp.status().as_u16(),
-            retry_after,
-            body: Box::pin(
-                resp.bytes_stream()
-                    .map_err(|e| Box::new(e.without_url()) as BoxError),
-            ),
-        })
+        Ok(raw(resp, retry_after))
     }
 
     async fn context_window(&self, model: &str, warm: Warm) -> Option<u64> {
