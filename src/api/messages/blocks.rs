@@ -2,8 +2,9 @@
 //! `text`, `image` and `document` blocks become content parts;
 //! `tool_result` blocks become `tool` messages (before the rest of their
 //! user turn); an assistant's `tool_use` blocks become its `tool_calls`
-//! and its `thinking` / `redacted_thinking` blocks its `thinking_blocks`
-//! (and `reasoning_content`), which an Anthropic member sends back.
+//! and its signed `thinking` / `redacted_thinking` blocks its
+//! `thinking_blocks`, which an Anthropic member sends back (unsigned
+//! thinking is dropped).
 
 use serde_json::{Map, Value, json};
 
@@ -216,7 +217,6 @@ fn assistant(
     out: &mut Vec<Message>,
 ) -> Result<(), ApiError> {
     let mut text = String::new();
-    let mut reasoning = String::new();
     let mut thinking = Vec::new();
     let mut calls = Vec::new();
     for (j, b) in blocks.iter().enumerate() {
@@ -231,9 +231,18 @@ fn assistant(
                     "function": {"name": str_field(b, "name", &here)?, "arguments": input.to_string()},
                 }));
             }
+            // Only a signed block can go back to Anthropic; an unsigned
+            // one (a translated answer of another model's reasoning) is
+            // dropped, as chat templates drop earlier reasoning anyway
+            // and some servers refuse it in the input.
             "thinking" => {
-                reasoning.push_str(str_field(b, "thinking", &here)?);
-                thinking.push(b.clone());
+                str_field(b, "thinking", &here)?;
+                if b.get("signature")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| !s.is_empty())
+                {
+                    thinking.push(b.clone());
+                }
             }
             "redacted_thinking" => thinking.push(b.clone()),
             // Blocks of Anthropic's own tools, which conclave leaves out.
@@ -256,9 +265,6 @@ fn assistant(
     );
     if !calls.is_empty() {
         m.insert("tool_calls".into(), Value::Array(calls));
-    }
-    if !reasoning.is_empty() {
-        m.insert("reasoning_content".into(), reasoning.into());
     }
     if !thinking.is_empty() {
         m.insert("thinking_blocks".into(), Value::Array(thinking));
