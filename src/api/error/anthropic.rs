@@ -1,6 +1,7 @@
 //! Errors in the Anthropic Messages API's shape:
 //! `{"type": "error", "error": {"type", "message"}}`, with the status the
-//! OpenAI shape has and Anthropic's error `type` for that status.
+//! OpenAI shape has (but 529 for 503, as Anthropic's overloaded) and
+//! Anthropic's error `type` for that status.
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
@@ -20,6 +21,16 @@ fn kind(status: StatusCode) -> &'static str {
         503 | 529 => "overloaded_error",
         504 => "timeout_error",
         _ => "api_error",
+    }
+}
+
+/// The status Anthropic answers for `status`: its own 529 where the
+/// gateway is overloaded (503: busy, shutting down), which Anthropic's
+/// clients retry as they would Anthropic's.
+pub(super) fn status(status: StatusCode) -> StatusCode {
+    match status {
+        StatusCode::SERVICE_UNAVAILABLE => StatusCode::from_u16(529).unwrap_or(status),
+        s => s,
     }
 }
 
@@ -72,7 +83,8 @@ mod tests {
         let (status, body) = body_of(ApiError::Unauthorized { reason: "no" }).await;
         assert_eq!(status, 401);
         assert_eq!(body["error"]["type"], "authentication_error");
-        let (_, body) = body_of(ApiError::ServerBusy).await;
+        let (status, body) = body_of(ApiError::ServerBusy).await;
+        assert_eq!(status.as_u16(), 529);
         assert_eq!(body["error"]["type"], "overloaded_error");
         assert_eq!(
             ApiError::TooLarge { limit: 1 }.anthropic_object()["type"],

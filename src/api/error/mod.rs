@@ -451,8 +451,9 @@ impl ApiError {
         match style {
             ErrorStyle::OpenAi => self.into_response(),
             ErrorStyle::Anthropic => {
-                let (shape, _) = self.body();
+                let (mut shape, _) = self.body();
                 let body = anthropic::body(&shape, self.object());
+                shape.status = anthropic::status(shape.status);
                 self.finish(shape, body)
             }
         }
