@@ -4,9 +4,10 @@
 //! its work by the deadline and shutdown, answer in kind through the
 //! dialect's [`Render`], and record it when it ends.
 //!
-//! A dialect (chat completions, completions and embeddings, Responses)
-//! is a [`Dialect`]: a parse and a render; it knows nothing of limits,
-//! keep-alives, telemetry or shutdown.
+//! A dialect (chat completions, completions and embeddings, Responses,
+//! Anthropic's Messages) is a [`Dialect`]: a parse, a render and the shape
+//! of its errors; it knows nothing of limits, keep-alives, telemetry or
+//! shutdown.
 
 use std::future::Future;
 use std::pin::Pin;
