@@ -68,7 +68,6 @@ pub async fn stream(
         answering: false,
         output_bytes: 0,
         finished_choice: false,
-        usage: None,
     };
     let first = match timeout_at(first_by, relay.next()).await {
         Err(_) => return Err(relay.fail_now(first_phase)),
@@ -111,8 +110,6 @@ struct Relay {
     /// A chunk with a `finish_reason` (or a Responses stream's last event)
     /// went by: an end without `[DONE]` after it is a clean end, not a cut.
     finished_choice: bool,
-    /// The usage read so far (a Messages stream gives it in two parts).
-    usage: Option<Usage>,
 }
 
 type Next = Poll<Option<Result<Chunk, ModelError>>>;
@@ -174,11 +171,10 @@ impl Relay {
         if let UsageField::Present(u) = info.usage {
             // Anthropic's `message_delta` may lack the input that
             // `message_start` gave.
-            let u = match (self.x.endpoint, self.usage) {
-                (Endpoint::Messages, Some(before)) => before.update(u),
+            let u = match self.x.endpoint {
+                Endpoint::Messages => self.attempt.usage().map_or(u, |before| before.update(u)),
                 _ => u,
             };
-            self.usage = Some(u);
             self.attempt.set_usage(u);
         }
         let loading = info.loading && !self.answering;

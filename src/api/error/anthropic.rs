@@ -7,22 +7,7 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::{ApiError, Shape};
-
-/// Anthropic's error `type` for an HTTP status.
-fn kind(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 | 405 | 408 | 409 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        402 => "billing_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        503 | 529 => "overloaded_error",
-        504 => "timeout_error",
-        _ => "api_error",
-    }
-}
+use crate::wire::anthropic::error_type;
 
 /// The status Anthropic answers for `status`: its own 529 where the
 /// gateway is overloaded (503: busy, shutting down), which Anthropic's
@@ -34,11 +19,12 @@ pub(super) fn status(status: StatusCode) -> StatusCode {
     }
 }
 
-/// The error object (`type`, `message`) of `shape`; `object` is the
-/// OpenAI error object, whose message it keeps.
+/// The error object (`type`, `message`) of `shape`, typed by the status
+/// Anthropic answers; `object` is the OpenAI error object, whose message
+/// it keeps.
 fn object(shape: &Shape, object: &Value) -> Value {
     json!({
-        "type": kind(shape.status),
+        "type": error_type(status(shape.status).as_u16()),
         "message": object.get("message").cloned().unwrap_or(Value::Null),
     })
 }

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use super::answer::request_text;
 use super::{Behavior, FailMode, Finish, Heard, MockResponse, Simulator, once};
+use crate::wire::anthropic::error_type;
 use crate::wire::{Endpoint, content_text};
 
 /// The wire format a mock upstream speaks.
@@ -131,22 +132,6 @@ fn chat_view(req: &Value) -> Value {
     json!({"messages": messages})
 }
 
-/// Anthropic's error `type` for an HTTP status.
-fn kind(status: u16) -> &'static str {
-    match status {
-        401 => "authentication_error",
-        402 => "billing_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        504 => "timeout_error",
-        529 => "overloaded_error",
-        s if s >= 500 => "api_error",
-        _ => "invalid_request_error",
-    }
-}
-
 fn default_message(status: u16) -> &'static str {
     match status {
         429 => "Number of request tokens has exceeded your per-minute rate limit",
@@ -167,7 +152,7 @@ pub(super) fn error(status: u16, message: &str, retry_after: Option<u64>) -> Moc
 
 /// `{"type":"error","error":{"type","message"}}` for a status.
 pub(super) fn error_body(status: u16, message: &str) -> Value {
-    json!({"type": "error", "error": {"type": kind(status), "message": message}})
+    json!({"type": "error", "error": {"type": error_type(status), "message": message}})
 }
 
 #[cfg(test)]

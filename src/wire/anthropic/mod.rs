@@ -62,6 +62,23 @@ impl Untranslatable {
     }
 }
 
+/// Anthropic's error `type` for an HTTP status (its 529 is
+/// `overloaded_error`).
+pub fn error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        529 => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
 /// A Messages `stop_reason` in chat's words (`None` while unknown).
 pub fn finish_reason(stop_reason: &str) -> &'static str {
     match stop_reason {
