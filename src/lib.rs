@@ -160,17 +160,22 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         None => (Arc::new(store::Store::in_memory(clock)?), false),
     };
     let metrics = telemetry.metrics.clone();
-    let governor = Governor::open(persisted.then(|| store.clone()), clock, metrics)?;
+    let governor = Governor::open(persisted.then(|| store.clone()), clock, metrics.clone())?;
     governor.start_flushing();
     let responses = Arc::new(store::responses::Responses::new(
         store.clone(),
         config.server.responses_retention,
     ));
+    let redis = match &config.state {
+        Some(cfg) => Some(Arc::new(store::redis::Redis::open(cfg, metrics.clone())?)),
+        None => None,
+    };
     let shared = Shared {
         telemetry,
         governor,
         store,
         responses,
+        redis,
         started_at: clock.unix_secs(),
         clock,
     };

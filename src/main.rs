@@ -139,6 +139,23 @@ async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
         };
         out.push_str(&format!("  upstream {name}: {ready}{loaded}\n"));
     }
+    if let Some(cfg) = &config.state {
+        let answer = match conclave::store::redis::Redis::open(cfg, conclave::sink::Metrics::noop())
+        {
+            Ok(r) => r.ping().await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(()) => out.push_str(&format!("  state redis at {}: answers\n", cfg.shown)),
+            Err(e) => {
+                healthy = false;
+                out.push_str(&format!(
+                    "  state redis at {}: unreachable: {e}\n",
+                    cfg.shown
+                ));
+            }
+        }
+    }
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
     if healthy {
         ExitCode::SUCCESS

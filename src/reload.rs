@@ -83,6 +83,22 @@ fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
                 .into(),
         );
     }
+    let state = |c: &Config| {
+        c.state.as_ref().map(|s| {
+            (
+                s.url.0.clone(),
+                s.on_error,
+                s.timeout,
+                s.prefix.clone(),
+                s.lease_ttl,
+            )
+        })
+    };
+    if state(old) != state(new) {
+        out.push(
+            "[state] changed (it needs a restart; shared state is still kept where it was)".into(),
+        );
+    }
     if old.telemetry != new.telemetry {
         out.push(
             "[telemetry] changed (it needs a restart; traces still go where they went)".into(),

@@ -48,6 +48,7 @@ use crate::config::{Config, Route};
 use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
 use crate::store::Store;
+use crate::store::redis::Redis;
 use crate::store::responses::Responses;
 use crate::strategy::arena::config::ArenaSpec;
 use crate::telemetry::Telemetry;
@@ -66,6 +67,8 @@ pub struct Shared {
     pub store: Arc<Store>,
     /// The Responses API's stored responses (in `store`).
     pub responses: Arc<Responses>,
+    /// The shared Redis state (`[state]`), if any.
+    pub redis: Option<Arc<Redis>>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
     /// The instance's wall clock.
@@ -96,6 +99,8 @@ pub struct AppState {
     pub metrics_key: Option<[u8; 32]>,
     /// `/readyz`'s last answer, reused for `server.readyz_cache`.
     pub ready: ready::Cached<ready::Answer>,
+    /// The shared Redis state, which `/readyz` checks too.
+    pub redis: Option<Arc<Redis>>,
 }
 
 impl AppState {
@@ -144,6 +149,7 @@ impl AppState {
                 .as_ref()
                 .map(|k| crate::config::digest(&k.0)),
             ready: ready::Cached::new(config.server.readyz_cache),
+            redis: shared.redis.clone(),
         })
     }
 }

@@ -1,10 +1,11 @@
-//! `/readyz`: whether every upstream answers, and what each llama-swap
-//! upstream has loaded. The answer comes from a short cache
-//! (`server.readyz_cache`, [`Cached`]): one probe round at a time, each
-//! upstream's probe bounded by [`PROBE_TIMEOUT`], and callers that arrive
-//! during a round wait for it and share its answer, so a burst of
-//! `/readyz` calls costs each upstream one probe per period, whatever
-//! its size.
+//! `/readyz`: whether every upstream answers, what each llama-swap
+//! upstream has loaded, and whether the shared state (Redis) answers
+//! (down, it makes the replica not ready only when governors fail
+//! closed). The answer comes from a short cache (`server.readyz_cache`,
+//! [`Cached`]): one probe round at a time, each upstream's probe bounded
+//! by [`PROBE_TIMEOUT`], and callers that arrive during a round wait for
+//! it and share its answer, so a burst of `/readyz` calls costs each
+//! upstream one probe per period, whatever its size.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use super::{AppState, Gateway};
+use crate::config::OnError;
 use crate::upstream::Status;
 use crate::upstream::llama_swap::Loaded;
 
@@ -91,8 +93,14 @@ async fn probe(app: &AppState) -> Answer {
             });
         (u.name.clone(), status)
     });
-    let results = futures::future::join_all(checks).await;
-    let ready = results.iter().all(|(_, s)| s.ready.is_ok());
+    let state = async {
+        match &app.redis {
+            None => None,
+            Some(r) => Some((r.clone(), r.ping().await)),
+        }
+    };
+    let (results, state) = futures::future::join(futures::future::join_all(checks), state).await;
+    let mut ready = results.iter().all(|(_, s)| s.ready.is_ok());
     let mut upstreams = Map::new();
     let mut swapping = Map::new();
     for (name, status) in results {
@@ -109,6 +117,25 @@ async fn probe(app: &AppState) -> Answer {
         json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": upstreams});
     if !swapping.is_empty() {
         body["llama_swap"] = Value::Object(swapping);
+    }
+    if let Some((redis, answer)) = state {
+        // Fail-closed governors refuse requests while the state is down:
+        // the replica is not ready. Fail-open ones still serve.
+        let blocking = redis.on_error == OnError::FailClosed;
+        let status = match answer {
+            Ok(()) => json!("ok"),
+            Err(e) => {
+                ready &= !blocking;
+                json!(format!("unreachable: {e}"))
+            }
+        };
+        body["state"] = json!({
+            "backend": "redis",
+            "url": redis.shown(),
+            "on_error": redis.on_error.label(),
+            "status": status,
+        });
+        body["status"] = json!(if ready { "ready" } else { "not_ready" });
     }
     (ready, Arc::new(body))
 }

@@ -112,8 +112,13 @@ impl Config {
             .otlp_endpoint
             .as_deref()
             .map_or("off".to_owned(), |e| format!("to {}", without_userinfo(e)));
+        let state = match (&self.state, &self.server.state_path) {
+            (Some(r), _) => format!("redis at {} ({})", r.shown, r.on_error.label()),
+            (None, Some(p)) => format!("sqlite at {}", p.display()),
+            (None, None) => "in memory".to_owned(),
+        };
         format!(
-            "listening on {listening}: {} models, {} routes ({}); upstreams: {}; auth {auth}; event log {events}; traces {traces}",
+            "listening on {listening}: {} models, {} routes ({}); upstreams: {}; auth {auth}; state {state}; event log {events}; traces {traces}",
             self.models.len(),
             self.routes.len(),
             if routes.is_empty() {

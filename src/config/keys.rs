@@ -124,19 +124,20 @@ fn limits(k: &raw::Key, path: &str, errs: &mut Errors) -> KeyLimits {
         }
         fits
     });
-    if let Some(c) = k.daily_cost_usd {
-        if !(c.is_finite() && c > 0.0) {
-            errs.push(
-                format!("{path}.daily_cost_usd"),
-                "must be a number greater than 0 (omit it for no limit)",
-            );
-        }
+    if let Some(c) = k.daily_cost_usd
+        && !(c.is_finite() && c > 0.0)
+    {
+        errs.push(
+            format!("{path}.daily_cost_usd"),
+            "must be a number greater than 0 (omit it for no limit)",
+        );
     }
     KeyLimits {
         rpm: k.rpm,
         tpm,
         daily_tokens: k.daily_tokens,
         daily_cost_usd: k.daily_cost_usd,
+        on_state_error: k.on_state_error,
     }
 }
 

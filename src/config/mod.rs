@@ -16,6 +16,7 @@ mod keys;
 mod names;
 mod price;
 mod raw;
+mod state;
 mod strategies;
 mod validate;
 mod warnings;
@@ -34,6 +35,7 @@ pub use errors::{ConfigError, ConfigErrors};
 pub use keys::digest;
 pub use price::DEFAULT_MAX_TOKENS;
 pub use raw::{Lane, Price};
+pub use state::{OnError, RedisConfig};
 pub use strategies::{RouteSpec, Strategies};
 
 use crate::mock::{Behavior, Quirks, SwapSim};
@@ -52,6 +54,8 @@ pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 #[derive(Debug)]
 pub struct Config {
     pub server: Server,
+    /// `[state]`: the shared Redis state, or `None` for the embedded store.
+    pub state: Option<RedisConfig>,
     pub telemetry: TelemetryConfig,
     pub keys: Vec<Key>,
     pub upstreams: IndexMap<String, Upstream>,
@@ -128,6 +132,9 @@ pub struct KeyLimits {
     pub tpm: Option<u32>,
     pub daily_tokens: Option<u64>,
     pub daily_cost_usd: Option<f64>,
+    /// What the key's governor does when the shared state cannot answer
+    /// (`None`: `[state] on_error`).
+    pub on_state_error: Option<OnError>,
 }
 
 #[derive(Debug)]

@@ -170,6 +170,7 @@ pub struct Key {
     pub tpm: Option<u64>,
     pub daily_tokens: Option<u64>,
     pub daily_cost_usd: Option<f64>,
+    pub on_state_error: Option<super::OnError>,
     #[serde(default)]
     pub models: Option<Vec<String>>,
     #[serde(default)]

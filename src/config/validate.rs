@@ -15,7 +15,7 @@ use super::{
     Config, Errors, IMAGE_TOKENS, Lane, LaneLimits, Limits, LlamaSwap, MAX_CONTEXT_WINDOW, Model,
     Secret, Server, Strategies, TelemetryConfig, Upstream, UpstreamKind,
 };
-use super::{keys, names, positive, raw, warnings};
+use super::{keys, names, positive, raw, state, warnings};
 
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
@@ -106,6 +106,7 @@ pub(super) fn validate(
     let server = server(doc.remove("server"), env, errs);
     let telemetry = telemetry(doc.remove("telemetry"), errs);
     let keys = keys::keys(doc.remove("keys"), env, errs);
+    let state = state::state(doc.remove("state"), env, errs);
     // Names whose tables failed to parse still count as defined, so one
     // bad table does not cascade into "unknown upstream" or "unknown
     // model" errors elsewhere.
@@ -118,16 +119,16 @@ pub(super) fn validate(
     for key in doc.keys() {
         errs.push(
             key.clone(),
-            "unknown top-level key (expected server, telemetry, keys, upstreams, models, routes)",
+            "unknown top-level key (expected server, state, telemetry, keys, upstreams, models, routes)",
         );
     }
     let budgeted = keys
         .iter()
         .any(|k| k.limits.daily_tokens.is_some() || k.limits.daily_cost_usd.is_some());
-    if budgeted && server.as_ref().is_some_and(|s| s.state_path.is_none()) {
+    if budgeted && state.is_none() && server.as_ref().is_some_and(|s| s.state_path.is_none()) {
         warnings.push(
             "keys: daily budgets are kept in memory only and start again from zero after a \
-             restart; set server.state_path to keep them"
+             restart; set server.state_path (or [state] url) to keep them"
                 .to_owned(),
         );
     }
@@ -135,6 +136,7 @@ pub(super) fn validate(
     names::check_cycles(&routes, errs);
     let config = Config {
         server: server?,
+        state,
         telemetry,
         keys,
         upstreams,

@@ -141,11 +141,9 @@ impl KeyGov {
                 rpm.refund(1);
             }
         };
-        if budgeted {
-            if let Err(over) = self.budget.reserve(self.daily(), estimate, today) {
-                undo_rpm();
-                return Err(self.budget_rejection(over, now, headers));
-            }
+        if budgeted && let Err(over) = self.budget.reserve(self.daily(), estimate, today) {
+            undo_rpm();
+            return Err(self.budget_rejection(over, now, headers));
         }
         // The tokens `tpm` took for this request; its real usage later
         // charges what it spent beyond them as debt, or refunds the rest.

@@ -13,6 +13,7 @@
 
 pub mod arena;
 pub mod oracle;
+pub mod redis;
 pub mod responses;
 mod spend;
 
@@ -100,6 +101,13 @@ pub enum StoreError {
     },
     #[error("a state store task ended early: {0}")]
     Task(String),
+    #[error("the shared state (Redis) failed to {op}: {message}")]
+    Redis { op: &'static str, message: String },
+    #[error("the shared state (Redis) did not answer {op} within {}", humantime::format_duration(*.after))]
+    Timeout {
+        op: &'static str,
+        after: std::time::Duration,
+    },
 }
 
 pub struct Store {

@@ -33,6 +33,7 @@ pub const RACE_TOKENS_SAVED: &str = "conclave_race_tokens_saved_total";
 pub const GOVERNOR_REJECTIONS: &str = "conclave_governor_rejections_total";
 pub const BUDGET_REMAINING: &str = "conclave_budget_remaining_tokens";
 pub const ARENA_VOTES: &str = "conclave_arena_votes_total";
+pub const STATE_ERRORS: &str = "conclave_state_errors_total";
 
 pub const COST_HELP: &str = "Spend in US dollars by model and key";
 
@@ -157,6 +158,10 @@ fn describe() {
     describe_counter!(
         ARENA_VOTES,
         "Arena votes by route and model: outcome win, loss or tie"
+    );
+    describe_counter!(
+        STATE_ERRORS,
+        "Calls to the shared state (Redis) that failed or timed out, by operation"
     );
     describe_gauge!(
         BUDGET_REMAINING,

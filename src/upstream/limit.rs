@@ -68,12 +68,13 @@ pub fn retry_delay(retry_after: Option<&str>, now: SystemTime) -> Duration {
     let Some(v) = retry_after.map(str::trim) else {
         return DEFAULT_RETRY;
     };
-    if let Ok(secs) = v.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Duration::try_from_secs_f64(secs)
-                .unwrap_or(MAX_RETRY)
-                .min(MAX_RETRY);
-        }
+    if let Ok(secs) = v.parse::<f64>()
+        && secs.is_finite()
+        && secs >= 0.0
+    {
+        return Duration::try_from_secs_f64(secs)
+            .unwrap_or(MAX_RETRY)
+            .min(MAX_RETRY);
     }
     match httpdate::parse_http_date(v) {
         Ok(at) => at

@@ -6,6 +6,7 @@ pub mod billing;
 pub mod evil;
 pub mod fake;
 pub mod inproc;
+pub mod redis;
 pub mod vendor;
 pub mod world;
 

@@ -113,15 +113,15 @@ fn normalize_item(i: usize, item: &Value) -> Result<Value, ApiError> {
             out.insert(k.clone(), v.clone());
         }
     }
-    if kind == "message" {
-        if let Some(Value::String(text)) = out.get("content") {
-            let part = match obj.get("role").and_then(Value::as_str) {
-                Some("assistant") => "output_text",
-                _ => "input_text",
-            };
-            let parts = json!([{"type": part, "text": text}]);
-            out.insert("content".into(), parts);
-        }
+    if kind == "message"
+        && let Some(Value::String(text)) = out.get("content")
+    {
+        let part = match obj.get("role").and_then(Value::as_str) {
+            Some("assistant") => "output_text",
+            _ => "input_text",
+        };
+        let parts = json!([{"type": part, "text": text}]);
+        out.insert("content".into(), parts);
     }
     Ok(Value::Object(out))
 }
@@ -226,11 +226,11 @@ fn message(i: usize, obj: &Map<String, Value>, from: Source) -> Result<Message, 
             return Err(from.bad(i, ".content", "invalid_type", msg));
         }
     };
-    if role != "user" {
-        if let Some(j) = parts.iter().position(|p| matches!(p, ChatPart::Image(_))) {
-            let msg = format!("Only a user message may carry images (input item {i} is {role}).");
-            return Err(from.bad(i, &format!(".content[{j}]"), "invalid_value", msg));
-        }
+    if role != "user"
+        && let Some(j) = parts.iter().position(|p| matches!(p, ChatPart::Image(_)))
+    {
+        let msg = format!("Only a user message may carry images (input item {i} is {role}).");
+        return Err(from.bad(i, &format!(".content[{j}]"), "invalid_value", msg));
     }
     let content = match role {
         "user" => chat_content(parts, false),

@@ -134,10 +134,10 @@ fn without_oracle(s: ChunkStream) -> ChunkStream {
                 keep
             });
             edited = calls.len() != before;
-            if calls.is_empty() {
-                if let Some(Value::Object(d)) = choice.get_mut("delta") {
-                    d.remove("tool_calls");
-                }
+            if calls.is_empty()
+                && let Some(Value::Object(d)) = choice.get_mut("delta")
+            {
+                d.remove("tool_calls");
             }
         }
         if !st.1 && !st.0.is_empty() && choice.get("finish_reason") == Some(&json!("tool_calls")) {

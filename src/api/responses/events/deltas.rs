@@ -71,10 +71,8 @@ impl Responses {
         part.logprobs.extend(logprobs.iter().cloned());
         let mut f =
             json!({"item_id": id, "output_index": index, "content_index": j, "delta": delta});
-        if !refusal {
-            if let Value::Object(m) = &mut f {
-                m.insert("logprobs".into(), Value::Array(logprobs.to_vec()));
-            }
+        if !refusal && let Value::Object(m) = &mut f {
+            m.insert("logprobs".into(), Value::Array(logprobs.to_vec()));
         }
         let kind = match refusal {
             true => "response.refusal.delta",

@@ -1,0 +1,109 @@
+//! The shared state on a real `redis-server`: the gateway names it at
+//! start, `check --probe` and `/readyz` check it, and a gateway started
+//! while Redis is down becomes ready by itself once Redis is up.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis::RedisServer;
+use common::*;
+use serde_json::Value;
+
+fn config(redis_url: &str, on_error: &str) -> String {
+    format!(
+        "[server]\nreadyz_cache = \"10ms\"\n\n[state]\nurl = \"{redis_url}\"\non_error = \"{on_error}\"\ntimeout = \"200ms\"\n\n\
+         [upstreams.sim]\nkind = \"mock\"\n\n[models.m]\nupstream = \"sim\"\n"
+    )
+}
+
+async fn ready(gw: &Proc) -> (u16, Value) {
+    let r = reqwest::get(gw.url("/readyz")).await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+/// Polls `/readyz` until its status is `want` (for up to 10 s).
+async fn ready_becomes(gw: &Proc, want: u16) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..200 {
+        let (s, body) = ready(gw).await;
+        if s == want {
+            return body;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("/readyz never answered {want}: {last}");
+}
+
+#[tokio::test]
+async fn readyz_and_the_start_line_name_redis_and_follow_it_down_and_up() {
+    let mut redis = RedisServer::start_with(Some("hunter2"));
+    let gw = Proc::gateway(&config(&redis.url(), "fail_closed"));
+    let body = ready_becomes(&gw, 200).await;
+    assert_eq!(body["state"]["backend"], "redis");
+    assert_eq!(body["state"]["status"], "ok");
+    assert!(!body.to_string().contains("hunter2"), "{body}");
+    let log = gw.stderr();
+    assert!(
+        log.contains("state redis at redis://:***@127.0.0.1"),
+        "{log}"
+    );
+    redis.stop();
+    let body = ready_becomes(&gw, 503).await;
+    assert!(
+        body["state"]["status"]
+            .as_str()
+            .unwrap()
+            .starts_with("unreachable"),
+        "{body}"
+    );
+    redis.restart();
+    ready_becomes(&gw, 200).await;
+    assert!(!gw.stderr().contains("hunter2"));
+}
+
+#[tokio::test]
+async fn a_fail_open_replica_stays_ready_while_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let gw = Proc::gateway(&config(&redis.url(), "fail_open"));
+    ready_becomes(&gw, 200).await;
+    redis.stop();
+    let body = ready_becomes(&gw, 200).await;
+    for _ in 0..100 {
+        let (_, body) = ready(&gw).await;
+        if body["state"]["status"] != "ok" {
+            assert_eq!(body["status"], "ready", "{body}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("redis stopped but /readyz still says ok: {body}");
+}
+
+#[test]
+fn check_probe_says_whether_redis_answers() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, config(&redis.url(), "fail_closed")).unwrap();
+    let run = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
+            .args(["check", "--probe", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("state redis at redis://127.0.0.1"), "{text}");
+    assert!(text.contains(": answers"), "{text}");
+    drop(redis);
+    let out = run();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("unreachable"), "{text}");
+}
