@@ -293,6 +293,11 @@ impl Prepared {
         if let Err(e) = server.await {
             tracing::warn!("the server task failed: {e}");
         }
+        // Stored answers still waiting for the writer are written first.
+        shared
+            .responses
+            .flush(std::time::Duration::from_secs(5))
+            .await;
         let Shared {
             governor,
             telemetry,

@@ -192,6 +192,15 @@ impl Responses {
         }
     }
 
+    /// Waits (at most `within`) for the writer to write what is pending:
+    /// at shutdown, so answers just put are not lost with the runtime.
+    pub async fn flush(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.inner.pending.lock().writing && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// The answer `id` if the key named `key` stored it and it has not
     /// expired or been deleted.
     pub async fn get(&self, id: &str, key: &str) -> Result<Option<StoredResponse>, StoreError> {

@@ -37,6 +37,7 @@ fn answer(id: &str, key: &str, previous: Option<&str>, said: &str, reply: &str) 
 
 /// Waits (on the wall clock, at most 10 s, without moving paused time)
 /// until the writer has written every row.
+#[allow(clippy::disallowed_types)] // the wall clock: paused time must not move
 async fn settle(r: &Responses) {
     let start = std::time::Instant::now();
     while !r.inner.pending.lock().rows.is_empty() {
