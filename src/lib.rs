@@ -162,19 +162,27 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
     let metrics = telemetry.metrics.clone();
     let governor = Governor::open(persisted.then(|| store.clone()), clock, metrics.clone())?;
     governor.start_flushing();
-    let responses = Arc::new(store::responses::Responses::new(
-        store.clone(),
-        config.server.responses_retention,
-    ));
     let redis = match &config.state {
         Some(cfg) => Some(Arc::new(store::redis::Redis::open(cfg, metrics.clone())?)),
         None => None,
     };
+    // With `[state]`, arenas, oracle spend and stored answers are shared.
+    let records = store::records::Records::new(&store, redis.as_ref());
+    let rows: Arc<dyn store::responses::ResponseRows> = match &redis {
+        Some(r) => Arc::new(store::responses::redis::RedisRows(r.clone())),
+        None => Arc::new(store::responses::sqlite::SqliteRows::new(store.clone())),
+    };
+    let responses = Arc::new(store::responses::Responses::new(
+        rows,
+        clock,
+        config.server.responses_retention,
+    ));
     let shared = Shared {
         telemetry,
         governor,
         store,
         responses,
+        records,
         redis,
         started_at: clock.unix_secs(),
         clock,
@@ -285,6 +293,11 @@ impl Prepared {
         if let Err(e) = server.await {
             tracing::warn!("the server task failed: {e}");
         }
+        // Stored answers still waiting for the writer are written first.
+        shared
+            .responses
+            .flush(std::time::Duration::from_secs(5))
+            .await;
         let Shared {
             governor,
             telemetry,

@@ -104,7 +104,7 @@ async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
     };
     let graph = match conclave::graph::Graph::build(
         config,
-        &store,
+        &conclave::store::records::Records::sqlite(&store),
         &conclave::sink::Metrics::noop(),
         conclave::strategy::BUILDERS,
     ) {

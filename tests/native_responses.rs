@@ -86,7 +86,7 @@ impl Rig {
         let store = Arc::new(Store::in_memory(Clock::system()).unwrap());
         let graph = Graph::build(
             &config,
-            &store,
+            &conclave::store::records::Records::sqlite(&store),
             &Metrics::noop(),
             conclave::strategy::BUILDERS,
         )

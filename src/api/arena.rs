@@ -81,14 +81,13 @@ async fn cast(
     }
     // With keys, only the key that asked may vote.
     let key = (!app.keys.is_empty()).then(|| caller.name.to_string());
-    let now = app.store.clock().unix_secs_i64();
-    let (store, owned) = (app.store.clone(), id.to_owned());
-    let closed = tokio::task::spawn_blocking(move || {
-        store.close_arena(&owned, pick.as_str(), key.as_deref(), now)
-    })
-    .await
-    .map_err(|e| stored("the vote could not be stored", &e))?
-    .map_err(|e| stored("the vote could not be stored", &e))?;
+    let now = app.clock.unix_secs_i64();
+    let closed = app
+        .records
+        .arenas
+        .close(id, pick.as_str(), key.as_deref(), now)
+        .await
+        .map_err(|e| stored("the vote could not be stored", &e))?;
     let arena = match closed {
         Closed::Now(a) => a,
         Closed::Unknown => return Err(ApiError::ArenaNotFound { id: id.to_owned() }),
@@ -134,7 +133,7 @@ async fn cast(
         arena.route.as_str().into(),
         "arena_vote",
         EventBody::Fields(f),
-        app.store.clock().now(),
+        app.clock.now(),
     ));
     Ok(Json(json!({
         "object": "arena.vote",
@@ -179,10 +178,11 @@ pub async fn leaderboard(
     let Some(contestants) = app.arenas.get(&route).filter(|_| caller.may_use(&route)) else {
         return Err(ApiError::NotFound { model: route });
     };
-    let (store, r) = (app.store.clone(), route.clone());
-    let votes = tokio::task::spawn_blocking(move || store.votes(&r))
+    let votes = app
+        .records
+        .arenas
+        .votes(&route)
         .await
-        .map_err(|e| stored("the votes could not be read", &e))?
         .map_err(|e| stored("the votes could not be read", &e))?;
     let board = rank(contestants, &votes);
     if q.get("format")

@@ -48,6 +48,7 @@ use crate::config::{Config, Route};
 use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
 use crate::store::Store;
+use crate::store::records::Records;
 use crate::store::redis::Redis;
 use crate::store::responses::Responses;
 use crate::strategy::arena::config::ArenaSpec;
@@ -65,8 +66,10 @@ pub struct Shared {
     pub governor: Arc<Governor>,
     /// The embedded store (`server.state_path`, else in memory).
     pub store: Arc<Store>,
-    /// The Responses API's stored responses (in `store`).
+    /// The Responses API's stored responses (in `store`, or `redis`).
     pub responses: Arc<Responses>,
+    /// Arenas and oracle spend (in `store`, or `redis`).
+    pub records: Records,
     /// The shared Redis state (`[state]`), if any.
     pub redis: Option<Arc<Redis>>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
@@ -88,6 +91,8 @@ pub struct AppState {
     pub access_log: bool,
     pub telemetry: Arc<Telemetry>,
     pub store: Arc<Store>,
+    /// Arenas and oracle spend (in the store, or the shared Redis).
+    pub records: Records,
     /// Stored responses, kept for this config's `server.responses_retention`.
     pub responses: Arc<Responses>,
     pub clock: Clock,
@@ -107,7 +112,7 @@ impl AppState {
     pub fn new(config: &Config, shared: &Shared) -> Result<Self, BuildError> {
         let graph = Graph::build(
             config,
-            &shared.store,
+            &shared.records,
             &shared.telemetry.metrics,
             crate::strategy::BUILDERS,
         )?;
@@ -125,6 +130,7 @@ impl AppState {
             access_log: config.server.access_log,
             telemetry: shared.telemetry.clone(),
             store: shared.store.clone(),
+            records: shared.records.clone(),
             responses: Arc::new(
                 shared
                     .responses

@@ -12,7 +12,7 @@ use super::BuildError;
 use super::pin::Pins;
 use crate::config::{Config, RouteSpec};
 use crate::model::ChatModel;
-use crate::store::Store;
+use crate::store::records::Records;
 
 /// A built strategy node, its keep-alive need (see [`super::Node`]) and
 /// what `x-conclave-pin` may name on it (see [`super::pin`]).
@@ -28,8 +28,8 @@ pub trait Resolve {
     fn model(&mut self, name: &str) -> Result<Arc<dyn ChatModel>, BuildError>;
     /// The keep-alive need of an already built node.
     fn keepalive(&self, name: &str) -> Option<Duration>;
-    /// The embedded store (`server.state_path`, or in memory).
-    fn store(&self) -> Arc<Store>;
+    /// Where strategies keep records (arenas, oracle spend).
+    fn records(&self) -> Records;
 }
 
 /// A name the graph does not have: the config was not validated.

@@ -19,7 +19,7 @@ use crate::config::{Config, Route};
 use crate::model::ChatModel;
 use crate::redact::Redactor;
 use crate::sink::{Metrics, ModelInfo};
-use crate::store::Store;
+use crate::store::records::Records;
 use crate::strategy::passthrough::Passthrough;
 use crate::upstream::{ConcreteModel, Upstream};
 
@@ -76,7 +76,7 @@ impl Graph {
     /// `metrics`.
     pub fn build(
         config: &Config,
-        store: &Arc<Store>,
+        store: &Records,
         metrics: &Metrics,
         builders: Builders,
     ) -> Result<Graph, BuildError> {
@@ -236,7 +236,7 @@ impl Graph {
 /// What every route of one build is built from.
 struct Building<'a> {
     config: &'a Config,
-    store: &'a Arc<Store>,
+    store: &'a Records,
     builders: Builders,
 }
 
@@ -255,7 +255,7 @@ impl Resolve for Resolver<'_> {
         self.graph.nodes.get(name).and_then(|n| n.keepalive)
     }
 
-    fn store(&self) -> Arc<Store> {
+    fn records(&self) -> Records {
         self.with.store.clone()
     }
 }
@@ -271,8 +271,14 @@ mod tests {
     fn build(builders: Builders) -> Result<Graph, BuildError> {
         let config =
             crate::config::parse(CONFIG, "t.toml", &|_| None, &crate::strategy::ALL).unwrap();
-        let store = Arc::new(Store::in_memory(crate::clock::Clock::system()).unwrap());
-        Graph::build(&config, &store, &Metrics::noop(), builders)
+        let store =
+            Arc::new(crate::store::Store::in_memory(crate::clock::Clock::system()).unwrap());
+        Graph::build(
+            &config,
+            &Records::sqlite(&store),
+            &Metrics::noop(),
+            builders,
+        )
     }
 
     #[test]

@@ -10,9 +10,18 @@
 //! then. Without a path the same store lives
 //! in memory. Every call blocks: async code runs it on `spawn_blocking`
 //! (the [`responses`] service does that itself and is async).
+//!
+//! Arenas, oracle spend and stored answers are reached through traits
+//! ([`records::Arenas`], [`records::OracleSpend`],
+//! [`responses::ResponseRows`]) with this store's implementation and a
+//! shared Redis one side by side ([`arena_redis`], [`oracle_redis`],
+//! [`responses::redis`]); `[state]` picks Redis.
 
 pub mod arena;
+pub mod arena_redis;
 pub mod oracle;
+pub mod oracle_redis;
+pub mod records;
 pub mod redis;
 pub mod responses;
 mod spend;

@@ -3,33 +3,38 @@
 //! (`previous_response_id`), its own input items and the response object,
 //! kept for `server.responses_retention` from when it was stored.
 //!
+//! The rows live behind [`ResponseRows`]: in the embedded SQLite store
+//! ([`sqlite`]) or, with `[state]`, on the shared Redis ([`redis`]: one
+//! key per answer, expiring with it), so every replica reads them.
+//!
 //! [`Responses::put`] is called where an answer ends, which may be inside
 //! a stream's poll, so it never blocks: the row goes into a pending map at
-//! once and one writer on the blocking pool drains that map into SQLite in
-//! batches. Reads look in the pending map before SQLite, so an answer can
+//! once and one writer task drains that map into the rows in
+//! batches. Reads look in the pending map before the rows, so an answer can
 //! be read back the moment it was put. At most [`MAX_PENDING`] rows wait
 //! for the writer; beyond that an answer is not stored (logged), so a
 //! stalled disk cannot grow memory without bound. A row the writer cannot
 //! write is logged and dropped.
 //!
 //! A response is another key's, expired, deleted or unknown alike: `None`.
-//! Expired rows are deleted when the store opens and then at most
-//! [`SWEEP_ROWS`] at a time, at most once a minute, by whoever touches the
-//! table. The writer and `delete` hold the connection's lock while they
-//! look at the pending map, so a deleted answer is never written after.
+//! In SQLite, expired rows are deleted when the store opens and then at
+//! most [`SWEEP_ROWS`] at a time, at most once a minute, by whoever
+//! touches the table; Redis expires them itself. The writer and `delete`
+//! hold one lock while they look at the pending map and write, so a
+//! deleted answer is never written after.
 //! This module is the service; `rows` holds the map, writer and reads.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Store, StoreError};
-use rows::{Inner, Pending, Row};
+use super::StoreError;
+use crate::clock::Clock;
+use rows::{Inner, Pending};
+pub use rows::{ResponseRows, Row};
 
 /// Rows that may wait for the writer.
 pub const MAX_PENDING: usize = 10_000;
@@ -40,7 +45,7 @@ pub const MAX_CONVERSATION_BYTES: usize = 32 << 20;
 /// Expired rows one sweep deletes at most.
 pub const SWEEP_ROWS: usize = 1000;
 /// Seconds between sweeps.
-const SWEEP_EVERY: i64 = 60;
+pub(crate) const SWEEP_EVERY: i64 = 60;
 /// Rows the writer writes in one transaction.
 const BATCH: usize = 256;
 
@@ -106,12 +111,14 @@ pub struct Responses {
 }
 
 impl Responses {
-    pub fn new(store: Arc<Store>, retention: Duration) -> Self {
+    /// Answers kept in `rows`, dated by `clock`.
+    pub fn new(rows: Arc<dyn ResponseRows>, clock: Clock, retention: Duration) -> Self {
         Responses {
             inner: Arc::new(Inner {
-                store,
+                rows,
+                clock,
                 pending: Mutex::new(Pending::default()),
-                swept: AtomicI64::new(i64::MIN),
+                io: tokio::sync::Mutex::new(()),
             }),
             retention,
         }
@@ -136,7 +143,7 @@ impl Responses {
         if self.retention.is_zero() {
             return;
         }
-        let now = self.inner.store.clock().unix_secs_i64();
+        let now = self.inner.clock.unix_secs_i64();
         let keep = i64::try_from(self.retention.as_secs().max(1)).unwrap_or(i64::MAX);
         for item in &mut r.input {
             give_id(item);
@@ -176,60 +183,48 @@ impl Responses {
         if start {
             let inner = self.inner.clone();
             match tokio::runtime::Handle::try_current() {
-                Ok(rt) => drop(rt.spawn_blocking(move || inner.drain(now))),
-                Err(_) => inner.drain(now),
+                Ok(rt) => drop(rt.spawn(async move { inner.drain().await })),
+                Err(_) => {
+                    tracing::error!("responses cannot be stored outside the runtime");
+                    self.inner.pending.lock().writing = false;
+                }
             }
+        }
+    }
+
+    /// Waits (at most `within`) for the writer to write what is pending:
+    /// at shutdown, so answers just put are not lost with the runtime.
+    pub async fn flush(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.inner.pending.lock().writing && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
     /// The answer `id` if the key named `key` stored it and it has not
     /// expired or been deleted.
     pub async fn get(&self, id: &str, key: &str) -> Result<Option<StoredResponse>, StoreError> {
-        let now = self.inner.store.clock().unix_secs_i64();
-        let found = self.inner.pending.lock().rows.get(id).cloned();
-        if let Some(row) = found {
-            return match row.live(key, now) {
-                true => row.decode(&self.inner.store, id).map(Some),
-                false => Ok(None),
-            };
+        let now = self.inner.clock.unix_secs_i64();
+        match self.inner.row(id, key, now).await? {
+            Some(row) => self.inner.decode(&row, id).map(Some),
+            None => Ok(None),
         }
-        let (inner, id, key) = (self.inner.clone(), id.to_owned(), key.to_owned());
-        blocking(move || {
-            let conn = inner.store.conn.lock();
-            inner.sweep(&conn, now);
-            match inner.row(&conn, &id, &key, now)? {
-                Some(row) => row.decode(&inner.store, &id).map(Some),
-                None => Ok(None),
-            }
-        })
-        .await
     }
 
     /// Deletes the answer `id` of the key named `key`; whether there was
     /// one (an expired one is deleted but was not there).
     pub async fn delete(&self, id: &str, key: &str) -> Result<bool, StoreError> {
-        let now = self.inner.store.clock().unix_secs_i64();
-        let (inner, id, key) = (self.inner.clone(), id.to_owned(), key.to_owned());
-        blocking(move || {
-            let conn = inner.store.conn.lock();
-            let pending = {
-                let mut p = inner.pending.lock();
-                match p.rows.get(&id) {
-                    Some(row) if row.key == key => p.rows.remove(&id).map(|r| r.expires > now),
-                    _ => None,
-                }
-            };
-            let stored: Option<i64> = conn
-                .query_row(
-                    "DELETE FROM response WHERE id = ?1 AND key = ?2 RETURNING expires",
-                    params![id, key],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(|e| inner.store.err(e))?;
-            Ok(pending.unwrap_or(false) || stored.is_some_and(|expires| expires > now))
-        })
-        .await
+        let now = self.inner.clock.unix_secs_i64();
+        let _io = self.inner.io.lock().await;
+        let pending = {
+            let mut p = self.inner.pending.lock();
+            match p.rows.get(id) {
+                Some(row) if row.key == key => p.rows.remove(id).map(|r| r.expires > now),
+                _ => None,
+            }
+        };
+        let stored = self.inner.rows.delete(id, key).await?;
+        Ok(pending.unwrap_or(false) || stored.is_some_and(|expires| expires > now))
     }
 
     /// The items of the stored conversation that ends with `id`, oldest
@@ -242,25 +237,21 @@ impl Responses {
         id: &str,
         key: &str,
     ) -> Result<Option<Vec<Value>>, ConversationError> {
-        let now = self.inner.store.clock().unix_secs_i64();
-        let (inner, id, key) = (self.inner.clone(), id.to_owned(), key.to_owned());
-        blocking(move || {
-            let Some(chain) = inner.chain(&id, &key, now)? else {
-                return Ok(None);
-            };
-            let mut items = Vec::new();
-            for (id, row) in chain.iter().rev() {
-                let r = row.decode(&inner.store, id)?;
-                items.extend(r.input);
-                if let Value::Object(mut o) = r.response
-                    && let Some(Value::Array(out)) = o.remove("output")
-                {
-                    items.extend(out);
-                }
+        let now = self.inner.clock.unix_secs_i64();
+        let Some(chain) = self.inner.chain(id, key, now).await? else {
+            return Ok(None);
+        };
+        let mut items = Vec::new();
+        for (id, row) in chain.iter().rev() {
+            let r = self.inner.decode(row, id)?;
+            items.extend(r.input);
+            if let Value::Object(mut o) = r.response
+                && let Some(Value::Array(out)) = o.remove("output")
+            {
+                items.extend(out);
             }
-            Ok(Some(items))
-        })
-        .await
+        }
+        Ok(Some(items))
     }
 
     /// A page of answer `id`'s own input items: `limit` (1 to 100) of
@@ -304,18 +295,6 @@ impl Responses {
     }
 }
 
-/// Runs `f` on the blocking pool.
-async fn blocking<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, E>
-where
-    T: Send + 'static,
-    E: From<StoreError> + Send + 'static,
-{
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) => Err(StoreError::Task(e.to_string()).into()),
-    }
-}
-
 /// An item's `id`, if it has one.
 fn item_id(item: &Value) -> Option<&str> {
     item.get("id").and_then(Value::as_str)
@@ -339,6 +318,8 @@ fn give_id(item: &mut Value) {
     obj.insert("id".into(), Value::from(id));
 }
 
+pub mod redis;
 mod rows;
+pub mod sqlite;
 #[cfg(test)]
 mod tests;

@@ -1,52 +1,53 @@
-//! The rows behind [`Responses`](super::Responses): the pending map, the
-//! one writer that drains it into SQLite in batches, the sweep of expired
-//! rows, and reads (pending first, then stored) of one row and of a
-//! conversation's chain. The writer and `delete` take the connection's
-//! lock before they look at the pending map, so neither sees the other
-//! half done.
+//! The rows behind [`Responses`](super::Responses): where they live
+//! ([`ResponseRows`], SQLite or Redis), the pending map, the one writer
+//! task that drains it into the rows in batches, and reads (pending
+//! first, then stored) of one row and of a conversation's chain. The
+//! writer and `delete` take one lock (`io`) before they look at the
+//! pending map, so neither sees the other half done.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
+use async_trait::async_trait;
 use parking_lot::Mutex;
-use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{
-    BATCH, ConversationError, MAX_CONVERSATION_BYTES, MAX_HOPS, SWEEP_EVERY, SWEEP_ROWS,
-    StoredResponse,
-};
-use crate::store::{Store, StoreError};
+use super::{BATCH, ConversationError, MAX_CONVERSATION_BYTES, MAX_HOPS, StoredResponse};
+use crate::clock::Clock;
+use crate::store::StoreError;
 
 /// A row as stored: its JSON already text.
-#[derive(Debug)]
-pub(super) struct Row {
-    pub(super) key: String,
-    pub(super) previous: Option<String>,
-    pub(super) created: i64,
-    pub(super) expires: i64,
-    pub(super) input: String,
-    pub(super) output: String,
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The name of the key that stored it.
+    pub key: String,
+    pub previous: Option<String>,
+    /// Unix seconds.
+    pub created: i64,
+    pub expires: i64,
+    /// The JSON array of its own input items.
+    pub input: String,
+    /// The response object, JSON.
+    pub output: String,
 }
 
 impl Row {
     pub(super) fn live(&self, key: &str, now: i64) -> bool {
         self.key == key && self.expires > now
     }
+}
 
-    pub(super) fn decode(&self, store: &Store, id: &str) -> Result<StoredResponse, StoreError> {
-        let json = |e| StoreError::Json {
-            path: store.path.display().to_string(),
-            source: e,
-        };
-        Ok(StoredResponse {
-            id: id.to_owned(),
-            key: self.key.clone(),
-            previous: self.previous.clone(),
-            input: serde_json::from_str(&self.input).map_err(json)?,
-            response: serde_json::from_str(&self.output).map_err(json)?,
-        })
-    }
+/// Where stored answers' rows live.
+#[async_trait]
+pub trait ResponseRows: Send + Sync {
+    /// Writes `batch` (replacing rows of the same id), all or nothing
+    /// where the backend can.
+    async fn write(&self, batch: &[(String, Arc<Row>)]) -> Result<(), StoreError>;
+    /// Row `id` if the key named `key` stored it and it is live at `now`.
+    async fn read(&self, id: &str, key: &str, now: i64) -> Result<Option<Row>, StoreError>;
+    /// Deletes row `id` if the key named `key` stored it: its `expires`.
+    async fn delete(&self, id: &str, key: &str) -> Result<Option<i64>, StoreError>;
+    /// Where the rows are, for error messages (no secret).
+    fn shown(&self) -> String;
 }
 
 #[derive(Default)]
@@ -59,17 +60,19 @@ pub(super) struct Pending {
 }
 
 pub(super) struct Inner {
-    pub(super) store: Arc<Store>,
+    pub(super) rows: Arc<dyn ResponseRows>,
+    pub(super) clock: Clock,
     pub(super) pending: Mutex<Pending>,
-    /// Unix seconds of the last sweep of expired rows.
-    pub(super) swept: AtomicI64,
+    /// Held by the writer from taking a batch to writing it, and by
+    /// `delete`.
+    pub(super) io: tokio::sync::Mutex<()>,
 }
 
 impl Inner {
     /// Writes pending rows until none is left (the writer; one at a time).
-    pub(super) fn drain(&self, now: i64) {
+    pub(super) async fn drain(&self) {
         loop {
-            let conn = self.store.conn.lock();
+            let io = self.io.lock().await;
             let batch: Vec<(String, Arc<Row>)> = {
                 let mut p = self.pending.lock();
                 if p.queue.is_empty() {
@@ -82,14 +85,15 @@ impl Inner {
                     .filter_map(|id| p.rows.get(&id).cloned().map(|r| (id, r)))
                     .collect()
             };
-            if let Err(e) = self.write(&conn, &batch) {
+            if !batch.is_empty()
+                && let Err(e) = self.rows.write(&batch).await
+            {
                 tracing::error!(
                     "{} responses could not be stored and are lost: {e}",
                     batch.len()
                 );
             }
-            let now = batch.iter().map(|(_, r)| r.created).fold(now, i64::max);
-            self.sweep(&conn, now);
+            drop(io);
             let mut p = self.pending.lock();
             for (id, row) in &batch {
                 if p.rows.get(id).is_some_and(|r| Arc::ptr_eq(r, row)) {
@@ -99,52 +103,23 @@ impl Inner {
         }
     }
 
-    fn write(&self, conn: &Connection, batch: &[(String, Arc<Row>)]) -> Result<(), StoreError> {
-        let err = |e| self.store.err(e);
-        let tx = conn.unchecked_transaction().map_err(err)?;
-        {
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO response (id, key, created, expires, previous, input, output)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )
-                .map_err(err)?;
-            for (id, r) in batch {
-                insert
-                    .execute(params![
-                        id, r.key, r.created, r.expires, r.previous, r.input, r.output
-                    ])
-                    .map_err(err)?;
-            }
-        }
-        tx.commit().map_err(err)
-    }
-
-    /// Deletes up to [`SWEEP_ROWS`] expired rows, if the last sweep was
-    /// at least a minute ago. A failure is logged: the next one retries.
-    pub(super) fn sweep(&self, conn: &Connection, now: i64) {
-        let last = self.swept.load(Ordering::Relaxed);
-        if now < last.saturating_add(SWEEP_EVERY)
-            || self
-                .swept
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        if let Err(e) = conn.execute(
-            "DELETE FROM response WHERE rowid IN
-             (SELECT rowid FROM response WHERE expires <= ?1 LIMIT ?2)",
-            params![now, SWEEP_ROWS as i64],
-        ) {
-            tracing::error!("{}", self.store.err(e));
-        }
+    pub(super) fn decode(&self, row: &Row, id: &str) -> Result<StoredResponse, StoreError> {
+        let json = |e| StoreError::Json {
+            path: self.rows.shown(),
+            source: e,
+        };
+        Ok(StoredResponse {
+            id: id.to_owned(),
+            key: row.key.clone(),
+            previous: row.previous.clone(),
+            input: serde_json::from_str(&row.input).map_err(json)?,
+            response: serde_json::from_str(&row.output).map_err(json)?,
+        })
     }
 
     /// Row `id` of `key`, live at `now`: pending first, then stored.
-    pub(super) fn row(
+    pub(super) async fn row(
         &self,
-        conn: &Connection,
         id: &str,
         key: &str,
         now: i64,
@@ -152,44 +127,25 @@ impl Inner {
         if let Some(row) = self.pending.lock().rows.get(id) {
             return Ok(row.live(key, now).then(|| row.clone()));
         }
-        conn.prepare_cached(
-            "SELECT key, previous, created, expires, input, output FROM response
-             WHERE id = ?1 AND key = ?2 AND expires > ?3",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![id, key, now], |r| {
-                Ok(Row {
-                    key: r.get(0)?,
-                    previous: r.get(1)?,
-                    created: r.get(2)?,
-                    expires: r.get(3)?,
-                    input: r.get(4)?,
-                    output: r.get(5)?,
-                })
-            })
-            .optional()
-        })
-        .map(|r| r.map(Arc::new))
-        .map_err(|e| self.store.err(e))
+        Ok(self.rows.read(id, key, now).await?.map(Arc::new))
     }
 
     /// The rows from `id` back along `previous`, newest first, within
     /// [`MAX_HOPS`] and [`MAX_CONVERSATION_BYTES`].
     #[allow(clippy::type_complexity)]
-    pub(super) fn chain(
+    pub(super) async fn chain(
         &self,
         id: &str,
         key: &str,
         now: i64,
     ) -> Result<Option<Vec<(String, Arc<Row>)>>, ConversationError> {
-        let conn = self.store.conn.lock();
         let mut chain: Vec<(String, Arc<Row>)> = Vec::new();
         let (mut next, mut bytes) = (Some(id.to_owned()), 0usize);
         while let Some(id) = next.take() {
             if chain.len() == MAX_HOPS {
                 return Err(ConversationError::TooManyHops);
             }
-            let Some(row) = self.row(&conn, &id, key, now)? else {
+            let Some(row) = self.row(&id, key, now).await? else {
                 break;
             };
             bytes = bytes.saturating_add(row.input.len() + row.output.len());

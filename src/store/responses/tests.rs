@@ -4,13 +4,19 @@ use serde_json::json;
 
 use super::*;
 use crate::clock::Clock;
+use crate::store::Store;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
 fn service(retention: Duration) -> (Arc<Store>, Responses) {
     let clock = Clock::starting_at(UNIX_EPOCH + Duration::from_secs(1_772_409_540));
     let store = Arc::new(Store::in_memory(clock).unwrap());
-    (store.clone(), Responses::new(store, retention))
+    (store.clone(), sqlite(&store, retention))
+}
+
+fn sqlite(store: &Arc<Store>, retention: Duration) -> Responses {
+    let rows = Arc::new(sqlite::SqliteRows::new(store.clone()));
+    Responses::new(rows, store.clock(), retention)
 }
 
 fn answer(id: &str, key: &str, previous: Option<&str>, said: &str, reply: &str) -> StoredResponse {
@@ -29,16 +35,18 @@ fn answer(id: &str, key: &str, previous: Option<&str>, said: &str, reply: &str) 
     }
 }
 
-/// Waits (on the wall clock, at most 10 s) until the writer has written
-/// every row.
-fn settle(r: &Responses) {
-    for _ in 0..10_000 {
-        if r.inner.pending.lock().rows.is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(1));
+/// Waits (on the wall clock, at most 10 s, without moving paused time)
+/// until the writer has written every row.
+#[allow(clippy::disallowed_types)] // the wall clock: paused time must not move
+async fn settle(r: &Responses) {
+    let start = std::time::Instant::now();
+    while !r.inner.pending.lock().rows.is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the writer is stuck"
+        );
+        tokio::task::yield_now().await;
     }
-    panic!("the writer is stuck");
 }
 
 fn rows(store: &Store) -> i64 {
@@ -56,7 +64,7 @@ async fn put_is_read_back_at_once_and_after_it_is_written_by_its_own_key_only() 
     r.put(a.clone());
     assert_eq!(r.get("resp_1", "team").await.unwrap(), Some(a.clone()));
     assert_eq!(r.get("resp_1", "other").await.unwrap(), None);
-    settle(&r);
+    settle(&r).await;
     assert_eq!(rows(&store), 1);
     assert_eq!(r.get("resp_1", "team").await.unwrap(), Some(a));
     assert_eq!(r.get("resp_1", "other").await.unwrap(), None);
@@ -76,7 +84,7 @@ async fn an_answer_deleted_before_it_is_written_is_never_written() {
         r.put(answer(&id, "team", None, "hi", "hello"));
         assert!(r.delete(&id, "team").await.unwrap(), "{id}");
     }
-    settle(&r);
+    settle(&r).await;
     assert_eq!(rows(&store), 0);
 }
 
@@ -84,10 +92,10 @@ async fn an_answer_deleted_before_it_is_written_is_never_written() {
 async fn expired_answers_are_not_found_and_are_swept() {
     let (store, r) = service(Duration::from_secs(60));
     r.put(answer("resp_old", "team", None, "hi", "hello"));
-    settle(&r);
+    settle(&r).await;
     tokio::time::advance(Duration::from_secs(30)).await;
     r.put(answer("resp_new", "team", None, "hi", "hello"));
-    settle(&r);
+    settle(&r).await;
     assert!(r.get("resp_old", "team").await.unwrap().is_some());
     tokio::time::advance(Duration::from_secs(31)).await;
     assert_eq!(r.get("resp_old", "team").await.unwrap(), None);
@@ -105,9 +113,9 @@ async fn expired_answers_are_deleted_when_the_store_opens() {
     let path = dir.path().join("state.db");
     let at = UNIX_EPOCH + Duration::from_secs(1_772_409_540);
     let store = Arc::new(Store::open(&path, Clock::starting_at(at)).unwrap());
-    let r = Responses::new(store.clone(), Duration::from_secs(60));
+    let r = sqlite(&store, Duration::from_secs(60));
     r.put(answer("resp_1", "team", None, "hi", "hello"));
-    settle(&r);
+    settle(&r).await;
     drop((r, store));
     let store = Store::open(&path, Clock::starting_at(at + Duration::from_secs(59))).unwrap();
     assert_eq!(rows(&store), 1);
@@ -121,7 +129,7 @@ async fn a_zero_retention_stores_nothing() {
     let (store, r) = service(Duration::ZERO);
     r.put(answer("resp_1", "team", None, "hi", "hello"));
     assert_eq!(r.get("resp_1", "team").await.unwrap(), None);
-    settle(&r);
+    settle(&r).await;
     assert_eq!(rows(&store), 0);
     // Another retention over the same store keeps it.
     let kept = r.with_retention(DAY);
@@ -144,7 +152,7 @@ async fn a_conversation_is_its_chain_oldest_first_and_starts_after_a_gap() {
     let (_, r) = service(DAY);
     r.put(answer("resp_1", "team", None, "u1", "a1"));
     r.put(answer("resp_2", "team", Some("resp_1"), "u2", "a2"));
-    settle(&r);
+    settle(&r).await;
     r.put(answer("resp_3", "team", Some("resp_2"), "u3", "a3"));
     let all = r.conversation("resp_3", "team").await.unwrap().unwrap();
     assert_eq!(texts(&all), ["u1", "a1", "u2", "a2", "u3", "a3"]);
@@ -166,7 +174,7 @@ async fn a_conversation_is_bounded_in_hops_and_bytes() {
         r.put(answer(&id, "team", previous.as_deref(), "u", "a"));
         previous = Some(id);
     }
-    settle(&r);
+    settle(&r).await;
     let last = format!("resp_{}", MAX_HOPS - 1);
     let ok = r.conversation(&last, "team").await.unwrap().unwrap();
     assert_eq!(ok.len(), 2 * MAX_HOPS);
@@ -260,7 +268,7 @@ async fn pending_rows_are_bounded_while_the_store_is_stuck() {
     }
     assert_eq!(r.inner.pending.lock().rows.len(), MAX_PENDING);
     drop(held);
-    settle(&r);
+    settle(&r).await;
     assert_eq!(rows(&store), MAX_PENDING as i64);
     assert!(r.get("resp_0", "team").await.unwrap().is_some());
     assert!(

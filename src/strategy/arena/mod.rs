@@ -30,8 +30,8 @@ use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::Call;
 use crate::model::{CallSize, ChatModel, Completion, Meta, Reply, ReplyBody, Spend};
-use crate::store::Store;
 use crate::store::arena::Arena as Opened;
+use crate::store::records::Arenas;
 use crate::strategy::event;
 use crate::stream;
 use crate::wire::{ChatRequest, Usage, content_text};
@@ -61,7 +61,8 @@ pub struct Arena {
     pub pairs: Pairs,
     pub max_tokens: u32,
     pub vote_ttl: Duration,
-    pub store: Arc<Store>,
+    pub store: Arc<dyn Arenas>,
+    pub clock: crate::clock::Clock,
 }
 
 impl Arena {
@@ -84,9 +85,7 @@ impl Arena {
     /// The pairs with the fewest votes so far (all of them when the votes
     /// cannot be read).
     async fn least_voted(&self, all: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
-        let (store, route) = (self.store.clone(), self.name.to_string());
-        let counts = tokio::task::spawn_blocking(move || store.pair_counts(&route)).await;
-        let Ok(Ok(counts)) = counts else {
+        let Ok(counts) = self.store.pair_counts(&self.name).await else {
             return all;
         };
         let name = |i: usize| &*self.contestants[i].name;
@@ -127,7 +126,7 @@ impl Arena {
     /// Records the arena in the store; `None` (and a log line) when it
     /// cannot be, so the answer still goes out, with nothing to vote on.
     async fn open(&self, call: &Call, req: &ChatRequest, a: usize, b: usize) -> Option<String> {
-        let now = self.store.clock().unix_secs_i64();
+        let now = self.clock.unix_secs_i64();
         let prompt = req
             .messages
             .iter()
@@ -145,18 +144,9 @@ impl Arena {
             created: now,
             expires: now.saturating_add(i64::try_from(self.vote_ttl.as_secs()).unwrap_or(i64::MAX)),
         };
-        let store = self.store.clone();
-        let row = arena.clone();
-        match tokio::task::spawn_blocking(move || store.open_arena(&row)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!("cannot record an arena: {e}");
-                return None;
-            }
-            Err(e) => {
-                tracing::error!("cannot record an arena: {e}");
-                return None;
-            }
+        if let Err(e) = self.store.open(&arena).await {
+            tracing::error!("cannot record an arena: {e}");
+            return None;
         }
         let mut f = Map::new();
         f.insert("arena_id".into(), Value::from(arena.id.as_str()));
@@ -198,7 +188,7 @@ impl ChatModel for Arena {
             });
         }
         // The answer's one `created`: when the request reached the arena.
-        let created = self.store.clock().unix_secs();
+        let created = self.clock.unix_secs();
         let (i, j) = self.pair().await;
         let (a, b) = if rand::rng().random_bool(0.5) {
             (i, j)

@@ -71,22 +71,20 @@ impl Oracle {
                 .map(|s| (s, self.caps.session_cost_usd)),
             key: call.ctx.key.to_string(),
             route: self.name.to_string(),
-            day: day_name(utc_day(self.store.clock().now())),
+            day: day_name(utc_day(self.clock.now())),
             key_cap: self.caps.key_daily_cost_usd,
         }
     }
 
     /// Reserves `worst` for a consult, or says why it may not be made.
     async fn reserve(&self, at: &OracleLedgers, worst: f64) -> Result<Reserved, String> {
-        let (store, at) = (self.store.clone(), at.clone());
-        let now = self.store.clock().unix_secs_i64();
-        match tokio::task::spawn_blocking(move || store.reserve_oracle(&at, worst, now)).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => {
+        let now = self.clock.unix_secs_i64();
+        match self.store.reserve(at, worst, now).await {
+            Ok(r) => Ok(r),
+            Err(e) => {
                 tracing::error!("cannot reserve an oracle consult's cost: {e}");
                 Err(format!("oracle unavailable; {ON_YOUR_OWN}"))
             }
-            Err(_) => Err(format!("oracle unavailable; {ON_YOUR_OWN}")),
         }
     }
 
@@ -154,11 +152,9 @@ impl Oracle {
         ledger.session_spent = session_held.map(|s| (s - worst + cost).max(0.0));
         f.insert("cost_usd".into(), json!(cost));
         f.insert("tokens".into(), json!(tokens));
-        let (store, now) = (self.store.clone(), self.store.clock().unix_secs_i64());
-        let settled =
-            tokio::task::spawn_blocking(move || store.settle_oracle(&at, worst, cost, now)).await;
-        if !matches!(settled, Ok(Ok(()))) {
-            tracing::error!("cannot settle an oracle consult's cost");
+        let now = self.clock.unix_secs_i64();
+        if let Err(e) = self.store.settle(&at, worst, cost, now).await {
+            tracing::error!("cannot settle an oracle consult's cost: {e}");
         }
         asked.map_err(|e| format!("the oracle failed ({}); {ON_YOUR_OWN}", e.kind()))
     }

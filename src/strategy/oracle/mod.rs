@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 use crate::error::ModelError;
 use crate::labels::Verdict;
 use crate::model::{Call, CallSize, ChatModel, Completion, Reply, ReplyBody, Spend};
-use crate::store::Store;
+use crate::store::records::OracleSpend;
 use crate::strategy::{Member, event};
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
@@ -50,7 +50,8 @@ pub struct Oracle {
     pub base: Member,
     pub oracle: OracleCall,
     pub caps: Caps,
-    pub store: Arc<Store>,
+    pub store: Arc<dyn OracleSpend>,
+    pub clock: crate::clock::Clock,
 }
 
 /// What a base turn turned out to be.
