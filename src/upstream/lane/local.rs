@@ -2,7 +2,7 @@
 //! and the warm-first choice of the next model (see the parent module).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
+use super::shared::SharedLane;
 use super::{Admitted, LaneTimeout, Permit};
 use crate::sink::Metrics;
 use crate::telemetry::{LANE_QUEUE_DEPTH, LANE_SWAPS, LANE_WAIT};
@@ -19,10 +20,12 @@ pub struct LocalLane {
     upstream: Arc<str>,
     metrics: Metrics,
     per_model: usize,
-    max_models: usize,
+    pub(super) max_models: usize,
     max_wait_swap: Duration,
     probe: Option<Arc<WarmProbe>>,
     pub(super) state: Mutex<State>,
+    /// The lease shared with other replicas, with `[state]`.
+    pub(super) shared: OnceLock<SharedLane>,
 }
 
 impl LocalLane {
@@ -41,6 +44,7 @@ impl LocalLane {
             max_wait_swap,
             probe,
             state: Mutex::new(State::default()),
+            shared: OnceLock::new(),
         }
     }
 }
@@ -48,18 +52,25 @@ impl LocalLane {
 #[derive(Default)]
 pub(super) struct State {
     /// The models being served, each with its calls in flight.
-    serving: Vec<(Arc<str>, usize)>,
+    pub(super) serving: Vec<(Arc<str>, usize)>,
     /// The model the lane started serving last.
     last: Option<Arc<str>>,
     pub(super) queue: VecDeque<Waiter>,
     next_id: u64,
+    /// Shared lane: the lease holds (model, token) of the served models.
+    pub(super) tokens: Vec<(Arc<str>, u64)>,
+    /// Shared lane: join no more calls (another replica starves, or a
+    /// served model's hold was lost).
+    pub(super) drain: bool,
+    /// Shared lane: its keeper task runs.
+    pub(super) keeper: bool,
 }
 
 pub(super) struct Waiter {
     id: u64,
-    model: Arc<str>,
+    pub(super) model: Arc<str>,
     since: Instant,
-    tx: oneshot::Sender<LocalPermit>,
+    pub(super) tx: oneshot::Sender<LocalPermit>,
 }
 
 /// A place in a local lane; dropping it lets the next call in.
@@ -97,11 +108,11 @@ impl Drop for Queued<'_> {
     }
 }
 
-type Grants = Vec<(oneshot::Sender<LocalPermit>, LocalPermit)>;
+pub(super) type Grants = Vec<(oneshot::Sender<LocalPermit>, LocalPermit)>;
 
 /// Sent outside the lock: a permit whose waiter is gone comes back and is
 /// dropped, which releases it again.
-fn send(grants: Grants) {
+pub(super) fn send(grants: Grants) {
     for (tx, p) in grants {
         let _ = tx.send(p);
     }
@@ -167,7 +178,7 @@ impl LocalLane {
         model: &Arc<str>,
         now: Instant,
     ) -> Option<LocalPermit> {
-        let starving = self.starving(st, now);
+        let starving = self.starving(st, now) || st.drain;
         let queued_same = st.queue.iter().any(|w| w.model == *model);
         let per_model = self.per_model;
         match st.running(model) {
@@ -178,14 +189,14 @@ impl LocalLane {
             Some(_) => return None,
             None => {}
         }
-        if st.serving.len() < self.max_models && st.queue.is_empty() {
+        if st.serving.len() < self.max_models && st.queue.is_empty() && !self.is_shared() {
             return Some(self.serve(st, model));
         }
         None
     }
 
     /// Starts serving `model` with one call.
-    fn serve(self: &Arc<Self>, st: &mut State, model: &Arc<str>) -> LocalPermit {
+    pub(super) fn serve(self: &Arc<Self>, st: &mut State, model: &Arc<str>) -> LocalPermit {
         let from = st.last.replace(model.clone()).filter(|l| l != model);
         if from.is_some() {
             self.metrics
@@ -205,7 +216,7 @@ impl LocalLane {
 
     /// The oldest waiting call has waited too long for a model the lane
     /// does not serve.
-    fn starving(&self, st: &State, now: Instant) -> bool {
+    pub(super) fn starving(&self, st: &State, now: Instant) -> bool {
         st.queue.front().is_some_and(|w| {
             now.saturating_duration_since(w.since) >= self.max_wait_swap
                 && !st.serving.iter().any(|(m, _)| *m == w.model)
@@ -219,17 +230,28 @@ impl LocalLane {
                 *n -= 1;
             }
             st.serving.retain(|(_, n)| *n > 0);
+            if !st.serving.iter().any(|(m, _)| &**m == model) {
+                self.let_go(&mut st, model);
+            }
             self.dispatch(&mut st)
         };
         send(grants);
     }
 
     /// Lets in the waiting calls the lane can take now.
-    fn dispatch(self: &Arc<Self>, st: &mut State) -> Grants {
+    pub(super) fn dispatch(self: &Arc<Self>, st: &mut State) -> Grants {
         let now = Instant::now();
         let mut out = Vec::new();
-        if !self.starving(st, now) {
+        if !self.starving(st, now) && !st.drain {
             self.join_waiters(st, &mut out);
+        }
+        if self.is_shared() {
+            // New models start only with the lease: the keeper asks.
+            if !st.queue.is_empty() && st.serving.len() < self.max_models {
+                self.wake_keeper(st);
+            }
+            self.depth(st);
+            return out;
         }
         while st.serving.len() < self.max_models && !st.queue.is_empty() {
             let Some(next) = self.next_model(st, now) else {
@@ -247,7 +269,7 @@ impl LocalLane {
     }
 
     /// Queued calls for served models, in order, up to each model's limit.
-    fn join_waiters(self: &Arc<Self>, st: &mut State, out: &mut Grants) {
+    pub(super) fn join_waiters(self: &Arc<Self>, st: &mut State, out: &mut Grants) {
         let mut i = 0;
         while i < st.queue.len() {
             let model = st.queue[i].model.clone();
@@ -266,7 +288,7 @@ impl LocalLane {
 
     /// The model to serve next: the oldest waiter's when it starves, else
     /// a loaded one some call wants, else the oldest waiter's.
-    fn next_model(&self, st: &State, now: Instant) -> Option<Arc<str>> {
+    pub(super) fn next_model(&self, st: &State, now: Instant) -> Option<Arc<str>> {
         let oldest = st.queue.front()?.model.clone();
         if self.starving(st, now) {
             return Some(oldest);
@@ -280,7 +302,7 @@ impl LocalLane {
         Some(warm.unwrap_or(oldest))
     }
 
-    fn depth(&self, st: &State) {
+    pub(super) fn depth(&self, st: &State) {
         let depth = st.queue.len() as f64;
         self.metrics
             .scope(|| gauge!(LANE_QUEUE_DEPTH, "upstream" => self.upstream.clone()).set(depth));

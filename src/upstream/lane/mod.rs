@@ -16,7 +16,11 @@
 //! answer has been read; a call that is dropped while queued leaves the
 //! queue at once, and the request deadline covers the wait.
 
+pub mod lease;
 mod local;
+#[cfg(test)]
+mod memory;
+mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -83,6 +87,19 @@ impl Gate {
             }
             (false, None) => Gate::Open,
         }
+    }
+
+    /// Shares a local lane with the other replicas through `lease`
+    /// (once; a cloud lane is per replica).
+    pub fn share(&self, lease: Arc<dyn lease::Lease>) {
+        if let Gate::Local(lane) = self {
+            let _ = lane.shared.set(shared::SharedLane::new(lease));
+        }
+    }
+
+    /// Whether calls pass through a local lane.
+    pub fn is_local(&self) -> bool {
+        matches!(self, Gate::Local(_))
     }
 
     /// Waits (until `by`) for the right to call `model` (the name the
