@@ -149,6 +149,8 @@ impl LocalLane {
                 tx,
             });
             self.depth(&st);
+            // Shared: the keeper asks the lease for it.
+            self.wake_keeper(&mut st);
             (rx, id)
         };
         let (rx, id) = rx;

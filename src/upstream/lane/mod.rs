@@ -22,6 +22,8 @@ mod local;
 mod memory;
 mod shared;
 #[cfg(test)]
+mod shared_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
