@@ -75,7 +75,10 @@ async fn loads(mock: &Proc) -> u64 {
 /// Loads `a`, then sends `A B A B A` 40 ms apart, call `i` to
 /// `replicas[i % len]`; the models llama-swap loaded meanwhile.
 async fn swaps_of(mock: &Proc, replicas: &[&Proc]) -> u64 {
-    assert_eq!(post(&replicas[0].base, &chat("a", "warm")).await.status, 200);
+    assert_eq!(
+        post(&replicas[0].base, &chat("a", "warm")).await.status,
+        200
+    );
     let before = loads(mock).await;
     let mut calls = Vec::new();
     for (i, m) in ["a", "b", "a", "b", "a"].iter().enumerate() {
@@ -137,4 +140,39 @@ async fn a_killed_replica_holds_the_lane_no_longer_than_lease_ttl() {
     // b loads (300 ms) and answers (200 ms).
     assert!(waited >= Duration::from_millis(1200), "{waited:?}");
     assert!(waited <= Duration::from_millis(4000), "{waited:?}");
+}
+
+#[tokio::test]
+async fn with_redis_down_each_replica_serves_its_lane_alone_and_counts_it() {
+    let mut redis = RedisServer::start();
+    let mock = llama_swap();
+    let r1 = replica(&mock, Some(&redis));
+    assert_eq!(post(&r1.base, &chat("a", "up")).await.status, 200);
+    redis.stop();
+    let started = Instant::now();
+    for m in ["b", "a"] {
+        let r = post(&r1.base, &chat(m, "down")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    // Each call: one bounded ask (500 ms at most), a swap, an answer.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let m = r1.metrics().await;
+    assert!(
+        m.contains(r#"conclave_state_errors_total{op="lane_acquire"}"#),
+        "{m}"
+    );
+    redis.restart();
+    let r = post(&r1.base, &chat("b", "back")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let holds = "{conclave:lane:local}:holds";
+    let base = r1.base.clone();
+    let _held = tokio::spawn(async move { post(&base, &chat("slow", "x")).await });
+    assert!(
+        eventually(5, || async { redis.cli(&["HLEN", holds]).trim() == "1" }).await,
+        "the lease is used again once Redis is back"
+    );
 }
