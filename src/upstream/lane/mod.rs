@@ -11,6 +11,13 @@
 //! waited `max_wait_swap` stops new calls for the served models from
 //! joining, so the lane drains and serves it next: nobody starves.
 //!
+//! With `[state]`, a local lane is shared by every replica on the same
+//! Redis ([`shared`], through the [`lease::Lease`] of the upstream): a
+//! replica starts serving a model only while it holds the lease for it,
+//! calls for a model another replica serves join it, and a call starving
+//! on one replica drains the others. Without Redis (or while it is down)
+//! each replica's lane works alone, as above.
+//!
 //! A *cloud lane* runs calls in parallel, up to an optional
 //! `max_concurrency`. Either way a call holds its [`Permit`] until its
 //! answer has been read; a call that is dropped while queued leaves the
