@@ -119,6 +119,11 @@ impl AppState {
         for probe in graph.upstreams.iter().filter_map(|u| u.probe.as_ref()) {
             probe.start_polling();
         }
+        if let Some(redis) = &shared.redis {
+            for u in &graph.upstreams {
+                u.share_lane(redis);
+            }
+        }
         Ok(AppState {
             graph,
             keys: Keys::new(&config.keys, &shared.governor),

@@ -211,6 +211,15 @@ impl Upstream {
         })
     }
 
+    /// Shares its local lane (if it has one) with the other replicas on
+    /// `redis` (`[state]`).
+    pub fn share_lane(&self, redis: &Arc<crate::store::redis::Redis>) {
+        if self.gate.is_local() {
+            let lease = lane::lease::RedisLease::new(redis.clone(), &self.name);
+            self.gate.share(Arc::new(lease));
+        }
+    }
+
     /// Whether `model` (the name sent upstream) is loaded right now.
     pub async fn warm(&self, model: &str) -> Warm {
         if let Some(p) = &self.probe {
