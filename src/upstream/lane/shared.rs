@@ -2,9 +2,10 @@
 //! starts serving a model only once it holds the lease for it, and lets
 //! the hold go when its last call for the model ends. A keeper task runs
 //! while the lane holds the lease or has calls waiting: every
-//! [`POLL`] it renews the holds (learning whether another replica starves,
-//! so this one drains) and asks for the model its queue wants next (warm
-//! first, as the lane chooses; a model another replica serves joins).
+//! [`RENEW`] it renews the holds (learning whether another replica
+//! starves, so this one drains), and every [`POLL`] while calls wait it
+//! asks for the model its queue wants next (warm first, as the lane
+//! chooses; a model another replica serves joins).
 //! When the lease cannot be asked (Redis down or slow), the lane serves
 //! as a lane of its own would: coordination never blocks inference.
 
@@ -17,8 +18,11 @@ use tokio::time::Instant;
 use super::lease::Lease;
 use super::local::{Grants, LocalLane, State, send};
 
-/// How often a keeper renews and asks again.
+/// How often a keeper with waiting calls asks for the lease again.
 pub const POLL: Duration = Duration::from_millis(25);
+/// How often a keeper renews its holds (well within the shortest
+/// `lease_ttl`, 1 s, and the 1 s a starving mark lasts).
+pub const RENEW: Duration = Duration::from_millis(250);
 
 pub struct SharedLane {
     lease: Arc<dyn Lease>,
@@ -80,9 +84,15 @@ impl LocalLane {
         let Some(sh) = self.shared.get() else {
             return;
         };
+        let mut renewed: Option<Instant> = None;
         loop {
             let holds = self.state.lock().tokens.clone();
+            let due = renewed.is_none_or(|at| at.elapsed() >= RENEW);
+            if !holds.is_empty() && due {
+                renewed = Some(Instant::now());
+            }
             if !holds.is_empty()
+                && due
                 && let Ok(r) = sh.lease.renew(&holds).await
             {
                 let grants = {
@@ -118,15 +128,16 @@ impl LocalLane {
                 };
                 send(grants);
             }
-            {
+            let pause = {
                 let mut st = self.state.lock();
                 if st.queue.is_empty() && st.tokens.is_empty() {
                     st.keeper = false;
                     return;
                 }
-            }
+                if st.queue.is_empty() { RENEW } else { POLL }
+            };
             tokio::select! {
-                () = tokio::time::sleep(POLL) => {}
+                () = tokio::time::sleep(pause) => {}
                 () = sh.wake.notified() => {}
             }
         }
