@@ -77,6 +77,7 @@ pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -160,16 +161,23 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         None => (Arc::new(store::Store::in_memory(clock)?), false),
     };
     let metrics = telemetry.metrics.clone();
-    let governor = Governor::open(persisted.then(|| store.clone()), clock, metrics.clone())?;
+    let redis = match &config.state {
+        Some(cfg) => Some(Arc::new(store::redis::Redis::open(cfg, metrics.clone())?)),
+        None => None,
+    };
+    // A reservation outlives the longest request, unless a replica dies.
+    let hold_ttl = config.server.request_timeout + Duration::from_secs(60);
+    let governor = Governor::open(
+        persisted.then(|| store.clone()),
+        clock,
+        metrics.clone(),
+        redis.clone().map(|r| (r, hold_ttl)),
+    )?;
     governor.start_flushing();
     let responses = Arc::new(store::responses::Responses::new(
         store.clone(),
         config.server.responses_retention,
     ));
-    let redis = match &config.state {
-        Some(cfg) => Some(Arc::new(store::redis::Redis::open(cfg, metrics.clone())?)),
-        None => None,
-    };
     let shared = Shared {
         telemetry,
         governor,

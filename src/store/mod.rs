@@ -12,6 +12,7 @@
 //! (the [`responses`] service does that itself and is async).
 
 pub mod arena;
+pub mod limits;
 pub mod oracle;
 pub mod redis;
 pub mod responses;
