@@ -168,11 +168,11 @@ async fn a_daily_budget_holds_across_two_replicas_and_their_restarts() {
             .map(|r| &r.text)
     );
     println!("budget 2000, 100 concurrent over two replicas: {ok} admitted, {spent} spent");
-    assert_eq!(
-        ok,
-        2000 / estimate,
-        "reservations let in what fits, no more"
-    );
+    // What fits at once is let in; a request that finished before the
+    // last ones arrived (the burst takes seconds on a slow machine) gave
+    // back what it held beyond its 103, so a few more may fit.
+    assert!(ok >= 2000 / estimate, "{ok} admitted");
+    assert!(spent <= 2000, "overspent in the burst: {spent}");
     // One at a time, alternating replicas, until the budget is spent.
     for i in 0..20 {
         let r = ask(if i % 2 == 0 { &a } else { &b }, &body, "k-alpha").await;
