@@ -295,3 +295,45 @@ async fn redis_stopped_mid_load_fails_closed_or_open_and_both_recover() {
         .sum();
     assert!(errors >= 10.0, "{m}");
 }
+
+/// A replica that dies holding reservations does not hold the budget for
+/// the rest of the day: every script drops the expired ones. (The hold of
+/// a dead replica is written here as a replica writes it, expiring in
+/// 300 ms by the Redis server's clock.)
+#[tokio::test]
+async fn a_dead_replicas_reservations_expire() {
+    let redis = RedisServer::start();
+    let keys = "[[keys]]\nname = \"alpha\"\nkey_env = \"KEY_A\"\ndaily_tokens = 2000\n";
+    let a = replica(&redis, "2s", keys);
+    ready(&a).await;
+    let time = redis.cli(&["TIME"]);
+    let mut parts = time.lines();
+    let secs: u64 = parts.next().unwrap().trim().parse().unwrap();
+    let micros: u64 = parts.next().unwrap().trim().parse().unwrap();
+    let expiry = secs * 1000 + micros / 1000 + 300;
+    redis.cli(&[
+        "ZADD",
+        "{conclave:key:alpha}:holds",
+        &expiry.to_string(),
+        "42",
+    ]);
+    redis.cli(&["HSET", "{conclave:key:alpha}:held", "42", "1900:0"]);
+    let body = capped("full", 100);
+    let r = ask(&a, &body, "k-alpha").await;
+    assert_eq!(r.status, 429, "{}", r.text);
+    assert!(r.text.contains("in flight"), "{}", r.text);
+    assert_eq!(usage(&a, "alpha").await["today"]["reserved_tokens"], 1900);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(usage(&a, "alpha").await["today"]["reserved_tokens"], 0);
+    let r = ask(&a, &body, "k-alpha").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    // The expired hold is gone from both keys.
+    assert_eq!(
+        redis.cli(&["HEXISTS", "{conclave:key:alpha}:held", "42"]),
+        "0"
+    );
+    assert_eq!(
+        redis.cli(&["ZSCORE", "{conclave:key:alpha}:holds", "42"]),
+        ""
+    );
+}
