@@ -9,7 +9,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::redis::RedisServer;
 use common::*;
@@ -117,7 +119,7 @@ async fn rpm_60_across_two_replicas_admits_exactly_60() {
     // GCRA gives one cell back a second: a burst that took longer than a
     // second may also admit the cells that came back meanwhile.
     let back = elapsed.as_secs() as usize;
-    println!("rpm 60, two replicas: {ok} of 100 admitted in {elapsed:?}");
+    eprintln!("rpm 60, two replicas: {ok} of 100 admitted in {elapsed:?}");
     assert!(
         (60..=60 + back).contains(&ok),
         "{ok} admitted in {elapsed:?}: want 60 (+{back} come back)"
@@ -167,7 +169,7 @@ async fn a_daily_budget_holds_across_two_replicas_and_their_restarts() {
             .find(|r| r.status != 200 && r.status != 429)
             .map(|r| &r.text)
     );
-    println!("budget 2000, 100 concurrent over two replicas: {ok} admitted, {spent} spent");
+    eprintln!("budget 2000, 100 concurrent over two replicas: {ok} admitted, {spent} spent");
     // What fits at once is let in; a request that finished before the
     // last ones arrived (the burst takes seconds on a slow machine) gave
     // back what it held beyond its 103, so a few more may fit.
@@ -183,7 +185,7 @@ async fn a_daily_budget_holds_across_two_replicas_and_their_restarts() {
         assert_eq!(r.status, 200, "{}", r.text);
         spent += r.json()["usage"]["total_tokens"].as_u64().unwrap();
     }
-    println!("then spent {spent} of 2000");
+    eprintln!("then spent {spent} of 2000");
     assert!(spent <= 2000, "overspent: {spent}");
     assert!(
         spent >= 2000 - estimate,
@@ -270,7 +272,7 @@ async fn redis_stopped_mid_load_fails_closed_or_open_and_both_recover() {
         // A key without limits never asks the state.
         assert_eq!(ask(gw, &body, "k-free").await.status, 200);
     }
-    println!("slowest fail_closed answer while Redis was down: {slowest:?}");
+    eprintln!("slowest fail_closed answer while Redis was down: {slowest:?}");
     assert!(slowest < Duration::from_secs(1), "{slowest:?}");
 
     // Redis (empty: it kept nothing) comes back: both recover by
