@@ -10,6 +10,10 @@
 //! then. Without a path the same store lives
 //! in memory. Every call blocks: async code runs it on `spawn_blocking`
 //! (the [`responses`] service does that itself and is async).
+//!
+//! Beside it: [`redis`], the connection to a shared Redis (`[state]`),
+//! and [`limits`], keys' rate limits and budgets behind one trait, in
+//! this process or on that Redis.
 
 pub mod arena;
 pub mod limits;
