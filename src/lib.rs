@@ -77,6 +77,7 @@ pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -160,12 +161,19 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         None => (Arc::new(store::Store::in_memory(clock)?), false),
     };
     let metrics = telemetry.metrics.clone();
-    let governor = Governor::open(persisted.then(|| store.clone()), clock, metrics.clone())?;
-    governor.start_flushing();
     let redis = match &config.state {
         Some(cfg) => Some(Arc::new(store::redis::Redis::open(cfg, metrics.clone())?)),
         None => None,
     };
+    // A reservation outlives the longest request, unless a replica dies.
+    let hold_ttl = config.server.request_timeout + Duration::from_secs(60);
+    let governor = Governor::open(
+        persisted.then(|| store.clone()),
+        clock,
+        metrics.clone(),
+        redis.clone().map(|r| (r, hold_ttl)),
+    )?;
+    governor.start_flushing();
     // With `[state]`, arenas, oracle spend and stored answers are shared.
     let records = store::records::Records::new(&store, redis.as_ref());
     let rows: Arc<dyn store::responses::ResponseRows> = match &redis {

@@ -58,19 +58,22 @@ pub async fn keys_usage(
             what: "/v1/keys/usage",
         });
     }
-    let data: Vec<Value> = app
-        .keys
-        .callers()
-        .filter_map(|c| {
-            let mut entry = Map::new();
-            entry.insert("name".into(), Value::from(&*c.name));
-            entry.insert("admin".into(), Value::from(c.admin));
-            if let Value::Object(usage) = governor::usage_of(c.gov.as_ref()?) {
-                entry.extend(usage);
-            }
-            Some(Value::Object(entry))
-        })
-        .collect();
+    let mut data: Vec<Value> = Vec::new();
+    for c in app.keys.callers() {
+        let Some(gov) = c.gov.as_ref() else { continue };
+        let mut entry = Map::new();
+        entry.insert("name".into(), Value::from(&*c.name));
+        entry.insert("admin".into(), Value::from(c.admin));
+        let usage = governor::usage_of(gov)
+            .await
+            .map_err(|_| ApiError::StateDown {
+                key: c.name.clone(),
+            })?;
+        if let Value::Object(usage) = usage {
+            entry.extend(usage);
+        }
+        data.push(Value::Object(entry));
+    }
     Ok(Json(json!({"object": "list", "data": data})))
 }
 

@@ -29,7 +29,7 @@ use super::render::Render;
 use super::{AppState, Gateway, body, options, respond};
 use crate::context::{Options, RequestCtx};
 use crate::error::ModelError;
-use crate::governor::{RateHeaders, record_rejection};
+use crate::governor::{RateHeaders, Refused, record_rejection};
 use crate::graph::Node;
 use crate::model::{Call, CallSize, Reply};
 use crate::wire::billing::Billable;
@@ -180,7 +180,8 @@ async fn run(
         ad.caller.clone(),
         opts,
         asked,
-    )?;
+    )
+    .await?;
     if let Some(f) = job.on_open {
         f(&ctx);
     }
@@ -244,7 +245,7 @@ struct Opened {
 /// limits and budget, for what `node` may spend on `asked`): its context
 /// (deadline, key, shutdown, access log, budget ticket) and guard. A
 /// request turned away is recorded as a 429 and its rejection logged.
-fn open(
+async fn open(
     gw: &Gateway,
     app: &AppState,
     id: &str,
@@ -253,11 +254,13 @@ fn open(
     options: Options,
     asked: Asked,
 ) -> Result<Opened, ApiError> {
-    let admitted = caller
-        .gov
-        .as_ref()
-        .map(|g| g.admit(node.model.estimate(asked.size), asked.capped))
-        .transpose();
+    let admitted = match caller.gov.as_ref() {
+        Some(g) => g
+            .admit(node.model.estimate(asked.size), asked.capped)
+            .await
+            .map(Some),
+        None => Ok(None),
+    };
     let mut ctx = RequestCtx::new(
         id.to_owned(),
         route.clone(),
@@ -289,7 +292,11 @@ fn open(
     };
     let ctx = Arc::new(ctx);
     let mut guard = RequestGuard::new(ctx.clone(), app.telemetry.clone());
-    if let Some(r) = rejected {
+    if let Some(Refused::StateDown { key }) = rejected {
+        guard.finish("503");
+        return Err(ApiError::StateDown { key });
+    }
+    if let Some(Refused::Limited(r)) = rejected {
         let retry = r.retry_after.map_or(Value::Null, Value::from);
         record_rejection(&ctx, r.scope, r.limit, r.asked, &[("retry_after_s", retry)]);
         guard.finish("429");

@@ -1,32 +1,46 @@
 //! One API key's governor: its per-minute limits (`rpm`, `tpm`) and its
-//! daily budget, checked together when a request is admitted. A request
-//! is let in whole or not at all: a later check that fails gives back
-//! what an earlier one reserved.
+//! daily budget, checked together when a request is admitted, by its
+//! [`KeyLimiter`] (in this process, or on the shared state). A request is
+//! let in whole or not at all. When the shared state does not answer, the
+//! key's policy (`on_state_error`) refuses it ([`Refused::StateDown`], a
+//! 503) or lets it in unchecked, its spend counted later.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use metrics::{Gauge, gauge};
 
-use super::budget::{self, Budget, Daily, Over};
-use super::rate::{Denied, PerMinute, Standing, openai_duration, retry_after_secs};
+use super::budget::{self, Daily, Over};
+use super::rate::{Standing, openai_duration, retry_after_secs};
 use super::ticket::Ticket;
 use super::{Rejection, Scope};
 use crate::clock::Clock;
-use crate::config::KeyLimits;
+use crate::config::{KeyLimits, OnError};
 use crate::model::Spend;
+use crate::store::limits::{Ask, KeyLimiter, Refusal};
 use crate::telemetry::BUDGET_REMAINING;
 
 pub struct KeyGov {
     pub name: Arc<str>,
     pub limits: KeyLimits,
-    rpm: Option<PerMinute>,
-    tpm: Option<PerMinute>,
-    pub(super) budget: Arc<Budget>,
+    /// Where the key's limits live: this process, or the shared state.
+    pub(super) limiter: Arc<dyn KeyLimiter>,
+    /// What to do when the shared state cannot answer (`None`: the
+    /// limits are in this process and always answer).
+    policy: Option<OnError>,
     /// `conclave_budget_remaining_tokens` for this key, looked up once.
     remaining: Option<Gauge>,
     /// The instance's wall clock: what "today" is.
     pub(super) clock: Clock,
+}
+
+/// Why a request was not let in.
+#[derive(Debug)]
+pub enum Refused {
+    /// A limit turned it away: a 429.
+    Limited(Box<Rejection>),
+    /// The shared state did not answer and the key fails closed: a 503.
+    StateDown { key: Arc<str> },
 }
 
 /// What an admitted request carries: the figures for its response's
@@ -75,136 +89,144 @@ impl RateHeaders {
 }
 
 impl KeyGov {
-    pub(super) fn new(name: &str, limits: KeyLimits, budget: Arc<Budget>, clock: Clock) -> Self {
+    pub(super) fn new(
+        name: &str,
+        limits: KeyLimits,
+        limiter: Arc<dyn KeyLimiter>,
+        policy: Option<OnError>,
+        clock: Clock,
+    ) -> Self {
         KeyGov {
             name: name.into(),
             limits,
-            rpm: limits.rpm.and_then(PerMinute::new),
-            tpm: limits.tpm.and_then(PerMinute::new),
-            budget,
+            limiter,
+            policy,
             remaining: None,
             clock,
         }
     }
 
     /// The key with its remaining-budget gauge (when it has a daily token
-    /// budget), registered on the current recorder and set to today's.
-    pub(super) fn with_gauge(mut self) -> Self {
+    /// budget), registered on the current recorder (and set to today's
+    /// figure when this process holds it).
+    pub(super) fn with_gauge(mut self, spent: Option<Spend>) -> Self {
         let name = self.name.clone();
         self.remaining = self
             .limits
             .daily_tokens
             .map(|_| gauge!(BUDGET_REMAINING, "key" => name));
-        let today = budget::utc_day(self.clock.now());
-        self.show_remaining(self.budget.standing(today).spent);
+        if let Some(spent) = spent {
+            self.show_remaining(spent);
+        }
         self
+    }
+
+    fn rpm(&self) -> Option<u32> {
+        self.limits.rpm.filter(|&r| r > 0)
+    }
+
+    pub(super) fn tpm(&self) -> Option<u32> {
+        self.limits.tpm.filter(|&t| t > 0)
     }
 
     /// Lets a request that may spend `estimate` in, or says why not.
     /// `capped`: the client set the output cap (else the estimate used
     /// the gateway's default, and is trimmed to what `tpm` can hold).
-    pub fn admit(
+    /// A key without limits asks nothing of the state.
+    pub async fn admit(
         self: &Arc<Self>,
         estimate: Spend,
         capped: bool,
-    ) -> Result<Admission, Box<Rejection>> {
-        let mut headers = RateHeaders::default();
+    ) -> Result<Admission, Refused> {
+        let budgeted = self.daily() != Daily::default();
+        let tpm = self.tpm();
+        if self.rpm().is_none() && tpm.is_none() && !budgeted {
+            return Ok(Admission {
+                headers: RateHeaders::default(),
+                ticket: None,
+            });
+        }
         let now = self.clock.now();
         let today = budget::utc_day(now);
-        let budgeted = self.daily() != Daily::default();
-        // What can never fit is refused before any limit is spent on it.
-        if let Some(tpm) = self
-            .tpm
-            .as_ref()
-            .filter(|t| capped && estimate.tokens > u64::from(t.limit()))
-        {
-            let s = tpm.now();
-            headers.tokens = Some(s);
-            return Err(self.too_big(estimate.tokens, tpm.limit(), s.reset, headers));
+        // What can never fit is refused before any limit is spent on it
+        // (more than `tpm` holds is the limiter's to say, first).
+        let too_big = capped && tpm.is_some_and(|t| estimate.tokens > u64::from(t));
+        if !too_big && let Some(over) = self.daily().never_fits(estimate) {
+            let r = self.budget_rejection(over, now, RateHeaders::default());
+            return Err(Refused::Limited(r));
         }
-        if let Some(over) = self.daily().never_fits(estimate) {
-            return Err(self.budget_rejection(over, now, headers));
+        let mut n = u32::try_from(estimate.tokens).unwrap_or(u32::MAX);
+        if let Some(t) = tpm.filter(|_| !capped) {
+            n = n.min(t);
         }
-        if let Some(rpm) = &self.rpm {
-            match rpm.take(1) {
-                Ok(s) => headers.requests = Some(s),
-                Err(d) => {
-                    let wait = wait_of(d);
-                    headers.requests = Some(rpm.exhausted(wait));
-                    return Err(self.rate_rejection(Scope::Rpm, rpm.limit(), 1, wait, headers));
-                }
+        let held = if budgeted { estimate } else { Spend::default() };
+        let ask = Ask {
+            estimate: held,
+            daily: self.daily(),
+            tpm: tpm.map_or(0, |_| n),
+            day: today,
+        };
+        let granted = match self.limiter.admit(ask).await {
+            Ok(Ok(g)) => g,
+            Ok(Err(refusal)) => return Err(Refused::Limited(self.refused(refusal, n, now))),
+            Err(e) if self.policy == Some(OnError::FailOpen) => {
+                tracing::debug!(key = %self.name, "admitted unchecked (fail_open): {e}");
+                let ticket = Arc::new(Ticket::new(self.clone(), None, Spend::default(), 0));
+                return Ok(Admission {
+                    headers: RateHeaders::default(),
+                    ticket: Some(ticket),
+                });
             }
-        }
-        // A later limit that says no gives back what the earlier took.
-        let undo_rpm = || {
-            if let Some(rpm) = &self.rpm {
-                rpm.refund(1);
+            Err(e) => {
+                tracing::debug!(key = %self.name, "refused (fail_closed): {e}");
+                return Err(Refused::StateDown {
+                    key: self.name.clone(),
+                });
             }
         };
-        if budgeted && let Err(over) = self.budget.reserve(self.daily(), estimate, today) {
-            undo_rpm();
-            return Err(self.budget_rejection(over, now, headers));
-        }
-        // The tokens `tpm` took for this request; its real usage later
-        // charges what it spent beyond them as debt, or refunds the rest.
-        let mut taken = 0;
-        if let Some(tpm) = &self.tpm {
-            let mut n = u32::try_from(estimate.tokens).unwrap_or(u32::MAX);
-            if !capped {
-                n = n.min(tpm.limit());
+        self.show_remaining(granted.spent);
+        let taken = tpm.map_or(0, |_| u64::from(n.max(1)));
+        let ticket = (budgeted || tpm.is_some())
+            .then(|| Arc::new(Ticket::new(self.clone(), granted.hold, held, taken)));
+        Ok(Admission {
+            headers: RateHeaders {
+                requests: granted.requests,
+                tokens: granted.tokens,
+            },
+            ticket,
+        })
+    }
+
+    /// The rejection of a refusal; `n`: the tokens `tpm` was asked for.
+    fn refused(&self, refusal: Refusal, n: u32, now: SystemTime) -> Box<Rejection> {
+        let mut headers = RateHeaders::default();
+        let spent = |limit: u32, reset: Duration| Standing {
+            limit,
+            remaining: 0,
+            reset,
+        };
+        let (rpm, tpm) = (self.rpm().unwrap_or(0), self.tpm().unwrap_or(0));
+        match refusal {
+            Refusal::Rpm(wait) => {
+                headers.requests = Some(spent(rpm, wait));
+                self.rate_rejection(Scope::Rpm, rpm, 1, wait, headers)
             }
-            match tpm.take(n) {
-                Ok(s) => {
-                    headers.tokens = Some(s);
-                    taken = u64::from(n.max(1));
-                }
-                Err(d) => {
-                    undo_rpm();
-                    if budgeted {
-                        self.budget.settle(estimate, Spend::default(), today);
-                    }
-                    if let Denied::TooMany { whole } = d {
-                        headers.tokens = Some(tpm.exhausted(whole));
-                        return Err(self.too_big(u64::from(n), tpm.limit(), whole, headers));
-                    }
-                    let wait = wait_of(d);
-                    headers.tokens = Some(tpm.exhausted(wait));
-                    return Err(self.rate_rejection(
-                        Scope::Tpm,
-                        tpm.limit(),
-                        u64::from(n),
-                        wait,
-                        headers,
-                    ));
-                }
+            Refusal::Tpm(wait) => {
+                headers.tokens = Some(spent(tpm, wait));
+                self.rate_rejection(Scope::Tpm, tpm, u64::from(n), wait, headers)
             }
+            Refusal::TpmNever(whole) => {
+                headers.tokens = Some(spent(tpm, whole));
+                self.too_big(u64::from(n), tpm, whole, headers)
+            }
+            Refusal::Budget(over) => self.budget_rejection(over, now, headers),
         }
-        let ticket = (budgeted || self.tpm.is_some()).then(|| {
-            Arc::new(Ticket::new(
-                self.clone(),
-                if budgeted { estimate } else { Spend::default() },
-                taken,
-            ))
-        });
-        Ok(Admission { headers, ticket })
     }
 
     pub(super) fn daily(&self) -> Daily {
         Daily {
             tokens: self.limits.daily_tokens,
             cost_usd: self.limits.daily_cost_usd,
-        }
-    }
-
-    /// A request spent `spent` tokens where `tpm` took `taken` for it:
-    /// the limit charges the difference as debt, or refunds it.
-    pub(super) fn correct_tpm(&self, taken: u64, spent: u64) {
-        if let Some(tpm) = &self.tpm {
-            if spent > taken {
-                tpm.charge(spent - taken);
-            } else {
-                tpm.refund(taken - spent);
-            }
         }
     }
 
@@ -340,11 +362,5 @@ impl KeyGov {
             never,
             headers,
         })
-    }
-}
-
-fn wait_of(d: Denied) -> Duration {
-    match d {
-        Denied::Wait(w) | Denied::TooMany { whole: w } => w,
     }
 }

@@ -1,11 +1,14 @@
 //! Governors: what a key may spend and how fast. Per key, `rpm` and `tpm`
 //! ([`rate`], GCRA) and a daily token and cost budget ([`budget`]),
 //! checked together when a request is admitted ([`key`]) and settled
-//! attempt by attempt ([`ticket`]). [`Governor`] outlives config reloads:
-//! it keeps each key's spend (by key name) and rate state (while its
-//! limits stay the same), loads the UTC day's spend from the store at
-//! start and writes it back off the request path, every
-//! [`FLUSH_EVERY`] and once more at shutdown.
+//! attempt by attempt ([`ticket`]), through a key's
+//! [`KeyLimiter`](crate::store::limits::KeyLimiter): in this process, or
+//! with `[state]` on a shared Redis that every replica uses.
+//! [`Governor`] outlives config reloads: in this process it keeps each
+//! key's spend (by key name) and rate state (while its limits stay the
+//! same), loads the UTC day's spend from the store at start and writes it
+//! back off the request path, every [`FLUSH_EVERY`] and once more at
+//! shutdown; on Redis, all of that lives in Redis.
 //!
 //! Upstream limits (`rpm` on an upstream) use the same [`rate::PerMinute`]
 //! from `upstream`; every rejection, of either kind, is recorded by
@@ -30,10 +33,13 @@ use crate::config::KeyLimits;
 use crate::context::RequestCtx;
 use crate::model::Spend;
 use crate::sink::Metrics;
+use crate::store::limits::local::LocalLimits;
+use crate::store::limits::redis::Shared;
+use crate::store::redis::Redis;
 use crate::store::{SpendRow, Store, StoreError};
 use crate::telemetry::GOVERNOR_REJECTIONS;
 use budget::{Budget, Daily};
-pub use key::{Admission, KeyGov, RateHeaders};
+pub use key::{Admission, KeyGov, RateHeaders, Refused};
 pub use ticket::Ticket;
 
 /// How often spend is written to the store: a `kill -9` loses at most
@@ -119,16 +125,23 @@ pub struct Governor {
     clock: Clock,
     /// The instance's recorder (keys' remaining-budget gauges).
     metrics: Metrics,
+    /// The shared state, when limits live there (and the default policy
+    /// of keys when it does not answer).
+    shared: Option<(Arc<Shared>, crate::config::OnError)>,
 }
 
 impl Governor {
     /// A governor whose spend lives in `store` (today's is loaded now),
-    /// or in memory only.
+    /// in memory only, or (with `redis`) in the shared state, where a
+    /// request's reservation lasts `hold_ttl` unless settled.
     pub fn open(
         store: Option<Arc<Store>>,
         clock: Clock,
         metrics: Metrics,
+        redis: Option<(Arc<Redis>, Duration)>,
     ) -> Result<Arc<Governor>, StoreError> {
+        let shared = redis.map(|(r, hold_ttl)| (Shared::new(r.clone(), hold_ttl), r.on_error));
+        let store = store.filter(|_| shared.is_none());
         let budgets = DashMap::new();
         if let Some(s) = &store {
             let today = budget::utc_day(clock.now());
@@ -150,6 +163,7 @@ impl Governor {
             flushing: Mutex::new(()),
             clock,
             metrics,
+            shared,
         }))
     }
 
@@ -163,19 +177,36 @@ impl Governor {
             .map(|(name, limits)| {
                 let kept = current.get(name).filter(|k| k.limits == *limits).cloned();
                 let gov = kept.unwrap_or_else(|| {
-                    let budget = self
-                        .budgets
-                        .entry(name.clone())
-                        .or_insert_with(|| Arc::new(Budget::new(name, today, Spend::default())))
-                        .clone();
-                    let key = KeyGov::new(name, *limits, budget, self.clock);
-                    Arc::new(self.metrics.scope(|| key.with_gauge()))
+                    let key = self.metrics.scope(|| match &self.shared {
+                        Some((shared, on_error)) => {
+                            let policy = limits.on_state_error.unwrap_or(*on_error);
+                            let limiter = Arc::new(shared.key(name, limits));
+                            KeyGov::new(name, *limits, limiter, Some(policy), self.clock)
+                                .with_gauge(None)
+                        }
+                        None => {
+                            let budget = self.budget(name, today);
+                            let spent = budget.standing(today).spent;
+                            let limiter = Arc::new(LocalLimits::new(limits, budget));
+                            KeyGov::new(name, *limits, limiter, None, self.clock)
+                                .with_gauge(Some(spent))
+                        }
+                    });
+                    Arc::new(key)
                 });
                 (name.clone(), gov)
             })
             .collect();
         *current = next.clone();
         next
+    }
+
+    /// Key `name`'s budget in this process.
+    fn budget(&self, name: &str, today: i64) -> Arc<Budget> {
+        self.budgets
+            .entry(name.to_owned())
+            .or_insert_with(|| Arc::new(Budget::new(name, today, Spend::default())))
+            .clone()
     }
 
     /// Writes the spend not yet in the store; blocking (run it off the
@@ -227,15 +258,15 @@ impl Governor {
 }
 
 /// A key's limits and where its budget stands today, for
-/// `GET /v1/keys/usage`.
-pub fn usage_of(key: &KeyGov) -> Value {
+/// `GET /v1/keys/usage` (from the shared state, when it holds them).
+pub async fn usage_of(key: &KeyGov) -> Result<Value, StoreError> {
     let now = key.clock.now();
-    let s = key.budget.standing(budget::utc_day(now));
+    let s = key.limiter.standing(budget::utc_day(now)).await?;
     let l = key.limits;
     let Daily { tokens, cost_usd } = key.daily();
     // Dollars to a billionth: sums of prices carry float noise.
     let usd = |x: f64| (x * 1e9).round() / 1e9;
-    serde_json::json!({
+    Ok(serde_json::json!({
         "limits": {
             "rpm": l.rpm,
             "tpm": l.tpm,
@@ -254,7 +285,7 @@ pub fn usage_of(key: &KeyGov) -> Value {
             "cost_usd": cost_usd.map(|c| usd((c - s.spent.cost_usd - s.reserved.cost_usd).max(0.0))),
         },
         "resets_in_seconds": budget::until_day_ends(now).as_secs(),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -263,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_reload_keeps_rate_state_while_limits_stay_and_spend_always() {
-        let g = Governor::open(None, Clock::system(), Metrics::noop()).unwrap();
+        let g = Governor::open(None, Clock::system(), Metrics::noop(), None).unwrap();
         let limits = KeyLimits {
             rpm: Some(10),
             daily_tokens: Some(1000),
@@ -278,6 +309,7 @@ mod tests {
         };
         let changed = g.keys(&[("a".into(), tighter)]);
         assert!(!Arc::ptr_eq(&first["a"], &changed["a"]));
-        assert!(Arc::ptr_eq(&first["a"].budget, &changed["a"].budget));
+        assert!(Arc::ptr_eq(&first["a"].limiter, &again["a"].limiter));
+        assert_eq!(g.budgets.len(), 1, "one budget for the name");
     }
 }

@@ -5,7 +5,8 @@
 //! an upstream reported none. Each charge releases as much of the
 //! reservation; what is left is released when the request's context
 //! goes, and the `tpm` limit charges what the estimate missed as debt
-//! (or refunds what it overestimated).
+//! (or refunds what it overestimated). Settlements go to the key's
+//! limiter, which never blocks (on the shared state they run on a task).
 
 use std::sync::Arc;
 
@@ -15,9 +16,12 @@ use super::budget::utc_day;
 use super::key::KeyGov;
 use crate::model::Spend;
 use crate::sink::{AttemptRecord, AttemptSink};
+use crate::store::limits::Settlement;
 
 pub struct Ticket {
     key: Arc<KeyGov>,
+    /// The reservation's id, where the limiter names one.
+    hold: Option<u64>,
     /// Tokens `tpm` took for the request, for its correction.
     taken: u64,
     state: Mutex<State>,
@@ -31,9 +35,10 @@ struct State {
 }
 
 impl Ticket {
-    pub(super) fn new(key: Arc<KeyGov>, held: Spend, taken: u64) -> Self {
+    pub(super) fn new(key: Arc<KeyGov>, hold: Option<u64>, held: Spend, taken: u64) -> Self {
         Ticket {
             key,
+            hold,
             taken,
             state: Mutex::new(State { held, spent: 0 }),
         }
@@ -62,18 +67,40 @@ impl AttemptSink for Ticket {
             };
             release
         };
-        let today = utc_day(self.key.clock.now());
-        let now_spent = self.key.budget.settle(release, spent, today);
-        self.key.show_remaining(now_spent);
+        let settlement = Settlement {
+            hold: self.hold,
+            release,
+            spent,
+            day: utc_day(self.key.clock.now()),
+            ..Settlement::default()
+        };
+        let key = self.key.clone();
+        self.key
+            .limiter
+            .settle(settlement, Box::new(move |s| key.show_remaining(s)));
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let s = self.state.get_mut();
-        self.key
-            .budget
-            .settle(s.held, Spend::default(), utc_day(self.key.clock.now()));
-        self.key.correct_tpm(self.taken, s.spent);
+        let tpm = if self.key.tpm().is_some() {
+            let (spent, taken) = (
+                s.spent.min(i64::MAX as u64),
+                self.taken.min(i64::MAX as u64),
+            );
+            spent.cast_signed() - taken.cast_signed()
+        } else {
+            0
+        };
+        let settlement = Settlement {
+            hold: self.hold,
+            release: s.held,
+            last: true,
+            day: utc_day(self.key.clock.now()),
+            tpm,
+            ..Settlement::default()
+        };
+        self.key.limiter.settle(settlement, Box::new(|_| ()));
     }
 }

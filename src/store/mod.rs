@@ -11,14 +11,17 @@
 //! in memory. Every call blocks: async code runs it on `spawn_blocking`
 //! (the [`responses`] service does that itself and is async).
 //!
-//! Arenas, oracle spend and stored answers are reached through traits
-//! ([`records::Arenas`], [`records::OracleSpend`],
+//! Beside it: [`redis`], the connection to a shared Redis (`[state]`);
+//! [`limits`], keys' rate limits and budgets behind one trait, in this
+//! process or on that Redis; and arenas, oracle spend and stored answers
+//! behind traits ([`records::Arenas`], [`records::OracleSpend`],
 //! [`responses::ResponseRows`]) with this store's implementation and a
 //! shared Redis one side by side ([`arena_redis`], [`oracle_redis`],
-//! [`responses::redis`]); `[state]` picks Redis.
+//! [`responses::redis`]). `[state]` picks Redis for all of them.
 
 pub mod arena;
 pub mod arena_redis;
+pub mod limits;
 pub mod oracle;
 pub mod oracle_redis;
 pub mod records;

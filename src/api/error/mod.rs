@@ -61,6 +61,11 @@ pub enum ApiError {
     Timeout { after: Duration },
     #[error("The request body did not arrive within {}.", humantime::format_duration(*.after))]
     BodyTimeout { after: Duration },
+    #[error(
+        "The gateway cannot check key `{key}`'s limits: the shared state does not answer; retry \
+         shortly."
+    )]
+    StateDown { key: std::sync::Arc<str> },
     #[error("The gateway is shutting down; retry the request.")]
     ShuttingDown,
     #[error("The gateway has no room for another request right now; retry the request.")]
@@ -193,6 +198,14 @@ impl ApiError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "server_error",
                     "server_shutting_down",
+                )
+            },
+            ApiError::StateDown { .. } => Shape {
+                retry_after: Some("1".into()),
+                ..plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "state_unavailable",
                 )
             },
             ApiError::ServerBusy => Shape {
