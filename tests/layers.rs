@@ -111,3 +111,24 @@ fn the_request_context_and_telemetry_do_not_import_each_other() {
         bad.join("\n")
     );
 }
+
+/// The store (SQLite, Redis, and the limits, records and answers kept in
+/// them) sits below everything that uses it: the governor, strategies,
+/// upstreams and the API call the store, never the other way round.
+#[test]
+fn the_store_imports_only_leaves() {
+    let allowed = ["store", "clock", "config", "model", "sink", "telemetry"];
+    let mut bad = Vec::new();
+    for rel in ["store", "store/limits", "store/responses"] {
+        for (at, module) in uses_of(rel) {
+            if !allowed.contains(&module.as_str()) {
+                bad.push(format!("src/{rel} ({at}): crate::{module}"));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "the store reaches up into:\n{}",
+        bad.join("\n")
+    );
+}

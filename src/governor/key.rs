@@ -10,13 +10,13 @@ use std::time::{Duration, SystemTime};
 
 use metrics::{Gauge, gauge};
 
-use super::budget::{self, Daily, Over};
-use super::rate::{Standing, openai_duration, retry_after_secs};
 use super::ticket::Ticket;
 use super::{Rejection, Scope};
 use crate::clock::Clock;
 use crate::config::{KeyLimits, OnError};
 use crate::model::Spend;
+use crate::store::limits::budget::{self, Daily, Over};
+use crate::store::limits::rate::{Standing, openai_duration, retry_after_secs};
 use crate::store::limits::{Ask, KeyLimiter, Refusal};
 use crate::telemetry::BUDGET_REMAINING;
 

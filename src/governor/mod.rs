@@ -1,5 +1,6 @@
 //! Governors: what a key may spend and how fast. Per key, `rpm` and `tpm`
-//! ([`rate`], GCRA) and a daily token and cost budget ([`budget`]),
+//! (GCRA, [`rate`](crate::store::limits::rate)) and a daily token and
+//! cost budget ([`budget`](crate::store::limits::budget)),
 //! checked together when a request is admitted ([`key`]) and settled
 //! attempt by attempt ([`ticket`]), through a key's
 //! [`KeyLimiter`](crate::store::limits::KeyLimiter): in this process, or
@@ -10,13 +11,11 @@
 //! back off the request path, every [`FLUSH_EVERY`] and once more at
 //! shutdown; on Redis, all of that lives in Redis.
 //!
-//! Upstream limits (`rpm` on an upstream) use the same [`rate::PerMinute`]
-//! from `upstream`; every rejection, of either kind, is recorded by
+//! Upstream limits (`rpm` on an upstream) use the same
+//! [`PerMinute`](crate::store::limits::rate::PerMinute) from `upstream`; every rejection, of either kind, is recorded by
 //! [`record_rejection`].
 
-pub mod budget;
 pub mod key;
-pub mod rate;
 mod ticket;
 
 use std::collections::HashMap;
@@ -33,12 +32,12 @@ use crate::config::KeyLimits;
 use crate::context::RequestCtx;
 use crate::model::Spend;
 use crate::sink::Metrics;
+use crate::store::limits::budget::{self, Budget, Daily};
 use crate::store::limits::local::LocalLimits;
 use crate::store::limits::redis::Shared;
 use crate::store::redis::Redis;
 use crate::store::{SpendRow, Store, StoreError};
 use crate::telemetry::GOVERNOR_REJECTIONS;
-use budget::{Budget, Daily};
 pub use key::{Admission, KeyGov, RateHeaders, Refused};
 pub use ticket::Ticket;
 

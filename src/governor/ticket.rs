@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::budget::utc_day;
 use super::key::KeyGov;
 use crate::model::Spend;
 use crate::sink::{AttemptRecord, AttemptSink};
 use crate::store::limits::Settlement;
+use crate::store::limits::budget::utc_day;
 
 pub struct Ticket {
     key: Arc<KeyGov>,

@@ -25,10 +25,10 @@ use crate::attempt::Attempt;
 use crate::config::Lane;
 use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
-use crate::governor::rate::retry_after_secs;
 use crate::governor::{Scope, record_rejection};
 use crate::model::{Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
 use crate::sink::ModelInfo;
+use crate::store::limits::rate::retry_after_secs;
 use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, responses, text_len};
 
 pub struct ConcreteModel {

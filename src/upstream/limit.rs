@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::{Instant, sleep};
 
-use crate::governor::rate::{Denied, PerMinute};
+use crate::store::limits::rate::{Denied, PerMinute};
 
 /// Tries of one call when the upstream answers 429.
 pub const MAX_TRIES: u32 = 2;

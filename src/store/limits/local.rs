@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use super::budget::{self, Budget, Daily};
+use super::rate::{Denied, PerMinute};
 use super::{Ask, Granted, KeyLimiter, OnSpent, Refusal, Settlement};
 use crate::config::KeyLimits;
-use crate::governor::budget::{self, Budget, Daily};
-use crate::governor::rate::{Denied, PerMinute};
 use crate::model::Spend;
 use crate::store::StoreError;
 

@@ -2,12 +2,14 @@
 //! ([`KeyLimiter`]) to admit a request against `rpm`, the daily budget
 //! and `tpm` all or nothing, to settle what it spent, and to read where
 //! its budget stands. Two implementations: [`local`], in this process
-//! (GCRA on tokio's clock, the budget under one lock; spend written to
-//! the SQLite store by the governor's flusher), and [`redis`], in a
-//! shared Redis, one Lua script per admission and one per settlement, so
-//! several replicas together keep one set of limits.
+//! ([`rate`]'s GCRA on tokio's clock, [`budget`]'s ledger under one lock;
+//! spend written to the SQLite store by the governor's flusher), and
+//! [`redis`], in a shared Redis, one Lua script per admission and one per
+//! settlement, so several replicas together keep one set of limits.
 
+pub mod budget;
 pub mod local;
+pub mod rate;
 pub mod redis;
 mod scripts;
 
@@ -15,9 +17,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use self::budget::{Daily, Over};
+use self::rate::Standing;
 use super::StoreError;
-use crate::governor::budget::{self, Daily, Over};
-use crate::governor::rate::Standing;
 use crate::model::Spend;
 
 /// What a request asks of its key's limits.

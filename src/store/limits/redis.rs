@@ -14,11 +14,11 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use redis::Value;
 
+use super::budget::{self, Over};
+use super::rate::Standing;
 use super::scripts::Scripts;
 use super::{Ask, Granted, KeyLimiter, OnSpent, Refusal, Settlement};
 use crate::config::KeyLimits;
-use crate::governor::budget::{self, Over};
-use crate::governor::rate::Standing;
 use crate::model::Spend;
 use crate::store::StoreError;
 use crate::store::redis::Redis;
