@@ -107,3 +107,40 @@ fn check_probe_says_whether_redis_answers() {
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("unreachable"), "{text}");
 }
+
+/// An upstream's `rpm` is its provider's limit: two replicas together
+/// send it no more than that. Each replica alone would let its two calls
+/// through (2 of 3 a minute); shared, the fourth call's turn is 20 s
+/// away, past its deadline, so it is refused at once (a 429).
+#[tokio::test]
+async fn an_upstreams_rpm_holds_across_replicas() {
+    let redis = RedisServer::start();
+    let toml = format!(
+        "[server]\nrequest_timeout = \"5s\"\n\n[state]\nurl = \"{}\"\ntimeout = \"2s\"\n\n\
+         [upstreams.sim]\nkind = \"mock\"\nrpm = 3\n\n[models.m]\nupstream = \"sim\"\n",
+        redis.url()
+    );
+    let (a, b) = (Proc::gateway(&toml), Proc::gateway(&toml));
+    let client = reqwest::Client::new();
+    let ask = |gw: &Proc| {
+        client
+            .post(gw.url("/v1/chat/completions"))
+            .json(
+                &serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .send()
+    };
+    let started = tokio::time::Instant::now();
+    let answers = futures::future::join_all([ask(&a), ask(&b), ask(&a), ask(&b)]).await;
+    let statuses: Vec<u16> = answers
+        .into_iter()
+        .map(|r| r.unwrap().status().as_u16())
+        .collect();
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!((ok, limited), (3, 1), "{statuses:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the refusal waited"
+    );
+}

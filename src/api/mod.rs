@@ -121,7 +121,7 @@ impl AppState {
         }
         if let Some(redis) = &shared.redis {
             for u in &graph.upstreams {
-                u.share_lane(redis);
+                u.share(redis);
             }
         }
         Ok(AppState {

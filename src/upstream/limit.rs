@@ -3,12 +3,19 @@
 //! 429 answers are retried after their `Retry-After`, at most
 //! [`MAX_TRIES`] tries in all and never past the deadline, so a
 //! strategy above sees a failure only when there is one.
+//!
+//! With `[state]` the turns are booked in the shared Redis
+//! ([`SharedPace`]), so all replicas together send the upstream its `rpm`
+//! (a provider's limit is its account's, not one replica's); when Redis
+//! does not answer, each replica paces its own calls as without it.
 
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::{Instant, sleep};
 
 use crate::store::limits::rate::{Denied, PerMinute};
+use crate::store::redis::Redis;
 
 /// Tries of one call when the upstream answers 429.
 pub const MAX_TRIES: u32 = 2;
@@ -20,7 +27,39 @@ pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
 
 /// Calls per minute conclave sends an upstream.
-pub struct Pace(PerMinute);
+pub struct Pace {
+    local: PerMinute,
+    /// The turns booked in the shared Redis, once shared.
+    shared: OnceLock<SharedPace>,
+}
+
+/// Books an upstream's turns on the Redis server's clock: the GCRA of
+/// [`PerMinute`], where a call whose turn comes within its deadline books
+/// it at once (and then waits for it), so waiting calls of every replica
+/// queue in one order. KEYS: the limit's arrival time. ARGV: the limit,
+/// the longest wait (µs). Returns `{1, wait ms}` (booked) or `{0, wait
+/// ms}` (the turn comes too late; nothing booked).
+const BOOK: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local MIN = 60000000
+local cell = math.floor(MIN / tonumber(ARGV[1]))
+local v = redis.call('GET', KEYS[1])
+local tat = now
+if v then tat = math.max(tonumber(v), now) end
+local next = tat + cell
+local wait = math.max(next - (now + MIN), 0)
+if wait > tonumber(ARGV[2]) then return {0, math.ceil(wait / 1000)} end
+redis.call('SET', KEYS[1], string.format('%.0f', next), 'PX', math.max(1, math.ceil((next - now) / 1000)))
+return {1, math.ceil(wait / 1000)}
+"#;
+
+/// An upstream's `rpm` kept in the shared Redis.
+pub struct SharedPace {
+    redis: Arc<Redis>,
+    key: String,
+    script: redis::Script,
+}
 
 /// The call's turn would come after its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,29 +71,62 @@ pub struct NoTurn {
 
 impl Pace {
     pub fn new(rpm: Option<u32>) -> Option<Pace> {
-        rpm.and_then(PerMinute::new).map(Pace)
+        rpm.and_then(PerMinute::new).map(|local| Pace {
+            local,
+            shared: OnceLock::new(),
+        })
+    }
+
+    /// Keeps the turns of upstream `name` in `redis` from now on.
+    pub fn share(&self, redis: &Arc<Redis>, name: &str) {
+        let _ = self.shared.set(SharedPace {
+            redis: redis.clone(),
+            key: redis.key(&format!("upstream:{name}"), "rpm"),
+            script: redis::Script::new(BOOK),
+        });
     }
 
     /// Waits for this call's turn; how long it waited. Fails at once when
     /// the turn would come after `by`.
     pub async fn turn(&self, by: Instant) -> Result<Duration, NoTurn> {
         let start = Instant::now();
+        if let Some(s) = self.shared.get() {
+            let most = by.saturating_duration_since(start);
+            let most_us = u64::try_from(most.as_micros()).unwrap_or(u64::MAX);
+            let mut call = s.script.key(&s.key);
+            call.arg(self.local.limit()).arg(most_us);
+            match s.redis.script::<(u8, u64)>("upstream_pace", &call).await {
+                Ok((1, ms)) => {
+                    sleep(Duration::from_millis(ms).min(most)).await;
+                    return Ok(start.elapsed());
+                }
+                Ok((_, ms)) => {
+                    return Err(NoTurn {
+                        limit: self.local.limit(),
+                        wait: Duration::from_millis(ms),
+                    });
+                }
+                // Redis does not answer (counted and logged by `Redis`):
+                // this replica paces its own calls.
+                Err(_) => {}
+            }
+        }
         loop {
-            match self.0.take(1) {
+            match self.local.take(1) {
                 Ok(_) => return Ok(start.elapsed()),
                 Err(Denied::Wait(wait)) if wait <= by.saturating_duration_since(Instant::now()) => {
                     sleep(wait).await
                 }
                 Err(Denied::Wait(wait)) => {
                     return Err(NoTurn {
-                        limit: self.0.limit(),
+                        limit: self.local.limit(),
                         wait,
                     });
                 }
                 // One call never exceeds a limit of at least one.
                 Err(Denied::TooMany { .. }) => {
                     return Err(NoTurn {
-                        limit: self.0.limit(),
+                        limit: self.local.limit(),
                         wait: Duration::from_secs(60),
                     });
                 }

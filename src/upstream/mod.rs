@@ -211,9 +211,12 @@ impl Upstream {
         })
     }
 
-    /// Shares its local lane (if it has one) with the other replicas on
-    /// `redis` (`[state]`).
-    pub fn share_lane(&self, redis: &Arc<crate::store::redis::Redis>) {
+    /// Shares its local lane (if it has one) and its `rpm` (if it has
+    /// one) with the other replicas on `redis` (`[state]`).
+    pub fn share(&self, redis: &Arc<crate::store::redis::Redis>) {
+        if let Some(p) = &self.pace {
+            p.share(redis, &self.name);
+        }
         if self.gate.is_local() {
             let lease = lane::lease::RedisLease::new(redis.clone(), &self.name);
             self.gate.share(Arc::new(lease));
