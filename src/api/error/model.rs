@@ -1,0 +1,124 @@
+//! How a model's error ([`ModelError`]) reads as an HTTP error: its
+//! status, OpenAI `type` and `code`, and what a strategy that ran out of
+//! members tells about its attempts.
+
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use super::Shape;
+use crate::error::ModelError;
+
+pub(super) fn model_shape(e: &ModelError) -> Shape {
+    let upstream_err = |status, kind, code: &str| Shape {
+        status,
+        kind,
+        code: Some(code.to_owned()),
+        param: None,
+        message: e.public_message(),
+        retry_after: None,
+        extra: None,
+        headers: Vec::new(),
+    };
+    match e {
+        ModelError::Connect { .. } => upstream_err(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_unreachable",
+        ),
+        ModelError::Timeout { .. } => upstream_err(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout_error",
+            "upstream_timeout",
+        ),
+        ModelError::Status {
+            status,
+            code,
+            retry_after,
+            ..
+        } => match status {
+            400 | 413 | 422 => Shape {
+                status: StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST),
+                kind: "invalid_request_error",
+                code: code
+                    .clone()
+                    .or_else(|| Some("upstream_rejected_request".into())),
+                ..upstream_err(StatusCode::BAD_REQUEST, "", "")
+            },
+            429 => Shape {
+                retry_after: retry_after.clone(),
+                ..upstream_err(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "rate_limit_exceeded",
+                )
+            },
+            // The upstream refused conclave's own credentials: its message
+            // may quote part of the key, so it is not passed on.
+            401 | 403 => upstream_err(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "upstream_auth_failed",
+            ),
+            _ => upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "upstream_error"),
+        },
+        ModelError::Throttled { retry_after, .. } => Shape {
+            retry_after: Some(retry_after.to_string()),
+            ..upstream_err(
+                StatusCode::TOO_MANY_REQUESTS,
+                "requests",
+                "rate_limit_exceeded",
+            )
+        },
+        ModelError::Invalid { .. } => upstream_err(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_invalid_response",
+        ),
+        ModelError::StreamCut { .. } => upstream_err(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_stream_cut",
+        ),
+        ModelError::Reported { .. } => {
+            upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "upstream_error")
+        }
+        ModelError::Encode(_) => upstream_err(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "internal_error",
+        ),
+        ModelError::BadRequest { param, .. } => Shape {
+            param: param.map(str::to_owned),
+            ..upstream_err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_request",
+            )
+        },
+        ModelError::TooLong { attempts, .. } => Shape {
+            param: Some("messages".into()),
+            extra: (!attempts.is_empty()).then(|| {
+                let list = serde_json::to_value(attempts).unwrap_or(Value::Null);
+                ("attempts", list)
+            }),
+            ..upstream_err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "context_length_exceeded",
+            )
+        },
+        ModelError::Exhausted {
+            strategy, attempts, ..
+        } => Shape {
+            extra: Some((
+                "attempts",
+                serde_json::to_value(attempts).unwrap_or(Value::Null),
+            )),
+            ..upstream_err(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                &format!("{strategy}_exhausted"),
+            )
+        },
+    }
+}
