@@ -16,10 +16,11 @@
 //!   the one decorator that opens an attempt for every upstream call.
 //! - [`strategy`]: models made of models, one folder each (chain, judge,
 //!   race, arena, oracle).
-//! - [`governor`]: API keys' rate limits and daily budgets, and the rate
-//!   limits upstreams share.
-//! - [`store`]: the embedded SQLite store (spend per key and day, arenas,
-//!   stored Responses API answers).
+//! - [`governor`]: API keys' rate limits and daily budgets: admission,
+//!   settlement, rejections and the usage view.
+//! - [`store`]: what must hold across requests, in the embedded SQLite
+//!   store or (`[state]`) a shared Redis: keys' limits and spend, arenas
+//!   and votes, oracle spend, stored Responses API answers.
 //! - [`stream`]: the streaming toolkit strategies share (whole to stream,
 //!   rewrite chunks, commit at the first real delta, merge).
 //! - [`api`]: the axum router, auth, SSE relaying and the single mapping of

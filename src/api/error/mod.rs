@@ -20,9 +20,9 @@ mod anthropic;
 mod model;
 
 use crate::error::ModelError;
-use model::model_shape;
 use crate::governor::{Rejection, Scope};
 use crate::store::responses::ConversationError;
+use model::model_shape;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -334,7 +334,6 @@ impl ApiError {
         Bytes::from(format!("data: {body}\n\n"))
     }
 }
-
 
 /// Which error shape a client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::Shape;
 use crate::error::ModelError;
 
+/// The HTTP shape of a model's error.
 pub(super) fn model_shape(e: &ModelError) -> Shape {
     let upstream_err = |status, kind, code: &str| Shape {
         status,
