@@ -319,7 +319,15 @@ async fn a_dead_replicas_reservations_expire() {
         &expiry.to_string(),
         "42",
     ]);
-    redis.cli(&["HSET", "{conclave:key:alpha}:held", "42", "1900:0"]);
+    // The hold, and the sum of holds an admission reads.
+    redis.cli(&[
+        "HSET",
+        "{conclave:key:alpha}:held",
+        "42",
+        "1900:0",
+        "_t",
+        "1900",
+    ]);
     let body = capped("full", 100);
     let r = ask(&a, &body, "k-alpha").await;
     assert_eq!(r.status, 429, "{}", r.text);

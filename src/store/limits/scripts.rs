@@ -11,10 +11,14 @@
 //! - `:spent:<YYYY-MM-DD>`: hash `t` (tokens), `c` (USD) spent that UTC
 //!   day; expires two days after its last write.
 //! - `:holds` (zset: reservation id scored by its expiry, ms) and
-//!   `:held` (hash: id to `tokens:usd`): the reservations of requests in
-//!   flight. Every script drops the expired ones, so a replica that dies
-//!   holding some does not hold the budget for the rest of the day; both
-//!   keys expire when their newest reservation would.
+//!   `:held` (hash: id to `tokens:usd`, and their sums in `_t` and `_c`,
+//!   so an admission reads what is held in O(1)): the reservations of
+//!   requests in flight. Every script drops expired ones (up to 256 at a
+//!   time, taking them out of the sums), so a replica that dies holding
+//!   some does not hold the budget for the rest of the day; the sums
+//!   start again from zero whenever no reservation is left (no float
+//!   drift survives), and both keys expire when their newest reservation
+//!   would.
 
 /// Common head: the server's clock and helpers.
 const HEAD: &str = r#"
@@ -39,19 +43,32 @@ local function split(v)
   local a, b = string.match(v, '^([^:]+):(.+)$')
   return tonumber(a) or 0, tonumber(b) or 0
 end
-local function prune(holds, held)
-  local gone = redis.call('ZRANGEBYSCORE', holds, '-inf', now_ms)
-  for _, id in ipairs(gone) do redis.call('HDEL', held, id) end
-  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', holds, '-inf', now_ms) end
+local function adjust(held, dt, dc)
+  if dt ~= 0 then redis.call('HINCRBY', held, '_t', num(dt)) end
+  if dc ~= 0 then redis.call('HINCRBYFLOAT', held, '_c', string.format('%.17g', dc)) end
 end
-local function held_sum(held)
-  local ht, hc = 0, 0
-  for _, v in ipairs(redis.call('HVALS', held)) do
-    local a, b = split(v)
-    ht = ht + a
-    hc = hc + b
+local function prune(holds, held)
+  local gone = redis.call('ZRANGEBYSCORE', holds, '-inf', now_ms, 'LIMIT', 0, 256)
+  if #gone == 0 then return end
+  local dt, dc = 0, 0
+  for _, v in ipairs(redis.call('HMGET', held, unpack(gone))) do
+    if v then
+      local a, b = split(v)
+      dt = dt + a
+      dc = dc + b
+    end
   end
-  return ht, hc
+  redis.call('HDEL', held, unpack(gone))
+  redis.call('ZREM', holds, unpack(gone))
+  adjust(held, -dt, -dc)
+end
+local function held_sum(holds, held)
+  if redis.call('ZCARD', holds) == 0 then
+    redis.call('HDEL', held, '_t', '_c')
+    return 0, 0
+  end
+  local v = redis.call('HMGET', held, '_t', '_c')
+  return math.max(tonumber(v[1] or '0') or 0, 0), math.max(tonumber(v[2] or '0') or 0, 0)
 end
 local function standing(tat, cell, limit)
   if limit <= 0 then return -1, -1 end
@@ -88,7 +105,7 @@ local sc = tonumber(redis.call('HGET', KEYS[3], 'c') or '0')
 local et, ec = tonumber(ARGV[7]), tonumber(ARGV[8])
 if ARGV[4] == '1' then
   prune(KEYS[4], KEYS[5])
-  local ht, hc = held_sum(KEYS[5])
+  local ht, hc = held_sum(KEYS[4], KEYS[5])
   local lt, lc = tonumber(ARGV[5]), tonumber(ARGV[6])
   if lt >= 0 then
     local left = math.max(lt - st - ht, 0)
@@ -110,6 +127,7 @@ if ARGV[4] == '1' then
   local ttl = tonumber(ARGV[10])
   redis.call('ZADD', KEYS[4], now_ms + ttl, ARGV[9])
   redis.call('HSET', KEYS[5], ARGV[9], ARGV[7] .. ':' .. ARGV[8])
+  adjust(KEYS[5], et, ec)
   redis.call('PEXPIRE', KEYS[4], ttl)
   redis.call('PEXPIRE', KEYS[5], ttl)
 end
@@ -130,13 +148,16 @@ local id = ARGV[1]
 if id ~= '' then
   local v = redis.call('HGET', KEYS[4], id)
   if v and ARGV[4] == '1' then
+    local a, b = split(v)
     redis.call('HDEL', KEYS[4], id)
     redis.call('ZREM', KEYS[3], id)
+    adjust(KEYS[4], -a, -b)
   elseif v then
     local a, b = split(v)
-    a = math.max(a - tonumber(ARGV[2]), 0)
-    b = math.max(b - tonumber(ARGV[3]), 0)
-    redis.call('HSET', KEYS[4], id, num(a) .. ':' .. string.format('%.17g', b))
+    local na = math.max(a - tonumber(ARGV[2]), 0)
+    local nb = math.max(b - tonumber(ARGV[3]), 0)
+    redis.call('HSET', KEYS[4], id, num(na) .. ':' .. string.format('%.17g', nb))
+    adjust(KEYS[4], na - a, nb - b)
   end
 end
 prune(KEYS[3], KEYS[4])
@@ -160,23 +181,14 @@ local sc = tonumber(redis.call('HGET', KEYS[2], 'c') or '0')
 return {st, string.format('%.17g', sc)}
 "#;
 
-/// Where a key's day stands, read only: `{spent tokens, spent USD, held
-/// tokens, held USD}` (unexpired reservations only).
+/// Where a key's day stands: `{spent tokens, spent USD, held tokens,
+/// held USD}` (expired reservations dropped first).
 /// KEYS: spent:<day>, holds, held.
 const STANDING: &str = r#"
 local st = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
 local sc = tonumber(redis.call('HGET', KEYS[1], 'c') or '0')
-local ht, hc = 0, 0
-local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now_ms, '+inf')
-if #live > 0 then
-  for _, v in ipairs(redis.call('HMGET', KEYS[3], unpack(live))) do
-    if v then
-      local a, b = split(v)
-      ht = ht + a
-      hc = hc + b
-    end
-  end
-end
+prune(KEYS[2], KEYS[3])
+local ht, hc = held_sum(KEYS[2], KEYS[3])
 return {st, string.format('%.17g', sc), ht, string.format('%.17g', hc)}
 "#;
 
