@@ -144,3 +144,20 @@ async fn an_upstreams_rpm_holds_across_replicas() {
         "the refusal waited"
     );
 }
+
+/// The replicas configs the README and `deploy/replicas/` use are valid.
+#[test]
+fn the_replicas_configs_check() {
+    for file in ["config/replicas.toml", "deploy/replicas/conclave.toml"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
+            .args(["check", "--config", file])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("CONCLAVE_REDIS_URL", "redis://127.0.0.1:6379/0")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{file}: {text}");
+        assert!(!text.contains("warning"), "{file}: {text}");
+    }
+}
