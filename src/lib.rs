@@ -192,6 +192,7 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         store,
         responses,
         records,
+        upstreams: Arc::new(upstream::registry::Registry::new()),
         redis,
         started_at: clock.unix_secs(),
         clock,

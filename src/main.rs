@@ -105,6 +105,7 @@ async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
     let graph = match conclave::graph::Graph::build(
         config,
         &conclave::store::records::Records::sqlite(&store),
+        &conclave::upstream::registry::Registry::new(),
         &conclave::sink::Metrics::noop(),
         conclave::strategy::BUILDERS,
     ) {

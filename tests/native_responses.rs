@@ -87,6 +87,7 @@ impl Rig {
         let graph = Graph::build(
             &config,
             &conclave::store::records::Records::sqlite(&store),
+            &conclave::upstream::registry::Registry::new(),
             &Metrics::noop(),
             conclave::strategy::BUILDERS,
         )

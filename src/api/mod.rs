@@ -53,6 +53,7 @@ use crate::store::redis::Redis;
 use crate::store::responses::Responses;
 use crate::strategy::arena::config::ArenaSpec;
 use crate::telemetry::Telemetry;
+use crate::upstream::registry::Registry;
 pub use auth::Keys;
 pub use chat::parse as parse_chat_request;
 use error::ApiError;
@@ -70,6 +71,8 @@ pub struct Shared {
     pub responses: Arc<Responses>,
     /// Arenas and oracle spend (in `store`, or `redis`).
     pub records: Records,
+    /// The upstreams built so far, reused by reloads that leave them be.
+    pub upstreams: Arc<Registry>,
     /// The shared Redis state (`[state]`), if any.
     pub redis: Option<Arc<Redis>>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
@@ -113,9 +116,13 @@ impl AppState {
         let graph = Graph::build(
             config,
             &shared.records,
+            &shared.upstreams,
             &shared.telemetry.metrics,
             crate::strategy::BUILDERS,
         )?;
+        shared
+            .upstreams
+            .keep_only(config.upstreams.keys().map(String::as_str));
         for probe in graph.upstreams.iter().filter_map(|u| u.probe.as_ref()) {
             probe.start_polling();
         }

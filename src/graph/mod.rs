@@ -21,6 +21,7 @@ use crate::redact::Redactor;
 use crate::sink::{Metrics, ModelInfo};
 use crate::store::records::Records;
 use crate::strategy::passthrough::Passthrough;
+use crate::upstream::registry::Registry;
 use crate::upstream::{ConcreteModel, Upstream};
 
 /// A name a client can ask for.
@@ -72,11 +73,13 @@ pub enum BuildError {
 impl Graph {
     /// The graph of `config`, its strategy routes built by `builders`
     /// (`conclave::strategy::BUILDERS`); strategies that keep records
-    /// (arenas) keep them in `store`; upstreams record their metrics to
-    /// `metrics`.
+    /// (arenas) keep them in `store`; upstreams come from `registry` (the
+    /// running ones where a reload left them as they were) and record
+    /// their metrics to `metrics`.
     pub fn build(
         config: &Config,
         store: &Records,
+        registry: &Registry,
         metrics: &Metrics,
         builders: Builders,
     ) -> Result<Graph, BuildError> {
@@ -94,12 +97,13 @@ impl Graph {
                 .filter(|m| m.upstream == *name)
                 .map(|m| (m.upstream_model.clone(), m.max_tokens))
                 .collect();
-            let built = Upstream::from_config(name, u, models, max_tokens, metrics.clone())
+            let built = registry
+                .upstream(name, u, models, max_tokens, metrics)
                 .map_err(|source| BuildError::Client {
                     name: name.clone(),
                     source,
                 })?;
-            upstreams.insert(name.as_str(), Arc::new(built));
+            upstreams.insert(name.as_str(), built);
         }
         let redactor = Arc::new(Redactor::new(config.secrets())?);
         let mut g = Graph {
@@ -276,6 +280,7 @@ mod tests {
         Graph::build(
             &config,
             &Records::sqlite(&store),
+            &Registry::new(),
             &Metrics::noop(),
             builders,
         )

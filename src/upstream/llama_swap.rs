@@ -41,8 +41,8 @@ pub struct WarmProbe {
     timeout: Duration,
     fresh_for: Duration,
     /// (name sent upstream, conclave's name) of each configured model,
-    /// for the gauge.
-    models: Vec<(String, Arc<str>)>,
+    /// for the gauge (a reload that keeps the probe may change them).
+    models: Mutex<Vec<(String, Arc<str>)>>,
     metrics: Metrics,
     cache: Mutex<Cache>,
     refreshing: AtomicBool,
@@ -128,7 +128,7 @@ impl WarmProbe {
             auth: s.auth,
             timeout: s.timeout,
             fresh_for: s.fresh_for,
-            models: s.models,
+            models: Mutex::new(s.models),
             metrics: s.metrics,
             cache: Mutex::new(Cache::default()),
             refreshing: AtomicBool::new(false),
@@ -223,6 +223,11 @@ impl WarmProbe {
         });
     }
 
+    /// The models it reports on from now on (a reload changed them).
+    pub fn set_models(&self, models: Vec<(String, Arc<str>)>) {
+        *self.models.lock() = models;
+    }
+
     /// Probes once and records the answer (or `unknown`), which it also
     /// returns, with why there is none.
     pub async fn refresh(&self) -> Result<Loaded, String> {
@@ -231,7 +236,8 @@ impl WarmProbe {
             Ok(r) => r.map(Arc::new),
         };
         if let Ok(l) = &loaded {
-            show_loaded((&self.metrics, &self.upstream), &self.models, |m| {
+            let models = self.models.lock().clone();
+            show_loaded((&self.metrics, &self.upstream), &models, |m| {
                 Some(l.iter().any(|x| x == m))
             });
         }

@@ -19,6 +19,7 @@ pub mod limit;
 pub mod llama_swap;
 mod mock;
 pub mod openai;
+pub mod registry;
 mod relay;
 pub mod sse;
 pub mod translate;
@@ -113,7 +114,9 @@ pub struct CallIds<'a> {
 pub struct Upstream {
     pub name: Arc<str>,
     pub lane: Lane,
-    pub gate: Gate,
+    /// Its lane; handed on to the upstream a reload builds when the
+    /// lane's settings stay (see [`registry`]).
+    pub gate: Arc<Gate>,
     /// Its `rpm`: calls wait their turn.
     pub pace: Option<limit::Pace>,
     pub timeout: Duration,
@@ -137,16 +140,21 @@ pub struct Upstream {
 impl Upstream {
     /// `models`: (name sent upstream, conclave's name) of the models on it;
     /// `max_tokens`: their `max_tokens` by the name sent upstream (for an
-    /// upstream that requires one).
+    /// upstream that requires one); `lane_of`: a running upstream whose
+    /// lane (and llama-swap probe) it takes over instead of making its own.
     pub fn from_config(
         name: &str,
         cfg: &config::Upstream,
         models: Vec<(String, Arc<str>)>,
         max_tokens: HashMap<String, u32>,
         metrics: Metrics,
+        lane_of: Option<&Upstream>,
     ) -> Result<Self, openai::BuildError> {
         let name: Arc<str> = name.into();
-        let mut probe = None;
+        let mut probe = lane_of.and_then(|u| u.probe.clone());
+        if let Some(p) = &probe {
+            p.set_models(models.clone());
+        }
         let transport: Box<dyn Transport> = match &cfg.kind {
             UpstreamKind::OpenAi {
                 base_url,
@@ -155,7 +163,7 @@ impl Upstream {
             } => {
                 let ls = llama_swap.as_ref().map(|l| l.url.as_str());
                 let t = openai::OpenAiTransport::new(base_url, api_key.as_ref(), ls)?;
-                if let Some(ls) = llama_swap {
+                if let Some(ls) = llama_swap.as_ref().filter(|_| probe.is_none()) {
                     let m = metrics.clone();
                     probe = Some(Arc::new(t.probe(ls, &name, models.clone(), m)?));
                 }
@@ -181,14 +189,18 @@ impl Upstream {
                 }
             }
         };
-        Ok(Upstream {
-            gate: Gate::new(
+        let gate = match lane_of {
+            Some(u) => u.gate.clone(),
+            None => Arc::new(Gate::new(
                 cfg.lane == Lane::Local,
                 &name,
                 cfg.limits,
                 probe.clone(),
                 metrics.clone(),
-            ),
+            )),
+        };
+        Ok(Upstream {
+            gate,
             metrics,
             pace: limit::Pace::new(cfg.rpm),
             name,
