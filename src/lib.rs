@@ -303,10 +303,15 @@ impl Prepared {
         if let Err(e) = server.await {
             tracing::warn!("the server task failed: {e}");
         }
-        // Stored answers still waiting for the writer are written first.
+        // Stored answers still waiting for the writer are written first,
+        // and spend owed to the shared state gets a last try.
         shared
             .responses
             .flush(std::time::Duration::from_secs(5))
+            .await;
+        shared
+            .governor
+            .finish_shared(std::time::Duration::from_secs(2))
             .await;
         let Shared {
             governor,

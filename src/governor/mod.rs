@@ -233,6 +233,20 @@ impl Governor {
         }
     }
 
+    /// At shutdown: settlements still on their way to the shared state
+    /// get `within` to land, and spend owed to it (kept while it was down)
+    /// one more try, so a replica that stops loses as little as it can.
+    pub async fn finish_shared(&self, within: Duration) {
+        if let Some((shared, _)) = &self.shared {
+            let _ = tokio::time::timeout(within, async {
+                // Settlements spawned a moment ago are in flight now.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                shared.pay_owed().await;
+            })
+            .await;
+        }
+    }
+
     /// Flushes every [`FLUSH_EVERY`] until the governor is dropped.
     pub fn start_flushing(self: &Arc<Self>) {
         if self.store.is_none() {

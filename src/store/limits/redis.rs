@@ -103,8 +103,9 @@ impl Shared {
         }
     }
 
-    /// Writes what is owed, until the state fails again.
-    async fn pay_owed(self: &Arc<Self>) {
+    /// Writes what is owed, until the state fails again (also once more
+    /// at shutdown).
+    pub async fn pay_owed(self: &Arc<Self>) {
         let owed: Vec<_> = self.owed.lock().drain().collect();
         let mut rest = owed.into_iter();
         while let Some(((name, day), o)) = rest.next() {
