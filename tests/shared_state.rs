@@ -161,3 +161,65 @@ fn the_replicas_configs_check() {
         assert!(!text.contains("warning"), "{file}: {text}");
     }
 }
+
+/// Settlements go to Redis in pipelines of the script's SHA: a Redis
+/// that lost its scripts (restarted, `SCRIPT FLUSH`) is sent the script
+/// again, and nothing is lost or left reserved.
+#[tokio::test]
+async fn settlements_land_after_redis_loses_its_scripts() {
+    let redis = RedisServer::start();
+    let toml = format!(
+        "[state]\nurl = \"{}\"\ntimeout = \"2s\"\n\n\
+         [[keys]]\nname = \"team\"\nkey_env = \"KEY_T\"\ndaily_tokens = 100000\n\n\
+         [[keys]]\nname = \"ops\"\nkey_env = \"KEY_O\"\nadmin = true\n\n\
+         [upstreams.sim]\nkind = \"mock\"\n\n[models.m]\nupstream = \"sim\"\n",
+        redis.url()
+    );
+    let gw = Proc::gateway_env(&toml, &[("KEY_T", "k-team"), ("KEY_O", "k-ops")]);
+    let client = reqwest::Client::new();
+    let ask = || async {
+        let r = client
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth("k-team")
+            .json(&serde_json::json!({"model": "m", "max_tokens": 20,
+                "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let body: Value = r.json().await.unwrap();
+        body["usage"]["total_tokens"].as_u64().unwrap()
+    };
+    let today = || async {
+        let u: Value = client
+            .get(gw.url("/v1/keys/usage"))
+            .bearer_auth("k-ops")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        u["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == "team")
+            .unwrap()["today"]
+            .clone()
+    };
+    let first = ask().await;
+    assert!(
+        eventually(5, || async { today().await["tokens"] == first }).await,
+        "{}",
+        today().await
+    );
+    assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]), "OK");
+    let second = ask().await;
+    let landed = eventually(5, || async {
+        let t = today().await;
+        t["tokens"] == first + second && t["reserved_tokens"] == 0
+    })
+    .await;
+    assert!(landed, "{}", today().await);
+}

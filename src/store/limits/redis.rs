@@ -1,10 +1,13 @@
 //! A key's limits in a shared Redis: one script per admission (`rpm`,
 //! the daily budget and `tpm`, all or nothing) and one per settlement
 //! (see [`super::scripts`] for the keys and their lifetimes). A
-//! settlement never blocks its caller: it runs on a task, and one that
-//! fails (the state is down, or the request was admitted unchecked under
-//! `fail_open`) is kept in memory, summed per key and day, and written
-//! once the state answers again (at most [`MAX_OWED`] keys and days).
+//! settlement never blocks its caller: it is queued, and one task sends
+//! what is queued as one pipeline (so an attempt's settlement and its
+//! request's release, or those of many requests under load, share a
+//! round trip). One that fails (the state is down, or the request was
+//! admitted unchecked under `fail_open`) is kept in memory, summed per
+//! key and day, and written once the state answers again (at most
+//! [`MAX_OWED`] keys and days).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -32,6 +35,23 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// A day's spend key lives this long after its last write.
 const DAY_TTL_SECS: u64 = 2 * 86_400;
 
+/// Settlements one pipeline carries at most.
+const BATCH: usize = 128;
+
+/// A settlement waiting for the queue's task.
+struct Queued {
+    key: RedisLimits,
+    s: Settlement,
+    done: OnSpent,
+}
+
+#[derive(Default)]
+struct Queue {
+    items: Vec<Queued>,
+    /// A task is sending what is queued.
+    sending: bool,
+}
+
 /// What every key's shared limits use: the connection, the scripts, and
 /// the spend owed while the state was down.
 pub struct Shared {
@@ -40,6 +60,7 @@ pub struct Shared {
     /// How long a reservation holds the budget unless settled.
     hold_ttl: Duration,
     owed: Mutex<HashMap<(Arc<str>, i64), Owed>>,
+    queue: Mutex<Queue>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -59,6 +80,7 @@ impl Shared {
             scripts: Scripts::new(),
             hold_ttl,
             owed: Mutex::new(HashMap::new()),
+            queue: Mutex::new(Queue::default()),
         });
         let weak: Weak<Shared> = Arc::downgrade(&shared);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -103,6 +125,74 @@ impl Shared {
         }
     }
 
+    /// Queues a settlement; starts the task that sends the queue when
+    /// none runs (or owes it where there is no runtime).
+    fn enqueue(self: &Arc<Self>, q: Queued) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            q.owe();
+            return;
+        };
+        let start = {
+            let mut queue = self.queue.lock();
+            queue.items.push(q);
+            !std::mem::replace(&mut queue.sending, true)
+        };
+        if start {
+            let me = self.clone();
+            rt.spawn(async move { me.send_queued().await });
+        }
+    }
+
+    /// Sends the queue, [`BATCH`] settlements a pipeline, until it is
+    /// empty; what a failed pipeline carried is owed.
+    async fn send_queued(self: Arc<Self>) {
+        loop {
+            let batch: Vec<Queued> = {
+                let mut queue = self.queue.lock();
+                if queue.items.is_empty() {
+                    queue.sending = false;
+                    return;
+                }
+                let n = queue.items.len().min(BATCH);
+                queue.items.drain(..n).collect()
+            };
+            let mut pipe = redis::pipe();
+            for q in &batch {
+                pipe.add_command(q.key.settle_cmd(&q.s, q.key.tpm));
+            }
+            let mut sent = self
+                .redis
+                .pipe::<Vec<Vec<Value>>>("limits_settle", &pipe)
+                .await;
+            if sent.as_ref().is_err_and(no_script) {
+                // Redis restarted and lost its scripts: load, then again.
+                let load = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(&self.scripts.settle_text)
+                    .clone();
+                if self
+                    .redis
+                    .run::<String>("limits_settle", &load)
+                    .await
+                    .is_ok()
+                {
+                    sent = self.redis.pipe("limits_settle", &pipe).await;
+                }
+            }
+            match sent {
+                Ok(rows) if rows.len() == batch.len() => {
+                    for (q, v) in batch.into_iter().zip(rows) {
+                        (q.done)(Spend {
+                            tokens: int(&v, 0),
+                            cost_usd: float(&v, 1),
+                        });
+                    }
+                }
+                _ => batch.into_iter().for_each(Queued::owe),
+            }
+        }
+    }
+
     /// Writes what is owed, until the state fails again (also once more
     /// at shutdown).
     pub async fn pay_owed(self: &Arc<Self>) {
@@ -142,6 +232,28 @@ impl RedisLimits {
 
     fn spent_key(&self, day: i64) -> String {
         self.k(&format!("spent:{}", budget::day_name(day)))
+    }
+
+    /// The settlement script's `EVALSHA` for `s`.
+    fn settle_cmd(&self, s: &Settlement, tpm_limit: u32) -> redis::Cmd {
+        let hold = s.hold.map(|h| h.to_string()).unwrap_or_default();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.shared.scripts.settle.get_hash())
+            .arg(4)
+            .arg(self.k("tpm"))
+            .arg(self.spent_key(s.day))
+            .arg(self.k("holds"))
+            .arg(self.k("held"))
+            .arg(hold)
+            .arg(s.release.tokens)
+            .arg(s.release.cost_usd.to_string())
+            .arg(u8::from(s.last))
+            .arg(s.spent.tokens)
+            .arg(s.spent.cost_usd.to_string())
+            .arg(s.tpm)
+            .arg(tpm_limit)
+            .arg(DAY_TTL_SECS);
+        cmd
     }
 
     async fn settle_with(&self, s: Settlement, tpm_limit: u32) -> Result<Spend, StoreError> {
@@ -234,28 +346,11 @@ impl KeyLimiter for RedisLimits {
     }
 
     fn settle(&self, s: Settlement, done: OnSpent) {
-        let me = self.clone();
-        let owe = move |me: &RedisLimits| {
-            let o = Owed {
-                spent: s.spent,
-                tpm: s.tpm,
-                tpm_limit: me.tpm,
-            };
-            if o.spent != Spend::default() || o.tpm != 0 {
-                me.shared.owe(&me.name, s.day, o);
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(async move {
-                    match me.settle_with(s, me.tpm).await {
-                        Ok(spent) => done(spent),
-                        Err(_) => owe(&me),
-                    }
-                });
-            }
-            Err(_) => owe(&me),
-        }
+        self.shared.enqueue(Queued {
+            key: self.clone(),
+            s,
+            done,
+        });
     }
 
     async fn standing(&self, day: i64) -> Result<budget::Standing, StoreError> {
@@ -276,6 +371,27 @@ impl KeyLimiter for RedisLimits {
             },
         })
     }
+}
+
+impl Queued {
+    /// What it spent and the `tpm` correction are owed to the state (its
+    /// reservation expires by itself).
+    fn owe(self) {
+        let o = Owed {
+            spent: self.s.spent,
+            tpm: self.s.tpm,
+            tpm_limit: self.key.tpm,
+        };
+        if o.spent != Spend::default() || o.tpm != 0 {
+            self.key.shared.owe(&self.key.name, self.s.day, o);
+        }
+    }
+}
+
+/// The server did not know a script (it restarted, or its script cache
+/// was flushed).
+fn no_script(e: &StoreError) -> bool {
+    e.to_string().contains("NOSCRIPT") || e.to_string().contains("NoScript")
 }
 
 /// The `i`th of a script's answers as a whole number (0 if not one).

@@ -196,16 +196,21 @@ return {st, string.format('%.17g', sc), ht, string.format('%.17g', hc)}
 pub struct Scripts {
     pub admit: redis::Script,
     pub settle: redis::Script,
+    /// The settlement script's text, to load it where a pipeline of
+    /// `EVALSHA`s finds the server without it.
+    pub settle_text: String,
     pub standing: redis::Script,
 }
 
 impl Scripts {
     pub fn new() -> Self {
-        let with_head = |body: &str| redis::Script::new(&format!("{HEAD}{body}"));
+        let with_head = |body: &str| format!("{HEAD}{body}");
+        let settle_text = with_head(SETTLE);
         Scripts {
-            admit: with_head(ADMIT),
-            settle: with_head(SETTLE),
-            standing: with_head(STANDING),
+            admit: redis::Script::new(&with_head(ADMIT)),
+            settle: redis::Script::new(&settle_text),
+            settle_text,
+            standing: redis::Script::new(&with_head(STANDING)),
         }
     }
 }
