@@ -144,6 +144,17 @@ fn user(text: &str) -> Value {
     json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}])
 }
 
+/// The answer's text: the streamed deltas, or the whole message's content.
+fn answer_text(r: &Resp, stream: bool) -> String {
+    if stream {
+        return streamed_text(&r.data_events());
+    }
+    r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 async fn ask(gw: &Gw, model: &str, text: &str, stream: bool) -> Resp {
     gw.chat(&json!({"model": model, "messages": user(text), "stream": stream}))
         .await
@@ -345,14 +356,7 @@ async fn claude_in_a_race_and_as_an_oracle() {
     for stream in [false, true] {
         let r = ask(&gw, "wise", "a hard question", stream).await;
         assert_eq!(r.status, 200, "{}", r.text);
-        let text = if stream {
-            streamed_text(&r.data_events())
-        } else {
-            r.json()["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        };
+        let text = answer_text(&r, stream);
         assert_eq!(text, "Final answer with the expert's help.");
     }
     let second = &gw.asked("claude", "base")[1];
@@ -438,14 +442,7 @@ async fn kind_anthropic_over_http() {
     for stream in [false, true] {
         let r = ask(&gw, "sonnet", "hi", stream).await;
         assert_eq!(r.status, 200, "{}", r.text);
-        let text = if stream {
-            streamed_text(&r.data_events())
-        } else {
-            r.json()["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        };
+        let text = answer_text(&r, stream);
         assert_eq!(text, "Over the wire.");
     }
     let got = mock.received().await;

@@ -111,20 +111,7 @@ fn error_of(r: &Resp, status: u16) -> Value {
 }
 
 async fn usage_of(gw: &Proc, name: &str) -> Value {
-    let r = send(
-        client()
-            .get(gw.url("/v1/keys/usage"))
-            .bearer_auth("k-admin"),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no key {name}: {}", r.text))
+    key_usage(gw, "k-admin", name).await
 }
 
 #[tokio::test]

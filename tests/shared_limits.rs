@@ -76,20 +76,7 @@ fn capped(model: &str, max_tokens: u64) -> Value {
 
 /// Key `name`'s line of `GET /v1/keys/usage` on `gw`.
 async fn usage(gw: &Proc, name: &str) -> Value {
-    let r = send(
-        client()
-            .get(gw.url("/v1/keys/usage"))
-            .header("authorization", "Bearer k-admin"),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no key {name}: {}", r.text))
+    key_usage(gw, "k-admin", name).await
 }
 
 #[tokio::test]

@@ -190,24 +190,7 @@ async fn settlements_land_after_redis_loses_its_scripts() {
         let body: Value = r.json().await.unwrap();
         body["usage"]["total_tokens"].as_u64().unwrap()
     };
-    let today = || async {
-        let u: Value = client
-            .get(gw.url("/v1/keys/usage"))
-            .bearer_auth("k-ops")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        u["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|k| k["name"] == "team")
-            .unwrap()["today"]
-            .clone()
-    };
+    let today = || async { key_usage(&gw, "k-ops", "team").await["today"].clone() };
     let first = ask().await;
     assert!(
         eventually(5, || async { today().await["tokens"] == first }).await,

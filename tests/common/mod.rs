@@ -370,3 +370,17 @@ pub fn front_of(mock_v1: &str, names: &[&str], extra: &str) -> String {
     t.push_str(extra);
     t
 }
+
+/// Key `name`'s line of `GET /v1/keys/usage` on `gw`, read with the
+/// admin key `admin`.
+pub async fn key_usage(gw: &Proc, admin: &str, name: &str) -> Value {
+    let r = send(client().get(gw.url("/v1/keys/usage")).bearer_auth(admin)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no key {name}: {}", r.text))
+}

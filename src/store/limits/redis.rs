@@ -160,26 +160,7 @@ impl Shared {
             for q in &batch {
                 pipe.add_command(q.key.settle_cmd(&q.s, q.key.tpm));
             }
-            let mut sent = self
-                .redis
-                .pipe::<Vec<Vec<Value>>>("limits_settle", &pipe)
-                .await;
-            if sent.as_ref().is_err_and(no_script) {
-                // Redis restarted and lost its scripts: load, then again.
-                let load = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(&self.scripts.settle_text)
-                    .clone();
-                if self
-                    .redis
-                    .run::<String>("limits_settle", &load)
-                    .await
-                    .is_ok()
-                {
-                    sent = self.redis.pipe("limits_settle", &pipe).await;
-                }
-            }
-            match sent {
+            match self.send_settlements(&pipe).await {
                 Ok(rows) if rows.len() == batch.len() => {
                     for (q, v) in batch.into_iter().zip(rows) {
                         (q.done)(Spend {
@@ -191,6 +172,25 @@ impl Shared {
                 _ => batch.into_iter().for_each(Queued::owe),
             }
         }
+    }
+
+    /// Sends a pipeline of settlements: each one's answer. A Redis that
+    /// lost its scripts (it restarted) is sent the script, then the
+    /// pipeline again.
+    async fn send_settlements(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<Vec<Vec<Value>>, StoreError> {
+        let sent = self.redis.pipe("limits_settle", pipe).await;
+        if !sent.as_ref().is_err_and(no_script) {
+            return sent;
+        }
+        let load = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&self.scripts.settle_text)
+            .clone();
+        self.redis.run::<String>("limits_settle", &load).await?;
+        self.redis.pipe("limits_settle", pipe).await
     }
 
     /// Writes what is owed, until the state fails again (also once more
@@ -257,25 +257,13 @@ impl RedisLimits {
     }
 
     async fn settle_with(&self, s: Settlement, tpm_limit: u32) -> Result<Spend, StoreError> {
-        let hold = s.hold.map(|h| h.to_string()).unwrap_or_default();
-        let mut call = self.shared.scripts.settle.prepare_invoke();
-        call.key(self.k("tpm"))
-            .key(self.spent_key(s.day))
-            .key(self.k("holds"))
-            .key(self.k("held"))
-            .arg(hold)
-            .arg(s.release.tokens)
-            .arg(s.release.cost_usd.to_string())
-            .arg(u8::from(s.last))
-            .arg(s.spent.tokens)
-            .arg(s.spent.cost_usd.to_string())
-            .arg(s.tpm)
-            .arg(tpm_limit)
-            .arg(DAY_TTL_SECS);
-        let v: Vec<Value> = self.shared.redis.script("limits_settle", &call).await?;
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.settle_cmd(&s, tpm_limit));
+        let rows = self.shared.send_settlements(&pipe).await?;
+        let v = rows.first().map_or(&[][..], Vec::as_slice);
         Ok(Spend {
-            tokens: int(&v, 0),
-            cost_usd: float(&v, 1),
+            tokens: int(v, 0),
+            cost_usd: float(v, 1),
         })
     }
 }
