@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::attempt::Attempt;
 use crate::context::RequestCtx;
 use crate::error::ModelError;
-use crate::labels::Role;
+use crate::labels::{Role, Warm};
 use crate::span::Phase;
 use crate::wire::{AssistantOutput, ChatRequest, MAX_RESPONSE, NotAnAnswer, Usage, UsageField};
 
@@ -43,6 +43,30 @@ pub trait ChatModel: Send + Sync {
             cost_usd: 0.0,
         }
     }
+
+    /// Whether a call now would be served: a concrete model whose
+    /// upstream is ejected is not (see `upstream::health`); a strategy is
+    /// while any member it needs is. Strategies skip a member that is not.
+    fn availability(&self) -> Availability {
+        Availability::Serving
+    }
+
+    /// Whether the model is loaded on its server right now (llama-swap
+    /// warm state); `Unknown` where nobody can tell.
+    async fn warm(&self) -> Warm {
+        Warm::Unknown
+    }
+}
+
+/// Whether a model would take a call now ([`ChatModel::availability`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    Serving,
+    /// Ejected after failures: no call until `retry_after` has passed
+    /// (then one trial call decides).
+    Ejected {
+        retry_after: Duration,
+    },
 }
 
 /// Bounds the config checks too (defined there, as data).
@@ -143,6 +167,10 @@ pub struct Call {
     /// whole (its server refuses tools on a stream) and is dropped while
     /// the server works on it is counted here.
     pub cancellable: Option<Arc<Unstopped>>,
+    /// The caller tries another member after a failure (a fallback tier
+    /// that is not the last, a balance member): the concrete model then
+    /// makes one try and leaves the retry to the caller.
+    pub retry_elsewhere: bool,
 }
 
 /// Calls dropped while their server went on generating for nobody.
@@ -173,6 +201,7 @@ impl Call {
             deadline: None,
             span: None,
             cancellable: None,
+            retry_elsewhere: false,
         }
     }
 
@@ -234,6 +263,12 @@ impl Call {
         self.deadline
             .unwrap_or(self.ctx.deadline)
             .min(self.ctx.deadline)
+    }
+
+    /// Marks whether the caller retries a failure on another member.
+    pub fn with_retry_elsewhere(mut self, elsewhere: bool) -> Self {
+        self.retry_elsewhere = elsewhere;
+        self
     }
 
     /// The innermost route that sets `stream_idle_timeout` wins.

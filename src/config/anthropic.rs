@@ -109,6 +109,7 @@ pub(super) fn upstream(
         timeout: u.timeout.unwrap_or(DEFAULT_TIMEOUT),
         stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
         responses: false,
+        resilience: super::Resilience::default(),
         kind: UpstreamKind::Anthropic(Anthropic {
             base_url,
             api_key,

@@ -16,6 +16,7 @@ mod keys;
 mod names;
 mod price;
 mod raw;
+mod resilience;
 mod state;
 mod strategies;
 mod validate;
@@ -35,6 +36,7 @@ pub use errors::{ConfigError, ConfigErrors};
 pub use keys::digest;
 pub use price::DEFAULT_MAX_TOKENS;
 pub use raw::{Lane, Price};
+pub use resilience::{Eject, HealthCheck, Resilience, Retries, RetryBudget};
 pub use state::{OnError, RedisConfig};
 pub use strategies::{RouteSpec, Strategies};
 
@@ -61,6 +63,9 @@ pub struct Config {
     pub upstreams: IndexMap<String, Upstream>,
     pub models: IndexMap<String, Model>,
     pub routes: IndexMap<String, Route>,
+    /// Each route's `retry_budget` (a model named directly, or a route
+    /// without one, has the default).
+    pub retry_budgets: IndexMap<String, RetryBudget>,
     /// Settings accepted but not acted on by this build.
     pub warnings: Vec<String>,
 }
@@ -149,6 +154,8 @@ pub struct Upstream {
     /// The server also speaks the Responses API natively (`responses`):
     /// a passthrough to it forwards `/v1/responses` bodies verbatim.
     pub responses: bool,
+    /// Its `retries`, `eject` and `health`.
+    pub resilience: Resilience,
     pub kind: UpstreamKind,
 }
 

@@ -13,6 +13,7 @@ use std::fmt::Debug;
 
 use indexmap::IndexMap;
 
+use super::resilience::{RetryBudget, take_route};
 use super::validate::table;
 use super::{Config, Errors, Route, positive, raw};
 
@@ -72,10 +73,12 @@ impl Strategies {
         v: Option<toml::Value>,
         errs: &mut Errors,
         broken: &mut HashSet<String>,
+        budgets: &mut IndexMap<String, RetryBudget>,
     ) -> IndexMap<String, Route> {
         let mut out = IndexMap::new();
-        for (name, item) in table(v, "routes", errs) {
+        for (name, mut item) in table(v, "routes", errs) {
             let path = format!("routes.{name}");
+            budgets.insert(name.clone(), take_route(&mut item, &path, errs));
             let strategy = item
                 .get("strategy")
                 .and_then(|s| s.as_str())

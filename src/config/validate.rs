@@ -15,7 +15,7 @@ use super::{
     Config, Errors, IMAGE_TOKENS, Lane, LaneLimits, Limits, LlamaSwap, MAX_CONTEXT_WINDOW, Model,
     Secret, Server, Strategies, TelemetryConfig, Upstream, UpstreamKind,
 };
-use super::{keys, names, positive, raw, state, warnings};
+use super::{Resilience, keys, names, positive, raw, state, warnings};
 
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
@@ -115,7 +115,8 @@ pub(super) fn validate(
     let mut broken = HashSet::new();
     let known = |u: &str| upstreams.contains_key(u) || broken_upstreams.contains(u);
     let models = models(doc.remove("models"), &known, errs, &mut broken);
-    let routes = strategies.routes(doc.remove("routes"), errs, &mut broken);
+    let mut retry_budgets = IndexMap::new();
+    let routes = strategies.routes(doc.remove("routes"), errs, &mut broken, &mut retry_budgets);
     for key in doc.keys() {
         errs.push(
             key.clone(),
@@ -142,6 +143,7 @@ pub(super) fn validate(
         upstreams,
         models,
         routes,
+        retry_budgets,
         warnings,
     };
     if errs.0.is_empty() {
@@ -329,8 +331,9 @@ fn upstreams(
     broken: &mut HashSet<String>,
 ) -> IndexMap<String, Upstream> {
     let mut out = IndexMap::new();
-    for (name, item) in table(v, "upstreams", errs) {
+    for (name, mut item) in table(v, "upstreams", errs) {
         let path = format!("upstreams.{name}");
+        let resilience = super::resilience::take_upstream(&mut item, &path, errs);
         let kind = item.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
         let upstream = match kind.as_deref() {
             Some("openai") => errs.parse::<raw::OpenAiUpstream>(&path, item).map(|u| {
@@ -369,6 +372,7 @@ fn upstreams(
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     responses: u.responses,
+                    resilience: Resilience::default(),
                     kind: UpstreamKind::OpenAi {
                         base_url: u.base_url.trim_end_matches('/').to_owned(),
                         api_key,
@@ -400,6 +404,7 @@ fn upstreams(
                     timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
                     stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
                     responses: u.responses,
+                    resilience: Resilience::default(),
                     kind: UpstreamKind::Mock {
                         api: mock_api(&u, &path, errs),
                         swap: swap_sim(&u, &path, errs),
@@ -428,7 +433,8 @@ fn upstreams(
             }
         };
         match upstream {
-            Some(u) => {
+            Some(mut u) => {
+                u.resilience = resilience;
                 if u.timeout.is_zero() {
                     errs.push(format!("{path}.timeout"), "must be greater than 0");
                 }

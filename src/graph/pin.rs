@@ -12,8 +12,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::error::ModelError;
-use crate::labels::{Role, Verdict};
-use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
+use crate::labels::{Role, Verdict, Warm};
+use crate::model::{Availability, Call, CallSize, ChatModel, Reply, Spend};
 use crate::wire::ChatRequest;
 
 /// What a pin may name on one strategy route.
@@ -67,5 +67,13 @@ impl ChatModel for Pinned {
 
     fn estimate(&self, size: CallSize) -> Spend {
         self.inner.estimate(size)
+    }
+
+    fn availability(&self) -> Availability {
+        self.inner.availability()
+    }
+
+    async fn warm(&self) -> Warm {
+        self.inner.warm().await
     }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::ModelError;
-use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
+use crate::labels::Warm;
+use crate::model::{Availability, Call, CallSize, ChatModel, Reply, Spend};
 use crate::wire::ChatRequest;
 
 pub struct Passthrough {
@@ -26,5 +27,13 @@ impl ChatModel for Passthrough {
 
     fn estimate(&self, size: CallSize) -> Spend {
         self.model.estimate(size)
+    }
+
+    fn availability(&self) -> Availability {
+        self.model.availability()
+    }
+
+    async fn warm(&self) -> Warm {
+        self.model.warm().await
     }
 }

@@ -382,6 +382,10 @@ fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
 
 #[async_trait]
 impl ChatModel for ConcreteModel {
+    async fn warm(&self) -> crate::labels::Warm {
+        self.upstream.warm(&self.info.upstream_model).await
+    }
+
     /// Sends the call as [`Wire::plan`] says; a server that refuses the
     /// stream is asked again whole (see [`delivery`]).
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
