@@ -66,6 +66,7 @@ pub mod mock;
 pub mod model;
 pub mod redact;
 mod reload;
+pub mod retry;
 pub mod server;
 pub mod sink;
 pub mod span;

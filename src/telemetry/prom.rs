@@ -34,6 +34,9 @@ pub const GOVERNOR_REJECTIONS: &str = "conclave_governor_rejections_total";
 pub const BUDGET_REMAINING: &str = "conclave_budget_remaining_tokens";
 pub const ARENA_VOTES: &str = "conclave_arena_votes_total";
 pub const STATE_ERRORS: &str = "conclave_state_errors_total";
+pub const RETRIES_TOTAL: &str = "conclave_retries_total";
+pub const UPSTREAM_HEALTHY: &str = "conclave_upstream_healthy";
+pub const EJECTIONS_TOTAL: &str = "conclave_ejections_total";
 
 pub const COST_HELP: &str = "Spend in US dollars by model and key";
 
@@ -162,6 +165,18 @@ fn describe() {
     describe_counter!(
         STATE_ERRORS,
         "Calls to the shared state (Redis) that failed or timed out, by operation"
+    );
+    describe_counter!(
+        RETRIES_TOTAL,
+        "Calls sent again after a failure, by route and reason"
+    );
+    describe_gauge!(
+        UPSTREAM_HEALTHY,
+        "Whether an upstream is serving (1) or ejected after failures (0)"
+    );
+    describe_counter!(
+        EJECTIONS_TOTAL,
+        "Times an upstream was ejected after failures"
     );
     describe_gauge!(
         BUDGET_REMAINING,
