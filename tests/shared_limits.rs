@@ -260,6 +260,14 @@ async fn redis_stopped_mid_load_fails_closed_or_open_and_both_recover() {
         assert_eq!(ask(gw, &body, "k-free").await.status, 200);
     }
     eprintln!("slowest fail_closed answer while Redis was down: {slowest:?}");
+    // What fail_open let in unchecked is counted, five on each replica.
+    for gw in [&a, &b] {
+        let m = gw.metrics().await;
+        assert!(
+            m.contains("conclave_governor_unchecked_total{key=\"open\"} 5"),
+            "{m}"
+        );
+    }
     assert!(slowest < Duration::from_secs(1), "{slowest:?}");
 
     // Redis (empty: it kept nothing) comes back: both recover by

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use metrics::{Gauge, gauge};
+use metrics::{Counter, Gauge, counter, gauge};
 
 use super::ticket::Ticket;
 use super::{Rejection, Scope};
@@ -18,7 +18,7 @@ use crate::model::Spend;
 use crate::store::limits::budget::{self, Daily, Over};
 use crate::store::limits::rate::{Standing, openai_duration, retry_after_secs};
 use crate::store::limits::{Ask, KeyLimiter, Refusal};
-use crate::telemetry::BUDGET_REMAINING;
+use crate::telemetry::{BUDGET_REMAINING, GOVERNOR_UNCHECKED};
 
 pub struct KeyGov {
     pub name: Arc<str>,
@@ -30,6 +30,9 @@ pub struct KeyGov {
     policy: Option<OnError>,
     /// `conclave_budget_remaining_tokens` for this key, looked up once.
     remaining: Option<Gauge>,
+    /// `conclave_governor_unchecked_total` for this key (under
+    /// `fail_open`), looked up once.
+    unchecked: Option<Counter>,
     /// The instance's wall clock: what "today" is.
     pub(super) clock: Clock,
 }
@@ -102,6 +105,7 @@ impl KeyGov {
             limiter,
             policy,
             remaining: None,
+            unchecked: None,
             clock,
         }
     }
@@ -114,7 +118,9 @@ impl KeyGov {
         self.remaining = self
             .limits
             .daily_tokens
-            .map(|_| gauge!(BUDGET_REMAINING, "key" => name));
+            .map(|_| gauge!(BUDGET_REMAINING, "key" => name.clone()));
+        self.unchecked = (self.policy == Some(OnError::FailOpen))
+            .then(|| counter!(GOVERNOR_UNCHECKED, "key" => name));
         if let Some(spent) = spent {
             self.show_remaining(spent);
         }
@@ -171,6 +177,9 @@ impl KeyGov {
             Ok(Err(refusal)) => return Err(Refused::Limited(self.refused(refusal, n, now))),
             Err(e) if self.policy == Some(OnError::FailOpen) => {
                 tracing::debug!(key = %self.name, "admitted unchecked (fail_open): {e}");
+                if let Some(c) = &self.unchecked {
+                    c.increment(1);
+                }
                 let ticket = Arc::new(Ticket::new(self.clone(), None, Spend::default(), 0));
                 return Ok(Admission {
                     headers: RateHeaders::default(),

@@ -34,6 +34,7 @@ pub const GOVERNOR_REJECTIONS: &str = "conclave_governor_rejections_total";
 pub const BUDGET_REMAINING: &str = "conclave_budget_remaining_tokens";
 pub const ARENA_VOTES: &str = "conclave_arena_votes_total";
 pub const STATE_ERRORS: &str = "conclave_state_errors_total";
+pub const GOVERNOR_UNCHECKED: &str = "conclave_governor_unchecked_total";
 pub const RETRIES_TOTAL: &str = "conclave_retries_total";
 pub const UPSTREAM_HEALTHY: &str = "conclave_upstream_healthy";
 pub const EJECTIONS_TOTAL: &str = "conclave_ejections_total";
@@ -165,6 +166,10 @@ fn describe() {
     describe_counter!(
         STATE_ERRORS,
         "Calls to the shared state (Redis) that failed or timed out, by operation"
+    );
+    describe_counter!(
+        GOVERNOR_UNCHECKED,
+        "Requests a key's governor let in unchecked (fail_open) while the shared state did not answer"
     );
     describe_counter!(
         RETRIES_TOTAL,
