@@ -35,6 +35,7 @@ pub const BUDGET_REMAINING: &str = "conclave_budget_remaining_tokens";
 pub const ARENA_VOTES: &str = "conclave_arena_votes_total";
 pub const STATE_ERRORS: &str = "conclave_state_errors_total";
 pub const RETRIES_TOTAL: &str = "conclave_retries_total";
+pub const RETRY_BUDGET_EXHAUSTED: &str = "conclave_retry_budget_exhausted_total";
 pub const UPSTREAM_HEALTHY: &str = "conclave_upstream_healthy";
 pub const EJECTIONS_TOTAL: &str = "conclave_ejections_total";
 
@@ -169,6 +170,10 @@ fn describe() {
     describe_counter!(
         RETRIES_TOTAL,
         "Calls sent again after a failure, by route and reason"
+    );
+    describe_counter!(
+        RETRY_BUDGET_EXHAUSTED,
+        "Retries not made because the route's retry budget was spent, by route"
     );
     describe_gauge!(
         UPSTREAM_HEALTHY,
