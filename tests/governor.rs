@@ -596,7 +596,8 @@ async fn an_upstream_429_is_retried_after_its_retry_after() {
         )
     };
     let seen: Vec<_> = ev.iter().map(of).collect();
-    let want = |m: &str, v: &str, r: Option<&str>| (m.to_owned(), v.to_owned(), r.map(str::to_owned));
+    let want =
+        |m: &str, v: &str, r: Option<&str>| (m.to_owned(), v.to_owned(), r.map(str::to_owned));
     assert_eq!(
         seen,
         [

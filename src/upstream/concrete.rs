@@ -28,9 +28,9 @@ use crate::attempt::Attempt;
 use crate::config::Lane;
 use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
-use crate::retry::RetryReason;
 use crate::governor::{Scope, record_rejection};
 use crate::model::{Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
+use crate::retry::RetryReason;
 use crate::sink::ModelInfo;
 use crate::store::limits::rate::retry_after_secs;
 use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, responses, text_len};
@@ -225,7 +225,9 @@ impl ConcreteModel {
         done: u32,
         due: Instant,
     ) -> Option<(RetryReason, Duration)> {
-        if call.retry_elsewhere || (out.wire.streamed() && delivery::refusal(e, out.tools).is_some()) {
+        if call.retry_elsewhere
+            || (out.wire.streamed() && delivery::refusal(e, out.tools).is_some())
+        {
             return None;
         }
         let left = due.saturating_duration_since(Instant::now());

@@ -88,7 +88,10 @@ mod tests {
     fn the_ceiling_doubles_up_to_max_backoff() {
         let cfg = Retries::default();
         let ms = |k| ceiling(&cfg, k).as_millis();
-        assert_eq!([ms(0), ms(1), ms(2), ms(4), ms(5), ms(40)], [200, 400, 800, 3200, 5000, 5000]);
+        assert_eq!(
+            [ms(0), ms(1), ms(2), ms(4), ms(5), ms(40)],
+            [200, 400, 800, 3200, 5000, 5000]
+        );
     }
 
     #[test]
@@ -129,7 +132,10 @@ mod tests {
     fn no_retry_past_max_the_deadline_or_for_a_client_error() {
         let cfg = Retries::default();
         let now = SystemTime::now();
-        assert!(next(&cfg, &status(500, None), 1, FAR, now).is_none(), "max = 1");
+        assert!(
+            next(&cfg, &status(500, None), 1, FAR, now).is_none(),
+            "max = 1"
+        );
         assert!(next(&cfg, &status(400, None), 0, FAR, now).is_none());
         let e = status(429, Some("5"));
         assert!(next(&cfg, &e, 0, Duration::from_secs(5), now).is_none());
