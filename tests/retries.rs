@@ -330,3 +330,44 @@ async fn the_retry_budget_holds_under_100_concurrent_failing_requests() {
     assert!(refused > 0.0);
     // Without a budget the same load would have made 400 calls.
 }
+
+/// The real binary, against a port nothing listens on: the refused
+/// connection is tried three times in all (`max = 2`), each try its own
+/// attempt, the retries saying `connect`.
+#[tokio::test]
+async fn a_refused_connection_is_retried() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let toml = format!(
+        "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n[upstreams.gone]\nkind = \"openai\"\n\
+         base_url = \"http://127.0.0.1:{port}/v1\"\nretries = {{ max = 2, backoff = \"10ms\" }}\n\n\
+         [models.m]\nupstream = \"gone\"\n"
+    );
+    let gw = Proc::gateway(&toml);
+    let r = post(&gw.base, &chat("m", "hi")).await;
+    assert_eq!(r.status, 502, "{}", r.text);
+    assert_eq!(
+        r.json()["error"]["code"],
+        "upstream_unreachable",
+        "{}",
+        r.text
+    );
+    let ev = gw.events_of(&["attempt"], 3).await;
+    assert_eq!(
+        attempts(&ev),
+        [
+            att("m", "error", None),
+            att("m", "error", Some("connect")),
+            att("m", "error", Some("connect")),
+        ]
+    );
+    let m = gw.metrics().await;
+    let retried = samples(
+        &m,
+        "conclave_retries_total",
+        &[("route", "m"), ("reason", "connect")],
+    );
+    assert_eq!(retried, [2.0]);
+}
