@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict, Warm};
+use crate::retry::RetryReason;
 use crate::sink::{AttemptRecord, AttemptSpan, ModelInfo};
 use crate::wire::Usage;
 
@@ -44,8 +45,9 @@ struct State {
     /// attempt's duration), and whether that lane is local.
     queued: Duration,
     local: bool,
-    /// Times the call was sent again after the upstream's 429.
-    retries: u32,
+    /// Why this call is a retry of the one before it (`None`: a first
+    /// try).
+    retry: Option<RetryReason>,
     /// Estimated input tokens, once the request was sent: a call cut
     /// short without usage is charged an estimate from them.
     sent: Option<u64>,
@@ -108,7 +110,7 @@ impl Attempt {
                 summary: String::new(),
                 queued: Duration::ZERO,
                 local: false,
-                retries: 0,
+                retry: None,
                 sent: None,
                 finish_reason: None,
             }),
@@ -163,12 +165,9 @@ impl Attempt {
         }
     }
 
-    /// The upstream answered 429: the call waits to be sent again, and
-    /// until then the upstream is doing nothing for it.
-    pub fn retried(&self) {
-        let mut s = self.0.state.lock();
-        s.retries += 1;
-        s.sent = None;
+    /// Marks this call as a retry (after a failed try, for `reason`).
+    pub fn set_retry(&self, reason: RetryReason) {
+        self.0.state.lock().retry = Some(reason);
     }
 
     /// The first stream event arrived.
@@ -312,7 +311,7 @@ impl Drop for Cell {
             summary: self.model.redactor.clean(&s.summary),
             queued: s.local.then_some(s.queued),
             tokens_per_second,
-            retries: s.retries,
+            retry: s.retry.map(RetryReason::label),
             finish_reason: s.finish_reason.take(),
             waited: s.queued,
             span: self.span,

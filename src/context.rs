@@ -3,7 +3,9 @@
 //! reports to (events, attempts, the instance's metrics recorder) and the
 //! instance's clock, and the bookkeeping needed to count attempts and
 //! measure conclave's own overhead. It knows its sinks only by their
-//! traits (`crate::sink`), never telemetry itself.
+//! traits (`crate::sink`), never telemetry itself. It carries its route's
+//! retry budget, which every retry made for it asks first
+//! ([`RequestCtx::retry`], in `crate::retry`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -15,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, ago};
+use crate::retry::RetryBudget;
 pub use crate::sink::Totals;
 use crate::sink::{AttemptSink, EventSink, Metrics, Reporters, RequestEnd, Who};
 use crate::span::TraceCtx;
@@ -80,6 +83,9 @@ pub struct RequestCtx {
     first_token: OnceLock<Duration>,
     /// The request's trace, when traces are exported and it is sampled.
     pub trace: Option<TraceCtx>,
+    /// Its route's retry budget (shared by the route's requests; a
+    /// request made outside a gateway has one of its own).
+    pub retry_budget: Arc<RetryBudget>,
 }
 
 impl RequestCtx {
@@ -117,7 +123,16 @@ impl RequestCtx {
             waits: Mutex::new(Vec::new()),
             first_token: OnceLock::new(),
             trace: None,
+            retry_budget: Arc::new(RetryBudget::new(Default::default())),
         }
+    }
+
+    /// Counts this request in its route's retry `budget` (once, when it
+    /// is admitted), which its retries then take from.
+    pub fn with_retry_budget(mut self, budget: Arc<RetryBudget>) -> Self {
+        budget.request();
+        self.retry_budget = budget;
+        self
     }
 
     /// Which request this is, as records name it.

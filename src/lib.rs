@@ -194,6 +194,7 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         responses,
         records,
         upstreams: Arc::new(upstream::registry::Registry::new()),
+        retry_budgets: Arc::default(),
         redis,
         started_at: clock.unix_secs(),
         clock,

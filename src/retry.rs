@@ -4,7 +4,10 @@
 //! balance's on another member, a mid-stream continuation) takes from
 //! it, so a failing upstream cannot multiply the load sent to it. The
 //! budgets of a running gateway ([`RetryBudgets`]) outlive reloads, as
-//! the governor's keys do.
+//! the governor's keys do. Every retry site asks one function,
+//! [`RequestCtx::retry`], which takes from the request's route budget and
+//! counts the retry (`conclave_retries_total{route, reason}`) or its
+//! refusal (`conclave_retry_budget_exhausted_total{route}`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +17,9 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::config::RetryBudget as BudgetConfig;
+use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
+use crate::telemetry::{RETRIES_TOTAL, RETRY_BUDGET_EXHAUSTED};
 
 /// Why a call was sent again: a bounded label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,6 +64,31 @@ impl ModelError {
             ModelError::Status { status, .. } if *status >= 500 => Some(RetryReason::ServerError),
             _ => None,
         }
+    }
+}
+
+impl RequestCtx {
+    /// May this request make one more retry (for `reason`)? Takes it from
+    /// the route's retry budget: `true` (counted in
+    /// `conclave_retries_total{route, reason}`) when the budget allows it,
+    /// `false` (counted in `conclave_retry_budget_exhausted_total{route}`)
+    /// when it is spent, and the caller gives up with the error it has.
+    /// Every retry site calls this once, right before it retries.
+    pub fn retry(&self, reason: RetryReason) -> bool {
+        let granted = self.retry_budget.try_retry();
+        self.metrics.scope(|| {
+            if granted {
+                metrics::counter!(RETRIES_TOTAL, "route" => self.route.clone(), "reason" => reason.label())
+                    .increment(1);
+            } else {
+                metrics::counter!(RETRY_BUDGET_EXHAUSTED, "route" => self.route.clone())
+                    .increment(1);
+            }
+        });
+        if !granted {
+            tracing::debug!(request_id = %self.id, route = %self.route, reason = reason.label(), "retry budget spent: not retried");
+        }
+        granted
     }
 }
 

@@ -118,8 +118,9 @@ pub struct AttemptRecord {
     /// On a local lane: output tokens per second of generation (from the
     /// first token to the last; the whole call for a whole answer).
     pub tokens_per_second: Option<f64>,
-    /// Times the call was sent again after the upstream's 429.
-    pub retries: u32,
+    /// On a retry: why (`connect`, `timeout`, `5xx`, `429`,
+    /// `midstream`); `None` on a first try.
+    pub retry: Option<&'static str>,
     /// The first choice's `finish_reason`, when the answer gave one.
     pub finish_reason: Option<String>,
     /// The time the call waited for its lane (any lane), before `duration`.

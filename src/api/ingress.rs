@@ -279,15 +279,23 @@ async fn open(
     )
     .with_options(options);
     let mut limits = RateHeaders::default();
+    let admitted_budget = |ctx: RequestCtx| match app.retry_budgets.get(route) {
+        Some(b) => ctx.with_retry_budget(b.clone()),
+        None => ctx,
+    };
     let rejected = match admitted {
         Ok(Some(a)) => {
             limits = a.headers;
             if let Some(t) = a.ticket {
                 ctx = ctx.with_sink(t);
             }
+            ctx = admitted_budget(ctx);
             None
         }
-        Ok(None) => None,
+        Ok(None) => {
+            ctx = admitted_budget(ctx);
+            None
+        }
         Err(r) => Some(r),
     };
     let ctx = Arc::new(ctx);

@@ -34,6 +34,7 @@ mod render;
 mod respond;
 mod responses;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +48,7 @@ use crate::clock::Clock;
 use crate::config::{Config, Route};
 use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
+use crate::retry::{RetryBudget, RetryBudgets};
 use crate::store::Store;
 use crate::store::records::Records;
 use crate::store::redis::Redis;
@@ -59,8 +61,8 @@ pub use chat::parse as parse_chat_request;
 use error::ApiError;
 use indexmap::IndexMap;
 
-/// What outlives config reloads: telemetry, the governor's spend, and
-/// the start time.
+/// What outlives config reloads: telemetry, the governor's spend, the
+/// upstreams, the routes' retry budgets, and the start time.
 #[derive(Clone)]
 pub struct Shared {
     pub telemetry: Arc<Telemetry>,
@@ -73,6 +75,8 @@ pub struct Shared {
     pub records: Records,
     /// The upstreams built so far, reused by reloads that leave them be.
     pub upstreams: Arc<Registry>,
+    /// Each route's retry budget, its counts kept across reloads.
+    pub retry_budgets: Arc<RetryBudgets>,
     /// The shared Redis state (`[state]`), if any.
     pub redis: Option<Arc<Redis>>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
@@ -109,6 +113,9 @@ pub struct AppState {
     pub ready: ready::Cached<ready::Answer>,
     /// The shared Redis state, which `/readyz` checks too.
     pub redis: Option<Arc<Redis>>,
+    /// The retry budget of every name a client may ask for (a route's
+    /// `retry_budget`, the default for a model named directly).
+    pub retry_budgets: HashMap<Arc<str>, Arc<RetryBudget>>,
 }
 
 impl AppState {
@@ -131,6 +138,17 @@ impl AppState {
                 u.share(redis);
             }
         }
+        let retry_budgets = graph
+            .names
+            .iter()
+            .map(|n| {
+                let cfg = config.retry_budgets.get(&**n).copied().unwrap_or_default();
+                (n.clone(), shared.retry_budgets.get(n, cfg))
+            })
+            .collect();
+        shared
+            .retry_budgets
+            .keep_only(graph.names.iter().map(|n| &**n));
         Ok(AppState {
             graph,
             keys: Keys::new(&config.keys, &shared.governor),
@@ -168,6 +186,7 @@ impl AppState {
                 .map(|k| crate::config::digest(&k.0)),
             ready: ready::Cached::new(config.server.readyz_cache),
             redis: shared.redis.clone(),
+            retry_budgets,
         })
     }
 }

@@ -46,17 +46,13 @@ pub struct AttemptEvent {
     queued_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tokens_per_second: Option<f64>,
-    /// Times the call was sent again after the upstream's 429.
-    #[serde(skip_serializing_if = "is_zero")]
-    retries: u32,
+    /// On a retry: why the call before it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry: Option<&'static str>,
 }
 
 /// The shortest lane wait that gets a `conclave.queue` span.
 const QUEUED: Duration = Duration::from_millis(1);
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
 
 impl AttemptSink for Telemetry {
     fn record(&self, r: &AttemptRecord) {
@@ -89,7 +85,7 @@ impl AttemptSink for Telemetry {
                 output_summary: r.summary.clone(),
                 queued_ms: r.queued.map(ms),
                 tokens_per_second: r.tokens_per_second.map(|t| (t * 10.0).round() / 10.0),
-                retries: r.retries,
+                retry: r.retry,
             };
             let ev = Event::of(
                 who.request_id.clone(),
@@ -181,8 +177,8 @@ fn span(r: &AttemptRecord) {
     if let Some(tps) = r.tokens_per_second {
         a.push(KeyValue::new("conclave.tokens_per_second", tps));
     }
-    if r.retries > 0 {
-        a.push(KeyValue::new("conclave.retries", i64::from(r.retries)));
+    if let Some(reason) = r.retry {
+        a.push(KeyValue::new("conclave.retry", reason));
     }
     if let Some((kind, _)) = &r.error {
         a.push(KeyValue::new("error.type", *kind));

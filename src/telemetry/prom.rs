@@ -36,6 +36,7 @@ pub const ARENA_VOTES: &str = "conclave_arena_votes_total";
 pub const STATE_ERRORS: &str = "conclave_state_errors_total";
 pub const GOVERNOR_UNCHECKED: &str = "conclave_governor_unchecked_total";
 pub const RETRIES_TOTAL: &str = "conclave_retries_total";
+pub const RETRY_BUDGET_EXHAUSTED: &str = "conclave_retry_budget_exhausted_total";
 pub const UPSTREAM_HEALTHY: &str = "conclave_upstream_healthy";
 pub const EJECTIONS_TOTAL: &str = "conclave_ejections_total";
 
@@ -174,6 +175,10 @@ fn describe() {
     describe_counter!(
         RETRIES_TOTAL,
         "Calls sent again after a failure, by route and reason"
+    );
+    describe_counter!(
+        RETRY_BUDGET_EXHAUSTED,
+        "Retries not made because the route's retry budget was spent, by route"
     );
     describe_gauge!(
         UPSTREAM_HEALTHY,

@@ -1,7 +1,9 @@
 //! [`ConcreteModel`]: a configured model on an upstream, and the single
 //! place where upstream calls are made and recorded. Every call opens an
-//! [`Attempt`] (probe warm state, send, decode, deadlines); strategies built
-//! on top never do their own bookkeeping. A chat request that does not fit
+//! [`Attempt`] (probe warm state, send, decode, deadlines); a failed call is
+//! sent again as the upstream's `retries` and the route's retry budget
+//! allow ([`super::retry`]), each try its own attempt, until an answer
+//! begins. Strategies built on top never do their own bookkeeping. A chat request that does not fit
 //! the model's context window is refused before that ([`super::fit`]).
 //! Completions, Embeddings and (to an upstream that speaks it,
 //! [`ConcreteModel::speaks_responses`]) Responses bodies are relayed by
@@ -19,7 +21,8 @@ use std::time::Duration;
 use super::decode::{self, Exchange, round_ms};
 use super::delivery::{self, Armed, StreamsTools, Wire};
 use super::lane::{LaneTimeout, Permit};
-use super::limit::{MAX_TRIES, NoTurn, retry_delay};
+use super::limit::NoTurn;
+use super::retry;
 use super::{CallIds, RawResponse, Upstream};
 use crate::attempt::Attempt;
 use crate::config::Lane;
@@ -27,6 +30,7 @@ use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
 use crate::governor::{Scope, record_rejection};
 use crate::model::{Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
+use crate::retry::RetryReason;
 use crate::sink::ModelInfo;
 use crate::store::limits::rate::retry_after_secs;
 use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, responses, text_len};
@@ -45,6 +49,9 @@ struct Outgoing {
     wire: Wire,
     /// The request's estimated input tokens, for a usage estimate.
     input_tokens: u64,
+    /// A chat request with tools (a stream refused for them is asked
+    /// whole, not retried).
+    tools: bool,
 }
 
 impl ConcreteModel {
@@ -158,42 +165,85 @@ impl ConcreteModel {
             body: Bytes::from(serde_json::to_vec(&body)?),
             wire: if stream { Wire::Stream } else { Wire::Whole },
             input_tokens,
+            tools: false,
         };
         self.call(call, out).await
     }
 
+    /// Makes the call, and sends it again after a failure as the
+    /// upstream's `retries` and the route's retry budget allow (each try
+    /// its own attempt), until an answer begins: a stream that broke after
+    /// its first chunk is never retried here.
     async fn call(&self, call: Call, out: Outgoing) -> Result<Reply, ModelError> {
-        let attempt = Attempt::start(&call.ctx, &self.info, call.role, call.span);
-        match self.exchange(&call, out, &attempt).await {
-            Ok(body) => Ok(Reply {
-                body,
-                meta: Meta::served_by(self.info.name.clone()),
-                attempt,
-            }),
-            Err(e) => {
-                tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, error = %e, "upstream call failed");
-                self.heard(&e);
-                attempt.fail(&e);
-                Err(e)
+        // A streamed call's first token is due `ttft_timeout` after the
+        // call began, queueing and retries included: a chain's local tier
+        // that cannot start in time moves the chain on, as a slow one does.
+        let by = call.by();
+        let first_due = match (out.wire == Wire::Stream, call.ttft_timeout) {
+            (true, Some(t)) => by.min(Instant::now() + t),
+            _ => by,
+        };
+        let mut retry = None;
+        let mut done = 0;
+        loop {
+            let attempt = Attempt::start(&call.ctx, &self.info, call.role, call.span);
+            if let Some(reason) = retry {
+                attempt.set_retry(reason);
             }
+            let e = match self.exchange(&call, &out, first_due, &attempt).await {
+                Ok(body) => {
+                    return Ok(Reply {
+                        body,
+                        meta: Meta::served_by(self.info.name.clone()),
+                        attempt,
+                    });
+                }
+                Err(e) => e,
+            };
+            tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, error = %e, "upstream call failed");
+            self.heard(&e);
+            attempt.fail(&e);
+            drop(attempt);
+            let Some((reason, wait)) = self.retry_after(&call, &out, &e, done, first_due) else {
+                return Err(e);
+            };
+            retry = Some(reason);
+            done += 1;
+            tokio::time::sleep(wait).await;
         }
+    }
+
+    /// Whether `e` is sent again, after how long (see [`super::retry`]):
+    /// never when the caller tries another member instead, nor for a
+    /// stream the server refused (the call is asked whole instead), and
+    /// only when the route's retry budget allows it.
+    fn retry_after(
+        &self,
+        call: &Call,
+        out: &Outgoing,
+        e: &ModelError,
+        done: u32,
+        due: Instant,
+    ) -> Option<(RetryReason, Duration)> {
+        if call.retry_elsewhere
+            || (out.wire.streamed() && delivery::refusal(e, out.tools).is_some())
+        {
+            return None;
+        }
+        let left = due.saturating_duration_since(Instant::now());
+        let now = call.ctx.clock.now();
+        let (reason, wait) = retry::next(&self.upstream.retries, e, done, left, now)?;
+        call.ctx.retry(reason).then_some((reason, wait))
     }
 
     async fn exchange(
         &self,
         call: &Call,
-        out: Outgoing,
+        out: &Outgoing,
+        first_due: Instant,
         attempt: &Attempt,
     ) -> Result<ReplyBody, ModelError> {
         let up = &self.upstream;
-        let by = call.by();
-        // A streamed call's first token is due `ttft_timeout` after the
-        // call began, queueing included: a chain's local tier that cannot
-        // start in time moves the chain on, as a slow one does.
-        let first_due = match (out.wire == Wire::Stream, call.ttft_timeout) {
-            (true, Some(t)) => by.min(Instant::now() + t),
-            _ => by,
-        };
         let local = up.lane == Lane::Local;
         let paced = match &up.pace {
             None => Duration::ZERO,
@@ -229,7 +279,7 @@ impl ConcreteModel {
             _ => None,
         });
         let answer = self
-            .answer(call, &out, first_due, attempt, admitted.permit)
+            .answer(call, out, first_due, attempt, admitted.permit)
             .await;
         armed.disarm();
         answer
@@ -291,15 +341,15 @@ impl ConcreteModel {
             body: sent.to_upstream_body(&self.info.upstream_model)?,
             wire,
             input_tokens,
+            tools: delivery::carries_tools(req),
         };
         self.call(call.clone(), out).await
     }
 }
 
 impl ConcreteModel {
-    /// Sends the request and waits for the status line. A 429 is tried
-    /// again after its `Retry-After` (at most [`MAX_TRIES`] tries in all)
-    /// when the wait ends before the first byte is due.
+    /// Sends the request and waits for the status line (a failed call is
+    /// sent again by [`Self::call`], as a new attempt).
     async fn send(
         &self,
         ctx: &RequestCtx,
@@ -308,47 +358,26 @@ impl ConcreteModel {
         attempt: &Attempt,
     ) -> Result<RawResponse, ModelError> {
         let up = &self.upstream;
-        let mut tries = 1;
-        loop {
-            attempt.sent(out.input_tokens);
-            let ids = CallIds {
-                request_id: &ctx.upstream_id,
-                traceparent: attempt.traceparent(),
-                // The client's betas go with a body it wrote itself.
-                anthropic_beta: match out.endpoint {
-                    Endpoint::Messages => ctx.options.anthropic_beta.as_deref(),
-                    _ => None,
-                },
-            };
-            let sent = up.transport.send(out.endpoint, out.body.clone(), &ids);
-            let resp = match timeout_at(x.first, sent).await {
-                Err(_) => return Err(x.timeout(x.first_phase())),
-                Ok(Err(e)) if e.connected => return Err(x.cut(&e.reason)),
-                Ok(Err(e)) => {
-                    return Err(ModelError::Connect {
-                        upstream: up.name.clone(),
-                        reason: x.redactor.clean(&e.reason),
-                        source: Some(Box::new(e)),
-                    });
-                }
-                Ok(Ok(r)) => r,
-            };
-            if resp.status != 429 || tries >= MAX_TRIES {
-                return Ok(resp);
-            }
-            let wait = retry_delay(resp.retry_after.as_deref(), ctx.clock.now());
-            if wait >= x.first.saturating_duration_since(Instant::now()) {
-                return Ok(resp);
-            }
-            drop(resp);
-            tries += 1;
-            attempt.retried();
-            tokio::time::sleep(wait).await;
-            if let Some(p) = &up.pace {
-                p.turn(x.first)
-                    .await
-                    .map_err(|no| self.throttled(ctx, no))?;
-            }
+        attempt.sent(out.input_tokens);
+        let ids = CallIds {
+            request_id: &ctx.upstream_id,
+            traceparent: attempt.traceparent(),
+            // The client's betas go with a body it wrote itself.
+            anthropic_beta: match out.endpoint {
+                Endpoint::Messages => ctx.options.anthropic_beta.as_deref(),
+                _ => None,
+            },
+        };
+        let sent = up.transport.send(out.endpoint, out.body.clone(), &ids);
+        match timeout_at(x.first, sent).await {
+            Err(_) => Err(x.timeout(x.first_phase())),
+            Ok(Err(e)) if e.connected => Err(x.cut(&e.reason)),
+            Ok(Err(e)) => Err(ModelError::Connect {
+                upstream: up.name.clone(),
+                reason: x.redactor.clean(&e.reason),
+                source: Some(Box::new(e)),
+            }),
+            Ok(Ok(r)) => Ok(r),
         }
     }
 

@@ -1,8 +1,7 @@
 //! An upstream's limits besides its lane: its `rpm` makes calls wait for
-//! their turn (never past their deadline) instead of failing, and its own
-//! 429 answers are retried after their `Retry-After`, at most
-//! [`MAX_TRIES`] tries in all and never past the deadline, so a
-//! strategy above sees a failure only when there is one.
+//! their turn (never past their deadline) instead of failing; and how
+//! long its `Retry-After` asks to wait ([`retry_after`]: a 429 or 503 is
+//! retried after it, see [`super::retry`]).
 //!
 //! With `[state]` the turns are booked in the shared Redis
 //! ([`SharedPace`]), so all replicas together send the upstream its `rpm`
@@ -16,12 +15,6 @@ use tokio::time::{Instant, sleep};
 
 use crate::store::limits::rate::{Denied, PerMinute};
 use crate::store::redis::Redis;
-
-/// Tries of one call when the upstream answers 429.
-pub const MAX_TRIES: u32 = 2;
-
-/// The wait before retrying a 429 that did not say how long.
-pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 
 /// The longest `Retry-After` taken as it is (any deadline ends sooner).
 const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
@@ -135,26 +128,22 @@ impl Pace {
     }
 }
 
-/// How long a 429's `Retry-After` (seconds, or an HTTP date) asks to wait.
-pub fn retry_delay(retry_after: Option<&str>, now: SystemTime) -> Duration {
-    let Some(v) = retry_after.map(str::trim) else {
-        return DEFAULT_RETRY;
-    };
-    if let Ok(secs) = v.parse::<f64>()
-        && secs.is_finite()
-        && secs >= 0.0
-    {
-        return Duration::try_from_secs_f64(secs)
-            .unwrap_or(MAX_RETRY)
-            .min(MAX_RETRY);
+/// How long a `Retry-After` (seconds, or an HTTP date) asks to wait;
+/// `None` when it says nothing readable.
+pub fn retry_after(v: &str, now: SystemTime) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| {
+            Duration::try_from_secs_f64(secs)
+                .unwrap_or(MAX_RETRY)
+                .min(MAX_RETRY)
+        });
     }
-    match httpdate::parse_http_date(v) {
-        Ok(at) => at
-            .duration_since(now)
+    httpdate::parse_http_date(v).ok().map(|at| {
+        at.duration_since(now)
             .unwrap_or(Duration::ZERO)
-            .min(MAX_RETRY),
-        Err(_) => DEFAULT_RETRY,
-    }
+            .min(MAX_RETRY)
+    })
 }
 
 #[cfg(test)]
@@ -164,14 +153,13 @@ mod tests {
     #[test]
     fn retry_after_in_seconds_or_as_a_date() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        assert_eq!(retry_delay(Some("2"), now), Duration::from_secs(2));
-        assert_eq!(retry_delay(Some(" 0.5 "), now), Duration::from_millis(500));
-        assert_eq!(retry_delay(None, now), DEFAULT_RETRY);
-        assert_eq!(retry_delay(Some("soon"), now), DEFAULT_RETRY);
-        assert_eq!(retry_delay(Some("-3"), now), DEFAULT_RETRY);
-        assert_eq!(retry_delay(Some("1e300"), now), MAX_RETRY);
+        assert_eq!(retry_after("2", now), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(" 0.5 ", now), Some(Duration::from_millis(500)));
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("-3", now), None);
+        assert_eq!(retry_after("1e300", now), Some(MAX_RETRY));
         let date = httpdate::fmt_http_date(now + Duration::from_secs(7));
-        assert_eq!(retry_delay(Some(&date), now), Duration::from_secs(7));
+        assert_eq!(retry_after(&date, now), Some(Duration::from_secs(7)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,7 +5,8 @@
 //! completion, [`relay`] into a committed chunk stream (chat or, for an
 //! upstream with `responses = true`, the Responses API's events);
 //! [`ConcreteModel`] is the one decorator that makes an upstream model a
-//! [`crate::model::ChatModel`] and records every call as an attempt, after
+//! [`crate::model::ChatModel`] and records every call as an attempt (a
+//! failed one sent again, as [`retry`] says, is a new attempt), after
 //! checking that the request fits the model's context window ([`fit`],
 //! with windows the server reports learned by [`window`]).
 
@@ -21,6 +22,7 @@ mod mock;
 pub mod openai;
 pub mod registry;
 mod relay;
+pub mod retry;
 pub mod sse;
 pub mod translate;
 pub mod window;
@@ -135,6 +137,8 @@ pub struct Upstream {
     pub stated: window::Stated,
     /// The instance's recorder.
     metrics: Metrics,
+    /// Its `retries`: how its failed calls are sent again.
+    pub retries: config::Retries,
 }
 
 impl Upstream {
@@ -220,6 +224,7 @@ impl Upstream {
             probe,
             models,
             stated: window::Stated::default(),
+            retries: cfg.resilience.retries,
         })
     }
 

@@ -6,6 +6,8 @@
 //! (its context window, checked by the concrete model before any call) is
 //! skipped with its reason in the trail; when every tier is, the chain
 //! answers 400 `context_length_exceeded` rather than `chain_exhausted`.
+//! A failed tier is not retried on its own upstream: the next tier is its
+//! retry (the last tier's upstream retries as its `retries` say).
 //!
 //! Streaming: a self-certifying (or fallback) tier streams live, committed
 //! only once its first chunk is in; a verified tier's stream is buffered,
@@ -88,10 +90,15 @@ impl ChatModel for Chain {
         let mut notes: Vec<String> = Vec::new();
         let mut trail: Vec<AttemptSummary> = Vec::new();
         let mut best: Option<Reply> = None;
-        for tier in &self.tiers {
+        let last = self.tiers.len().saturating_sub(1);
+        for (i, tier) in self.tiers.iter().enumerate() {
+            // The next tier is a failed tier's retry; the last one's
+            // upstream retries on its own (unless the caller retries
+            // elsewhere).
             let tier_call = call
                 .with_role(Role::Tier)
-                .with_ttft_timeout(self.ttft_timeout);
+                .with_ttft_timeout(self.ttft_timeout)
+                .with_retry_elsewhere(call.retry_elsewhere || i < last);
             let answer = async {
                 let reply = tier
                     .model
