@@ -2,7 +2,10 @@
 //! place where upstream calls are made and recorded. Every call opens an
 //! [`Attempt`] (probe warm state, send, decode, deadlines); strategies built
 //! on top never do their own bookkeeping. A chat request that does not fit
-//! the model's context window is refused before that ([`super::fit`]).
+//! the model's context window is refused before that ([`super::fit`]), and
+//! a call to an ejected upstream is refused before pacing and the lane,
+//! without an attempt; every call's outcome goes to the upstream's health
+//! ([`super::health::watch`]).
 //! Completions, Embeddings and (to an upstream that speaks it,
 //! [`ConcreteModel::speaks_responses`]) Responses bodies are relayed by
 //! [`ConcreteModel::forward`].
@@ -17,6 +20,7 @@ use tokio::time::{Instant, timeout_at};
 use std::time::Duration;
 
 use super::decode::{self, Exchange, round_ms};
+use super::health::watch;
 use super::delivery::{self, Armed, StreamsTools, Wire};
 use super::lane::{LaneTimeout, Permit};
 use super::limit::{MAX_TRIES, NoTurn, retry_delay};
@@ -26,7 +30,7 @@ use crate::config::Lane;
 use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
 use crate::governor::{Scope, record_rejection};
-use crate::model::{Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
+use crate::model::{Availability, Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
 use crate::sink::ModelInfo;
 use crate::store::limits::rate::retry_after_secs;
 use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, responses, text_len};
@@ -163,8 +167,12 @@ impl ConcreteModel {
     }
 
     async fn call(&self, call: Call, out: Outgoing) -> Result<Reply, ModelError> {
+        let up = &self.upstream;
+        // An ejected upstream is not called: no attempt, nothing sent.
+        let ticket = watch::admit(&up.health, &up.name)?;
         let attempt = Attempt::start(&call.ctx, &self.info, call.role, call.span);
-        match self.exchange(&call, out, &attempt).await {
+        let answer = self.exchange(&call, out, &attempt).await;
+        match watch::ended(ticket, &call.ctx, &up.name, answer) {
             Ok(body) => Ok(Reply {
                 body,
                 meta: Meta::served_by(self.info.name.clone()),
@@ -382,6 +390,14 @@ fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
 
 #[async_trait]
 impl ChatModel for ConcreteModel {
+    /// Ejected while its upstream is (see [`super::health`]).
+    fn availability(&self) -> Availability {
+        match self.upstream.health.refused_for() {
+            None => Availability::Serving,
+            Some(retry_after) => Availability::Ejected { retry_after },
+        }
+    }
+
     async fn warm(&self) -> crate::labels::Warm {
         self.upstream.warm(&self.info.upstream_model).await
     }
