@@ -331,10 +331,12 @@ impl ModelError {
         route: Arc<str>,
         attempts: Vec<AttemptSummary>,
     ) -> Self {
-        let soonest = attempts.iter().map(|a| a.ejected).try_fold(
-            None,
-            |soonest: Option<Duration>, e| e.map(|e| Some(soonest.map_or(e, |s| s.min(e)))),
-        );
+        let soonest = attempts
+            .iter()
+            .map(|a| a.ejected)
+            .try_fold(None, |soonest: Option<Duration>, e| {
+                e.map(|e| Some(soonest.map_or(e, |s| s.min(e))))
+            });
         if let Some(Some(retry_after)) = soonest {
             return ModelError::NoHealthy {
                 route,

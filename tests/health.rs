@@ -159,7 +159,10 @@ async fn a_failing_upstream_is_ejected_refused_fast_and_one_trial_brings_it_back
         Some(3.0)
     );
     let events = gw.events(&["upstream_ejected", "upstream_recovered"]).await;
-    let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
     assert_eq!(
         kinds,
         [
@@ -232,7 +235,10 @@ async fn an_active_check_ejects_an_upstream_nobody_calls() {
     let ready = gw.get("/readyz").await;
     let body = ready.json();
     assert_eq!(body["health"]["checked"]["health"], "ejected", "{body}");
-    assert_eq!(ready.status, 200, "one ejected upstream is no reason to be unready");
+    assert_eq!(
+        ready.status, 200,
+        "one ejected upstream is no reason to be unready"
+    );
     assert_eq!(
         metric(&gw, r#"conclave_upstream_healthy{upstream="checked"}"#),
         Some(0.0)

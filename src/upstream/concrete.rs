@@ -20,8 +20,8 @@ use tokio::time::{Instant, timeout_at};
 use std::time::Duration;
 
 use super::decode::{self, Exchange, round_ms};
-use super::health::watch;
 use super::delivery::{self, Armed, StreamsTools, Wire};
+use super::health::watch;
 use super::lane::{LaneTimeout, Permit};
 use super::limit::{MAX_TRIES, NoTurn, retry_delay};
 use super::{CallIds, RawResponse, Upstream};

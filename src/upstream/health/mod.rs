@@ -64,7 +64,9 @@ struct State {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Serving,
-    Ejected { until: Instant },
+    Ejected {
+        until: Instant,
+    },
     /// The cooldown is over and one call is out as the trial.
     Trial,
 }
@@ -357,8 +359,11 @@ impl Health {
 
     fn show(&self, healthy: bool) {
         self.metrics.scope(|| {
-            gauge!(UPSTREAM_HEALTHY, "upstream" => self.name.to_string())
-                .set(if healthy { 1.0 } else { 0.0 });
+            gauge!(UPSTREAM_HEALTHY, "upstream" => self.name.to_string()).set(if healthy {
+                1.0
+            } else {
+                0.0
+            });
         });
     }
 }

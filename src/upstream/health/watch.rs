@@ -19,12 +19,10 @@ use crate::model::{Chunk, ChunkStream, ReplyBody};
 
 /// Lets a call to `upstream` through, or refuses it at once.
 pub fn admit(health: &Arc<Health>, upstream: &Arc<str>) -> Result<Ticket, ModelError> {
-    health
-        .admit()
-        .map_err(|retry_after| ModelError::Ejected {
-            upstream: upstream.clone(),
-            retry_after,
-        })
+    health.admit().map_err(|retry_after| ModelError::Ejected {
+        upstream: upstream.clone(),
+        retry_after,
+    })
 }
 
 /// Records how a call ended; a stream is recorded when it ends.
