@@ -118,6 +118,26 @@ pub enum ModelError {
         attempts: Vec<AttemptSummary>,
     },
 
+    /// The upstream is ejected after failures (see `upstream::health`):
+    /// the call was refused at once, nothing was sent.
+    #[error(
+        "upstream `{upstream}` is ejected after repeated failures; retry after {}s",
+        secs(*.retry_after)
+    )]
+    Ejected {
+        upstream: Arc<str>,
+        retry_after: Duration,
+    },
+
+    /// Every member of a strategy route was skipped as ejected.
+    #[error("no healthy upstream for `{route}`: every member is ejected after repeated failures")]
+    NoHealthy {
+        route: Arc<str>,
+        /// The soonest member's.
+        retry_after: Duration,
+        attempts: Vec<AttemptSummary>,
+    },
+
     /// Every member of a strategy route failed or was turned down.
     #[error("all {} {} of {} `{route}` failed", .attempts.len(), .members, .strategy)]
     Exhausted {
@@ -184,6 +204,9 @@ pub struct AttemptSummary {
     /// It was called, and its server said the request is too long.
     #[serde(skip)]
     pub too_long: bool,
+    /// Skipped as ejected: when it may serve again.
+    #[serde(skip)]
+    pub ejected: Option<Duration>,
 }
 
 impl AttemptSummary {
@@ -198,6 +221,18 @@ impl AttemptSummary {
                 error: None,
                 skipped: Some(*fit),
                 too_long: false,
+                ejected: None,
+            };
+        }
+        if let Some(wait) = e.ejected_for() {
+            return AttemptSummary {
+                model: model.to_owned(),
+                verdict: "skipped",
+                feedback: e.skipped(),
+                error: None,
+                skipped: None,
+                too_long: false,
+                ejected: Some(wait),
             };
         }
         AttemptSummary {
@@ -207,6 +242,7 @@ impl AttemptSummary {
             error: Some(e.public_message()),
             skipped: None,
             too_long: e.refused_as_too_long(),
+            ejected: None,
         }
     }
 
@@ -219,8 +255,16 @@ impl AttemptSummary {
             error: None,
             skipped: None,
             too_long: false,
+            ejected: None,
         }
     }
+}
+
+/// Whole seconds, rounded up, at least 1 (a `Retry-After`).
+pub fn secs(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_add(u64::from(d.subsec_nanos() > 0))
+        .max(1)
 }
 
 /// What an upstream's 401/403 message is replaced with: it may quote part
@@ -279,13 +323,27 @@ impl ModelError {
     /// Every member of `strategy` route `route` failed or was turned
     /// down: `Exhausted`, or `TooLong` when the request is too long for
     /// each (skipped for its known window, or called and refused by its
-    /// server as too long; at least one skipped).
+    /// server as too long; at least one skipped), or `NoHealthy` when each
+    /// was skipped as ejected.
     pub fn exhausted(
         strategy: &'static str,
         members: &'static str,
         route: Arc<str>,
         attempts: Vec<AttemptSummary>,
     ) -> Self {
+        let soonest = attempts
+            .iter()
+            .map(|a| a.ejected)
+            .try_fold(None, |soonest: Option<Duration>, e| {
+                e.map(|e| Some(soonest.map_or(e, |s| s.min(e))))
+            });
+        if let Some(Some(retry_after)) = soonest {
+            return ModelError::NoHealthy {
+                route,
+                retry_after,
+                attempts,
+            };
+        }
         let all_too_long = attempts.iter().all(|a| a.skipped.is_some() || a.too_long);
         let largest = attempts
             .iter()
@@ -307,10 +365,24 @@ impl ModelError {
         }
     }
 
-    /// Why the model was skipped, when the request did not fit it.
+    /// Why the model was skipped, when the request did not fit it or
+    /// its upstream (every member, on a route) is ejected.
     pub fn skipped(&self) -> Option<String> {
         match self {
             ModelError::TooLong { fit, .. } => Some(fit.reason()),
+            _ => self
+                .ejected_for()
+                .map(|d| format!("ejected after repeated failures (retry after {}s)", secs(d))),
+        }
+    }
+
+    /// How long until the model serves again, when it was refused as
+    /// ejected (its upstream, or every member of its route).
+    pub fn ejected_for(&self) -> Option<Duration> {
+        match self {
+            ModelError::Ejected { retry_after, .. } | ModelError::NoHealthy { retry_after, .. } => {
+                Some(*retry_after)
+            }
             _ => None,
         }
     }
@@ -333,6 +405,8 @@ impl ModelError {
             ModelError::BadRequest { .. } => "bad_request",
             ModelError::TooLong { .. } => "context_length",
             ModelError::Exhausted { .. } => "exhausted",
+            ModelError::Ejected { .. } => "ejected",
+            ModelError::NoHealthy { .. } => "no_healthy_upstream",
         }
     }
 
@@ -392,77 +466,4 @@ fn is_context_length(code: Option<&str>, message: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn status(status: u16, message: &str, code: Option<&str>) -> ModelError {
-        ModelError::Status {
-            upstream: "u".into(),
-            status,
-            message: message.into(),
-            code: code.map(str::to_owned),
-            retry_after: None,
-        }
-    }
-
-    #[test]
-    fn clients_read_no_upstream_internals() {
-        let trace = "7 validation errors:\n  {'type': 'string_type', 'input': None}\n\n  \
-                     File \"/usr/lib/python3/site-packages/llama_cpp/server/app.py\", line 123";
-        let e = status(500, trace, None);
-        assert_eq!(e.public_message(), "upstream `u` failed (HTTP 500)");
-        assert!(e.to_string().contains("app.py"), "{e}");
-        let e = status(400, trace, None);
-        assert_eq!(
-            e.public_message(),
-            "upstream `u` rejected the request (HTTP 400): 7 validation errors:\n  {'type': 'string_type', 'input': None}"
-        );
-        let e = status(400, "bad tool schema", None);
-        assert_eq!(
-            e.public_message(),
-            "upstream `u` rejected the request (HTTP 400): bad tool schema"
-        );
-        let e = ModelError::Reported {
-            upstream: "u".into(),
-            message: trace.into(),
-            streamed: true,
-        };
-        assert_eq!(
-            e.public_message(),
-            "upstream `u` reported an error in its stream"
-        );
-        let e = ModelError::Invalid {
-            upstream: "u".into(),
-            detail: "the body is not an answer: expected value at line 1".into(),
-        };
-        assert_eq!(e.public_message(), "upstream `u` sent an invalid response");
-        let e = status(500, trace, None);
-        let s = AttemptSummary::failed("m", &e);
-        assert_eq!(s.error.as_deref(), Some("upstream `u` failed (HTTP 500)"));
-    }
-
-    #[test]
-    fn failover_classes() {
-        assert!(status(500, "boom", None).is_failover());
-        assert!(status(429, "slow down", None).is_failover());
-        assert!(status(401, "bad key", None).is_failover());
-        assert!(!status(400, "bad tool schema", None).is_failover());
-        assert!(status(400, "x", Some("context_length_exceeded")).is_failover());
-        assert!(
-            status(
-                400,
-                "This model's maximum context length is 8192 tokens",
-                None
-            )
-            .is_failover()
-        );
-        assert!(
-            ModelError::Timeout {
-                upstream: "u".into(),
-                phase: TimeoutPhase::FirstToken,
-                after: Duration::from_secs(1)
-            }
-            .is_failover()
-        );
-    }
-}
+mod tests;

@@ -133,6 +133,11 @@ impl AppState {
         for probe in graph.upstreams.iter().filter_map(|u| u.probe.as_ref()) {
             probe.start_polling();
         }
+        for u in &graph.upstreams {
+            if let Some(check) = &u.check {
+                crate::upstream::health::check::start(u, check);
+            }
+        }
         if let Some(redis) = &shared.redis {
             for u in &graph.upstreams {
                 u.share(redis);

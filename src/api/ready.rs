@@ -1,7 +1,8 @@
 //! `/readyz`: whether every upstream answers, what each llama-swap
-//! upstream has loaded, and whether the shared state (Redis) answers
-//! (down, it makes the replica not ready only when governors fail
-//! closed). The answer comes from a short cache (`server.readyz_cache`,
+//! upstream has loaded, each upstream's health (serving, ejected or on
+//! trial; an ejected one does not make the replica not ready), and
+//! whether the shared state (Redis) answers (down, it makes the replica
+//! not ready only when governors fail closed). The answer comes from a short cache (`server.readyz_cache`,
 //! [`Cached`]): one probe round at a time, each upstream's probe bounded
 //! by [`PROBE_TIMEOUT`], and callers that arrive during a round wait for
 //! it and share its answer, so a burst of `/readyz` calls costs each
@@ -21,6 +22,7 @@ use tokio::time::Instant;
 use super::{AppState, Gateway};
 use crate::config::OnError;
 use crate::upstream::Status;
+use crate::upstream::health::Shown;
 use crate::upstream::llama_swap::Loaded;
 
 /// The longest one upstream's probe may take (its own timeouts are
@@ -113,8 +115,11 @@ async fn probe(app: &AppState) -> Answer {
             swapping.insert(name.to_string(), loaded_json(l));
         }
     }
-    let mut body =
-        json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": upstreams});
+    let mut body = json!({
+        "status": if ready { "ready" } else { "not_ready" },
+        "upstreams": upstreams,
+        "health": health(app),
+    });
     if !swapping.is_empty() {
         body["llama_swap"] = Value::Object(swapping);
     }
@@ -138,6 +143,22 @@ async fn probe(app: &AppState) -> Answer {
         body["status"] = json!(if ready { "ready" } else { "not_ready" });
     }
     (ready, Arc::new(body))
+}
+
+/// Each upstream's health: `{"health": "serving" | "ejected" | "trial"}`,
+/// an ejected one with `retry_after_s`, the seconds left in its
+/// cooldown. An ejected upstream does not make the replica not ready:
+/// others may serve.
+fn health(app: &AppState) -> Value {
+    let each = app.graph.upstreams.iter().map(|u| {
+        let shown = u.health.shown();
+        let mut v = json!({"health": shown.label()});
+        if let Shown::Ejected(left) = shown {
+            v["retry_after_s"] = json!(left.as_secs_f64().ceil() as u64);
+        }
+        (u.name.to_string(), v)
+    });
+    Value::Object(each.collect())
 }
 
 /// A llama-swap upstream's probe answer: `{"loaded": [...]}`, or

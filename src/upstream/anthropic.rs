@@ -33,6 +33,8 @@ pub struct AnthropicTransport {
     messages_url: reqwest::Url,
     count_url: reqwest::Url,
     models_url: reqwest::Url,
+    /// Where active health check paths go (`{base_url}/v1`).
+    base_url: String,
     key: Option<HeaderValue>,
     version: HeaderValue,
 }
@@ -58,6 +60,7 @@ impl AnthropicTransport {
             messages_url: url(Endpoint::Messages.path())?,
             count_url: url(Endpoint::CountTokens.path())?,
             models_url: url("/models")?,
+            base_url: format!("{}/v1", cfg.base_url),
             key,
             version: HeaderValue::from_str(&cfg.version)
                 .map_err(|_| BuildError::Url(format!("anthropic_version {}", cfg.version)))?,
@@ -114,6 +117,23 @@ impl Transport for AnthropicTransport {
         }
         // Any HTTP answer, even 401, means the server is there.
         req.send().await.map(|_| ()).map_err(|e| describe(&e))
+    }
+
+    async fn check(&self, path: &str) -> Result<(), String> {
+        let s = format!("{}{path}", self.base_url);
+        let url = reqwest::Url::parse(&s).map_err(|_| "an invalid health path".to_owned())?;
+        let mut req = self
+            .client
+            .get(url)
+            .header("anthropic-version", self.version.clone());
+        if let Some(key) = &self.key {
+            req = req.header("x-api-key", key.clone());
+        }
+        let resp = req.send().await.map_err(|e| describe(&e))?;
+        match resp.status() {
+            s if s.is_success() => Ok(()),
+            s => Err(format!("HTTP {}", s.as_u16())),
+        }
     }
 }
 

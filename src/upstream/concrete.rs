@@ -3,8 +3,11 @@
 //! [`Attempt`] (probe warm state, send, decode, deadlines); a failed call is
 //! sent again as the upstream's `retries` and the route's retry budget
 //! allow ([`super::retry`]), each try its own attempt, until an answer
-//! begins. Strategies built on top never do their own bookkeeping. A chat request that does not fit
-//! the model's context window is refused before that ([`super::fit`]).
+//! begins. Strategies built on top never do their own bookkeeping. A chat
+//! request that does not fit the model's context window is refused before
+//! that ([`super::fit`]), and a call to an ejected upstream is refused
+//! before pacing and the lane, without an attempt; every try's outcome goes
+//! to the upstream's health ([`super::health::watch`]).
 //! Completions, Embeddings and (to an upstream that speaks it,
 //! [`ConcreteModel::speaks_responses`]) Responses bodies are relayed by
 //! [`ConcreteModel::forward`].
@@ -20,6 +23,7 @@ use std::time::Duration;
 
 use super::decode::{self, Exchange, round_ms};
 use super::delivery::{self, Armed, StreamsTools, Wire};
+use super::health::watch;
 use super::lane::{LaneTimeout, Permit};
 use super::limit::NoTurn;
 use super::retry;
@@ -29,7 +33,7 @@ use crate::config::Lane;
 use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
 use crate::governor::{Scope, record_rejection};
-use crate::model::{Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
+use crate::model::{Availability, Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
 use crate::retry::RetryReason;
 use crate::sink::ModelInfo;
 use crate::store::limits::rate::retry_after_secs;
@@ -183,14 +187,23 @@ impl ConcreteModel {
             (true, Some(t)) => by.min(Instant::now() + t),
             _ => by,
         };
+        let up = &self.upstream;
         let mut retry = None;
         let mut done = 0;
         loop {
+            // An ejected upstream is not called: no attempt, nothing sent.
+            // A retry it refuses ends with the failure before it.
+            let prev = retry.take();
+            let ticket = match watch::admit(&up.health, &up.name) {
+                Ok(t) => t,
+                Err(e) => return Err(prev.map_or(e, |(_, last)| last)),
+            };
             let attempt = Attempt::start(&call.ctx, &self.info, call.role, call.span);
-            if let Some(reason) = retry {
+            if let Some((reason, _)) = prev {
                 attempt.set_retry(reason);
             }
-            let e = match self.exchange(&call, &out, first_due, &attempt).await {
+            let answer = self.exchange(&call, &out, first_due, &attempt).await;
+            let e = match watch::ended(ticket, &call.ctx, &up.name, answer) {
                 Ok(body) => {
                     return Ok(Reply {
                         body,
@@ -207,7 +220,7 @@ impl ConcreteModel {
             let Some((reason, wait)) = self.retry_after(&call, &out, &e, done, first_due) else {
                 return Err(e);
             };
-            retry = Some(reason);
+            retry = Some((reason, e));
             done += 1;
             tokio::time::sleep(wait).await;
         }
@@ -411,6 +424,14 @@ fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
 
 #[async_trait]
 impl ChatModel for ConcreteModel {
+    /// Ejected while its upstream is (see [`super::health`]).
+    fn availability(&self) -> Availability {
+        match self.upstream.health.refused_for() {
+            None => Availability::Serving,
+            Some(retry_after) => Availability::Ejected { retry_after },
+        }
+    }
+
     async fn warm(&self) -> crate::labels::Warm {
         self.upstream.warm(&self.info.upstream_model).await
     }

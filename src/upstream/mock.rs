@@ -68,6 +68,32 @@ impl Transport for MockTransport {
         Ok(())
     }
 
+    /// A simulated check: a path naming one of its models (`/sick` for
+    /// model `sick`) asks that model a chat question and passes on a 2xx,
+    /// so its behaviour (`status = 503`) fails the check; any other path
+    /// passes.
+    async fn check(&self, path: &str) -> Result<(), String> {
+        let model = path.trim_start_matches('/');
+        if !self.sim.model_names().iter().any(|m| m == model) {
+            return Ok(());
+        }
+        let body = serde_json::json!({
+            "model": model,
+            "max_tokens": 16,
+            "messages": [{"role": "user", "content": "health check"}],
+        });
+        let endpoint = match self.sim.api() {
+            Api::OpenAi => Endpoint::Chat,
+            Api::Anthropic => Endpoint::Messages,
+        };
+        let body = Bytes::from(body.to_string());
+        let r = self.sim.respond_to(endpoint, &body, Heard::default()).await;
+        match r.status {
+            200..=299 => Ok(()),
+            s => Err(format!("HTTP {s}")),
+        }
+    }
+
     fn simulator(&self) -> Option<Arc<Simulator>> {
         Some(self.sim.clone())
     }

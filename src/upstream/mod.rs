@@ -15,6 +15,7 @@ mod concrete;
 pub mod decode;
 pub mod delivery;
 mod fit;
+pub mod health;
 pub mod lane;
 pub mod limit;
 pub mod llama_swap;
@@ -95,6 +96,12 @@ pub trait Transport: Send + Sync {
     /// `Ok` when the server answers at all.
     async fn ready(&self) -> Result<(), String>;
 
+    /// An active health check: `Ok` when `GET` `path` (under the base
+    /// URL, with the upstream's key) answers 2xx. The caller bounds it.
+    async fn check(&self, _path: &str) -> Result<(), String> {
+        self.ready().await
+    }
+
     /// The simulator behind a `kind = "mock"` upstream (for tests that
     /// read what it received); `None` for a real server.
     fn simulator(&self) -> Option<Arc<crate::mock::Simulator>> {
@@ -139,13 +146,21 @@ pub struct Upstream {
     metrics: Metrics,
     /// Its `retries`: how its failed calls are sent again.
     pub retries: config::Retries,
+    /// Its health (ejection); handed on to the upstream a reload builds
+    /// for the same server (see [`registry`]).
+    pub health: Arc<health::Health>,
+    /// Its active check (`health = { … }`), if it has one.
+    pub check: Option<config::HealthCheck>,
+    /// Its active checks have started ([`health::check::start`]).
+    checking: std::sync::atomic::AtomicBool,
 }
 
 impl Upstream {
     /// `models`: (name sent upstream, conclave's name) of the models on it;
     /// `max_tokens`: their `max_tokens` by the name sent upstream (for an
     /// upstream that requires one); `lane_of`: a running upstream whose
-    /// lane (and llama-swap probe) it takes over instead of making its own.
+    /// lane (and llama-swap probe) it takes over instead of making its own;
+    /// `health_of`: the running health of its server, which it takes over.
     pub fn from_config(
         name: &str,
         cfg: &config::Upstream,
@@ -153,6 +168,7 @@ impl Upstream {
         max_tokens: HashMap<String, u32>,
         metrics: Metrics,
         lane_of: Option<&Upstream>,
+        health_of: Option<Arc<health::Health>>,
     ) -> Result<Self, openai::BuildError> {
         let name: Arc<str> = name.into();
         let mut probe = lane_of.and_then(|u| u.probe.clone());
@@ -203,8 +219,18 @@ impl Upstream {
                 metrics.clone(),
             )),
         };
+        let health = match health_of {
+            Some(h) => {
+                h.configure(cfg.resilience.eject);
+                h
+            }
+            None => health::Health::new(name.clone(), cfg.resilience.eject, metrics.clone()),
+        };
         Ok(Upstream {
             gate,
+            health,
+            check: cfg.resilience.health.clone(),
+            checking: std::sync::atomic::AtomicBool::new(false),
             metrics,
             pace: limit::Pace::new(cfg.rpm),
             name,

@@ -40,6 +40,8 @@ pub struct OpenAiTransport {
     embeddings_url: reqwest::Url,
     responses_url: reqwest::Url,
     models_url: reqwest::Url,
+    /// Where active health check paths go.
+    base_url: String,
     auth: Option<HeaderValue>,
     /// What the server says about its models' context windows.
     windows: Option<Learner>,
@@ -72,6 +74,7 @@ impl OpenAiTransport {
             embeddings_url: parse_url(&format!("{base_url}{}", Endpoint::Embeddings.path()))?,
             responses_url: parse_url(&format!("{base_url}{}", Endpoint::Responses.path()))?,
             models_url: parse_url(&format!("{base_url}/models"))?,
+            base_url: base_url.to_owned(),
             auth,
         })
     }
@@ -208,5 +211,19 @@ impl Transport for OpenAiTransport {
         }
         // Any HTTP answer, even 401, means the server is there.
         req.send().await.map(|_| ()).map_err(|e| describe(&e))
+    }
+
+    async fn check(&self, path: &str) -> Result<(), String> {
+        let url = parse_url(&format!("{}{path}", self.base_url))
+            .map_err(|_| "an invalid health path".to_owned())?;
+        let mut req = self.client.get(url);
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let resp = req.send().await.map_err(|e| describe(&e))?;
+        match resp.status() {
+            s if s.is_success() => Ok(()),
+            s => Err(format!("HTTP {}", s.as_u16())),
+        }
     }
 }

@@ -6,7 +6,9 @@
 //! (and probe) when the lane's own settings did not change. So calls
 //! still in flight on the old config and new ones on the new share one
 //! lane, and a single-slot server never gets two calls at once because
-//! of a reload. Secrets count as settings (by their digest, never kept).
+//! of a reload. Its health (ejection state) goes on too, as long as it is
+//! the same server (kind and base URL). Secrets count as settings (by
+//! their digest, never kept).
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -29,6 +31,8 @@ struct Entry {
     whole: String,
     /// What its lane depends on.
     lane: String,
+    /// The server it calls (its health goes on while that stays).
+    server: String,
     upstream: Arc<Upstream>,
 }
 
@@ -59,6 +63,10 @@ impl Registry {
             return Ok(e.upstream.clone());
         }
         let lane_of = running.filter(|e| e.lane == lane).map(|e| &*e.upstream);
+        let server = server_key(cfg);
+        let health_of = running
+            .filter(|e| e.server == server)
+            .map(|e| e.upstream.health.clone());
         let built = Arc::new(Upstream::from_config(
             name,
             cfg,
@@ -66,12 +74,14 @@ impl Registry {
             max_tokens,
             metrics.clone(),
             lane_of,
+            health_of,
         )?);
         entries.insert(
             name.to_owned(),
             Entry {
                 whole,
                 lane,
+                server,
                 upstream: built.clone(),
             },
         );
@@ -103,6 +113,15 @@ fn lane_key(cfg: &config::Upstream) -> String {
         UpstreamKind::Mock { swap, .. } => format!("mock {swap:?}"),
     };
     format!("{:?}|{:?}|{server}", cfg.lane, cfg.limits)
+}
+
+/// The server an upstream calls: its kind and base URL.
+fn server_key(cfg: &config::Upstream) -> String {
+    match &cfg.kind {
+        UpstreamKind::OpenAi { base_url, .. } => format!("openai {base_url}"),
+        UpstreamKind::Anthropic(a) => format!("anthropic {}", a.base_url),
+        UpstreamKind::Mock { .. } => "mock".to_owned(),
+    }
 }
 
 /// The digests of the upstream's secrets (their `Debug` hides them, so
@@ -156,6 +175,7 @@ mod tests {
         let slower = upstream(&r, &toml("40s", "local"), "k1");
         assert!(!Arc::ptr_eq(&first, &slower));
         assert!(Arc::ptr_eq(&first.gate, &slower.gate), "the lane goes on");
+        assert!(Arc::ptr_eq(&first.health, &slower.health), "so does health");
         let rekeyed = upstream(&r, &toml("40s", "local"), "k2");
         assert!(
             !Arc::ptr_eq(&slower, &rekeyed),
@@ -163,6 +183,7 @@ mod tests {
         );
         let cloud = upstream(&r, &toml("40s", "cloud"), "k2");
         assert!(!Arc::ptr_eq(&rekeyed.gate, &cloud.gate));
+        assert!(Arc::ptr_eq(&first.health, &cloud.health), "the same server");
         r.keep_only([]);
         let again = upstream(&r, &toml("40s", "cloud"), "k2");
         assert!(!Arc::ptr_eq(&cloud, &again));

@@ -124,6 +124,10 @@ impl Transport for Translate {
         self.inner.ready().await
     }
 
+    async fn check(&self, path: &str) -> Result<(), String> {
+        self.inner.check(path).await
+    }
+
     fn simulator(&self) -> Option<Arc<Simulator>> {
         self.inner.simulator()
     }

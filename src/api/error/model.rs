@@ -1,12 +1,13 @@
 //! How a model's error ([`ModelError`]) reads as an HTTP error: its
 //! status, OpenAI `type` and `code`, and what a strategy that ran out of
-//! members tells about its attempts.
+//! members tells about its attempts. An ejected upstream (or a route
+//! whose members all are) is a 503 with `Retry-After`.
 
 use axum::http::StatusCode;
 use serde_json::Value;
 
 use super::Shape;
-use crate::error::ModelError;
+use crate::error::{ModelError, secs};
 
 /// The HTTP shape of a model's error.
 pub(super) fn model_shape(e: &ModelError) -> Shape {
@@ -106,6 +107,32 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "context_length_exceeded",
+            )
+        },
+        // Refused at once: nothing was sent; it serves again after
+        // Retry-After (then one trial call decides).
+        ModelError::Ejected { retry_after, .. } => Shape {
+            retry_after: Some(secs(*retry_after).to_string()),
+            ..upstream_err(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "upstream_error",
+                "upstream_unavailable",
+            )
+        },
+        ModelError::NoHealthy {
+            retry_after,
+            attempts,
+            ..
+        } => Shape {
+            retry_after: Some(secs(*retry_after).to_string()),
+            extra: Some((
+                "attempts",
+                serde_json::to_value(attempts).unwrap_or(Value::Null),
+            )),
+            ..upstream_err(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "upstream_error",
+                "no_healthy_upstream",
             )
         },
         ModelError::Exhausted {
