@@ -30,6 +30,8 @@
 //!   shutdown.
 //! - `reload`: SIGHUP, a new config for new requests.
 //! - [`redact`]: keeps the config's secrets out of what upstreams say.
+//! - [`retry`]: why a failed call may be sent again, and each route's
+//!   retry budget.
 //! - [`log_line`]: stderr's text log, one line per event.
 //! - [`attempt`]: the record of one upstream call, reported once to the
 //!   request's sinks.
