@@ -113,6 +113,10 @@ impl Answer {
                 (String::new(), Some((tc.name.clone(), args)))
             }
         };
+        let text = match b.continue_repeats {
+            Some(repeats) if tool_call.is_none() => continued(&text, req, repeats),
+            _ => text,
+        };
         let tokens = split_tokens(&text);
         let default_finish = if tool_call.is_some() {
             "tool_calls"
@@ -186,6 +190,45 @@ impl Answer {
         }
         m
     }
+}
+
+/// The partial answer a request asks to continue: a final assistant
+/// message, or one followed by a last user message.
+fn partial_answer(req: &Value) -> Option<String> {
+    let ms = req.get("messages")?.as_array()?;
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_owned);
+    let last = ms.last()?;
+    let m = match role(last).as_deref() {
+        Some("assistant") => last,
+        Some("user") if ms.len() >= 2 => ms.get(ms.len() - 2)?,
+        _ => return None,
+    };
+    (role(m).as_deref() == Some("assistant")).then(|| content_text(m.get("content")))
+}
+
+/// What is left of `text` after the partial answer `req` ends with,
+/// from the start of the word the partial stops in and `repeats` words
+/// before it (a model repeats a little at the seam); `text` whole when
+/// the request continues nothing of it.
+fn continued(text: &str, req: &Value, repeats: usize) -> String {
+    let Some(partial) = partial_answer(req) else {
+        return text.to_owned();
+    };
+    let partial = partial.trim_end();
+    if partial.is_empty() || !text.starts_with(partial) {
+        return text.to_owned();
+    }
+    let ws = |c: char| c.is_whitespace();
+    let mut start = partial.len();
+    if !text[start..].starts_with(ws) {
+        // Inside a word (or at its end): back to its start.
+        start = text[..start].rfind(ws).map_or(0, |i| i + 1);
+    }
+    for _ in 0..repeats {
+        let before = text[..start].trim_end_matches(ws);
+        start = before.rfind(ws).map_or(0, |i| i + 1);
+    }
+    text[start..].to_owned()
 }
 
 pub(super) fn split_tokens(text: &str) -> Vec<String> {
@@ -293,10 +336,39 @@ fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
+/// The pieces sent before the behaviour's failure, and whether it fails:
+/// `fail = "cut"` halfway through, or anything after `fail_after_chars`
+/// characters (the piece it falls in split there).
+fn break_after(pieces: Vec<(String, bool)>, b: &Resolved) -> (Vec<(String, bool)>, bool) {
+    let Some(limit) = b.fail_after_chars else {
+        if b.fail == Some(FailMode::Cut) {
+            let half = pieces.len() / 2;
+            return (pieces.into_iter().take(half).collect(), true);
+        }
+        return (pieces, false);
+    };
+    let mut out = Vec::new();
+    let mut left = limit;
+    for (text, args) in pieces {
+        let n = text.chars().count();
+        if n > left {
+            let head: String = text.chars().take(left).collect();
+            if !head.is_empty() {
+                out.push((head, args));
+            }
+            return (out, true);
+        }
+        left -= n;
+        out.push((text, args));
+    }
+    // The answer is no longer than the limit: it still breaks, at its end.
+    (out, true)
+}
+
 fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finish) -> MockResponse {
     let body = async_stream::stream! {
         pause(b.ttft).await;
-        match b.fail {
+        match b.fail.filter(|_| b.fail_after_chars.is_none()) {
             Some(FailMode::Garbage) => {
                 yield Ok(Bytes::from_static(b"data: <html>this is not json</html>\n\n"));
                 guard.complete();
@@ -332,31 +404,47 @@ fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finis
         if !a.legacy {
             yield Ok(chunk(json!({"role": "assistant", "content": ""}), Value::Null, None));
         }
-        let pieces: Vec<Value> = match &a.tool_call {
-            Some((name, args)) => {
-                let mut v = vec![json!({"tool_calls": [{"index": 0, "id": "call_mock_1", "type": "function", "function": {"name": name, "arguments": ""}}]})];
-                v.extend(split_tokens(args).into_iter().map(|p| json!({"tool_calls": [{"index": 0, "function": {"arguments": p}}]})));
-                v
-            }
-            None => a.tokens.iter().map(|t| json!({"content": t})).collect(),
+        // (text, is it tool-call arguments) after a tool call's header.
+        let (header, pieces): (Option<Value>, Vec<(String, bool)>) = match &a.tool_call {
+            Some((name, args)) => (
+                Some(json!({"tool_calls": [{"index": 0, "id": "call_mock_1", "type": "function", "function": {"name": name, "arguments": ""}}]})),
+                split_tokens(args).into_iter().map(|p| (p, true)).collect(),
+            ),
+            None => (None, a.tokens.iter().map(|t| (t.clone(), false)).collect()),
         };
-        let cut_at = if b.fail == Some(FailMode::Cut) { Some(pieces.len() / 2) } else { None };
-        for (i, delta) in pieces.into_iter().enumerate() {
-            if cut_at == Some(i) {
-                guard.complete();
-                tokio::time::sleep(CUT_GRACE).await;
-                yield Err(MockCut);
-                return;
-            }
+        let delta = |text: &str, args: bool| if args {
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
+        } else {
+            json!({"content": text})
+        };
+        let (pieces, broke) = break_after(pieces, &b);
+        if let Some(h) = header {
+            yield Ok(chunk(h, Value::Null, None));
+        }
+        for (i, (text, args)) in pieces.into_iter().enumerate() {
             if i > 0 && let Some(gap) = gap {
                 tokio::time::sleep(gap).await;
             }
-            yield Ok(chunk(delta, Value::Null, None));
+            yield Ok(chunk(delta(&text, args), Value::Null, None));
         }
-        if cut_at.is_some() {
-            guard.complete();
-            tokio::time::sleep(CUT_GRACE).await;
-            yield Err(MockCut);
+        if broke {
+            match b.fail.unwrap_or(FailMode::Cut) {
+                FailMode::ErrorEvent => {
+                    let message = b.error_message.as_deref().unwrap_or("mock: simulated error event");
+                    yield Ok(sse(&json!({"error": {"message": message, "type": "server_error"}})));
+                    guard.complete();
+                }
+                FailMode::Hang => std::future::pending::<()>().await,
+                FailMode::Garbage => {
+                    yield Ok(Bytes::from_static(b"data: <html>this is not json</html>\n\n"));
+                    guard.complete();
+                }
+                FailMode::Cut => {
+                    guard.complete();
+                    tokio::time::sleep(CUT_GRACE).await;
+                    yield Err(MockCut);
+                }
+            }
             return;
         }
         let usage_here = include_usage && b.usage_in_final_chunk;
@@ -384,5 +472,21 @@ mod tests {
             vec!["Hello", "  big", " world"]
         );
         assert_eq!(split_tokens("").len(), 0);
+    }
+
+    #[test]
+    fn a_continuation_repeats_the_seam() {
+        let text = "The quick brown fox jumps.";
+        let req = |partial: &str| {
+            json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": partial}]})
+        };
+        assert_eq!(continued(text, &req("The quick bro"), 0), "brown fox jumps.");
+        assert_eq!(continued(text, &req("The quick bro"), 1), "quick brown fox jumps.");
+        assert_eq!(continued(text, &req("The quick"), 0), " brown fox jumps.");
+        assert_eq!(continued(text, &req("The quick "), 1), "quick brown fox jumps.");
+        assert_eq!(continued(text, &req("The quick "), 0), " brown fox jumps.");
+        assert_eq!(continued(text, &req("Other"), 2), text);
+        let asked = json!({"messages": [{"role": "assistant", "content": "The quick brown f"}, {"role": "user", "content": "go on"}]});
+        assert_eq!(continued(text, &asked, 1), "brown fox jumps.");
     }
 }
