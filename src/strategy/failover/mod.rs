@@ -20,8 +20,8 @@
 //!
 //! Never spliced: a stream whose tool call (or refusal, or second choice)
 //! had begun ends with a `midstream_failover_unavailable` error event. An
-//! error before any text is not handled here (the strategy's own retry
-//! is), nor one after the answer's `finish_reason`.
+//! error before anything went out is not handled here (the strategy's own
+//! retry is), nor one after the answer's `finish_reason`.
 
 pub mod seam;
 
@@ -171,10 +171,13 @@ impl Sent {
     /// Why an error now ends the stream rather than failing over; `None`
     /// when it may fail over.
     fn refusal(&self) -> Option<Option<&'static str>> {
-        if self.text.is_empty() || self.finished {
+        if self.finished {
             return Some(None);
         }
-        self.unsplicable.map(Some)
+        if let Some(what) = self.unsplicable {
+            return Some(Some(what));
+        }
+        self.text.is_empty().then_some(None)
     }
 
     /// A continuation chunk as a chunk of the first stream, its text
