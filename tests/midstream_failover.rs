@@ -12,7 +12,8 @@ use common::world::streamed_text;
 use common::*;
 use serde_json::{Value, json};
 
-const TEXT: &str = "The quick brown fox jumps over the lazy dog. Then it naps, dreaming of rabbits.";
+const TEXT: &str =
+    "The quick brown fox jumps over the lazy dog. Then it naps, dreaming of rabbits.";
 
 /// The HTTP mock behind the `far` upstream (an OpenAI-compatible server:
 /// no prefill, so its continuations are asked with an instruction).
@@ -263,7 +264,11 @@ async fn a_failing_continuation_moves_on_and_the_last_one_ends_cleanly() {
     assert_eq!(resp.status, 200);
     let events = parsed(&resp);
     let last = events.last().unwrap();
-    assert_eq!(last["error"]["code"], "upstream_stream_cut", "{}", resp.text);
+    assert_eq!(
+        last["error"]["code"], "upstream_stream_cut",
+        "{}",
+        resp.text
+    );
     assert_eq!(streamed_text(&resp.data_events()), &TEXT[..13]);
 }
 

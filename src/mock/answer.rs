@@ -477,13 +477,20 @@ mod tests {
     #[test]
     fn a_continuation_repeats_the_seam() {
         let text = "The quick brown fox jumps.";
-        let req = |partial: &str| {
-            json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": partial}]})
-        };
-        assert_eq!(continued(text, &req("The quick bro"), 0), "brown fox jumps.");
-        assert_eq!(continued(text, &req("The quick bro"), 1), "quick brown fox jumps.");
+        let req = |partial: &str| json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": partial}]});
+        assert_eq!(
+            continued(text, &req("The quick bro"), 0),
+            "brown fox jumps."
+        );
+        assert_eq!(
+            continued(text, &req("The quick bro"), 1),
+            "quick brown fox jumps."
+        );
         assert_eq!(continued(text, &req("The quick"), 0), " brown fox jumps.");
-        assert_eq!(continued(text, &req("The quick "), 1), "quick brown fox jumps.");
+        assert_eq!(
+            continued(text, &req("The quick "), 1),
+            "quick brown fox jumps."
+        );
         assert_eq!(continued(text, &req("The quick "), 0), " brown fox jumps.");
         assert_eq!(continued(text, &req("Other"), 2), text);
         let asked = json!({"messages": [{"role": "assistant", "content": "The quick brown f"}, {"role": "user", "content": "go on"}]});

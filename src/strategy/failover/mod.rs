@@ -98,9 +98,11 @@ pub fn continuation(req: &ChatRequest, partial: &str, prefill: bool) -> ChatRequ
     let mut out = req.clone();
     // A prefill may not end with whitespace (Anthropic refuses it); the
     // seam drops whitespace the continuation repeats.
-    out.messages.push(Message::new("assistant", partial.trim_end()));
+    out.messages
+        .push(Message::new("assistant", partial.trim_end()));
     if !prefill {
-        out.messages.push(Message::new("user", CONTINUE_INSTRUCTION));
+        out.messages
+            .push(Message::new("user", CONTINUE_INSTRUCTION));
     }
     out
 }

@@ -43,9 +43,7 @@ pub fn overlap(partial: &str, cont: &str) -> usize {
     let longest = (floor..partial.len())
         .filter(|&at| partial.is_char_boundary(at))
         .map(|at| &partial[at..])
-        .find(|tail| {
-            cont.starts_with(tail) && boundary(partial, partial.len() - tail.len())
-        })
+        .find(|tail| cont.starts_with(tail) && boundary(partial, partial.len() - tail.len()))
         .map_or(0, str::len);
     if longest > 0 {
         return longest;
