@@ -73,8 +73,18 @@ kind = "mock"
 reply = {{ text = "{TEXT}" }}
 continue_repeats = 2
 
+[upstreams.claude]
+kind = "mock"
+api = "anthropic"
+
+[upstreams.claude.models.bard]
+reply = {{ text = "{TEXT}" }}
+continue_repeats = 0
+
 [models.heir]
 upstream = "near"
+[models.bard]
+upstream = "claude"
 [models.writer]
 upstream = "far"
 [models.scribe]
@@ -89,6 +99,11 @@ upstream = "far"
 [routes.story]
 strategy = "chain"
 tiers = ["writer", "heir"]
+midstream_failover = true
+
+[routes.sung]
+strategy = "chain"
+tiers = ["writer", "bard"]
 midstream_failover = true
 
 [routes.told]
@@ -175,6 +190,10 @@ async fn a_cut_stream_is_continued_without_repeated_or_lost_words() {
         (60, "story"),
         (13, "told"),
         (44, "told"),
+        // An Anthropic upstream continues a prefill (its trailing
+        // whitespace dropped, as Anthropic requires).
+        (10, "sung"),
+        (13, "sung"),
     ] {
         let resp = post(&gw.base, &ask(route, &format!("[cut {n}]"))).await;
         requests += 1;
@@ -208,7 +227,7 @@ async fn a_cut_stream_is_continued_without_repeated_or_lost_words() {
     );
     assert_eq!(
         attempts.iter().filter(|a| a["model"] == "writer").count(),
-        8
+        10
     );
     let events = gw.events_of(&["midstream_failover"], requests).await;
     let first = &events[0];
@@ -218,6 +237,14 @@ async fn a_cut_stream_is_continued_without_repeated_or_lost_words() {
     assert_eq!(first["chars_before"], 13);
     // heir repeats from two words before the cut word: "The quick bro".
     assert_eq!(first["overlap_trimmed"], 13, "{first}");
+    // scribe, asked with an instruction, repeats one word before the cut
+    // word ("quick bro"); bard continues the prefill "The quick" with
+    // " brown", whose space the text already had.
+    assert_eq!(events[6]["to"], "scribe");
+    assert_eq!(events[6]["overlap_trimmed"], 9, "{}", events[6]);
+    assert_eq!(events[8]["to"], "bard");
+    assert_eq!(events[8]["chars_before"], 10);
+    assert_eq!(events[8]["overlap_trimmed"], 1, "{}", events[8]);
     // Without prefill the member was asked with an instruction after the
     // partial answer.
     let asked = far.asked("scribe").await;

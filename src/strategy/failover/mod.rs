@@ -18,6 +18,10 @@
 //! and is an attempt of its own; a `midstream_failover` event says who
 //! continued whom.
 //!
+//! A chain uses it with `midstream_failover = true` (its later tiers); any
+//! strategy that streams one member's answer live can (a balance: its
+//! other members), by wrapping the reply it returns.
+//!
 //! Never spliced: a stream whose tool call (or refusal, or second choice)
 //! had begun ends with a `midstream_failover_unavailable` error event. An
 //! error before anything went out is not handled here (the strategy's own
