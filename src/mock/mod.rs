@@ -18,6 +18,7 @@ mod answer;
 mod anthropic;
 mod behavior;
 pub mod context;
+mod continuation;
 mod embeddings;
 mod loading;
 mod null_content;

@@ -341,6 +341,8 @@ fn spliced(first: ChunkStream, attempt: Attempt, f: Failover) -> ChunkStream {
                             sent.observe(&c);
                             yield Ok(c);
                         }
+                        // A loading banner is not part of the answer.
+                        Some(_) if c.loading => {}
                         Some(l) => {
                             let out = sent.splice(&c, &mut l.seam, prior);
                             if l.seam.trimmed().is_some() {
