@@ -96,6 +96,11 @@ pub enum ModelError {
         streamed: bool,
     },
 
+    /// A stream broke where mid-stream failover cannot continue it
+    /// (inside a tool call): it ends with this error event.
+    #[error("upstream `{upstream}` stream broke off and could not be continued: {detail}")]
+    FailoverUnavailable { upstream: Arc<str>, detail: String },
+
     #[error("the request could not be sent upstream: {0}")]
     Encode(#[from] serde_json::Error),
 
@@ -399,6 +404,7 @@ impl ModelError {
             ModelError::Status { .. } => "status_4xx",
             ModelError::Invalid { .. } => "invalid_response",
             ModelError::StreamCut { .. } => "stream_cut",
+            ModelError::FailoverUnavailable { .. } => "stream_cut",
             ModelError::Reported { streamed: true, .. } => "stream_error",
             ModelError::Reported { .. } => "error_body",
             ModelError::Encode(_) => "encode",

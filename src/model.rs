@@ -51,6 +51,15 @@ pub trait ChatModel: Send + Sync {
         Availability::Serving
     }
 
+    /// Whether the model continues a conversation that ends with a
+    /// partial assistant message (a prefill) natively: Anthropic's
+    /// Messages API and the mock do. A mid-stream failover asks a model
+    /// that does not with an instruction instead
+    /// (`strategy::failover`).
+    fn continues_prefill(&self) -> bool {
+        false
+    }
+
     /// Whether the model is loaded on its server right now (llama-swap
     /// warm state); `Unknown` where nobody can tell.
     async fn warm(&self) -> Warm {

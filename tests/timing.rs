@@ -30,6 +30,7 @@ fn chain(tiers: Vec<Tier>, verifier: Option<Verifier>) -> Chain {
         on_exhausted: OnExhausted::Error,
         ttft_timeout: None,
         stream_idle_timeout: None,
+        midstream_failover: false,
     }
 }
 

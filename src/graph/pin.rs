@@ -76,4 +76,8 @@ impl ChatModel for Pinned {
     async fn warm(&self) -> Warm {
         self.inner.warm().await
     }
+
+    fn continues_prefill(&self) -> bool {
+        self.inner.continues_prefill()
+    }
 }

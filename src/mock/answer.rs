@@ -9,6 +9,8 @@ use serde_json::{Map, Value, json};
 
 use crate::wire::content_text;
 
+use super::continuation::continued;
+
 use super::{
     CUT_GRACE, FailMode, Finish, MockBody, MockCut, MockResponse, ReplySpec, Resolved, UsageSpec,
     error_response, once, pause,
@@ -112,6 +114,10 @@ impl Answer {
                 };
                 (String::new(), Some((tc.name.clone(), args)))
             }
+        };
+        let text = match b.continue_repeats {
+            Some(repeats) if tool_call.is_none() => continued(&text, req, repeats),
+            _ => text,
         };
         let tokens = split_tokens(&text);
         let default_finish = if tool_call.is_some() {
@@ -293,10 +299,39 @@ fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
+/// The pieces sent before the behaviour's failure, and whether it fails:
+/// `fail = "cut"` halfway through, or anything after `fail_after_chars`
+/// characters (the piece it falls in split there).
+fn break_after(pieces: Vec<(String, bool)>, b: &Resolved) -> (Vec<(String, bool)>, bool) {
+    let Some(limit) = b.fail_after_chars else {
+        if b.fail == Some(FailMode::Cut) {
+            let half = pieces.len() / 2;
+            return (pieces.into_iter().take(half).collect(), true);
+        }
+        return (pieces, false);
+    };
+    let mut out = Vec::new();
+    let mut left = limit;
+    for (text, args) in pieces {
+        let n = text.chars().count();
+        if n > left {
+            let head: String = text.chars().take(left).collect();
+            if !head.is_empty() {
+                out.push((head, args));
+            }
+            return (out, true);
+        }
+        left -= n;
+        out.push((text, args));
+    }
+    // The answer is no longer than the limit: it still breaks, at its end.
+    (out, true)
+}
+
 fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finish) -> MockResponse {
     let body = async_stream::stream! {
         pause(b.ttft).await;
-        match b.fail {
+        match b.fail.filter(|_| b.fail_after_chars.is_none()) {
             Some(FailMode::Garbage) => {
                 yield Ok(Bytes::from_static(b"data: <html>this is not json</html>\n\n"));
                 guard.complete();
@@ -332,31 +367,47 @@ fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finis
         if !a.legacy {
             yield Ok(chunk(json!({"role": "assistant", "content": ""}), Value::Null, None));
         }
-        let pieces: Vec<Value> = match &a.tool_call {
-            Some((name, args)) => {
-                let mut v = vec![json!({"tool_calls": [{"index": 0, "id": "call_mock_1", "type": "function", "function": {"name": name, "arguments": ""}}]})];
-                v.extend(split_tokens(args).into_iter().map(|p| json!({"tool_calls": [{"index": 0, "function": {"arguments": p}}]})));
-                v
-            }
-            None => a.tokens.iter().map(|t| json!({"content": t})).collect(),
+        // (text, is it tool-call arguments) after a tool call's header.
+        let (header, pieces): (Option<Value>, Vec<(String, bool)>) = match &a.tool_call {
+            Some((name, args)) => (
+                Some(json!({"tool_calls": [{"index": 0, "id": "call_mock_1", "type": "function", "function": {"name": name, "arguments": ""}}]})),
+                split_tokens(args).into_iter().map(|p| (p, true)).collect(),
+            ),
+            None => (None, a.tokens.iter().map(|t| (t.clone(), false)).collect()),
         };
-        let cut_at = if b.fail == Some(FailMode::Cut) { Some(pieces.len() / 2) } else { None };
-        for (i, delta) in pieces.into_iter().enumerate() {
-            if cut_at == Some(i) {
-                guard.complete();
-                tokio::time::sleep(CUT_GRACE).await;
-                yield Err(MockCut);
-                return;
-            }
+        let delta = |text: &str, args: bool| if args {
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
+        } else {
+            json!({"content": text})
+        };
+        let (pieces, broke) = break_after(pieces, &b);
+        if let Some(h) = header {
+            yield Ok(chunk(h, Value::Null, None));
+        }
+        for (i, (text, args)) in pieces.into_iter().enumerate() {
             if i > 0 && let Some(gap) = gap {
                 tokio::time::sleep(gap).await;
             }
-            yield Ok(chunk(delta, Value::Null, None));
+            yield Ok(chunk(delta(&text, args), Value::Null, None));
         }
-        if cut_at.is_some() {
-            guard.complete();
-            tokio::time::sleep(CUT_GRACE).await;
-            yield Err(MockCut);
+        if broke {
+            match b.fail.unwrap_or(FailMode::Cut) {
+                FailMode::ErrorEvent => {
+                    let message = b.error_message.as_deref().unwrap_or("mock: simulated error event");
+                    yield Ok(sse(&json!({"error": {"message": message, "type": "server_error"}})));
+                    guard.complete();
+                }
+                FailMode::Hang => std::future::pending::<()>().await,
+                FailMode::Garbage => {
+                    yield Ok(Bytes::from_static(b"data: <html>this is not json</html>\n\n"));
+                    guard.complete();
+                }
+                FailMode::Cut => {
+                    guard.complete();
+                    tokio::time::sleep(CUT_GRACE).await;
+                    yield Err(MockCut);
+                }
+            }
             return;
         }
         let usage_here = include_usage && b.usage_in_final_chunk;

@@ -28,6 +28,18 @@ pub struct Behavior {
     /// `Retry-After` seconds sent with an error status.
     pub retry_after: Option<u64>,
     pub fail: Option<FailMode>,
+    /// Streamed chat answers: `fail` (default `cut`; `hang` stalls,
+    /// `error_event` sends an SSE error) happens only after this many
+    /// characters of the answer (its text, or a tool call's arguments)
+    /// went out, splitting a token if need be.
+    pub fail_after_chars: Option<usize>,
+    /// Continues a partial answer: when the conversation ends with an
+    /// assistant message (a prefill), or with one and a user message
+    /// after it (asked to continue), whose text begins the reply, the
+    /// model answers the rest of the reply, repeating the word the
+    /// partial text stops in and this many words before it, as real
+    /// models do.
+    pub continue_repeats: Option<usize>,
     /// Default `stop` (`tool_calls` for a tool call reply).
     pub finish_reason: Option<String>,
     /// Put usage on the last chunk that has choices (as llama.cpp and vLLM
@@ -119,11 +131,20 @@ pub struct Resolved {
     pub error_message: Option<String>,
     pub retry_after: Option<u64>,
     pub fail: Option<FailMode>,
+    pub fail_after_chars: Option<usize>,
+    pub continue_repeats: Option<usize>,
     pub finish_reason: Option<String>,
     pub usage_in_final_chunk: bool,
     pub omit_usage: bool,
     pub extra: Map<String, Value>,
     pub context_window: Option<u64>,
+}
+
+impl Resolved {
+    /// It fails with `mode` before answering (not after some characters).
+    pub fn fails_at_once(&self, mode: FailMode) -> bool {
+        self.fail == Some(mode) && self.fail_after_chars.is_none()
+    }
 }
 
 impl Behavior {
@@ -152,6 +173,8 @@ impl Behavior {
             error_message: pick!(error_message),
             retry_after: pick!(retry_after),
             fail: pick!(fail),
+            fail_after_chars: pick!(fail_after_chars),
+            continue_repeats: pick!(continue_repeats),
             finish_reason: pick!(finish_reason),
             usage_in_final_chunk: pick!(usage_in_final_chunk).unwrap_or(false),
             omit_usage: pick!(omit_usage).unwrap_or(false),

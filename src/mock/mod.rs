@@ -18,6 +18,7 @@ mod answer;
 mod anthropic;
 mod behavior;
 pub mod context;
+mod continuation;
 mod embeddings;
 mod loading;
 mod null_content;
@@ -299,7 +300,7 @@ impl Simulator {
                 .pointer("/stream_options/include_usage")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-        let fails = b.fail == Some(FailMode::Hang) || b.status.is_some_and(|s| s >= 300);
+        let fails = b.fails_at_once(FailMode::Hang) || b.status.is_some_and(|s| s >= 300);
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         if self.swap.loading_state
             && stream
@@ -311,7 +312,7 @@ impl Simulator {
         }
         self.swap_to(&model).await;
 
-        if b.fail == Some(FailMode::Hang) {
+        if b.fails_at_once(FailMode::Hang) {
             return std::future::pending().await;
         }
         if let Some(status) = b.status.filter(|s| *s >= 300) {

@@ -15,6 +15,7 @@
 
 pub mod arena;
 pub mod chain;
+pub mod failover;
 pub mod judge;
 pub mod oracle;
 pub mod passthrough;

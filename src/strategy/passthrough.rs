@@ -36,4 +36,8 @@ impl ChatModel for Passthrough {
     async fn warm(&self) -> Warm {
         self.model.warm().await
     }
+
+    fn continues_prefill(&self) -> bool {
+        self.model.continues_prefill()
+    }
 }

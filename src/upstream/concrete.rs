@@ -436,6 +436,10 @@ impl ChatModel for ConcreteModel {
         self.upstream.warm(&self.info.upstream_model).await
     }
 
+    fn continues_prefill(&self) -> bool {
+        self.upstream.prefill
+    }
+
     /// Sends the call as [`Wire::plan`] says; a server that refuses the
     /// stream is asked again whole (see [`delivery`]).
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {

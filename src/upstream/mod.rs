@@ -135,6 +135,9 @@ pub struct Upstream {
     /// Its server speaks Anthropic's Messages API natively (`kind =
     /// "anthropic"`, or a mock with `api = "anthropic"`).
     pub messages: bool,
+    /// Its server continues a final assistant message (a prefill):
+    /// Anthropic, and the mock.
+    pub prefill: bool,
     pub transport: Box<dyn Transport>,
     /// llama-swap's warm state, for `llama_swap = URL` upstreams.
     pub probe: Option<Arc<WarmProbe>>,
@@ -245,6 +248,10 @@ impl Upstream {
                         api: crate::mock::Api::Anthropic,
                         ..
                     }
+            ),
+            prefill: matches!(
+                &cfg.kind,
+                UpstreamKind::Anthropic(_) | UpstreamKind::Mock { .. }
             ),
             transport,
             probe,

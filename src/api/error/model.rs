@@ -81,6 +81,11 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
             "upstream_error",
             "upstream_stream_cut",
         ),
+        ModelError::FailoverUnavailable { .. } => upstream_err(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "midstream_failover_unavailable",
+        ),
         ModelError::Reported { .. } => {
             upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "upstream_error")
         }

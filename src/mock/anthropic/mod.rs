@@ -88,7 +88,7 @@ pub(super) async fn respond(
     };
     let n = sim.next_id.fetch_add(1, Ordering::Relaxed);
     sim.swap_to(&model).await;
-    if b.fail == Some(FailMode::Hang) {
+    if b.fails_at_once(FailMode::Hang) {
         return std::future::pending().await;
     }
     if let Some(status) = b.status.filter(|s| *s >= 300) {

@@ -52,6 +52,9 @@ struct Raw {
     /// Time limit of each verifier call.
     #[serde(default = "default_verifier_timeout", with = "humantime_serde")]
     verifier_timeout: Duration,
+    /// A live stream cut after its first token goes on at the next tiers.
+    #[serde(default)]
+    midstream_failover: bool,
 }
 
 fn default_verifier_max_tokens() -> u32 {
@@ -74,6 +77,7 @@ pub struct ChainSpec {
     pub stream_idle_timeout: Option<Duration>,
     pub verifier_max_tokens: u32,
     pub verifier_timeout: Duration,
+    pub midstream_failover: bool,
 }
 
 /// Reads and validates one chain route table at `path`.
@@ -142,6 +146,7 @@ pub(crate) fn parse(
         stream_idle_timeout: c.stream_idle_timeout,
         verifier_max_tokens: c.verifier_max_tokens,
         verifier_timeout: c.verifier_timeout,
+        midstream_failover: c.midstream_failover,
     }))
 }
 
@@ -304,6 +309,7 @@ pub fn build(
             on_exhausted: spec.on_exhausted,
             ttft_timeout: spec.ttft_timeout,
             stream_idle_timeout: spec.stream_idle_timeout,
+            midstream_failover: spec.midstream_failover,
         }),
         keepalive,
         pins,

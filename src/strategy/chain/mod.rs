@@ -11,7 +11,9 @@
 //!
 //! Streaming: a self-certifying (or fallback) tier streams live, committed
 //! only once its first chunk is in; a verified tier's stream is buffered,
-//! judged, and then replayed verbatim.
+//! judged, and then replayed verbatim. With `midstream_failover`, a
+//! live-streamed tier's stream that breaks after text reached the client
+//! is continued by the later tiers (`strategy::failover`).
 
 pub mod config;
 pub mod verdict;
@@ -25,6 +27,7 @@ use async_trait::async_trait;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
+use crate::strategy::failover::{self, Failover, Member};
 use crate::stream;
 use crate::wire::{ChatRequest, Message};
 use config::OnExhausted;
@@ -44,6 +47,8 @@ pub struct Chain {
     pub on_exhausted: OnExhausted,
     pub ttft_timeout: Option<Duration>,
     pub stream_idle_timeout: Option<Duration>,
+    /// A live stream cut after its first token goes on at the next tiers.
+    pub midstream_failover: bool,
 }
 
 /// The request a later tier sees: the original plus the rejections so far,
@@ -64,6 +69,41 @@ fn with_feedback(req: &Arc<ChatRequest>, notes: &[String]) -> Arc<ChatRequest> {
         _ => out.messages.push(Message::new("user", text)),
     }
     Arc::new(out)
+}
+
+impl Chain {
+    /// A live tier's reply, continued by the later tiers should its
+    /// stream break (with `midstream_failover`).
+    fn failover(&self, reply: Reply, call: &Call, req: Arc<ChatRequest>, tier: usize) -> Reply {
+        let rest: Vec<Member> = self
+            .tiers
+            .iter()
+            .skip(tier + 1)
+            .map(|t| Member {
+                name: t.name.clone(),
+                model: t.model.clone(),
+            })
+            .collect();
+        if !self.midstream_failover || rest.is_empty() {
+            return reply;
+        }
+        let from = reply
+            .meta
+            .served_by
+            .clone()
+            .or_else(|| self.tiers.get(tier).map(|t| t.name.clone()))
+            .unwrap_or_else(|| self.name.clone());
+        let f = Failover {
+            route: self.name.clone(),
+            call: call
+                .with_role(Role::Tier)
+                .with_ttft_timeout(self.ttft_timeout),
+            req,
+            from,
+            rest,
+        };
+        failover::continue_on_failure(reply, f)
+    }
 }
 
 #[async_trait]
@@ -99,11 +139,9 @@ impl ChatModel for Chain {
                 .with_role(Role::Tier)
                 .with_ttft_timeout(self.ttft_timeout)
                 .with_retry_elsewhere(call.retry_elsewhere || i < last);
+            let tier_req = with_feedback(&req, &notes);
             let answer = async {
-                let reply = tier
-                    .model
-                    .chat(tier_call, with_feedback(&req, &notes))
-                    .await?;
+                let reply = tier.model.chat(tier_call, tier_req.clone()).await?;
                 // A tier still loading its model has not answered yet:
                 // its first-token deadline may still move the chain on.
                 stream::past_loading(reply).await
@@ -122,7 +160,7 @@ impl ChatModel for Chain {
                 Some(v) if tier.verified => v,
                 _ => {
                     reply.attempt.set_verdict(Verdict::Accept, None);
-                    return Ok(reply);
+                    return Ok(self.failover(reply, &call, tier_req, i));
                 }
             };
             let served_by = reply

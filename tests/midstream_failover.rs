@@ -1,0 +1,344 @@
+//! Mid-stream failover (`midstream_failover = true` on a chain): a stream
+//! cut after text reached the client goes on at the next tier, spliced so
+//! the client's text is the canonical answer exactly (no word repeated or
+//! lost at the seam), with one usage chunk counting both attempts and both
+//! attempts in the event log. A cut inside a tool call ends with a clean
+//! error event; without the option, the old error event stays.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::world::streamed_text;
+use common::*;
+use serde_json::{Value, json};
+
+const TEXT: &str =
+    "The quick brown fox jumps over the lazy dog. Then it naps, dreaming of rabbits.";
+
+/// The HTTP mock behind the `far` upstream (an OpenAI-compatible server:
+/// no prefill, so its continuations are asked with an instruction).
+fn far_mock() -> Proc {
+    Proc::mock(&format!(
+        r#"
+[upstreams.far]
+kind = "mock"
+
+[upstreams.far.models.writer]
+reply = {{ text = "{TEXT}" }}
+{rules}
+
+[upstreams.far.models.scribe]
+reply = {{ text = "{TEXT}" }}
+continue_repeats = 1
+
+[upstreams.far.models.broken]
+reply = {{ text = "{TEXT}" }}
+continue_repeats = 1
+fail_after_chars = 8
+
+[upstreams.far.models.down]
+status = 503
+
+[upstreams.far.models.tooler]
+reply = {{ tool_call = {{ name = "get_weather", arguments = {{ city = "Paris", unit = "celsius", days = 3 }} }} }}
+fail_after_chars = 12
+"#,
+        rules = [3, 10, 13, 44, 45, 60]
+            .iter()
+            .map(|n| format!(
+                "[[upstreams.far.models.writer.rules]]\nwhen_contains = \"[cut {n}]\"\nthen = {{ fail_after_chars = {n} }}\n\
+                 [[upstreams.far.models.writer.rules]]\nwhen_contains = \"[stall {n}]\"\nthen = {{ fail_after_chars = {n}, fail = \"hang\" }}\n\
+                 [[upstreams.far.models.writer.rules]]\nwhen_contains = \"[error {n}]\"\nthen = {{ fail_after_chars = {n}, fail = \"error_event\" }}\n"
+            ))
+            .collect::<String>(),
+    ))
+}
+
+fn gateway(far: &Proc) -> Proc {
+    Proc::gateway(&format!(
+        r#"
+[server]
+event_log = "{{dir}}/events.jsonl"
+
+[upstreams.far]
+kind = "openai"
+base_url = "{far}"
+timeout = "20s"
+stream_idle_timeout = "1s"
+
+[upstreams.near]
+kind = "mock"
+
+[upstreams.near.models.heir]
+reply = {{ text = "{TEXT}" }}
+continue_repeats = 2
+
+[upstreams.claude]
+kind = "mock"
+api = "anthropic"
+
+[upstreams.claude.models.bard]
+reply = {{ text = "{TEXT}" }}
+continue_repeats = 0
+
+[models.heir]
+upstream = "near"
+[models.bard]
+upstream = "claude"
+[models.writer]
+upstream = "far"
+[models.scribe]
+upstream = "far"
+[models.broken]
+upstream = "far"
+[models.down]
+upstream = "far"
+[models.tooler]
+upstream = "far"
+
+[routes.story]
+strategy = "chain"
+tiers = ["writer", "heir"]
+midstream_failover = true
+
+[routes.sung]
+strategy = "chain"
+tiers = ["writer", "bard"]
+midstream_failover = true
+
+[routes.told]
+strategy = "chain"
+tiers = ["writer", "scribe"]
+midstream_failover = true
+
+[routes.twice]
+strategy = "chain"
+tiers = ["writer", "down", "broken", "heir"]
+midstream_failover = true
+
+[routes.doomed]
+strategy = "chain"
+tiers = ["writer", "down", "broken"]
+midstream_failover = true
+
+[routes.tools]
+strategy = "chain"
+tiers = ["tooler", "heir"]
+midstream_failover = true
+
+[routes.plain]
+strategy = "chain"
+tiers = ["writer", "heir"]
+"#,
+        far = far.v1()
+    ))
+}
+
+fn ask(route: &str, marker: &str) -> Value {
+    let mut body = chat_stream(route, &format!("Tell me about the fox. {marker}"));
+    body["stream_options"] = json!({"include_usage": true});
+    body
+}
+
+fn parsed(resp: &Resp) -> Vec<Value> {
+    resp.data_events()
+        .iter()
+        .filter(|e| e.as_str() != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect()
+}
+
+/// The client saw one stream: one id, one model, one role delta, choice
+/// 0 only, and one usage chunk (returned).
+fn one_stream(resp: &Resp) -> Value {
+    let events = parsed(resp);
+    let id = &events[0]["id"];
+    let model = &events[0]["model"];
+    let mut usage = Vec::new();
+    let mut roles = 0;
+    for e in &events {
+        assert!(e.get("error").is_none(), "an error event: {}", resp.text);
+        assert_eq!(&e["id"], id, "{}", resp.text);
+        assert_eq!(&e["model"], model, "{}", resp.text);
+        for c in e["choices"].as_array().unwrap() {
+            assert_eq!(c["index"], 0);
+            roles += usize::from(c.pointer("/delta/role").is_some());
+        }
+        if e["usage"].is_object() {
+            usage.push(e["usage"].clone());
+        }
+    }
+    assert_eq!(roles, 1, "{}", resp.text);
+    assert_eq!(usage.len(), 1, "{}", resp.text);
+    assert!(resp.text.trim_end().ends_with("data: [DONE]"));
+    usage.remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_stream_is_continued_without_repeated_or_lost_words() {
+    let far = far_mock();
+    let gw = gateway(&far);
+    let mut requests = 0;
+    // Mid-word, at a space, after one token, after punctuation, after
+    // punctuation and a space, deep in the second sentence.
+    for (n, route) in [
+        (13, "story"),
+        (10, "story"),
+        (3, "story"),
+        (44, "story"),
+        (45, "story"),
+        (60, "story"),
+        (13, "told"),
+        (44, "told"),
+        // An Anthropic upstream continues a prefill (its trailing
+        // whitespace dropped, as Anthropic requires).
+        (10, "sung"),
+        (13, "sung"),
+    ] {
+        let resp = post(&gw.base, &ask(route, &format!("[cut {n}]"))).await;
+        requests += 1;
+        assert_eq!(resp.status, 200, "{}", resp.text);
+        let usage = one_stream(&resp);
+        assert_eq!(
+            streamed_text(&resp.data_events()),
+            TEXT,
+            "cut after {n} on {route}"
+        );
+        // Usage counts both attempts: it is the request's totals.
+        let ended = gw.events_of(&["request"], requests).await;
+        let last = ended.last().unwrap();
+        assert_eq!(usage["prompt_tokens"], last["input_tokens"], "{last}");
+        assert_eq!(usage["completion_tokens"], last["output_tokens"], "{last}");
+        assert_eq!(last["attempts"], 2, "{last}");
+    }
+    // Two attempt records per request, the continuation's accepted with
+    // why; one event per failover saying who continued whom.
+    let attempts = gw.events_of(&["attempt"], 2 * requests).await;
+    let heirs: Vec<&Value> = attempts.iter().filter(|a| a["model"] == "heir").collect();
+    assert_eq!(heirs.len(), 6);
+    assert_eq!(heirs[0]["verdict"], "accept");
+    assert!(
+        heirs[0]["feedback"]
+            .as_str()
+            .unwrap()
+            .contains("continues the stream of writer, cut after 13 characters"),
+        "{}",
+        heirs[0]
+    );
+    assert_eq!(
+        attempts.iter().filter(|a| a["model"] == "writer").count(),
+        10
+    );
+    let events = gw.events_of(&["midstream_failover"], requests).await;
+    let first = &events[0];
+    assert_eq!(first["failover_route"], "story");
+    assert_eq!(first["from"], "writer");
+    assert_eq!(first["to"], "heir");
+    assert_eq!(first["chars_before"], 13);
+    // heir repeats from two words before the cut word: "The quick bro".
+    assert_eq!(first["overlap_trimmed"], 13, "{first}");
+    // scribe, asked with an instruction, repeats one word before the cut
+    // word ("quick bro"); bard continues the prefill "The quick" with
+    // " brown", whose space the text already had.
+    assert_eq!(events[6]["to"], "scribe");
+    assert_eq!(events[6]["overlap_trimmed"], 9, "{}", events[6]);
+    assert_eq!(events[8]["to"], "bard");
+    assert_eq!(events[8]["chars_before"], 10);
+    assert_eq!(events[8]["overlap_trimmed"], 1, "{}", events[8]);
+    // Without prefill the member was asked with an instruction after the
+    // partial answer.
+    let asked = far.asked("scribe").await;
+    let msgs = asked[0]["messages"].as_array().unwrap();
+    assert_eq!(msgs[msgs.len() - 2]["role"], "assistant");
+    assert_eq!(msgs[msgs.len() - 2]["content"], &TEXT[..13]);
+    assert_eq!(msgs[msgs.len() - 1]["role"], "user");
+    assert!(
+        msgs[msgs.len() - 1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Continue it exactly where it stopped")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_or_an_error_event_fails_over_too() {
+    let far = far_mock();
+    let gw = gateway(&far);
+    for marker in ["[stall 13]", "[error 44]"] {
+        let resp = post(&gw.base, &ask("story", marker)).await;
+        assert_eq!(resp.status, 200, "{}", resp.text);
+        one_stream(&resp);
+        assert_eq!(streamed_text(&resp.data_events()), TEXT, "{marker}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_continuation_moves_on_and_the_last_one_ends_cleanly() {
+    let far = far_mock();
+    let gw = gateway(&far);
+    // down answers 503, broken cuts its own continuation: heir finishes.
+    let resp = post(&gw.base, &ask("twice", "[cut 13]")).await;
+    one_stream(&resp);
+    assert_eq!(streamed_text(&resp.data_events()), TEXT);
+    let events = gw.events_of(&["midstream_failover"], 2).await;
+    assert_eq!(events[0]["to"], "broken");
+    assert_eq!(events[1]["from"], "broken");
+    assert_eq!(events[1]["to"], "heir");
+
+    // With no member left, the stream ends with an error event after the
+    // text that went out, nothing spliced.
+    let resp = post(&gw.base, &ask("doomed", "[cut 13]")).await;
+    assert_eq!(resp.status, 200);
+    let events = parsed(&resp);
+    let last = events.last().unwrap();
+    assert_eq!(
+        last["error"]["code"], "upstream_stream_cut",
+        "{}",
+        resp.text
+    );
+    assert_eq!(streamed_text(&resp.data_events()), &TEXT[..13]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_inside_a_tool_call_ends_with_a_clean_error() {
+    let far = far_mock();
+    let gw = gateway(&far);
+    let resp = post(&gw.base, &ask("tools", "")).await;
+    assert_eq!(resp.status, 200);
+    let events = parsed(&resp);
+    let last = events.last().unwrap();
+    assert_eq!(
+        last["error"]["code"], "midstream_failover_unavailable",
+        "{}",
+        resp.text
+    );
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tool call"),
+        "{last}"
+    );
+    // Nothing of another member reached the client, and none was asked.
+    assert!(!resp.text.contains("quick"), "{}", resp.text);
+    let ended = gw.events_of(&["request"], 1).await;
+    assert_eq!(ended[0]["attempts"], 1, "{}", ended[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_option_a_cut_stream_still_ends_with_an_error_event() {
+    let far = far_mock();
+    let gw = gateway(&far);
+    let resp = post(&gw.base, &ask("plain", "[cut 13]")).await;
+    assert_eq!(resp.status, 200);
+    let events = parsed(&resp);
+    assert_eq!(
+        events.last().unwrap()["error"]["code"],
+        "upstream_stream_cut",
+        "{}",
+        resp.text
+    );
+    assert_eq!(streamed_text(&resp.data_events()), &TEXT[..13]);
+    let ended = gw.events_of(&["request"], 1).await;
+    assert_eq!(ended[0]["attempts"], 1);
+}
