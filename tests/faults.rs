@@ -85,6 +85,7 @@ request_timeout = "10s"
 
 [upstreams.evil]
 kind = "openai"
+eject = false
 base_url = "{evil_v1}"
 api_key_env = "EVIL_KEY"
 timeout = "1s"
@@ -93,6 +94,7 @@ stream_idle_timeout = "300ms"
 # 64 MB to read before "too large" takes more than 1 s on a loaded box.
 [upstreams.evil-big]
 kind = "openai"
+eject = false
 base_url = "{evil_v1}"
 api_key_env = "EVIL_KEY"
 timeout = "10s"

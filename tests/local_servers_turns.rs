@@ -149,7 +149,13 @@ verify = ["def"]
 
 fn world() -> (Proc, Proc) {
     let mock = Proc::mock(&mock_toml());
-    let gw = Proc::gateway(&front_of(&mock.v1(), MODELS, ROUTES));
+    // The upstream fails on purpose, more often than `eject.after`.
+    let toml = front_of(&mock.v1(), MODELS, ROUTES).replacen(
+        "[upstreams.up]\n",
+        "[upstreams.up]\neject = false\n",
+        1,
+    );
+    let gw = Proc::gateway(&toml);
     (mock, gw)
 }
 

@@ -26,6 +26,7 @@ request_timeout = "10s"
 
 [upstreams.evil]
 kind = "openai"
+eject = false
 base_url = "{evil_v1}"
 api_key_env = "EVIL_KEY"
 timeout = "5s"
