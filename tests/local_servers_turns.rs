@@ -149,7 +149,12 @@ verify = ["def"]
 
 fn world() -> (Proc, Proc) {
     let mock = Proc::mock(&mock_toml());
-    let gw = Proc::gateway(&front_of(&mock.v1(), MODELS, ROUTES));
+    // One call per failure (no upstream retries): the count below is of
+    // the routes' calls of trace500.
+    let gw = Proc::gateway(&front_of(&mock.v1(), MODELS, ROUTES).replace(
+        "timeout = \"5s\"\n",
+        "timeout = \"5s\"\nretries = { max = 0 }\n",
+    ));
     (mock, gw)
 }
 
