@@ -4,8 +4,8 @@
 //! instance's clock, and the bookkeeping needed to count attempts and
 //! measure conclave's own overhead. It knows its sinks only by their
 //! traits (`crate::sink`), never telemetry itself. It carries its route's
-//! retry budget, which every retry made for it asks first
-//! ([`RequestCtx::retry`], in `crate::retry`).
+//! retry budget (as a `RetryGate`), which every retry made for it asks
+//! first (`RequestCtx::retry`, in `crate::retry`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -17,9 +17,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, ago};
-use crate::retry::RetryBudget;
 pub use crate::sink::Totals;
-use crate::sink::{AttemptSink, EventSink, Metrics, Reporters, RequestEnd, Who};
+use crate::sink::{AttemptSink, EventSink, Metrics, Reporters, RequestEnd, RetryGate, Who};
 use crate::span::TraceCtx;
 
 /// What the client asked of conclave itself, from the `x-conclave-*`
@@ -83,9 +82,9 @@ pub struct RequestCtx {
     first_token: OnceLock<Duration>,
     /// The request's trace, when traces are exported and it is sampled.
     pub trace: Option<TraceCtx>,
-    /// Its route's retry budget (shared by the route's requests; a
-    /// request made outside a gateway has one of its own).
-    pub retry_budget: Arc<RetryBudget>,
+    /// Its route's retry budget, shared by the route's requests (`None`,
+    /// outside a gateway: retries only as each upstream's `retries` say).
+    pub retry_budget: Option<Arc<dyn RetryGate>>,
 }
 
 impl RequestCtx {
@@ -123,15 +122,15 @@ impl RequestCtx {
             waits: Mutex::new(Vec::new()),
             first_token: OnceLock::new(),
             trace: None,
-            retry_budget: Arc::new(RetryBudget::new(Default::default())),
+            retry_budget: None,
         }
     }
 
     /// Counts this request in its route's retry `budget` (once, when it
     /// is admitted), which its retries then take from.
-    pub fn with_retry_budget(mut self, budget: Arc<RetryBudget>) -> Self {
+    pub fn with_retry_budget(mut self, budget: Arc<dyn RetryGate>) -> Self {
         budget.request();
-        self.retry_budget = budget;
+        self.retry_budget = Some(budget);
         self
     }
 

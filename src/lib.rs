@@ -35,6 +35,9 @@
 //! - [`log_line`]: stderr's text log, one line per event.
 //! - [`attempt`]: the record of one upstream call, reported once to the
 //!   request's sinks.
+//! - [`retry`]: why a failed call may be sent again, each route's retry
+//!   budget (kept across reloads), and the one check every retry makes
+//!   (`RequestCtx::retry`).
 //! - [`telemetry`]: the metric contract and each instance's Prometheus
 //!   recorder, the JSONL event log, OpenTelemetry traces; it implements
 //!   the sinks below and records each finished request.
@@ -42,7 +45,7 @@
 //!   options, running usage totals, the sinks it reports to).
 //! - [`sink`]: what a request reports (attempt and request records) and
 //!   the traits of what takes it (attempt and event sinks, the instance's
-//!   metrics recorder); below the context, so context and telemetry do
+//!   metrics recorder, a route's retry budget); below the context, so context and telemetry do
 //!   not import each other.
 //! - [`span`]: a request's place in its trace (ids, phases, finished
 //!   spans), exported through a trait telemetry implements; a leaf.

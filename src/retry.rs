@@ -75,7 +75,7 @@ impl RequestCtx {
     /// when it is spent, and the caller gives up with the error it has.
     /// Every retry site calls this once, right before it retries.
     pub fn retry(&self, reason: RetryReason) -> bool {
-        let granted = self.retry_budget.try_retry();
+        let granted = self.retry_budget.as_ref().is_none_or(|b| b.try_retry());
         self.metrics.scope(|| {
             if granted {
                 metrics::counter!(RETRIES_TOTAL, "route" => self.route.clone(), "reason" => reason.label())
@@ -173,6 +173,16 @@ impl RetryBudget {
 
     fn reconfigure(&self, config: BudgetConfig) {
         *self.config.lock() = config;
+    }
+}
+
+impl crate::sink::RetryGate for RetryBudget {
+    fn request(&self) {
+        RetryBudget::request(self);
+    }
+
+    fn try_retry(&self) -> bool {
+        RetryBudget::try_retry(self)
     }
 }
 

@@ -204,6 +204,15 @@ impl AttemptSink for Nothing {
     fn record(&self, _: &AttemptRecord) {}
 }
 
+/// A route's retry budget as a request sees it (`crate::retry`'s
+/// `RetryBudget`): each admitted request counts once, each retry asks.
+pub trait RetryGate: Send + Sync {
+    /// Counts one request of the route.
+    fn request(&self);
+    /// Takes one retry: `false` (and nothing taken) when it is spent.
+    fn try_retry(&self) -> bool;
+}
+
 /// One gateway instance's metrics recorder. `metrics`' macros record to
 /// whatever recorder is current; [`Metrics::scope`] makes this one
 /// current for a closure, so two gateways in one process (tests) never

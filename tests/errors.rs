@@ -378,16 +378,24 @@ async fn upstream_failures_map_to_statuses_and_never_leak_the_key() {
     let mock = Proc::mock(MOCK);
     let gw = gateway(&mock, "");
 
-    // (model, status, code if the spec fixes one, upstream in the message)
+    // (model, status, code if the spec fixes one, upstream in the message,
+    // calls: a refused connection, a timeout, a 5xx and a cut are retried
+    // once, by the upstreams' default `retries`)
     let cases = [
-        ("gone", 502, Some("upstream_unreachable"), "dead"),
-        ("hang", 504, Some("upstream_timeout"), "cloudy"),
-        ("boom", 502, Some("upstream_error"), "cloudy"),
-        ("garbage", 502, Some("upstream_invalid_response"), "cloudy"),
-        ("cut", 502, Some("upstream_stream_cut"), "cloudy"),
-        ("denied", 502, Some("upstream_auth_failed"), "cloudy"),
+        ("gone", 502, Some("upstream_unreachable"), "dead", "2"),
+        ("hang", 504, Some("upstream_timeout"), "cloudy", "2"),
+        ("boom", 502, Some("upstream_error"), "cloudy", "2"),
+        (
+            "garbage",
+            502,
+            Some("upstream_invalid_response"),
+            "cloudy",
+            "1",
+        ),
+        ("cut", 502, Some("upstream_stream_cut"), "cloudy", "2"),
+        ("denied", 502, Some("upstream_auth_failed"), "cloudy", "1"),
     ];
-    for (model, status, code, upstream) in cases {
+    for (model, status, code, upstream, calls) in cases {
         let started = tokio::time::Instant::now();
         let r = post(&gw.base, &chat(model, "hi")).await;
         let e = openai_error(&r, status);
@@ -398,7 +406,7 @@ async fn upstream_failures_map_to_statuses_and_never_leak_the_key() {
         assert!(msg.contains(upstream), "{model}: {msg}");
         // A request that reached its route says which route and how many calls.
         assert_eq!(r.header("x-conclave-route"), Some(model), "{model}");
-        assert_eq!(r.header("x-conclave-attempts"), Some("1"), "{model}");
+        assert_eq!(r.header("x-conclave-attempts"), Some(calls), "{model}");
         assert!(!msg.contains("127.0.0.1"), "{model}: internal URL: {msg}");
         assert_no_secret(&r);
         assert!(
@@ -429,7 +437,8 @@ async fn upstream_failures_map_to_statuses_and_never_leak_the_key() {
 
     // The key did reach the upstream, on every call that got there.
     let received = mock.received().await;
-    assert_eq!(received.len(), 8, "{received:?}");
+    // (hang, boom, cut and limited twice: retried once)
+    assert_eq!(received.len(), 12, "{received:?}");
     for req in &received {
         assert_eq!(req["authorization"], format!("Bearer {SECRET}"), "{req}");
     }

@@ -149,12 +149,15 @@ verify = ["def"]
 
 fn world() -> (Proc, Proc) {
     let mock = Proc::mock(&mock_toml());
-    // The upstream fails on purpose, more often than `eject.after`.
-    let toml = front_of(&mock.v1(), MODELS, ROUTES).replacen(
-        "[upstreams.up]\n",
-        "[upstreams.up]\neject = false\n",
-        1,
-    );
+    // The upstream fails on purpose, more often than `eject.after`, and
+    // one call per failure (no upstream retries): the count below is of
+    // the routes' calls of trace500.
+    let toml = front_of(&mock.v1(), MODELS, ROUTES)
+        .replacen("[upstreams.up]\n", "[upstreams.up]\neject = false\n", 1)
+        .replace(
+            "timeout = \"5s\"\n",
+            "timeout = \"5s\"\nretries = { max = 0 }\n",
+        );
     let gw = Proc::gateway(&toml);
     (mock, gw)
 }

@@ -439,7 +439,13 @@ async fn a_hedge_moves_on_at_once_when_the_first_candidate_fails() {
         "{}",
         r.text
     );
-    assert_eq!(t.elapsed(), Duration::from_millis(50), "fast-json's 50 ms");
+    // `down` fails twice (its upstream retries it once, after a backoff
+    // of at most 200 ms), then fast-json's 50 ms: never the 3 s hedge.
+    let took = t.elapsed();
+    assert!(
+        (Duration::from_millis(50)..=Duration::from_millis(250)).contains(&took),
+        "{took:?}"
+    );
 }
 
 /// A streamed best-of race keeps the client alive, then replays the winner.

@@ -174,8 +174,10 @@ pub fn gateway_toml(mock_v1: &str, routes: &str) -> String {
     let mut t = String::from("[server]\nevent_log = \"{dir}/events.jsonl\"\n\n");
     for (name, url, extra) in upstreams {
         if models.iter().any(|m| m.1 == name) {
+            // The tables count each tier's and verifier's calls: no
+            // upstream retries here (tests/retries.rs has those).
             t.push_str(&format!(
-                "[upstreams.{name}]\nkind = \"openai\"\nbase_url = \"{url}\"\n{extra}\n\n"
+                "[upstreams.{name}]\nkind = \"openai\"\nbase_url = \"{url}\"\nretries = {{ max = 0 }}\n{extra}\n\n"
             ));
         }
     }
