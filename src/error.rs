@@ -128,6 +128,21 @@ pub enum ModelError {
         route: Arc<str>,
         attempts: Vec<AttemptSummary>,
     },
+
+    /// No member of a strategy route would take the call, so none was
+    /// called: every one ejected (`busy` false: 503, back after
+    /// `retry_after`, the soonest), or some at their `max_concurrency`
+    /// (`busy`: 429).
+    #[error("{}", if *.busy {
+        format!("every member of `{route}` is ejected or at its max_concurrency; try again shortly")
+    } else {
+        format!("every member of `{route}` is ejected after failures; the first is back in {}s", .retry_after.as_secs().max(1))
+    })]
+    Unavailable {
+        route: Arc<str>,
+        busy: bool,
+        retry_after: Duration,
+    },
 }
 
 /// A request's input estimate (`needed`, in tokens) against a context
@@ -333,6 +348,7 @@ impl ModelError {
             ModelError::BadRequest { .. } => "bad_request",
             ModelError::TooLong { .. } => "context_length",
             ModelError::Exhausted { .. } => "exhausted",
+            ModelError::Unavailable { .. } => "unavailable",
         }
     }
 

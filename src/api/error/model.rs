@@ -108,6 +108,24 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
                 "context_length_exceeded",
             )
         },
+        ModelError::Unavailable {
+            busy, retry_after, ..
+        } => Shape {
+            retry_after: Some(retry_after.as_secs().max(1).to_string()),
+            ..if *busy {
+                upstream_err(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "members_busy",
+                )
+            } else {
+                upstream_err(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "upstream_error",
+                    "no_healthy_upstream",
+                )
+            }
+        },
         ModelError::Exhausted {
             strategy, attempts, ..
         } => Shape {
