@@ -267,3 +267,72 @@ pub fn build(
         pins,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use crate::config::parse;
+
+    const BASE: &str = "[upstreams.sim]\nkind = \"mock\"\n\n[models.a]\nupstream = \"sim\"\n\n\
+        [models.b]\nupstream = \"sim\"\n\n[routes.r]\nstrategy = \"balance\"\n";
+
+    fn errors(route: &str) -> Vec<String> {
+        match parse(&format!("{BASE}{route}"), "t.toml", &|_| None, &crate::strategy::ALL) {
+            Ok(_) => Vec::new(),
+            Err(e) => e
+                .errors
+                .iter()
+                .map(|e| format!("{}: {}", e.path, e.message))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_balance_reads_its_keys_and_says_what_it_does() {
+        let c = parse(
+            &format!(
+                "{BASE}members = [\"a\", \"b\"]\npolicy = \"latency\"\nweights = {{ a = 2, b = 0 }}\n\
+                 max_concurrency = {{ a = 4 }}\nretries = 1\nmidstream_failover = true\n"
+            ),
+            "t.toml",
+            &|_| None,
+            &crate::strategy::ALL,
+        )
+        .unwrap();
+        let crate::config::Route::Strategy(spec) = &c.routes["r"] else {
+            panic!("not a strategy route");
+        };
+        assert_eq!(
+            spec.describe(&c),
+            "balance a (weight 2, max 4 in flight), b (standby) ; policy latency ; 1 retries on \
+             another member ; mid-stream failover"
+        );
+        assert!(c.warnings.iter().any(|w| w.contains("routes.r.weights")), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn mistakes_are_named_with_their_keys() {
+        let errs = errors(
+            "members = [\"a\", \"a\", \"b\"]\nweights = { c = 1 }\nmax_concurrency = { a = 0 }\n",
+        );
+        for want in [
+            "routes.r.members[1]: \"a\" is already a member of this balance",
+            "routes.r.weights.c: \"c\" is not a member of this balance",
+            "routes.r.max_concurrency.a: must be greater than 0",
+        ] {
+            assert!(errs.iter().any(|e| e == want), "{want} not in {errs:?}");
+        }
+        let errs = errors("members = [\"a\", \"b\"]\nweights = { a = 0, b = 0 }\n");
+        assert!(errs.iter().any(|e| e.contains("every member has weight 0")), "{errs:?}");
+        let errs = errors("members = [\"a\"]\nweights = { a = -1 }\n");
+        assert!(errs.iter().any(|e| e.starts_with("routes.r")), "{errs:?}");
+        let errs = errors("members = [\"a\", \"zz\"]\n");
+        assert!(errs.iter().any(|e| e.contains("zz")), "{errs:?}");
+        let errs = errors("members = []\n");
+        assert!(errs.iter().any(|e| e.contains("at least one member")), "{errs:?}");
+        let errs = errors("members = [\"a\"]\npolicy = \"fastest\"\n");
+        assert!(errs.iter().any(|e| e.contains("least_busy")), "{errs:?}");
+        let errs = errors("members = [\"a\", \"b\"]\nttft_timeout = \"0s\"\n");
+        assert!(errs.iter().any(|e| e.contains("ttft_timeout")), "{errs:?}");
+    }
+}
