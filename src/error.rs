@@ -136,13 +136,20 @@ pub enum ModelError {
     #[error("{}", if *.busy {
         format!("every member of `{route}` is ejected or at its max_concurrency; try again shortly")
     } else {
-        format!("every member of `{route}` is ejected after failures; the first is back in {}s", .retry_after.as_secs().max(1))
+        format!("every member of `{route}` is ejected after failures; the first is back in {}s", whole_secs(*.retry_after))
     })]
     Unavailable {
         route: Arc<str>,
         busy: bool,
         retry_after: Duration,
     },
+}
+
+/// Seconds to wait, rounded up, at least 1 (a `Retry-After`).
+pub fn whole_secs(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_add(u64::from(d.subsec_nanos() > 0))
+        .max(1)
 }
 
 /// A request's input estimate (`needed`, in tokens) against a context

@@ -111,7 +111,7 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
         ModelError::Unavailable {
             busy, retry_after, ..
         } => Shape {
-            retry_after: Some(retry_after.as_secs().max(1).to_string()),
+            retry_after: Some(crate::error::whole_secs(*retry_after).to_string()),
             ..if *busy {
                 upstream_err(
                     StatusCode::TOO_MANY_REQUESTS,
@@ -139,5 +139,33 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
                 &format!("{strategy}_exhausted"),
             )
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_balance_with_no_member_to_call_is_a_503_or_a_429_with_retry_after() {
+        let ejected = model_shape(&ModelError::Unavailable {
+            route: "r".into(),
+            busy: false,
+            retry_after: Duration::from_millis(12_400),
+        });
+        assert_eq!(ejected.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(ejected.code.as_deref(), Some("no_healthy_upstream"));
+        assert_eq!(ejected.retry_after.as_deref(), Some("13"), "rounded up");
+        let busy = model_shape(&ModelError::Unavailable {
+            route: "r".into(),
+            busy: true,
+            retry_after: Duration::from_secs(1),
+        });
+        assert_eq!(busy.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(busy.code.as_deref(), Some("members_busy"));
+        assert_eq!(busy.retry_after.as_deref(), Some("1"));
     }
 }
