@@ -111,7 +111,9 @@ tiers = ["flaky", "b"]
 "#;
 
 fn served(r: &common::Resp) -> String {
-    r.header("x-conclave-served-by").unwrap_or_default().to_owned()
+    r.header("x-conclave-served-by")
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test(start_paused = true)]
@@ -127,7 +129,11 @@ async fn weighted_splits_by_weight() {
     let a = by.get("a").copied().unwrap_or(0);
     assert!((190..=260).contains(&a), "{by:?}");
     assert_eq!(a + by.get("b").copied().unwrap_or(0), 300, "{by:?}");
-    assert_eq!(gw.arrivals("sim").len(), 300, "one upstream call per request");
+    assert_eq!(
+        gw.arrivals("sim").len(),
+        300,
+        "one upstream call per request"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -171,7 +177,12 @@ async fn max_concurrency_holds_and_a_full_balance_fails_fast() {
     statuses.sort();
     assert_eq!(statuses, [200, 200, 429]);
     let busy = replies.iter().find(|r| r.status == 429).unwrap();
-    assert_eq!(busy.json()["error"]["code"], "members_busy", "{}", busy.text);
+    assert_eq!(
+        busy.json()["error"]["code"],
+        "members_busy",
+        "{}",
+        busy.text
+    );
     assert_eq!(busy.header("retry-after"), Some("1"));
     let mut by: Vec<String> = replies
         .iter()
@@ -219,9 +230,17 @@ async fn a_retryable_failure_is_served_by_another_member() {
     let member = |v: &str| ("member".to_owned(), v.to_owned());
     assert_eq!(
         of("down"),
-        [member("error"), member("error"), member("error"), member("error")]
+        [
+            member("error"),
+            member("error"),
+            member("error"),
+            member("error")
+        ]
     );
-    assert_eq!(of("a"), [member("accept"), member("accept"), member("accept")]);
+    assert_eq!(
+        of("a"),
+        [member("accept"), member("accept"), member("accept")]
+    );
     assert_eq!(gw.arrivals("sim").len(), 7);
 }
 

@@ -86,7 +86,10 @@ pub(crate) fn parse(
         "is already a member of this balance",
         errs,
     );
-    for (key, map) in [("weights", &c.weights), ("max_concurrency", &c.max_concurrency)] {
+    for (key, map) in [
+        ("weights", &c.weights),
+        ("max_concurrency", &c.max_concurrency),
+    ] {
         for (m, n) in map {
             if !c.members.contains(m) {
                 errs.push(
@@ -248,11 +251,7 @@ pub fn build(
             })
             .collect(),
     };
-    let keepalive = spec
-        .members
-        .iter()
-        .filter_map(|m| nodes.keepalive(m))
-        .min();
+    let keepalive = spec.members.iter().filter_map(|m| nodes.keepalive(m)).min();
     Ok(Built {
         model: Arc::new(Balance {
             name: name.into(),
@@ -277,7 +276,12 @@ mod tests {
         [models.b]\nupstream = \"sim\"\n\n[routes.r]\nstrategy = \"balance\"\n";
 
     fn errors(route: &str) -> Vec<String> {
-        match parse(&format!("{BASE}{route}"), "t.toml", &|_| None, &crate::strategy::ALL) {
+        match parse(
+            &format!("{BASE}{route}"),
+            "t.toml",
+            &|_| None,
+            &crate::strategy::ALL,
+        ) {
             Ok(_) => Vec::new(),
             Err(e) => e
                 .errors
@@ -307,7 +311,11 @@ mod tests {
             "balance a (weight 2, max 4 in flight), b (standby) ; policy latency ; 1 retries on \
              another member ; mid-stream failover"
         );
-        assert!(c.warnings.iter().any(|w| w.contains("routes.r.weights")), "{:?}", c.warnings);
+        assert!(
+            c.warnings.iter().any(|w| w.contains("routes.r.weights")),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]
@@ -323,13 +331,19 @@ mod tests {
             assert!(errs.iter().any(|e| e == want), "{want} not in {errs:?}");
         }
         let errs = errors("members = [\"a\", \"b\"]\nweights = { a = 0, b = 0 }\n");
-        assert!(errs.iter().any(|e| e.contains("every member has weight 0")), "{errs:?}");
+        assert!(
+            errs.iter().any(|e| e.contains("every member has weight 0")),
+            "{errs:?}"
+        );
         let errs = errors("members = [\"a\"]\nweights = { a = -1 }\n");
         assert!(errs.iter().any(|e| e.starts_with("routes.r")), "{errs:?}");
         let errs = errors("members = [\"a\", \"zz\"]\n");
         assert!(errs.iter().any(|e| e.contains("zz")), "{errs:?}");
         let errs = errors("members = []\n");
-        assert!(errs.iter().any(|e| e.contains("at least one member")), "{errs:?}");
+        assert!(
+            errs.iter().any(|e| e.contains("at least one member")),
+            "{errs:?}"
+        );
         let errs = errors("members = [\"a\"]\npolicy = \"fastest\"\n");
         assert!(errs.iter().any(|e| e.contains("least_busy")), "{errs:?}");
         let errs = errors("members = [\"a\", \"b\"]\nttft_timeout = \"0s\"\n");

@@ -202,15 +202,18 @@ fn holding(mut reply: Reply, slot: Slot) -> Reply {
 impl ChatModel for Balance {
     /// The most expensive member, once per try.
     fn estimate(&self, size: CallSize) -> Spend {
-        let tries = u64::from(self.retries.min(self.members.len().saturating_sub(1) as u32)) + 1;
-        let most = self
-            .members
-            .iter()
-            .map(|m| m.model.estimate(size))
-            .fold(Spend::default(), |a, b| Spend {
-                tokens: a.tokens.max(b.tokens),
-                cost_usd: a.cost_usd.max(b.cost_usd),
-            });
+        let tries = u64::from(
+            self.retries
+                .min(self.members.len().saturating_sub(1) as u32),
+        ) + 1;
+        let most =
+            self.members
+                .iter()
+                .map(|m| m.model.estimate(size))
+                .fold(Spend::default(), |a, b| Spend {
+                    tokens: a.tokens.max(b.tokens),
+                    cost_usd: a.cost_usd.max(b.cost_usd),
+                });
         most * tries
     }
 

@@ -49,7 +49,10 @@ pub fn pick(policy: Policy, cands: &[Candidate], rng: &mut impl Rng) -> Option<u
     let active: Vec<Candidate> = cands.iter().copied().filter(|c| c.weight > 0).collect();
     // Only standbys left: they share the load evenly.
     let pool: Vec<Candidate> = if active.is_empty() {
-        cands.iter().map(|c| Candidate { weight: 1, ..*c }).collect()
+        cands
+            .iter()
+            .map(|c| Candidate { weight: 1, ..*c })
+            .collect()
     } else {
         active
     };
@@ -146,7 +149,11 @@ mod tests {
         assert!((2850..3150).contains(&got[0]), "{got:?}");
         assert_eq!(got[2], 0);
         // Standbys only: evenly.
-        let got = counts(Policy::Weighted, &[c(2, 0, 0, None), c(3, 0, 0, None)], 1000);
+        let got = counts(
+            Policy::Weighted,
+            &[c(2, 0, 0, None), c(3, 0, 0, None)],
+            1000,
+        );
         assert!((400..600).contains(&got[2]), "{got:?}");
     }
 
@@ -162,7 +169,11 @@ mod tests {
 
     #[test]
     fn latency_tries_unknown_members_then_the_faster() {
-        let got = counts(Policy::Latency, &[c(0, 1, 0, Some(0.1)), c(1, 1, 0, None)], 50);
+        let got = counts(
+            Policy::Latency,
+            &[c(0, 1, 0, Some(0.1)), c(1, 1, 0, None)],
+            50,
+        );
         assert_eq!(got[1], 50);
         let got = counts(
             Policy::Latency,
