@@ -275,3 +275,42 @@ async fn a_pin_names_a_member() {
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(r.text.contains("is not a member of balance"), "{}", r.text);
 }
+
+const WARMTH: &str = r#"
+[upstreams.box1]
+kind = "mock"
+lane = "local"
+swap_delay = "5s"
+
+[upstreams.box2]
+kind = "mock"
+lane = "local"
+swap_delay = "5s"
+
+[models.q1]
+upstream = "box1"
+model = "qwen"
+
+[models.q2]
+upstream = "box2"
+model = "qwen"
+
+[routes.local]
+strategy = "balance"
+policy = "weighted"
+members = ["q1", "q2"]
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_member_with_the_model_warm_goes_first() {
+    let gw = Gw::start(WARMTH);
+    let r = gw.chat(&chat("local", "hi")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let first = served(&r);
+    // The other box is cold: every later call goes to the warm one.
+    for _ in 0..20 {
+        let r = gw.chat(&chat("local", "hi")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(served(&r), first);
+    }
+}
