@@ -4,7 +4,7 @@
 //! moves on from are served by `ok`, a 400/413/422 comes back, a stream
 //! that began keeps its error. Whole and streamed; the fault member is
 //! called once (its attempt record), the key appears nowhere, and
-//! nothing is left in flight.
+//! nothing is left in flight. And `max_concurrency` across a reload.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -259,4 +259,36 @@ async fn every_fault_under_every_policy_is_what_a_fallback_chain_gives() {
         errs.len(),
         errs.join("\n")
     );
+}
+
+/// A member's calls in flight outlive a reload: `max_concurrency` counts
+/// the calls still running on the old config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrency_holds_across_a_reload() {
+    let config = |retries: u32| {
+        format!(
+            "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.a]\nttft = \"3s\"\n\n\
+             [upstreams.sim.models.b]\nttft = \"3s\"\n\n[models.a]\nupstream = \"sim\"\n\n\
+             [models.b]\nupstream = \"sim\"\n\n[routes.r]\nstrategy = \"balance\"\n\
+             members = [\"a\", \"b\"]\nmax_concurrency = {{ a = 1, b = 1 }}\nretries = {retries}\n"
+        )
+    };
+    let gw = Proc::gateway(&config(2));
+    let http = client();
+    let ask = || {
+        let (http, base) = (http.clone(), gw.base.clone());
+        tokio::spawn(async move { post_via(&http, &base, chat("r", "hi").to_string(), &[]).await })
+    };
+    let running: Vec<_> = (0..2).map(|_| ask()).collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    std::fs::write(gw.path("conclave.toml"), config(1)).unwrap();
+    gw.signal("HUP");
+    let reloaded = eventually(5, || async { gw.stderr().contains("reloaded") }).await;
+    assert!(reloaded, "{}", gw.stderr());
+    let r = ask().await.unwrap();
+    assert_eq!(r.status, 429, "{}", r.text);
+    assert_eq!(r.json()["error"]["code"], "members_busy");
+    for h in running {
+        assert_eq!(h.await.unwrap().status, 200);
+    }
 }
