@@ -153,6 +153,11 @@ pub enum ModelError {
         route: Arc<str>,
         attempts: Vec<AttemptSummary>,
     },
+
+    /// Every member of a `balance` route that is not ejected is at its
+    /// `max_concurrency`: none was called (a 429, back in a second).
+    #[error("every member of `{route}` is ejected or at its max_concurrency; try again shortly")]
+    MembersBusy { route: Arc<str> },
 }
 
 /// A request's input estimate (`needed`, in tokens) against a context
@@ -413,6 +418,7 @@ impl ModelError {
             ModelError::Exhausted { .. } => "exhausted",
             ModelError::Ejected { .. } => "ejected",
             ModelError::NoHealthy { .. } => "no_healthy_upstream",
+            ModelError::MembersBusy { .. } => "members_busy",
         }
     }
 

@@ -18,6 +18,8 @@ pub enum Role {
     Contestant,
     Base,
     Oracle,
+    /// A balance's member.
+    Member,
 }
 
 impl Role {
@@ -34,6 +36,7 @@ impl Role {
             Role::Contestant => "contestant",
             Role::Base => "base",
             Role::Oracle => "oracle",
+            Role::Member => "member",
         }
     }
 }

@@ -13,6 +13,7 @@ use super::pin::Pins;
 use crate::config::{Config, RouteSpec};
 use crate::model::ChatModel;
 use crate::store::records::Records;
+use crate::strategy::balance::state::MemberState;
 
 /// A built strategy node, its keep-alive need (see [`super::Node`]) and
 /// what `x-conclave-pin` may name on it (see [`super::pin`]).
@@ -30,6 +31,9 @@ pub trait Resolve {
     fn keepalive(&self, name: &str) -> Option<Duration>;
     /// Where strategies keep records (arenas, oracle spend).
     fn records(&self) -> Records;
+    /// A balance member's state, kept across reloads (see
+    /// [`crate::strategy::balance::state`]).
+    fn balance_state(&self, route: &str, member: &str) -> Arc<MemberState>;
 }
 
 /// A name the graph does not have: the config was not validated.

@@ -148,6 +148,7 @@ impl Graph {
             config,
             store,
             builders,
+            registry,
         };
         for name in config.routes.keys() {
             g.route(&with, name)?;
@@ -242,6 +243,7 @@ struct Building<'a> {
     config: &'a Config,
     store: &'a Records,
     builders: Builders,
+    registry: &'a Registry,
 }
 
 /// What a strategy's build sees of the graph being built.
@@ -261,6 +263,14 @@ impl Resolve for Resolver<'_> {
 
     fn records(&self) -> Records {
         self.with.store.clone()
+    }
+
+    fn balance_state(
+        &self,
+        route: &str,
+        member: &str,
+    ) -> Arc<crate::strategy::balance::state::MemberState> {
+        self.with.registry.balance.get(route, member)
     }
 }
 

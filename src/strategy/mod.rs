@@ -14,6 +14,7 @@
 //! node, or a thin node when it sets options (see `graph`).
 
 pub mod arena;
+pub mod balance;
 pub mod chain;
 pub mod failover;
 pub mod judge;
@@ -38,6 +39,7 @@ pub const ALL: Strategies = Strategies {
         ("race", race::config::parse),
         ("arena", arena::config::parse),
         ("oracle", oracle::config::parse),
+        ("balance", balance::config::parse),
     ],
     later: &[],
 };
@@ -49,6 +51,7 @@ pub const BUILDERS: Builders = &[
     ("race", race::config::build),
     ("arena", arena::config::build),
     ("oracle", oracle::config::build),
+    ("balance", balance::config::build),
 ];
 
 /// A model a strategy route calls (a panellist, a candidate, a

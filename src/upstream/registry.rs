@@ -24,6 +24,8 @@ use crate::sink::Metrics;
 #[derive(Default)]
 pub struct Registry {
     entries: Mutex<HashMap<String, Entry>>,
+    /// Balance members' states (in flight, latency), kept alike.
+    pub balance: crate::strategy::balance::state::States,
 }
 
 struct Entry {

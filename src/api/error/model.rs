@@ -140,6 +140,14 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
                 "no_healthy_upstream",
             )
         },
+        ModelError::MembersBusy { .. } => Shape {
+            retry_after: Some("1".into()),
+            ..upstream_err(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "members_busy",
+            )
+        },
         ModelError::Exhausted {
             strategy, attempts, ..
         } => Shape {
@@ -153,5 +161,29 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
                 &format!("{strategy}_exhausted"),
             )
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_balance_with_no_member_to_call_is_a_503_or_a_429_with_retry_after() {
+        let ejected = model_shape(&ModelError::NoHealthy {
+            route: "r".into(),
+            retry_after: Duration::from_millis(12_400),
+            attempts: Vec::new(),
+        });
+        assert_eq!(ejected.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(ejected.code.as_deref(), Some("no_healthy_upstream"));
+        assert_eq!(ejected.retry_after.as_deref(), Some("13"), "rounded up");
+        let busy = model_shape(&ModelError::MembersBusy { route: "r".into() });
+        assert_eq!(busy.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(busy.code.as_deref(), Some("members_busy"));
+        assert_eq!(busy.retry_after.as_deref(), Some("1"));
     }
 }
