@@ -49,6 +49,8 @@ base_url = "{evil_v1}"
 api_key_env = "EVIL_KEY"
 timeout = "1s"
 stream_idle_timeout = "300ms"
+# It fails on purpose, far more often than `eject.after`.
+eject = false
 
 [upstreams.evil-big]
 kind = "openai"
@@ -56,6 +58,7 @@ base_url = "{evil_v1}"
 api_key_env = "EVIL_KEY"
 timeout = "10s"
 stream_idle_timeout = "300ms"
+eject = false
 
 [models.ok]
 upstream = "evil"

@@ -65,6 +65,8 @@ kind = "openai"
 base_url = "{far}"
 timeout = "20s"
 stream_idle_timeout = "1s"
+# Its streams are cut on purpose, more often than `eject.after`.
+eject = false
 
 [upstreams.near]
 kind = "mock"
@@ -96,28 +98,34 @@ upstream = "far"
 [models.tooler]
 upstream = "far"
 
+# Every request here is cut on purpose: the budget lets each continue.
 [routes.story]
 strategy = "chain"
+retry_budget = {{ ratio = 1.0, min = 20 }}
 tiers = ["writer", "heir"]
 midstream_failover = true
 
 [routes.sung]
 strategy = "chain"
+retry_budget = {{ ratio = 1.0, min = 20 }}
 tiers = ["writer", "bard"]
 midstream_failover = true
 
 [routes.told]
 strategy = "chain"
+retry_budget = {{ ratio = 1.0, min = 20 }}
 tiers = ["writer", "scribe"]
 midstream_failover = true
 
 [routes.twice]
 strategy = "chain"
+retry_budget = {{ ratio = 1.0, min = 20 }}
 tiers = ["writer", "down", "broken", "heir"]
 midstream_failover = true
 
 [routes.doomed]
 strategy = "chain"
+retry_budget = {{ ratio = 1.0, min = 20 }}
 tiers = ["writer", "down", "broken"]
 midstream_failover = true
 

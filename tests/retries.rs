@@ -22,6 +22,7 @@ request_timeout = "30s"
 
 [upstreams.sim]
 kind = "mock"
+eject = false
 
 [upstreams.sim.models.flaky]
 reply = { text = "made it" }
@@ -61,6 +62,7 @@ retry_after = 5
 [upstreams.none]
 kind = "mock"
 retries = { max = 0 }
+eject = false
 
 [upstreams.none.models.down0]
 status = 500
@@ -68,6 +70,8 @@ status = 500
 [upstreams.many]
 kind = "mock"
 retries = { max = 3, backoff = "100ms", max_backoff = "250ms" }
+# It fails on purpose, more often than `eject.after`.
+eject = false
 
 [upstreams.many.models.down3]
 status = 500

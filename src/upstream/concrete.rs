@@ -246,6 +246,11 @@ impl ConcreteModel {
         let left = due.saturating_duration_since(Instant::now());
         let now = call.ctx.clock.now();
         let (reason, wait) = retry::next(&self.upstream.retries, e, done, left, now)?;
+        // An upstream this failure ejected takes no retry: the budget
+        // keeps it.
+        if self.availability() != Availability::Serving {
+            return None;
+        }
         call.ctx.retry(reason).then_some((reason, wait))
     }
 
