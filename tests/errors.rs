@@ -75,23 +75,27 @@ fn gateway(mock: &Proc, server: &str) -> Proc {
 event_log = "{dir}/events.jsonl"
 SERVER
 
+# These upstreams fail on purpose, case after case: never ejected.
 [upstreams.cloudy]
 kind = "openai"
 base_url = "MOCK_V1"
 api_key_env = "CLOUDY_KEY"
 timeout = "300ms"
+eject = false
 
 [upstreams.roomy]
 kind = "openai"
 base_url = "MOCK_V1"
 api_key_env = "CLOUDY_KEY"
 timeout = "5s"
+eject = false
 
 [upstreams.dead]
 kind = "openai"
 base_url = "http://127.0.0.1:DEAD_PORT/v1"
 api_key_env = "CLOUDY_KEY"
 timeout = "2s"
+eject = false
 
 [models.ok]
 upstream = "cloudy"

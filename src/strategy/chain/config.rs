@@ -200,7 +200,15 @@ impl RouteSpec for ChainSpec {
             .verifier
             .as_deref()
             .unwrap_or("none: plain fallback chain");
-        format!("chain {} ; verifier {verifier}", tiers.join(" -> "))
+        let failover = if self.midstream_failover {
+            " ; mid-stream failover"
+        } else {
+            ""
+        };
+        format!(
+            "chain {} ; verifier {verifier}{failover}",
+            tiers.join(" -> ")
+        )
     }
 
     fn warnings(&self, name: &str, config: &Config) -> Vec<String> {

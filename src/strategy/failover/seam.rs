@@ -11,8 +11,11 @@
 //! character). `"…the quick bro"` + `"brown fox"` → `"wn fox"`;
 //! `"…the quick bro"` + `"quick brown fox"` → `"wn fox"`;
 //! `"…a banana"` + `"ana split"` keeps `"ana split"` (`ana` starts inside
-//! a word). Whitespace the continuation starts with is dropped when the
-//! partial already ends with whitespace.
+//! a word). A continuation that starts with whitespace after a partial
+//! that does not treats the partial's last word as whole, so its overlap
+//! must end at a word boundary too (`"a k"` + `" ka"` is kept whole).
+//! Whitespace the continuation starts with is dropped when the partial
+//! already ends with whitespace.
 
 /// How far back into the partial text an overlap is looked for (bytes).
 pub const MAX_OVERLAP: usize = 2048;
@@ -34,16 +37,31 @@ fn boundary(partial: &str, at: usize) -> bool {
     }
 }
 
+/// Whether `cont` has a word boundary at byte `at` (or ends there).
+fn ends_word(cont: &str, at: usize) -> bool {
+    cont[at..].chars().next().is_none_or(separates)
+}
+
 /// Bytes to drop from the start of `cont`, a continuation of `partial`:
 /// the longest prefix of `cont` that `partial` ends with, starting at a
 /// word boundary of `partial` (see the module docs); leading whitespace of
 /// `cont` counts too when `partial` already ends with whitespace.
 pub fn overlap(partial: &str, cont: &str) -> usize {
+    // A continuation that starts with whitespace after a partial that
+    // does not took the partial's last word as whole: only whole words
+    // of it can be a repeat (`"a k"` + `" ka"` is new text, not `" k"`
+    // repeated).
+    let cut_word_ok =
+        !cont.starts_with(char::is_whitespace) || partial.ends_with(char::is_whitespace);
     let floor = partial.len().saturating_sub(MAX_OVERLAP);
     let longest = (floor..partial.len())
         .filter(|&at| partial.is_char_boundary(at))
         .map(|at| &partial[at..])
-        .find(|tail| cont.starts_with(tail) && boundary(partial, partial.len() - tail.len()))
+        .find(|tail| {
+            cont.starts_with(tail)
+                && boundary(partial, partial.len() - tail.len())
+                && (cut_word_ok || ends_word(cont, tail.len()))
+        })
         .map_or(0, str::len);
     if longest > 0 {
         return longest;
