@@ -72,13 +72,16 @@ fn with_feedback(req: &Arc<ChatRequest>, notes: &[String]) -> Arc<ChatRequest> {
 }
 
 impl Chain {
-    /// A live tier's reply, continued by the later tiers should its
-    /// stream break (with `midstream_failover`).
+    /// A live tier's reply, continued by the later tiers that are not
+    /// verified should its stream break (with `midstream_failover`).
     fn failover(&self, reply: Reply, call: &Call, req: Arc<ChatRequest>, tier: usize) -> Reply {
         let rest: Vec<Member> = self
             .tiers
             .iter()
             .skip(tier + 1)
+            // A continuation reaches the client live, unjudged: a tier
+            // the verifier checks never writes one.
+            .filter(|t| self.verifier.is_none() || !t.verified)
             .map(|t| Member {
                 name: t.name.clone(),
                 model: t.model.clone(),

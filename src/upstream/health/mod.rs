@@ -114,9 +114,11 @@ impl Outcome {
             ModelError::Timeout { phase, .. } if *phase != TimeoutPhase::Lane => {
                 Outcome::Failure(e.kind())
             }
-            ModelError::Status { status, .. } if *status == 429 || *status >= 500 => {
-                Outcome::Failure(e.kind())
-            }
+            ModelError::Status { status, .. } if *status >= 500 => Outcome::Failure(e.kind()),
+            // A 429 is the server asking for less, not failing: it is
+            // retried after its Retry-After, and a balance moves on, but
+            // it never turns the provider's limit into 503s for everyone.
+            ModelError::Status { status: 429, .. } => Outcome::Neutral,
             ModelError::Status { .. } => Outcome::Success,
             _ => Outcome::Neutral,
         }
@@ -215,6 +217,9 @@ impl Health {
             Mode::Ejected { until } if until > now => return Err(until - now),
             Mode::Ejected { .. } => {
                 s.mode = Mode::Trial;
+                drop(s);
+                // On trial it is serving (one call), as the docs say.
+                self.show(true);
                 true
             }
         };

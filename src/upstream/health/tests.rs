@@ -182,7 +182,7 @@ fn outcomes_of_errors() {
         retry_after: None,
     };
     assert!(matches!(Outcome::of(&status(500)), Outcome::Failure(_)));
-    assert!(matches!(Outcome::of(&status(429)), Outcome::Failure(_)));
+    assert!(matches!(Outcome::of(&status(429)), Outcome::Neutral));
     assert_eq!(Outcome::of(&status(400)), Outcome::Success);
     let timeout = |phase| ModelError::Timeout {
         upstream: "u".into(),

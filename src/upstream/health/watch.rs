@@ -25,7 +25,8 @@ pub fn admit(health: &Arc<Health>, upstream: &Arc<str>) -> Result<Ticket, ModelE
     })
 }
 
-/// Records how a call ended; a stream is recorded when it ends.
+/// Records how a call ended; a stream is recorded when it ends (a
+/// trial's when its first chunk is in).
 pub fn ended(
     ticket: Ticket,
     ctx: &Arc<RequestCtx>,
@@ -67,6 +68,12 @@ impl Stream for Watched {
         let outcome = match &next {
             Poll::Ready(None) => Some(Outcome::Success),
             Poll::Ready(Some(Err(e))) => Some(Outcome::of(e)),
+            // A trial is decided by its first chunk: the upstream answers,
+            // and other calls need not wait for the whole stream (nor for
+            // a client that stopped reading it).
+            Poll::Ready(Some(Ok(_))) if self.ticket.as_ref().is_some_and(|t| t.is_trial()) => {
+                Some(Outcome::Success)
+            }
             _ => None,
         };
         if let Some(o) = outcome
