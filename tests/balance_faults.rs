@@ -231,31 +231,8 @@ async fn every_fault_under_every_policy_is_what_a_fallback_chain_gives() {
         }
     }
 
-    let settled = eventually(10, || async {
-        let m = gw.metrics().await;
-        samples(&m, "conclave_inflight_requests", &[])
-            .iter()
-            .all(|v| *v == 0.0)
-    })
-    .await;
-    if !settled {
-        errs.push("requests still in flight after the matrix".into());
-    }
     drop(http);
-    let bound = fds_before + CONCURRENT;
-    if !eventually(10, || async { gw.open_fds() <= bound }).await {
-        errs.push(format!(
-            "open file descriptors grew from {fds_before} to {} (bound {bound})",
-            gw.open_fds()
-        ));
-    }
-    let log = std::fs::read_to_string(gw.path("events.jsonl")).unwrap();
-    if leaks(&log, KEY) {
-        errs.push("the upstream's key is in the event log".into());
-    }
-    if leaks(&gw.stderr(), KEY) {
-        errs.push("the upstream's key is on stderr".into());
-    }
+    errs.extend(evil::left_behind(&gw, fds_before + CONCURRENT, KEY).await);
     assert!(
         errs.is_empty(),
         "{} problems:\n{}",

@@ -18,6 +18,20 @@ pub struct Passthrough {
     pub stream_idle_timeout: Option<Duration>,
 }
 
+impl Passthrough {
+    /// `model`, or a node that gives its calls `idle` as their
+    /// `stream_idle_timeout` (a pinned member of a route that sets one).
+    pub fn with_idle(model: &Arc<dyn ChatModel>, idle: Option<Duration>) -> Arc<dyn ChatModel> {
+        match idle {
+            None => model.clone(),
+            Some(idle) => Arc::new(Passthrough {
+                model: model.clone(),
+                stream_idle_timeout: Some(idle),
+            }),
+        }
+    }
+}
+
 #[async_trait]
 impl ChatModel for Passthrough {
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {

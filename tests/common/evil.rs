@@ -456,3 +456,35 @@ pub fn leak(text: &str, key: &str) -> Option<String> {
             .find_map(|enc| windows(enc).into_iter().find(|w| flat.contains(w.as_str())))
     })
 }
+
+/// What a fault matrix run through `gw` left behind: requests still in
+/// flight, file descriptors past `bound` (the gateway may keep one pooled
+/// upstream connection per case that was in flight), and `key` in the
+/// event log or on stderr. Empty when nothing was.
+pub async fn left_behind(gw: &super::Proc, bound: usize, key: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let settled = super::eventually(10, || async {
+        let m = gw.metrics().await;
+        super::samples(&m, "conclave_inflight_requests", &[])
+            .iter()
+            .all(|v| *v == 0.0)
+    })
+    .await;
+    if !settled {
+        errs.push("requests still in flight after the matrix".into());
+    }
+    if !super::eventually(10, || async { gw.open_fds() <= bound }).await {
+        errs.push(format!(
+            "open file descriptors grew to {} (bound {bound})",
+            gw.open_fds()
+        ));
+    }
+    let log = std::fs::read_to_string(gw.path("events.jsonl")).unwrap_or_default();
+    if leaks(&log, key) {
+        errs.push("the upstream's key is in the event log".into());
+    }
+    if leaks(&gw.stderr(), key) {
+        errs.push("the upstream's key is on stderr".into());
+    }
+    errs
+}

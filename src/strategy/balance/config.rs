@@ -15,7 +15,6 @@ use super::{Balance, BalanceMember};
 use crate::config::{Config, Errors, Lane, RouteSpec, positive};
 use crate::graph::{self, BuildError, Built, Pins, Resolve};
 use crate::labels::Role;
-use crate::model::ChatModel;
 use crate::strategy::passthrough::Passthrough;
 use crate::strategy::{member_refs, members};
 
@@ -240,13 +239,7 @@ pub fn build(
         targets: list
             .iter()
             .map(|m| {
-                let model: Arc<dyn ChatModel> = match spec.stream_idle_timeout {
-                    None => m.model.clone(),
-                    Some(idle) => Arc::new(Passthrough {
-                        model: m.model.clone(),
-                        stream_idle_timeout: Some(idle),
-                    }),
-                };
+                let model = Passthrough::with_idle(&m.model, spec.stream_idle_timeout);
                 (m.name.clone(), model)
             })
             .collect(),

@@ -12,7 +12,6 @@ use super::{Chain, Tier};
 use crate::config::{Config, Errors, Lane, Route, RouteSpec, positive};
 use crate::graph::{self, BuildError, Built, Pins, Resolve};
 use crate::labels::Role;
-use crate::model::ChatModel;
 use crate::strategy::passthrough::Passthrough;
 use crate::strategy::{member_refs, members};
 
@@ -290,13 +289,7 @@ pub fn build(
         targets: tiers
             .iter()
             .map(|t| {
-                let model: Arc<dyn ChatModel> = match spec.stream_idle_timeout {
-                    None => t.model.clone(),
-                    Some(idle) => Arc::new(Passthrough {
-                        model: t.model.clone(),
-                        stream_idle_timeout: Some(idle),
-                    }),
-                };
+                let model = Passthrough::with_idle(&t.model, spec.stream_idle_timeout);
                 (t.name.clone(), model)
             })
             .collect(),
