@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::evil::{self, FAULTS, leaks};
+use common::evil::{self, FAULTS, Want, chained, leaks, unmet};
 use common::*;
 use futures::StreamExt;
 use serde_json::Value;
@@ -17,24 +17,6 @@ use serde_json::Value;
 const CONCURRENT: usize = 6;
 const KEY: &str = "sk-T3st-SECRET-q7Zr9XwP2mVt4LbN8cJd";
 const POLICIES: &[&str] = &["weighted", "least_busy", "latency"];
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Want {
-    Http(u16),
-    Event(&'static str),
-    Answer,
-}
-
-/// What a fallback chain `[fault, ok]` gives the client (tests/faults.rs).
-fn chained(fault: &str, stream: bool) -> Want {
-    match fault {
-        "echo-400" => Want::Http(400),
-        "echo-413" => Want::Http(413),
-        "echo-422" => Want::Http(422),
-        "trickle-forever" | "stall-after-first" if stream => Want::Event("upstream_timeout"),
-        _ => Want::Answer,
-    }
-}
 
 fn config(evil_v1: &str) -> String {
     let mut t = format!(
@@ -116,44 +98,17 @@ async fn run(gw: &Proc, http: &reqwest::Client, c: &Case) -> (String, Vec<String
         fail("the upstream's key reached the client".into());
     }
     let want = chained(c.fault, c.stream);
-    match want {
-        Want::Http(status) => {
-            let v: Value = serde_json::from_str(&r.text).unwrap_or(Value::Null);
-            if r.status != status || v["error"]["message"].as_str().is_none() {
-                fail(format!("want HTTP {status} with an OpenAI error body"));
-            }
-        }
-        Want::Event(code) => {
-            let ev = r.data_events();
-            let last: Value = ev
-                .last()
-                .and_then(|e| serde_json::from_str(e).ok())
-                .unwrap_or(Value::Null);
-            if r.status != 200
-                || ev.len() < 2
-                || last["error"]["code"] != code
-                || r.text.contains("[DONE]")
-            {
-                fail(format!(
-                    "want 200, chunks, then one error event {code} and no [DONE]"
-                ));
-            }
-        }
-        Want::Answer => {
-            let ok = if c.stream {
-                r.status == 200 && r.text.contains("data: [DONE]") && !r.text.contains("\"error\"")
-            } else {
-                r.status == 200 && r.json()["choices"].is_array()
-            };
-            let by = r.header("x-conclave-served-by").unwrap_or_default();
-            let want_by = if c.fault == "huge-tool-index" {
-                c.fault
-            } else {
-                "ok"
-            };
-            if !ok || by != want_by {
-                fail(format!("want an answer served by {want_by} (got {by:?})"));
-            }
+    if let Some(m) = unmet(&r, want, c.stream) {
+        fail(m);
+    } else if want == Want::Answer {
+        let by = r.header("x-conclave-served-by").unwrap_or_default();
+        let want_by = if c.fault == "huge-tool-index" {
+            c.fault
+        } else {
+            "ok"
+        };
+        if by != want_by {
+            fail(format!("want an answer served by {want_by} (got {by:?})"));
         }
     }
     let id = r.header("x-request-id").unwrap_or_default().to_owned();

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::evil::{self, FAULTS, leaks};
+use common::evil::{self, FAULTS, Want, chained, direct, leaks, unmet};
 use common::*;
 use futures::StreamExt;
 use serde_json::Value;
@@ -19,45 +19,6 @@ const CONCURRENT: usize = 6;
 /// Random past its prefix, as real keys are (a word in it, like the
 /// product's name, would also be found in innocent text).
 const KEY: &str = "sk-T3st-SECRET-q7Zr9XwP2mVt4LbN8cJd";
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Want {
-    /// An HTTP error before any byte of an answer: status and `code`
-    /// (`None`: the upstream's own code, redacted, is passed on).
-    Http(u16, Option<&'static str>),
-    /// 200, some chunks, then one SSE error event with this code.
-    Event(&'static str),
-    /// An answer, from the fault model itself or (chains) from `ok`.
-    Answer,
-}
-
-/// What a client sees for `fault` through a passthrough route.
-fn direct(fault: &str, stream: bool) -> Want {
-    use Want::*;
-    match fault {
-        "echo-500" | "echo-error-body" => Http(502, Some("upstream_error")),
-        "echo-400" => Http(400, None),
-        "echo-413" => Http(413, None),
-        "echo-422" => Http(422, None),
-        "echo-429" => Http(429, Some("rate_limit_exceeded")),
-        "echo-401" | "echo-403" => Http(502, Some("upstream_auth_failed")),
-        "hang" => Http(504, Some("upstream_timeout")),
-        "trickle-forever" | "stall-after-first" if stream => Event("upstream_timeout"),
-        "trickle-forever" | "stall-after-first" => Http(504, Some("upstream_timeout")),
-        "huge-tool-index" => Answer,
-        _ => Http(502, Some("upstream_invalid_response")),
-    }
-}
-
-/// What a client sees through a fallback chain `[fault, ok]`: plain 4xx
-/// come straight back, a stream that already started stays with its tier,
-/// everything else falls over to `ok`.
-fn chained(fault: &str, stream: bool) -> Want {
-    match direct(fault, stream) {
-        w @ (Want::Http(400 | 413 | 422, _) | Want::Event(_)) => w,
-        _ => Want::Answer,
-    }
-}
 
 /// Why a passthrough call of `fault` is sent again (the upstream's
 /// default `retries = { max = 1 }`): a 5xx, a 429, or no answer in time
@@ -167,44 +128,8 @@ async fn run(gw: &Proc, http: &reqwest::Client, c: &Case) -> (String, Vec<String
     if leaks(&r.text, KEY) || leaks(&headers, KEY) {
         fail("the upstream's key reached the client".into());
     }
-    match c.want() {
-        Want::Http(status, code) => {
-            let v: Value = serde_json::from_str(&r.text).unwrap_or(Value::Null);
-            let got_code = v["error"]["code"].as_str();
-            if r.status != status || v["error"]["message"].as_str().is_none() {
-                fail(format!("want HTTP {status} with an OpenAI error body"));
-            } else if let Some(code) = code
-                && got_code != Some(code)
-            {
-                fail(format!("want code {code}"));
-            }
-        }
-        Want::Event(code) => {
-            let ev = r.data_events();
-            let last: Value = ev
-                .last()
-                .and_then(|e| serde_json::from_str(e).ok())
-                .unwrap_or(Value::Null);
-            if r.status != 200
-                || ev.len() < 2
-                || last["error"]["code"] != code
-                || r.text.contains("[DONE]")
-            {
-                fail(format!(
-                    "want 200, chunks, then one error event {code} and no [DONE]"
-                ));
-            }
-        }
-        Want::Answer => {
-            let ok = if c.stream {
-                r.status == 200 && r.text.contains("data: [DONE]") && !r.text.contains("\"error\"")
-            } else {
-                r.status == 200 && r.json()["choices"].is_array()
-            };
-            if !ok {
-                fail("want an answer".into());
-            }
-        }
+    if let Some(m) = unmet(&r, c.want(), c.stream) {
+        fail(m);
     }
     let id = r.header("x-request-id").unwrap_or_default().to_owned();
     (id, errs)

@@ -53,6 +53,83 @@ pub const ECHOES: &[&str] = &[
     "echo-headers",
 ];
 
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Want {
+    /// An HTTP error before any byte of an answer: status and `code`
+    /// (`None`: the upstream's own code, redacted, is passed on).
+    Http(u16, Option<&'static str>),
+    /// 200, some chunks, then one SSE error event with this code.
+    Event(&'static str),
+    /// An answer, from the fault model itself or (chains) from `ok`.
+    Answer,
+}
+
+/// What a client sees for `fault` through a passthrough route.
+pub fn direct(fault: &str, stream: bool) -> Want {
+    use Want::*;
+    match fault {
+        "echo-500" | "echo-error-body" => Http(502, Some("upstream_error")),
+        "echo-400" => Http(400, None),
+        "echo-413" => Http(413, None),
+        "echo-422" => Http(422, None),
+        "echo-429" => Http(429, Some("rate_limit_exceeded")),
+        "echo-401" | "echo-403" => Http(502, Some("upstream_auth_failed")),
+        "hang" => Http(504, Some("upstream_timeout")),
+        "trickle-forever" | "stall-after-first" if stream => Event("upstream_timeout"),
+        "trickle-forever" | "stall-after-first" => Http(504, Some("upstream_timeout")),
+        "huge-tool-index" => Answer,
+        _ => Http(502, Some("upstream_invalid_response")),
+    }
+}
+
+/// What a client sees through a fallback chain `[fault, ok]`: plain 4xx
+/// come straight back, a stream that already started stays with its tier,
+/// everything else falls over to `ok`.
+pub fn chained(fault: &str, stream: bool) -> Want {
+    match direct(fault, stream) {
+        w @ (Want::Http(400 | 413 | 422, _) | Want::Event(_)) => w,
+        _ => Want::Answer,
+    }
+}
+
+/// What `r` (an answer to a `stream`ed or whole request) lacks of
+/// `want`; `None` when it is what was wanted.
+pub fn unmet(r: &super::Resp, want: Want, stream: bool) -> Option<String> {
+    match want {
+        Want::Http(status, code) => {
+            let v: Value = serde_json::from_str(&r.text).unwrap_or(Value::Null);
+            let got_code = v["error"]["code"].as_str();
+            if r.status != status || v["error"]["message"].as_str().is_none() {
+                return Some(format!("want HTTP {status} with an OpenAI error body"));
+            }
+            match code {
+                Some(code) if got_code != Some(code) => Some(format!("want code {code}")),
+                _ => None,
+            }
+        }
+        Want::Event(code) => {
+            let ev = r.data_events();
+            let last: Value = ev
+                .last()
+                .and_then(|e| serde_json::from_str(e).ok())
+                .unwrap_or(Value::Null);
+            let ok = r.status == 200
+                && ev.len() >= 2
+                && last["error"]["code"] == code
+                && !r.text.contains("[DONE]");
+            (!ok).then(|| format!("want 200, chunks, then one error event {code} and no [DONE]"))
+        }
+        Want::Answer => {
+            let ok = if stream {
+                r.status == 200 && r.text.contains("data: [DONE]") && !r.text.contains("\"error\"")
+            } else {
+                r.status == 200 && r.json()["choices"].is_array()
+            };
+            (!ok).then(|| "want an answer".to_owned())
+        }
+    }
+}
+
 /// Starts the evil upstream; returns its `…/v1` base URL.
 pub async fn start() -> String {
     let app = Router::new().route("/v1/chat/completions", post(chat));
