@@ -398,6 +398,15 @@ impl Config {
         }
         name
     }
+
+    /// Whether `name` (through passthrough routes) is a model on a local
+    /// lane.
+    pub fn is_local(&self, name: &str) -> bool {
+        self.models
+            .get(self.resolve_alias(name))
+            .and_then(|m| self.upstreams.get(&m.upstream))
+            .is_some_and(|u| u.lane == Lane::Local)
+    }
 }
 
 #[cfg(test)]

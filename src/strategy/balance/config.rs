@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::pick::Policy;
 use super::{Balance, BalanceMember};
-use crate::config::{Config, Errors, Lane, RouteSpec, positive};
+use crate::config::{Config, Errors, RouteSpec, positive};
 use crate::graph::{self, BuildError, Built, Pins, Resolve};
 use crate::labels::Role;
 use crate::strategy::passthrough::Passthrough;
@@ -202,16 +202,6 @@ impl RouteSpec for BalanceSpec {
     }
 }
 
-/// Whether `name` is a model on a local lane (whose warm state is worth
-/// asking).
-fn is_local(config: &Config, name: &str) -> bool {
-    config
-        .models
-        .get(config.resolve_alias(name))
-        .and_then(|m| config.upstreams.get(&m.upstream))
-        .is_some_and(|u| u.lane == Lane::Local)
-}
-
 /// Builds a `strategy = "balance"` route (its entry in `crate::strategy::BUILDERS`).
 pub fn build(
     spec: &dyn RouteSpec,
@@ -227,7 +217,7 @@ pub fn build(
             model: nodes.model(m)?,
             weight: spec.weight(m),
             max_concurrency: spec.max_concurrency.get(m).copied(),
-            local: is_local(config, m),
+            local: config.is_local(m),
             state: nodes.balance_state(name, m),
         });
     }

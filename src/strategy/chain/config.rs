@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::verifier::Verifier;
 use super::{Chain, Tier};
-use crate::config::{Config, Errors, Lane, Route, RouteSpec, positive};
+use crate::config::{Config, Errors, Route, RouteSpec, positive};
 use crate::graph::{self, BuildError, Built, Pins, Resolve};
 use crate::labels::Role;
 use crate::strategy::passthrough::Passthrough;
@@ -159,11 +159,7 @@ impl ChainSpec {
         if self.verify.iter().any(|t| t == tier) {
             return true;
         }
-        config
-            .models
-            .get(config.resolve_alias(tier))
-            .and_then(|m| config.upstreams.get(&m.upstream))
-            .is_some_and(|u| u.lane == Lane::Local)
+        config.is_local(tier)
     }
 }
 

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::synthesis::Synthesis;
 use super::{GuidanceRole, Judge, Member};
-use crate::config::{Config, Errors, Lane, RouteSpec, positive};
+use crate::config::{Config, Errors, RouteSpec, positive};
 use crate::graph::{self, BuildError, Built, Pins, Resolve};
 use crate::labels::Role;
 use crate::strategy::{member_refs, members};
@@ -138,12 +138,7 @@ impl JudgeSpec {
         if let Some(r) = self.guidance_role {
             return r;
         }
-        let local = config
-            .models
-            .get(config.resolve_alias(&self.default))
-            .and_then(|m| config.upstreams.get(&m.upstream))
-            .is_some_and(|u| u.lane == Lane::Local);
-        if local {
+        if config.is_local(&self.default) {
             GuidanceRole::User
         } else {
             GuidanceRole::System
