@@ -303,16 +303,11 @@ impl ChatModel for Balance {
                     if !e.is_failover() {
                         return Err(e);
                     }
-                    // A member the request does not fit, whose upstream is
-                    // ejected (it lost the race for a trial) or has no
-                    // `rpm` turn in time was never called: moving on is
-                    // no retry.
-                    let skipped = matches!(
-                        e,
-                        ModelError::TooLong { .. }
-                            | ModelError::Ejected { .. }
-                            | ModelError::Throttled { .. }
-                    );
+                    // A member that was never called (the request does not
+                    // fit it, it was ejected on the way, or its upstream
+                    // had no `rpm` turn in time): moving on is no retry.
+                    let skipped =
+                        e.skipped().is_some() || matches!(e, ModelError::Throttled { .. });
                     let reason = reason_of(&e);
                     all_rate_limited &= reason == RetryReason::RateLimited;
                     last = Some(e);
