@@ -268,11 +268,15 @@ fn eject(e: RawEjectTable, at: &str, errs: &mut Errors) -> Eject {
             "must be greater than 0 and at most 1",
         );
     }
-    if e.error_rate.is_none() && (e.window.is_some() || e.min_requests.is_some()) {
-        errs.push(
-            format!("{at}.window"),
-            "window and min_requests apply only with error_rate",
-        );
+    let alone = [
+        ("window", e.window.is_some()),
+        ("min_requests", e.min_requests.is_some()),
+    ];
+    for (key, _) in alone
+        .iter()
+        .filter(|(_, set)| *set && e.error_rate.is_none())
+    {
+        errs.push(format!("{at}.{key}"), "applies only with error_rate");
     }
     out
 }

@@ -298,3 +298,18 @@ fn a_broken_table_causes_no_follow_on_errors() {
         assert!(errs[0].starts_with(want), "{text}\n{errs:#?}");
     }
 }
+
+#[test]
+fn an_eject_key_that_needs_error_rate_is_named_itself() {
+    let errs = errors(
+        "[upstreams.s]\nkind = \"mock\"\neject = { after = 3, min_requests = 5 }\n[upstreams.s.models.v]\n",
+    );
+    assert_eq!(
+        errs,
+        ["upstreams.s.eject.min_requests: applies only with error_rate"]
+    );
+    let errs = errors(
+        "[upstreams.s]\nkind = \"mock\"\neject = { error_rate = 0.5, window = \"30s\" }\n[upstreams.s.models.v]\n",
+    );
+    assert!(errs.is_empty(), "{errs:?}");
+}
