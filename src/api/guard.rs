@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::Response;
-use metrics::{counter, gauge};
+use metrics::counter;
 
 use super::Gateway;
 use super::error::{ApiError, ErrorStyle};
 use crate::context::RequestCtx;
-use crate::telemetry::{INFLIGHT_REQUESTS, REQUESTS_TOTAL, Telemetry, status_label};
+use crate::telemetry::{REQUESTS_TOTAL, RouteHandles, Telemetry, status_label};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
@@ -64,17 +64,19 @@ pub fn request_id(headers: &HeaderMap) -> String {
 pub struct RequestGuard {
     ctx: Arc<RequestCtx>,
     telemetry: Arc<Telemetry>,
+    /// The route's metric handles.
+    metrics: Arc<RouteHandles>,
     status: Option<&'static str>,
 }
 
 impl RequestGuard {
     pub fn new(ctx: Arc<RequestCtx>, telemetry: Arc<Telemetry>) -> Self {
-        let route = ctx.route.clone();
-        ctx.metrics
-            .scope(|| gauge!(INFLIGHT_REQUESTS, "route" => route).increment(1.0));
+        let metrics = telemetry.route_handles(&ctx.route, ctx.strategy);
+        metrics.inflight.increment(1.0);
         RequestGuard {
             ctx,
             telemetry,
+            metrics,
             status: None,
         }
     }
@@ -90,11 +92,8 @@ impl RequestGuard {
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
-        let route = self.ctx.route.clone();
-        self.ctx
-            .metrics
-            .scope(|| gauge!(INFLIGHT_REQUESTS, "route" => route).decrement(1.0));
+        self.metrics.inflight.decrement(1.0);
         let end = self.ctx.end(self.status.unwrap_or("499"));
-        self.telemetry.record_request(&end);
+        self.telemetry.record_request(&end, &self.metrics);
     }
 }

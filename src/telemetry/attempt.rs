@@ -6,15 +6,12 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, histogram};
 use opentelemetry::trace::SpanKind;
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 use serde::Serialize;
 
-use super::{
-    ATTEMPT_DURATION, ATTEMPT_TTFT, ATTEMPTS_TOTAL, Event, EventBody, GENERATION_TPS, TOKENS_TOTAL,
-    Telemetry, UPSTREAM_ERRORS_TOTAL, ms,
-};
+use super::handles::AttemptRef;
+use super::{Event, EventBody, Telemetry, ms};
 use crate::sink::{AttemptRecord, AttemptSink};
 use crate::span::{SpanRecord, int};
 
@@ -59,7 +56,7 @@ impl AttemptSink for Telemetry {
         let who = &r.who;
         let m = &r.model;
         let role = r.role.as_str();
-        self.metrics.scope(|| attempt_metrics(r));
+        self.attempt_metrics(r);
         if let (Some(_), Some(usd)) = (r.usage, r.cost_usd) {
             self.add_cost(&m.name, &who.key, usd);
         }
@@ -99,35 +96,33 @@ impl AttemptSink for Telemetry {
     }
 }
 
-/// The attempt's metrics (run with the instance's recorder current).
-fn attempt_metrics(r: &AttemptRecord) {
-    let (who, m, role) = (&r.who, &r.model, r.role.as_str());
-    if let Some(tps) = r.tokens_per_second {
-        histogram!(GENERATION_TPS, "upstream" => m.upstream.clone(), "model" => m.name.clone())
-            .record(tps);
-    }
-    counter!(ATTEMPTS_TOTAL,
-        "route" => who.route.clone(), "strategy" => who.strategy, "model" => m.name.clone(),
-        "upstream" => m.upstream.clone(), "role" => role,
-        "verdict" => r.verdict.as_str(), "warm" => r.warm.as_str())
-    .increment(1);
-    histogram!(ATTEMPT_DURATION,
-        "route" => who.route.clone(), "strategy" => who.strategy,
-        "model" => m.name.clone(), "role" => role)
-    .record(r.duration.as_secs_f64());
-    if let Some(ttft) = r.ttft {
-        histogram!(ATTEMPT_TTFT, "route" => who.route.clone(), "model" => m.name.clone())
-            .record(ttft.as_secs_f64());
-    }
-    if let (Some(u), Some(_)) = (r.usage, r.cost_usd) {
-        counter!(TOKENS_TOTAL, "model" => m.name.clone(), "kind" => "input")
-            .increment(u.prompt_tokens);
-        counter!(TOKENS_TOTAL, "model" => m.name.clone(), "kind" => "output")
-            .increment(u.completion_tokens);
-    }
-    if let Some((kind, _)) = &r.error {
-        counter!(UPSTREAM_ERRORS_TOTAL, "upstream" => m.upstream.clone(), "kind" => *kind)
-            .increment(1);
+impl Telemetry {
+    /// The attempt's metrics, on its handles.
+    fn attempt_metrics(&self, r: &AttemptRecord) {
+        let (who, m) = (&r.who, &r.model);
+        let h = self.handles.attempt(AttemptRef {
+            route: &who.route,
+            strategy: who.strategy,
+            model: &m.name,
+            upstream: &m.upstream,
+            role: r.role.as_str(),
+        });
+        if let Some(tps) = r.tokens_per_second {
+            h.tps().record(tps);
+        }
+        h.attempts(r.verdict.as_str(), r.warm.as_str()).increment(1);
+        h.duration.record(r.duration.as_secs_f64());
+        if let Some(ttft) = r.ttft {
+            h.ttft().record(ttft.as_secs_f64());
+        }
+        if let (Some(u), Some(_)) = (r.usage, r.cost_usd) {
+            let (input, output) = h.tokens();
+            input.increment(u.prompt_tokens);
+            output.increment(u.completion_tokens);
+        }
+        if let Some((kind, _)) = &r.error {
+            h.errors(kind).increment(1);
+        }
     }
 }
 

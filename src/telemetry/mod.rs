@@ -10,6 +10,7 @@
 
 mod attempt;
 mod events;
+mod handles;
 mod prom;
 mod request;
 pub mod trace;
@@ -24,6 +25,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Map, Value};
 
 pub use events::{Event, EventBody, EventLog};
+use handles::Handles;
+pub use handles::RouteHandles;
 pub use prom::*;
 use trace::Tracer;
 
@@ -41,6 +44,8 @@ const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 pub struct Telemetry {
     /// This instance's metrics recorder, and its exposition.
     pub metrics: Metrics,
+    /// The recorder's handles for the request path, by their labels.
+    handles: Handles,
     /// The instance's clock, handed to each request with the sinks.
     clock: Clock,
     prometheus: Option<PrometheusHandle>,
@@ -76,6 +81,7 @@ impl Telemetry {
             .map(|p| EventLog::open(p, buffer, metrics.clone()))
             .transpose()?;
         let t = Arc::new(Telemetry {
+            handles: Handles::new(metrics.clone()),
             metrics,
             clock,
             prometheus,
@@ -90,6 +96,7 @@ impl Telemetry {
     /// Telemetry with no event log (unit tests).
     pub fn for_tests() -> Arc<Self> {
         Arc::new(Telemetry {
+            handles: Handles::new(Metrics::noop()),
             metrics: Metrics::noop(),
             clock: Clock::system(),
             prometheus: None,

@@ -3,33 +3,32 @@
 
 use std::borrow::Cow;
 
-use metrics::{counter, histogram};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanKind;
 use serde_json::{Map, Value, json};
 
-use super::{OVERHEAD, REQUEST_DURATION, REQUEST_TTFT, REQUESTS_TOTAL, Telemetry, ms};
+use super::{RouteHandles, Telemetry, ms};
 use crate::sink::{EventSink, RequestEnd};
 use crate::span::{SpanRecord, int};
+use std::sync::Arc;
 
 impl Telemetry {
+    /// The handles a request on `route` records its metrics with.
+    pub fn route_handles(&self, route: &Arc<str>, strategy: &'static str) -> Arc<RouteHandles> {
+        self.handles.route(route, strategy)
+    }
+
     /// Records the end of one client request: count, duration, overhead
-    /// and time to first token; its `request` event, span and access line.
-    pub fn record_request(&self, end: &RequestEnd) {
+    /// and time to first token (on its route's handles `h`); its `request`
+    /// event, span and access line.
+    pub fn record_request(&self, end: &RequestEnd, h: &RouteHandles) {
         let (who, status) = (&end.who, end.status);
-        self.metrics.scope(|| {
-            let (route, strategy) = (&who.route, who.strategy);
-            counter!(REQUESTS_TOTAL, "route" => route.clone(), "strategy" => strategy, "status" => status)
-                .increment(1);
-            histogram!(REQUEST_DURATION, "route" => route.clone(), "strategy" => strategy)
-                .record(end.wall.as_secs_f64());
-            histogram!(OVERHEAD, "route" => route.clone(), "strategy" => strategy)
-                .record(end.overhead.as_secs_f64());
-            if let Some(t) = end.ttft {
-                histogram!(REQUEST_TTFT, "route" => route.clone(), "strategy" => strategy)
-                    .record(t.as_secs_f64());
-            }
-        });
+        h.requests(status).increment(1);
+        h.duration.record(end.wall.as_secs_f64());
+        h.overhead.record(end.overhead.as_secs_f64());
+        if let Some(t) = end.ttft {
+            h.ttft().record(t.as_secs_f64());
+        }
         let totals = end.totals;
         if self.events_enabled() {
             let f = fields(json!({

@@ -14,6 +14,7 @@ pub mod anthropic;
 mod concrete;
 pub mod decode;
 pub mod delivery;
+mod direct;
 mod fit;
 pub mod health;
 pub mod lane;

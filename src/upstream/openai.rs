@@ -2,7 +2,6 @@
 //! client per upstream with `TCP_NODELAY`. The API key becomes an
 //! `Authorization: Bearer` header marked sensitive, so it is never printed.
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,6 +9,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 
+use super::direct::Direct;
 use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use std::sync::Arc;
 
@@ -34,6 +34,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub struct OpenAiTransport {
     client: reqwest::Client,
+    /// The lean client, for a plain-http upstream (see [`Direct`]).
+    direct: Option<Direct>,
     /// Parsed once: reqwest would parse a string URL on every request.
     chat_url: reqwest::Url,
     completions_url: reqwest::Url,
@@ -67,6 +69,7 @@ impl OpenAiTransport {
         });
         let windows = Learner::new(client.clone(), auth.clone(), base_url, llama_swap);
         Ok(OpenAiTransport {
+            direct: Direct::for_base(base_url, CONNECT_TIMEOUT),
             windows,
             client,
             chat_url: parse_url(&format!("{base_url}{}", Endpoint::Chat.path()))?,
@@ -111,25 +114,7 @@ fn parse_url(s: &str) -> Result<reqwest::Url, BuildError> {
 
 /// Says why no response arrived, without URLs or internals.
 pub(super) fn describe(e: &reqwest::Error) -> String {
-    let mut src = e.source();
-    while let Some(s) = src {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            return match io.kind() {
-                std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
-                std::io::ErrorKind::ConnectionReset => "connection reset".into(),
-                std::io::ErrorKind::TimedOut => "connect timed out".into(),
-                _ => format!("connection failed ({})", io.kind()),
-            };
-        }
-        src = s.source();
-    }
-    if e.is_timeout() {
-        "connect timed out".into()
-    } else if e.is_connect() {
-        "could not connect".into()
-    } else {
-        "the connection closed before a response".into()
-    }
+    super::direct::describe(e, e.is_connect(), e.is_timeout())
 }
 
 /// Sends a request with the call's ids (`x-request-id`, `traceparent`),
@@ -171,6 +156,11 @@ impl Transport for OpenAiTransport {
         body: Bytes,
         ids: &CallIds<'_>,
     ) -> Result<RawResponse, TransportError> {
+        if let Some(direct) = &self.direct
+            && let Some(uri) = direct.uri(endpoint)
+        {
+            return direct.post(uri, self.auth.as_ref(), body, ids).await;
+        }
         let url = match endpoint {
             Endpoint::Chat => &self.chat_url,
             Endpoint::Completions => &self.completions_url,
