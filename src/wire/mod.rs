@@ -15,6 +15,7 @@ pub mod anthropic;
 pub mod assemble;
 pub mod billing;
 mod finish;
+mod flat;
 mod inspect;
 pub mod messages;
 mod output;

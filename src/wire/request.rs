@@ -4,7 +4,9 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// Read by [`super::flat`] (the unread fields kept without serde's
+/// `flatten` buffering).
+#[derive(Debug, Clone, Serialize)]
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<Message>,
@@ -193,8 +195,9 @@ impl ChatRequest {
 }
 
 /// One chat message; only `role` is read, the rest (content, name,
-/// tool_calls, tool_call_id, …) is kept exactly as sent, `null`s included.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// tool_calls, tool_call_id, …) is kept exactly as sent, `null`s included
+/// (read by [`super::flat`]).
+#[derive(Debug, Clone, Serialize)]
 pub struct Message {
     pub role: String,
     #[serde(flatten)]
