@@ -63,8 +63,34 @@ impl Dialect for Chat {
 /// Reads the body as a `ChatRequest`, with OpenAI-style messages that say
 /// which field is wrong.
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let req = serde_path_to_error::deserialize::<_, ChatRequest>(&mut de).map_err(|e| {
+    // UTF-8 checked once, not string by string (see `wire::from_json`).
+    let req = match std::str::from_utf8(body) {
+        Ok(text) => read(&mut serde_json::Deserializer::from_str(text)),
+        Err(_) => read(&mut serde_json::Deserializer::from_slice(body)),
+    }?;
+    if req.model.is_empty() {
+        return Err(ApiError::BadRequest {
+            message: "`model` must not be empty.".into(),
+            param: Some("model".into()),
+            code: Some("invalid_request_body"),
+        });
+    }
+    check_caps(&req.extra).map_err(ApiError::bad_cap)?;
+    if req.messages.is_empty() {
+        return Err(ApiError::BadRequest {
+            message: "`messages` must contain at least one message.".into(),
+            param: Some("messages".into()),
+            code: Some("invalid_request_body"),
+        });
+    }
+    Ok(req)
+}
+
+/// Reads a [`ChatRequest`] and the end of its input from `de`.
+fn read<'de, R: serde_json::de::Read<'de>>(
+    de: &mut serde_json::Deserializer<R>,
+) -> Result<ChatRequest, ApiError> {
+    let req = serde_path_to_error::deserialize::<_, ChatRequest>(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -85,21 +111,6 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         }
     })?;
     de.end().map_err(|e| ApiError::invalid_json(&e))?;
-    if req.model.is_empty() {
-        return Err(ApiError::BadRequest {
-            message: "`model` must not be empty.".into(),
-            param: Some("model".into()),
-            code: Some("invalid_request_body"),
-        });
-    }
-    check_caps(&req.extra).map_err(ApiError::bad_cap)?;
-    if req.messages.is_empty() {
-        return Err(ApiError::BadRequest {
-            message: "`messages` must contain at least one message.".into(),
-            param: Some("messages".into()),
-            code: Some("invalid_request_body"),
-        });
-    }
     Ok(req)
 }
 

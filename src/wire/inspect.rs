@@ -274,7 +274,7 @@ pub fn inspect_chunk_text(data: &[u8], summarize: bool) -> Result<ChunkInfo, Not
 
 fn read_chunk(data: &[u8], summarize: bool, text: bool) -> Result<ChunkInfo, NotAnAnswer> {
     object_bytes(data)?;
-    let probe: ChunkProbe = serde_json::from_slice(data)?;
+    let probe: ChunkProbe = super::from_json(data)?;
     let usage = match probe.usage {
         None => UsageField::Absent,
         Some(None) => UsageField::Null,
@@ -329,7 +329,7 @@ pub fn error_message(err: &Value) -> String {
 /// Removes `usage` from a chunk that also carries choices (for a client that
 /// did not ask for usage). Only such chunks are re-serialised.
 pub fn strip_usage(data: &[u8]) -> Result<Bytes, serde_json::Error> {
-    let mut obj: Map<String, Value> = serde_json::from_slice(data)?;
+    let mut obj: Map<String, Value> = super::from_json(data)?;
     obj.remove("usage");
     serde_json::to_vec(&obj).map(Bytes::from)
 }
@@ -387,7 +387,7 @@ pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, 
         _ => {}
     }
     object_bytes(body)?;
-    let probe: CompletionProbe = serde_json::from_slice(body)?;
+    let probe: CompletionProbe = super::from_json(body)?;
     if let Some(e) = probe.error.filter(|e| !e.is_null()) {
         return Ok(WholeBody::Error(error_message(&e)));
     }
