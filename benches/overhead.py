@@ -147,8 +147,8 @@ def main():
                 rows.append(row)
                 f = lambda k, fmt, w, unit="": (format(row[k], fmt) + unit if k in row else "").rjust(w)
                 print(f"{scenario:<8} {conns:>5} {name:<10} {row['rps']:>8.0f} {f('per_direct', '.2f', 8)} "
-                      f"{f('per_nginx', '.2f', 7)} {row['p50_ms']:>7.3f}ms {f('added_p50_ms', '.3f', 8)}ms "
-                      f"{f('added_p99_ms', '.3f', 8)}ms {f('cpu_ms_per_1k', '.1f', 10)}")
+                      f"{f('per_nginx', '.2f', 7)} {row['p50_ms']:>7.3f}ms {f('added_p50_ms', '.3f', 10, 'ms')} "
+                      f"{f('added_p99_ms', '.3f', 10, 'ms')} {f('cpu_ms_per_1k', '.1f', 10)}")
     stream64 = [r for r in rows if r["scenario"] == "stream" and r["conns"] == 64 and r["path"] == "conclave"][0]
     per_event_us = stream64["cpu_ms_per_1k"] / nb.STREAM_EVENTS
     print(f"\nconclave CPU per relayed event (stream, c=64, {nb.STREAM_EVENTS} events an answer): {per_event_us:.2f} us")
