@@ -11,9 +11,13 @@ governed minus ungoverned p50 at c=1 (target: <= 0.05 ms) and the rps ratio at c
 each a median of per-round figures, plus each gateway's CPU per request.
 
     cargo build --release
-    python3 benches/governed.py [--rounds 3] [--seconds 5] [--port-base 18110]
+    python3 benches/governed.py [--rounds 3] [--seconds 5] [--port-base 18110] [--callgrind]
 
-Needs Debian's wrk and nginx-light. CONCLAVE_BIN measures another build. Loopback only
+--callgrind then also counts instructions per request of each gateway under valgrind
+(benches/icount.py: 200 and 2,200 requests on one connection, subtracted), which the
+noise of a shared box does not move, and prints the functions the governors add most to.
+
+Needs Debian's wrk and nginx-light (and valgrind for --callgrind). CONCLAVE_BIN measures another build. Loopback only
 (nginx on --port-base, the gateways on the two ports after it); every run is bounded in
 time and it stops what it started on exit.
 """
@@ -24,6 +28,7 @@ import shutil
 import sys
 import urllib.request
 
+import icount
 import nginxbench as nb
 from procs import cpu_seconds, med, start, stop
 
@@ -52,6 +57,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--port-base", type=int, default=18110)
+    ap.add_argument("--callgrind", action="store_true", help="also count instructions per request (valgrind)")
     a = ap.parse_args()
     nb.need_tools()
     tmp = nb.tmpdir()
@@ -87,6 +93,11 @@ def main():
                           + (f" cpu/req={run['cpu_us']:.1f}us" if pid else ""), flush=True)
         db = os.path.join(tmp, "state.db")
         db_kib = os.path.getsize(db) / 1024 if os.path.exists(db) else 0
+        counts = None
+        if a.callgrind:
+            for p, _ in gw.values():
+                stop(p)
+            counts = {name: icount.per_request(confs[name], up + 3, tmp, nb.BENCH_KEY) for name in ("off", "on")}
     finally:
         for p in reversed(procs):
             stop(p)
@@ -115,6 +126,14 @@ def main():
     show("governed - ungoverned CPU per request, c=64",
          per_round(lambda on, off: on["cpu_us"] - off["cpu_us"], 64), "{:.1f}us")
     print(f"state store after the run: {db_kib:.0f} KiB")
+    if counts:
+        off, on = counts["off"], counts["on"]
+        print(f"\ninstructions per request (callgrind, {icount.MANY - icount.FEW} requests, one connection): "
+              f"off {off['TOTAL']:.0f}, on {on['TOTAL']:.0f}, governors add {on['TOTAL'] - off['TOTAL']:.0f} "
+              f"({on['TOTAL'] / off['TOTAL'] - 1:+.1%}); most of it in:")
+        diff = sorted(((on.get(k, 0) - off.get(k, 0), k) for k in set(on) | set(off) if k != "TOTAL"), reverse=True)
+        for v, k in diff[:15]:
+            print(f"  {v:8.0f}  {k[:140]}")
     print(f"  {'PASS' if med(d50) <= 0.05 else 'FAIL'}  governors add <= 0.05 ms p50 (c=1)")
 
 
