@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from overhead import MOCK_TOML, KEY, UPSTREAM_KEY, WRK_LUA, PROMPT, wrk
+from procs import MOCK_TOML, KEY, UPSTREAM_KEY, WRK_LUA, PROMPT, wrk
 from procs import ROOT, start, stop
 
 POLICIES = ("weighted", "least_busy", "latency")

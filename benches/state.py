@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 
-from overhead import MOCK_TOML, GATEWAY_TOML, GOVERNED_KEYS, KEY, UPSTREAM_KEY, WRK_LUA, PROMPT, wrk
+from procs import MOCK_TOML, GATEWAY_TOML, GOVERNED_KEYS, KEY, UPSTREAM_KEY, WRK_LUA, PROMPT, wrk
 from procs import ROOT, start, stop
 
 

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 
-from overhead import MOCK_TOML, PROMPT, WRK_LUA, med, wrk
+from procs import MOCK_TOML, PROMPT, WRK_LUA, med, wrk
 from procs import ROOT, start, stop
 
 GATEWAY = """

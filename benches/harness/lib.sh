@@ -1,0 +1,44 @@
+# Shared by compare.sh and stream-cpu.sh (sourced, not run): the ports, starting the nginx
+# upstream and proxy hop from this folder's configs, waiting for them, and stopping only the
+# processes this script started (by PID). Ports default to the reference harness's; set
+# UPSTREAM_PORT, PROXY_PORT, CONCLAVE_PORT, STREAM_PORT to run beside another copy of it.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+UPSTREAM_PORT=${UPSTREAM_PORT:-18090}
+PROXY_PORT=${PROXY_PORT:-18095}
+CONCLAVE_PORT=${CONCLAVE_PORT:-18091}
+STREAM_PORT=${STREAM_PORT:-18094}
+ROUNDS=${ROUNDS:-3}
+bin=${CONCLAVE_BIN:-$root/target/release/conclave}
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+need() { command -v "$1" >/dev/null || { echo "$1 not found (Debian: apt-get install $2)" >&2; exit 1; }; }
+need wrk wrk
+need nginx nginx-light
+need curl curl
+need python3 python3
+[ -x "$bin" ] || { echo "no conclave binary at $bin (cargo build --release, or set CONCLAVE_BIN)" >&2; exit 1; }
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+check_ports() { for p in "$@"; do port_free "$p" || { echo "port $p is in use: another benchmark running? (set *_PORT)" >&2; exit 1; }; done; }
+
+# start_nginx NAME: runs this folder's nginx-NAME.conf on our ports, its pid file and error
+# log in $tmp (nothing shared with another run), in the foreground (daemon off) as our child.
+start_nginx() {
+  sed -e "s/127\.0\.0\.1:18090/127.0.0.1:$UPSTREAM_PORT/; s/127\.0\.0\.1:18095/127.0.0.1:$PROXY_PORT/" \
+      -e "s#^pid .*#pid $tmp/nginx-$1.pid;#; s#^error_log [^ ]*#error_log $tmp/nginx-$1.err#" \
+      "$here/nginx-$1.conf" > "$tmp/nginx-$1.conf"
+  nginx -e "$tmp/nginx-$1.err" -c "$tmp/nginx-$1.conf" & pids+=($!)
+}
+
+# wait_up URL...: until every URL answers 2xx (at most 30 s).
+wait_up() {
+  for _ in $(seq 1 150); do
+    ok=1; for u in "$@"; do curl -sf -o /dev/null "$u" || ok=0; done
+    [ $ok = 1 ] && return 0; sleep 0.2
+  done
+  echo "not up after 30 s: $*" >&2; exit 1
+}
