@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpSocket;
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio::time::{Interval, MissedTickBehavior};
 
 use crate::Opts;
 
@@ -33,10 +33,10 @@ enum Phase {
 }
 
 /// A streamed answer: one token chunk per tick of a non-drifting interval until the
-/// deadline, then the final chunk with `usage` and `[DONE]` in one frame.
+/// duration is over, then the final chunk with `usage` and `[DONE]` in one frame.
 struct SlowSse {
     tick: Interval,
-    deadline: Instant,
+    tokens: u64,
     sent: u64,
     phase: Phase,
 }
@@ -46,9 +46,11 @@ impl SlowSse {
         let mut tick = tokio::time::interval(interval);
         // A late tick moves the next one an interval later: no bursts that would hide a stall.
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // duration / interval tokens, counted (not timed) so every stream sends exactly as many.
+        let tokens = (duration.as_micros() / interval.as_micros().max(1)) as u64;
         SlowSse {
             tick,
-            deadline: Instant::now() + duration,
+            tokens,
             sent: 0,
             phase: Phase::Tokens,
         }
@@ -66,11 +68,10 @@ impl Body for SlowSse {
         if let Phase::Done = self.phase {
             return Poll::Ready(None);
         }
-        let at = match self.tick.poll_tick(cx) {
-            Poll::Ready(at) => at,
-            Poll::Pending => return Poll::Pending,
-        };
-        if at >= self.deadline {
+        if self.tick.poll_tick(cx).is_pending() {
+            return Poll::Pending;
+        }
+        if self.sent >= self.tokens {
             self.phase = Phase::Done;
             let n = self.sent;
             let last = format!(
