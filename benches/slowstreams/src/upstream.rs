@@ -32,8 +32,9 @@ enum Phase {
     Done,
 }
 
-/// A streamed answer: one token chunk per tick of a non-drifting interval until the
-/// duration is over, then the final chunk with `usage` and `[DONE]` in one frame.
+/// A streamed answer: one token chunk per tick of an interval (a late tick delays the next
+/// one instead of bursting to catch up) until duration / interval tokens are out,
+/// then the final chunk with `usage` and `[DONE]` in one frame.
 struct SlowSse {
     tick: Interval,
     tokens: u64,
