@@ -28,14 +28,15 @@ secs=${2:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${CONCLAVE_BIN:-$root/target/release/conclave}
 ramp=${SLOW_RAMP:-10}
-threads=${SLOW_THREADS:-1}
-interval_ms=50
+threads=${SLOW_THREADS:-2}
+interval_ms=${SLOW_INTERVAL_MS:-50}
 up_port=18100
 gw_port=18101
 tmp=$(mktemp -d /tmp/slow-streams.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
+trap 'exit 1' INT TERM
 mib() { awk -v k="$1" 'BEGIN{printf "%.1f", k/1024}'; }
 
 [ -x "$bin" ] || { echo "no conclave binary at $bin (cargo build --release, or set CONCLAVE_BIN)"; exit 1; }
@@ -116,7 +117,7 @@ echo "conclave: $bin ($("$bin" --version 2>/dev/null))"
 
 # --- direct -------------------------------------------------------------------------------
 up0=$(cpu $up_pid)
-load "http://127.0.0.1:$up_port/v1/chat/completions" "$tmp/direct.out" & ld=$!
+load "http://127.0.0.1:$up_port/v1/chat/completions" "$tmp/direct.out" & ld=$!; pids+=($ld)
 ld_cpu=0
 while kill -0 $ld 2>/dev/null; do c=$(cpu $ld); [ "$c" -gt 0 ] && ld_cpu=$c; sleep 1; done
 wait $ld
@@ -126,7 +127,7 @@ ld_direct=$ld_cpu
 # --- through conclave ---------------------------------------------------------------------
 read -r idle_rss _ _ <<<"$(sample $gw_pid)"
 up0=$(cpu $up_pid); gw0=$(cpu $gw_pid)
-load "http://127.0.0.1:$gw_port/v1/chat/completions" "$tmp/gw.out" & ld=$!
+load "http://127.0.0.1:$gw_port/v1/chat/completions" "$tmp/gw.out" & ld=$!; pids+=($ld)
 peak=0; peak_fds=0; ld_cpu=0
 while kill -0 $ld 2>/dev/null; do
   read -r rss hwm fds <<<"$(sample $gw_pid)"
@@ -145,9 +146,14 @@ kill -0 $gw_pid 2>/dev/null || echo "WARNING: conclave exited during the run"
 for p in direct gw; do
   name=$([ $p = gw ] && echo conclave || echo direct)
   printf '%-9s %s\n' "$name" "$(grep '^completed=' "$tmp/$p.out")"
-  printf '%-9s %s  %s\n' "" "$(grep -o '^gap_us.*max=[0-9]*' "$tmp/$p.out")" "$(grep '^events=' "$tmp/$p.out")"
+  printf '%-9s %s\n' "" "$(grep '^events=' "$tmp/$p.out")"
+  printf '%-9s %s\n' "" "$(grep -o '^gap_us.*max=[0-9]*' "$tmp/$p.out")"
   printf '%-9s %s\n' "" "$(grep -o '^transit_us.*max=[0-9]*' "$tmp/$p.out")"
   grep -q '^completed=' "$tmp/$p.out" || { echo "load failed:"; tail "$tmp/$p.out.err"; }
+done
+for p in direct gw; do
+  awk -v p=$p '/^events=/{for(i=1;i<=NF;i++){split($i,a,"="); v[a[1]]=a[2]} if (v["expected"] > 0 && v["max"] > 1.1 * v["expected"] + 1000)
+    printf "WARNING: %s: streams took up to %.1f s against %.1f s: this box did not keep up with %s events/s (see CPU below)\n", p, v["max"]/1000, v["expected"]/1000, v["offered_per_s"]}' "$tmp/$p.out"
 done
 dg=$(field "$tmp/direct.out" p99 gap_us); cg=$(field "$tmp/gw.out" p99 gap_us)
 dt=$(field "$tmp/direct.out" p99 transit_us); ct=$(field "$tmp/gw.out" p99 transit_us)

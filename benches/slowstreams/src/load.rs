@@ -37,6 +37,9 @@ struct Counts {
 struct Stats {
     gap: Hist,
     transit: Hist,
+    /// First token to last token of each stream that got two or more, in ms: a stream the
+    /// box cannot keep up with stretches past (tokens - 1) x interval.
+    span: Hist,
     n: Counts,
 }
 
@@ -84,6 +87,7 @@ fn token_time(line: &[u8]) -> Option<u64> {
 
 async fn read_events(body: &mut Incoming, s: &Stats, tokens: u64) -> End {
     let mut buf: Vec<u8> = Vec::with_capacity(512);
+    let mut first: Option<Instant> = None;
     let mut last: Option<Instant> = None;
     let mut got = 0u64;
     let mut done = false;
@@ -118,11 +122,17 @@ async fn read_events(body: &mut Incoming, s: &Stats, tokens: u64) -> End {
                         .record(recv_at.duration_since(prev).as_micros() as u64);
                 }
                 last = Some(recv_at);
+                first.get_or_insert(recv_at);
             }
         }
         buf.drain(..start);
         if buf.len() > MAX_LINE {
             return End::Body;
+        }
+    }
+    if let (Some(a), Some(b)) = (first, last) {
+        if got > 1 {
+            s.span.record(b.duration_since(a).as_millis() as u64);
         }
     }
     if !done {
@@ -170,12 +180,13 @@ pub async fn run(o: Opts) -> Result<(), String> {
     let s = Arc::new(Stats {
         gap: Hist::new(),
         transit: Hist::new(),
+        span: Hist::new(),
         n: Counts::default(),
     });
     let n = o.streams.max(1);
-    // Each stream is bounded: twice its expected length plus a margin.
+    // Each stream is bounded: three times its expected length plus a margin.
     let cap =
-        o.interval * u32::try_from(o.tokens).unwrap_or(u32::MAX) * 2 + Duration::from_secs(60);
+        o.interval * u32::try_from(o.tokens).unwrap_or(u32::MAX) * 3 + Duration::from_secs(60);
     let began = Instant::now();
     let mut handles = Vec::with_capacity(n);
     for i in 0..n {
@@ -239,7 +250,15 @@ pub async fn run(o: Opts) -> Result<(), String> {
         c(&s.n.no_done),
         c(&s.n.short)
     );
-    println!("events={}", c(&s.n.events));
+    let offered = n as f64 / o.interval.as_secs_f64();
+    println!(
+        "events={} offered_per_s={offered:.0} stream_ms p50={} p99={} max={} expected={}",
+        c(&s.n.events),
+        s.span.quantile(0.5),
+        s.span.quantile(0.99),
+        s.span.max(),
+        (o.interval * u32::try_from(o.tokens.saturating_sub(1)).unwrap_or(u32::MAX)).as_millis()
+    );
     for (name, h) in [("gap", &s.gap), ("transit", &s.transit)] {
         println!(
             "{name}_us p50={} p99={} p999={} max={} n={}   ({name}: p50 {} p99 {} max {})",
