@@ -5,23 +5,31 @@
 # Measures, on loopback: a slow OpenAI-compatible upstream (benches/slowstreams, `upstream`
 # mode) and a load generator (`load` mode, one HTTP/1.1 connection per stream, ramped over
 # SLOW_RAMP seconds) run twice in a row with the same number of streams: directly against the
-# upstream, then through conclave. Prints for each: streams completed / dropped, the
-# inter-token gap and the transit time (client receive time minus the upstream's send time
-# carried in each token) p50/p99/max; then conclave's RSS (idle, peak sampled every second,
-# VmHWM, at the end), bytes per stream, CPU per relayed event, and the added p99s (conclave
-# minus direct). The two paths run one after the other, not at once: 10,000 streams are
-# 200,000 events/s, which already keeps this 2-core box busy, and the direct path would
-# otherwise be measured under conclave's load.
+# upstream, then through conclave. Prints for each: streams completed / dropped, how long the
+# streams took against their nominal length, the inter-token gap and the transit time (client
+# receive time minus the upstream's send time carried in each token) p50/p99/max; then
+# conclave's RSS (idle, peak sampled every second, VmHWM, at the end), bytes per stream, CPU
+# per relayed event, and the added p99s (conclave minus direct: the ratio against the direct
+# path measured in the same run).
 #
-#   bash benches/slow-streams.sh                 # 10,000 streams x 60 s (~3 minutes)
-#   bash benches/slow-streams.sh 1000 10         # small run
-#   CONCLAVE_BIN=/path/to/conclave SLOW_RAMP=10 SLOW_THREADS=1 bash benches/slow-streams.sh
+# The two paths run one after the other, not at once: 10,000 streams at 50 ms are 200,000
+# events/s, more than a 2-core box can generate, relay and read (upstream and load alone take
+# about a core; conclave needs ~20 us of CPU per event when events come one at a time), and
+# the direct path would otherwise be measured under conclave's load. When the box does not
+# keep up the streams stretch past their nominal length and the script says so: then
+# SLOW_INTERVAL_MS=500 still holds all the streams (RSS, drops) at a rate the box can carry.
 #
-# Needs: cargo (builds benches/slowstreams), curl, procps (Debian: curl procps); a release
-# build of conclave (`cargo build --release`, or CONCLAVE_BIN). Ports 18100 (upstream) and
-# 18101 (conclave) on 127.0.0.1. conclave holds two descriptors per stream (client and
-# upstream sockets): the script raises `ulimit -n` to the hard limit and, when that cannot
-# hold 2 x streams + 256, says so and runs as many streams as fit (SLOW_NOCAP=1: run them all).
+#   bash benches/slow-streams.sh                       # 10,000 streams x 60 s, 50 ms (~3 minutes)
+#   bash benches/slow-streams.sh 1000 10               # small run
+#   SLOW_INTERVAL_MS=500 bash benches/slow-streams.sh  # all 10,000 streams, 20,000 events/s
+#   CONCLAVE_BIN=/path/to/conclave SLOW_RAMP=10 SLOW_THREADS=2 SLOW_KEEP=/tmp/logs bash benches/slow-streams.sh
+#
+# The environment reaches conclave (e.g. MIMALLOC_ALLOW_THP=0: no transparent huge pages).
+# Needs: cargo (builds benches/slowstreams), curl (Debian: cargo curl); a release build of
+# conclave (`cargo build --release`, or CONCLAVE_BIN). Ports 18100 (upstream) and 18101
+# (conclave) on 127.0.0.1. conclave holds two descriptors per stream (client and upstream
+# sockets): the script raises `ulimit -n` to the hard limit and, when that cannot hold
+# 2 x streams + 256, says so and runs as many streams as fit (SLOW_NOCAP=1: run them all).
 set -u
 streams=${1:-10000}
 secs=${2:-60}
