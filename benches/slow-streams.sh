@@ -157,6 +157,8 @@ for p in direct gw; do
   printf '%-9s %s\n' "" "$(grep '^events=' "$tmp/$p.out")"
   printf '%-9s %s\n' "" "$(grep -o '^gap_us.*max=[0-9]*' "$tmp/$p.out")"
   printf '%-9s %s\n' "" "$(grep -o '^transit_us.*max=[0-9]*' "$tmp/$p.out")"
+  printf '%-9s %s\n' "" "$(grep -o '^steady_gap_us.*max=[0-9]*' "$tmp/$p.out")"
+  printf '%-9s %s\n' "" "$(grep -o '^steady_transit_us.*max=[0-9]*' "$tmp/$p.out")"
   grep -q '^completed=' "$tmp/$p.out" || { echo "load failed:"; tail "$tmp/$p.out.err"; }
 done
 for p in direct gw; do
@@ -165,16 +167,19 @@ for p in direct gw; do
 done
 dg=$(field "$tmp/direct.out" p99 gap_us); cg=$(field "$tmp/gw.out" p99 gap_us)
 dt=$(field "$tmp/direct.out" p99 transit_us); ct=$(field "$tmp/gw.out" p99 transit_us)
+sdg=$(field "$tmp/direct.out" p99 steady_gap_us); scg=$(field "$tmp/gw.out" p99 steady_gap_us)
+sdt=$(field "$tmp/direct.out" p99 steady_transit_us); sct=$(field "$tmp/gw.out" p99 steady_transit_us)
 ddrop=$(field "$tmp/direct.out" dropped completed); gdrop=$(field "$tmp/gw.out" dropped completed)
 ev=$(field "$tmp/gw.out" events events)
 awk -v ticks="$ticks" -v n="$streams" -v idle="$idle_rss" -v peak="$peak" -v hwm="$hwm" -v end="$end_rss" \
   -v fds="$peak_fds" -v gw="$gw_cpu" -v ev="${ev:-0}" -v upd="$up_direct" -v upg="$up_gw" -v ldd="$ld_direct" -v ldg="$ld_gw" \
-  -v dg="${dg:-0}" -v cg="${cg:-0}" -v dt="${dt:-0}" -v ct="${ct:-0}" -v dd="${ddrop:-?}" -v cd="${gdrop:-?}" 'BEGIN{
+  -v dg="${dg:-0}" -v cg="${cg:-0}" -v dt="${dt:-0}" -v ct="${ct:-0}" -v sdg="${sdg:-0}" -v scg="${scg:-0}" -v sdt="${sdt:-0}" -v sct="${sct:-0}" -v dd="${ddrop:-?}" -v cd="${gdrop:-?}" 'BEGIN{
   printf "conclave RSS: idle %.1f MiB, peak %.1f MiB (sampled each second; VmHWM %.1f MiB), at the end %.1f MiB; peak fds %d\n", idle/1024, peak/1024, hwm/1024, end/1024, fds
   printf "conclave per stream: %.1f KiB ((peak - idle) / %d streams)\n", (peak-idle)/n, n
   printf "CPU s: conclave %.1f (%.2f us per relayed event); upstream %.1f direct / %.1f via conclave; load %.1f / %.1f\n", gw/ticks, (ev>0 ? gw/ticks*1e6/ev : 0), upd/ticks, upg/ticks, ldd/ticks, ldg/ticks
   printf "added inter-token p99: %+.3f ms (conclave %.3f - direct %.3f)   target < 5 ms: %s\n", (cg-dg)/1000, cg/1000, dg/1000, ((cg-dg) < 5000 ? "ok" : "MISSED")
   printf "added transit p99:     %+.3f ms (conclave %.3f - direct %.3f)\n", (ct-dt)/1000, ct/1000, dt/1000
+  printf "steady (all streams open, ramp over): added inter-token p99 %+.3f ms (%.3f - %.3f), added transit p99 %+.3f ms (%.3f - %.3f)\n", (scg-sdg)/1000, scg/1000, sdg/1000, (sct-sdt)/1000, sct/1000, sdt/1000
   printf "dropped: direct %s, conclave %s   target 0: %s\n", dd, cd, (cd == "0" ? "ok" : "MISSED")
   printf "conclave RSS peak %.1f MiB   target < 200 MiB: %s\n", (hwm>peak?hwm:peak)/1024, ((hwm>peak?hwm:peak) < 200*1024 ? "ok" : "MISSED")
 }'

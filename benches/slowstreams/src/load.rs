@@ -37,6 +37,11 @@ struct Counts {
 struct Stats {
     gap: Hist,
     transit: Hist,
+    /// The same, counting only events once every stream is open (`steady`: the ramp is over
+    /// and a second more), so connection set-up does not blur the relay's own cost.
+    steady_gap: Hist,
+    steady_transit: Hist,
+    steady: Instant,
     /// First token to last token of each stream that got two or more, in ms: a stream the
     /// box cannot keep up with stretches past (tokens - 1) x interval.
     span: Hist,
@@ -116,10 +121,18 @@ async fn read_events(body: &mut Incoming, s: &Stats, tokens: u64) -> End {
             } else if let Some(sent) = token_time(payload) {
                 got += 1;
                 s.n.events.fetch_add(1, Ordering::Relaxed);
-                s.transit.record(recv_us.saturating_sub(sent));
+                let transit = recv_us.saturating_sub(sent);
+                s.transit.record(transit);
+                let steady = recv_at >= s.steady;
+                if steady {
+                    s.steady_transit.record(transit);
+                }
                 if let Some(prev) = last {
-                    s.gap
-                        .record(recv_at.duration_since(prev).as_micros() as u64);
+                    let gap = recv_at.duration_since(prev).as_micros() as u64;
+                    s.gap.record(gap);
+                    if steady {
+                        s.steady_gap.record(gap);
+                    }
                 }
                 last = Some(recv_at);
                 first.get_or_insert(recv_at);
@@ -177,9 +190,13 @@ fn us(v: u64) -> String {
 
 pub async fn run(o: Opts) -> Result<(), String> {
     let t = Arc::new(parse_url(&o.url)?);
+    let began = Instant::now();
     let s = Arc::new(Stats {
         gap: Hist::new(),
         transit: Hist::new(),
+        steady_gap: Hist::new(),
+        steady_transit: Hist::new(),
+        steady: began + o.ramp + Duration::from_secs(1),
         span: Hist::new(),
         n: Counts::default(),
     });
@@ -187,7 +204,6 @@ pub async fn run(o: Opts) -> Result<(), String> {
     // Each stream is bounded: three times its expected length plus a margin.
     let cap =
         o.interval * u32::try_from(o.tokens).unwrap_or(u32::MAX) * 3 + Duration::from_secs(60);
-    let began = Instant::now();
     let mut handles = Vec::with_capacity(n);
     for i in 0..n {
         let at = began + o.ramp.mul_f64(i as f64 / n as f64);
@@ -259,7 +275,12 @@ pub async fn run(o: Opts) -> Result<(), String> {
         s.span.max(),
         (o.interval * u32::try_from(o.tokens.saturating_sub(1)).unwrap_or(u32::MAX)).as_millis()
     );
-    for (name, h) in [("gap", &s.gap), ("transit", &s.transit)] {
+    for (name, h) in [
+        ("gap", &s.gap),
+        ("transit", &s.transit),
+        ("steady_gap", &s.steady_gap),
+        ("steady_transit", &s.steady_transit),
+    ] {
         println!(
             "{name}_us p50={} p99={} p999={} max={} n={}   ({name}: p50 {} p99 {} max {})",
             h.quantile(0.5),
