@@ -30,6 +30,9 @@ struct Counts {
     body: AtomicU64,
     no_done: AtomicU64,
     short: AtomicU64,
+    /// Still running at three times its nominal length plus a minute: cut by the load
+    /// generator (the box did not keep up), not dropped by the server.
+    overtime: AtomicU64,
     active: AtomicU64,
     events: AtomicU64,
 }
@@ -76,6 +79,7 @@ enum End {
     Body,
     NoDone,
     Short,
+    Overtime,
 }
 
 /// Takes the token's send time out of an SSE `data:` line, if it is a token chunk.
@@ -214,7 +218,7 @@ pub async fn run(o: Opts) -> Result<(), String> {
             s.n.active.fetch_add(1, Ordering::Relaxed);
             let end = timeout(cap, one(t, s.clone(), tokens))
                 .await
-                .unwrap_or(End::Body);
+                .unwrap_or(End::Overtime);
             s.n.active.fetch_sub(1, Ordering::Relaxed);
             let c = match end {
                 End::Ok => &s.n.completed,
@@ -223,6 +227,7 @@ pub async fn run(o: Opts) -> Result<(), String> {
                 End::Body => &s.n.body,
                 End::NoDone => &s.n.no_done,
                 End::Short => &s.n.short,
+                End::Overtime => &s.n.overtime,
             };
             c.fetch_add(1, Ordering::Relaxed);
         }));
@@ -258,13 +263,14 @@ pub async fn run(o: Opts) -> Result<(), String> {
         began.elapsed().as_secs_f64()
     );
     println!(
-        "completed={} dropped={dropped} connect={} status={} body={} no_done={} short={}",
+        "completed={} dropped={dropped} connect={} status={} body={} no_done={} short={} overtime={}",
         c(&s.n.completed),
         c(&s.n.connect),
         c(&s.n.status),
         c(&s.n.body),
         c(&s.n.no_done),
-        c(&s.n.short)
+        c(&s.n.short),
+        c(&s.n.overtime)
     );
     let offered = n as f64 / o.interval.as_secs_f64();
     println!(
