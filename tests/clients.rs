@@ -327,8 +327,11 @@ base_url = "{up}"
 timeout = "60s"
 stream_idle_timeout = "60s"
 
+# Known: no lookup of the upstream's /models, whose idle keep-alive
+# connection (another pool than the chat call's) would count below.
 [models.m]
 upstream = "up"
+context_window = 8192
 "#
     ));
     let fds = gw.open_fds();
