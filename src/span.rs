@@ -122,9 +122,11 @@ impl TraceCtx {
     }
 }
 
+const TRACEPARENT: axum::http::HeaderName = axum::http::HeaderName::from_static("traceparent");
+
 /// The client's `traceparent` (and `tracestate`), when valid.
 pub fn remote_parent(headers: &axum::http::HeaderMap) -> Option<SpanContext> {
-    if !headers.contains_key("traceparent") {
+    if !headers.contains_key(TRACEPARENT) {
         return None;
     }
     let cx = opentelemetry::propagation::TextMapPropagator::extract(

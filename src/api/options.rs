@@ -3,15 +3,16 @@
 
 use std::sync::Arc;
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 
 use super::error::ApiError;
 use crate::context::Options;
 
-const PIN: &str = "x-conclave-pin";
-const SESSION: &str = "x-conclave-session";
-const CONFIRM: &str = "x-conclave-confirm";
-const ANTHROPIC_BETA: &str = "anthropic-beta";
+// Names, not strings: a lookup by string parses the name every time.
+const PIN: HeaderName = HeaderName::from_static("x-conclave-pin");
+const SESSION: HeaderName = HeaderName::from_static("x-conclave-session");
+const CONFIRM: HeaderName = HeaderName::from_static("x-conclave-confirm");
+const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
 
 /// Longest `anthropic-beta` accepted (a comma-separated list of names).
 const MAX_BETA: usize = 1024;
@@ -45,17 +46,17 @@ pub fn read(headers: &HeaderMap) -> Result<Options, ApiError> {
     })
 }
 
-fn bad(header: &'static str, what: &str) -> ApiError {
+fn bad(header: HeaderName, what: &str) -> ApiError {
     ApiError::BadRequest {
         message: format!("The {header} header {what}."),
-        param: Some(header.into()),
+        param: Some(header.as_str().into()),
         code: Some("invalid_header"),
     }
 }
 
 /// A header's trimmed text; `None` when absent or blank.
-fn text(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, ApiError> {
-    let Some(v) = headers.get(name) else {
+fn text(headers: &HeaderMap, name: HeaderName) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(&name) else {
         return Ok(None);
     };
     let s = v
@@ -66,8 +67,8 @@ fn text(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, ApiEr
 }
 
 /// A name-like header value: printable ASCII without spaces, bounded.
-fn token(headers: &HeaderMap, name: &'static str) -> Result<Option<Arc<str>>, ApiError> {
-    match text(headers, name)? {
+fn token(headers: &HeaderMap, name: HeaderName) -> Result<Option<Arc<str>>, ApiError> {
+    match text(headers, name.clone())? {
         None => Ok(None),
         Some(s) if s.len() > MAX_TOKEN => {
             Err(bad(name, &format!("is longer than {MAX_TOKEN} characters")))

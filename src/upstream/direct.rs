@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use http_body_util::{BodyDataStream, Full};
 use hyper::Request;
-use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue, RETRY_AFTER};
 use hyper::http::uri::Uri;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -32,6 +32,8 @@ const PROXY_VARS: [&str; 4] = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_pro
 /// endpoints' URIs.
 pub struct Direct {
     client: Client<HttpConnector, Full<Bytes>>,
+    /// The `Host` header, made once (hyper would format it per request).
+    host: HeaderValue,
     chat: Uri,
     completions: Uri,
     embeddings: Uri,
@@ -56,9 +58,12 @@ impl Direct {
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_timer(TokioTimer::new())
             .build(http);
+        let chat = uri(Endpoint::Chat)?;
+        let host = HeaderValue::from_str(chat.authority()?.as_str()).ok()?;
         Some(Direct {
             client,
-            chat: uri(Endpoint::Chat)?,
+            host,
+            chat,
             completions: uri(Endpoint::Completions)?,
             embeddings: uri(Endpoint::Embeddings)?,
             responses: uri(Endpoint::Responses)?,
@@ -93,6 +98,7 @@ impl Direct {
                 source: Some(Box::new(e)),
             })?;
         let h = req.headers_mut();
+        h.insert(HOST, self.host.clone());
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(auth) = auth {
             h.insert(hyper::header::AUTHORIZATION, auth.clone());
