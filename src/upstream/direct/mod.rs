@@ -1,14 +1,18 @@
 //! The hot path's HTTP client for plain-`http://` upstreams (the local
-//! servers: llama-swap, vLLM, Ollama, llama.cpp): hyper's pooled client
-//! with `TCP_NODELAY`, the request's URI parsed once per upstream, and no
-//! redirect or proxy layer. reqwest's redirect layer parses the URL twice
-//! a request (about a tenth of the gateway's own CPU on a local upstream);
-//! a model endpoint has no business redirecting a POST.
+//! servers: llama-swap, vLLM, Ollama, llama.cpp): HTTP/1.1 on hyper's
+//! connection API over a pool of its own ([`pool`]), with `TCP_NODELAY`,
+//! each request's path and `Host` made once per upstream, and no redirect
+//! or proxy layer. reqwest's redirect layer parses the URL twice a request
+//! (about a tenth of the gateway's own CPU on a local upstream); a model
+//! endpoint has no business redirecting a POST.
 //!
 //! `https://` upstreams, and plain-http ones while the environment names an
 //! HTTP proxy (`HTTP_PROXY`, `ALL_PROXY`), stay on reqwest, which speaks
 //! TLS and honours proxies and `NO_PROXY`.
 
+mod pool;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,22 +21,23 @@ use http_body_util::{BodyDataStream, Full};
 use hyper::Request;
 use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue, RETRY_AFTER};
 use hyper::http::uri::Uri;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::{BoxError, CallIds, RawResponse, TransportError};
 use crate::wire::Endpoint;
+use pool::{Pool, Returning, Sender};
 
 /// The environment variables that send plain-http requests through a
 /// proxy in reqwest.
 const PROXY_VARS: [&str; 4] = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"];
 
 /// A pooled HTTP/1.1 client for one plain-http upstream, with its
-/// endpoints' URIs.
+/// endpoints' paths.
 pub struct Direct {
-    client: Client<HttpConnector, Full<Bytes>>,
-    /// The `Host` header, made once (hyper would format it per request).
+    pool: Arc<Pool>,
+    /// `host:port`, as connections are opened to it.
+    addr: String,
+    connect_timeout: Duration,
+    /// The `Host` header.
     host: HeaderValue,
     chat: Uri,
     completions: Uri,
@@ -50,23 +55,25 @@ impl Direct {
         if proxied || !base_url.starts_with("http://") {
             return None;
         }
-        let uri = |e: Endpoint| Uri::try_from(format!("{base_url}{}", e.path())).ok();
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(connect_timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_timer(TokioTimer::new())
-            .build(http);
-        let chat = uri(Endpoint::Chat)?;
-        let host = HeaderValue::from_str(chat.authority()?.as_str()).ok()?;
+        let base = Uri::try_from(base_url).ok()?;
+        let authority = base.authority()?;
+        let addr = match authority.port_u16() {
+            Some(_) => authority.as_str().to_owned(),
+            None => format!("{}:80", authority.host()),
+        };
+        let host = HeaderValue::from_str(authority.as_str()).ok()?;
+        // HTTP/1 requests name their path (origin form), not the whole URI.
+        let base_path = base.path().trim_end_matches('/');
+        let path = |e: Endpoint| Uri::try_from(format!("{base_path}{}", e.path())).ok();
         Some(Direct {
-            client,
+            pool: Arc::default(),
+            addr,
+            connect_timeout,
             host,
-            chat,
-            completions: uri(Endpoint::Completions)?,
-            embeddings: uri(Endpoint::Embeddings)?,
-            responses: uri(Endpoint::Responses)?,
+            chat: path(Endpoint::Chat)?,
+            completions: path(Endpoint::Completions)?,
+            embeddings: path(Endpoint::Embeddings)?,
+            responses: path(Endpoint::Responses)?,
         })
     }
 
@@ -113,23 +120,63 @@ impl Direct {
         {
             h.insert(HeaderName::from_static("traceparent"), tp);
         }
-        let resp = self.client.request(req).await.map_err(|e| TransportError {
-            reason: describe(&e, e.is_connect(), false),
-            connected: !e.is_connect(),
-            source: Some(Box::new(e)),
-        })?;
+        let (tx, resp) = self.send(req).await?;
         let retry_after = resp
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let status = resp.status().as_u16();
-        let body = BodyDataStream::new(resp.into_body()).map_err(|e| Box::new(e) as BoxError);
+        let body = Returning::new(resp.into_body(), tx, &self.pool);
+        let body = BodyDataStream::new(body).map_err(|e| Box::new(e) as BoxError);
         Ok(RawResponse {
             status,
             retry_after,
             body: Box::pin(body),
         })
+    }
+}
+
+impl Direct {
+    /// Sends `req` on an idle connection, or a new one. A request that an
+    /// idle connection could not take (the server closed it meanwhile)
+    /// goes on a new connection; one that was sent is never sent twice.
+    async fn send(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(Sender, hyper::Response<hyper::body::Incoming>), TransportError> {
+        let mut req = req;
+        while let Some(mut tx) = self.pool.take() {
+            if tx.ready().await.is_err() {
+                continue;
+            }
+            match tx.try_send_request(req).await {
+                Ok(resp) => return Ok((tx, resp)),
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) => req = unsent,
+                    None => return Err(closed(e.into_error())),
+                },
+            }
+        }
+        let mut tx = pool::connect(&self.addr, self.connect_timeout)
+            .await
+            .map_err(|e| TransportError {
+                reason: describe(&e, true, false),
+                connected: false,
+                source: Some(Box::new(e)),
+            })?;
+        tx.ready().await.map_err(closed)?;
+        let resp = tx.send_request(req).await.map_err(closed)?;
+        Ok((tx, resp))
+    }
+}
+
+/// A connection that ended before its response.
+fn closed(e: hyper::Error) -> TransportError {
+    TransportError {
+        reason: describe(&e, false, false),
+        connected: true,
+        source: Some(Box::new(e)),
     }
 }
 
