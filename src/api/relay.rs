@@ -28,15 +28,21 @@ const MAX_BATCH: usize = 64 * 1024;
 /// (hyper's client hands a body over one chunk per turn of its own
 /// connection task; measured, the next chunk is there after two).
 const YIELDS: u8 = 2;
+/// Writes after which a stream whose yields gathered nothing tries
+/// yielding again (its events may have started to come in bursts).
+const PROBE_EVERY: u8 = 16;
 
 /// The SSE body sent to the client.
 ///
 /// Events are framed into one buffer and written together when several
 /// are ready at once: when the upstream has nothing more at this instant,
 /// the task yields to the runtime (so the upstream connection can hand
-/// over what it already read) before the batch goes out. A stream whose
-/// events arrive apart in time is written event by event, [`YIELDS`]
-/// scheduler turns later; a burst is written in one go.
+/// over what it already read) before the batch goes out. A burst is
+/// written in one go. A stream whose events arrive apart in time is
+/// written event by event: [`YIELDS`] scheduler turns later while yielding
+/// gathers events, at once after a write whose yields gathered nothing
+/// (trying again every [`PROBE_EVERY`] writes), so a slow stream does not
+/// pay two polls an event for batches that never come.
 pub struct ClientStream {
     inner: ChunkStream,
     render: Box<dyn Render>,
@@ -50,6 +56,12 @@ pub struct ClientStream {
     batch: BytesMut,
     /// Times the task yielded with a batch waiting and nothing came.
     yields: u8,
+    /// Turns to yield before writing (`YIELDS`, or 0 while yielding
+    /// gathers nothing), and writes since it went to 0.
+    patience: u8,
+    since_probe: u8,
+    /// An event came after the task yielded, in this batch.
+    gathered: bool,
     done: bool,
 }
 
@@ -71,6 +83,9 @@ impl ClientStream {
             trailer: None,
             batch: BytesMut::new(),
             yields: 0,
+            patience: YIELDS,
+            since_probe: 0,
+            gathered: false,
             done: false,
         }
     }
@@ -114,7 +129,16 @@ impl ClientStream {
     }
 
     fn flush(&mut self) -> Poll<Option<Result<Bytes, Infallible>>> {
+        if self.patience == 0 {
+            self.since_probe += 1;
+            if self.since_probe >= PROBE_EVERY {
+                (self.patience, self.since_probe) = (YIELDS, 0);
+            }
+        } else if self.yields > 0 && !self.gathered {
+            self.patience = 0;
+        }
         self.yields = 0;
+        self.gathered = false;
         Poll::Ready(Some(Ok(self.batch.split().freeze())))
     }
 }
@@ -136,6 +160,7 @@ impl Stream for ClientStream {
         loop {
             match this.inner.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
+                    this.gathered |= this.yields > 0;
                     this.yields = 0;
                     if chunk.real {
                         this.guard.ctx().first_token();
@@ -157,7 +182,7 @@ impl Stream for ClientStream {
                     return this.flush();
                 }
                 Poll::Pending if this.batch.is_empty() => return Poll::Pending,
-                Poll::Pending if this.yields < YIELDS => {
+                Poll::Pending if this.yields < this.patience => {
                     // Let the upstream connection run before writing: it
                     // may hold the next events already.
                     this.yields += 1;
@@ -230,6 +255,31 @@ mod tests {
         let got = writes(client(ChunkStream::new(s))).await;
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].matches("data: ").count(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_stream_stops_yielding_for_batches_that_never_come() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = polls.clone();
+        let events = async_stream::stream! {
+            for t in ["a", "b", "c", "d", "e"] {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                yield Ok(chunk(t));
+            }
+        };
+        let mut events = Box::pin(events);
+        let s = futures::stream::poll_fn(move |cx| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            events.as_mut().poll_next(cx)
+        });
+        let got = writes(client(ChunkStream::new(s))).await;
+        assert_eq!(got.len(), 5, "{got:?}");
+        // The first event waits two turns for company; the others go out
+        // at once: a poll that brings the event, one that finds nothing
+        // (and the sleeps' wake-ups).
+        let n = polls.load(Ordering::Relaxed);
+        assert!(n <= 20, "{n} polls");
     }
 
     #[tokio::test(start_paused = true)]
