@@ -14,19 +14,11 @@ import tempfile
 import time
 import urllib.request
 
+from procs import DONE_LUA  # wrk's summary as one JSON line
+
 HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness")
 STREAM_EVENTS = 17  # events in one /sse17 answer (nginx-upstream.conf)
 
-# wrk's summary as one JSON line, appended to the harness's request scripts.
-DONE_LUA = """
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    '{"requests":%d,"duration_us":%d,"errors":%d,"status_errors":%d,"p50_us":%d,"p99_us":%d}\\n',
-    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout,
-    e.status, latency:percentile(50), latency:percentile(99)))
-end
-"""
 # stream-cpu.sh's request, word for word.
 STREAM_LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"

@@ -95,19 +95,22 @@ daily_tokens = 1000000000000000
 daily_cost_usd = 1000000000.0
 """
 
+# wrk's summary as one JSON line, appended to a wrk request script.
+DONE_LUA = """
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests":%d,"duration_us":%d,"errors":%d,"status_errors":%d,"p50_us":%d,"p99_us":%d}\\n',
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout,
+    e.status, latency:percentile(50), latency:percentile(99)))
+end
+"""
 WRK_LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer bench-key"
 wrk.body = '{body}'
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    '{{"requests":%d,"duration_us":%d,"errors":%d,"status_errors":%d,"p50_us":%d,"p99_us":%d}}\\n',
-    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout,
-    e.status, latency:percentile(50), latency:percentile(99)))
-end
-"""
+""" + DONE_LUA.replace("{", "{{").replace("}", "}}")
 
 
 def cpu_seconds(pid):

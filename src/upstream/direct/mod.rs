@@ -210,7 +210,98 @@ pub(super) fn describe(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
+
+    /// Whether `got` holds a whole request (its head and `content-length`
+    /// bytes of body).
+    fn whole(got: &[u8]) -> bool {
+        let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return false;
+        };
+        let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map_or(0, |v| v.trim().parse().unwrap());
+        got.len() >= end + 4 + len
+    }
+
+    /// A server that answers `per_conn` requests on each connection, then
+    /// closes it; its base URL and how many connections it took.
+    async fn server(per_conn: usize) -> (String, Arc<AtomicUsize>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/v1", l.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let n = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    for _ in 0..per_conn {
+                        let mut got = Vec::new();
+                        while !whole(&got) {
+                            match s.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(k) => got.extend_from_slice(&buf[..k]),
+                            }
+                        }
+                        let resp = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+                        if s.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (base, accepted)
+    }
+
+    /// One chat call, its answer read to the end.
+    async fn call(d: &Direct) -> u16 {
+        let ids = CallIds {
+            request_id: "r",
+            traceparent: None,
+            anthropic_beta: None,
+        };
+        let uri = d.uri(Endpoint::Chat).unwrap();
+        let r = d
+            .post(uri, None, Bytes::from_static(b"{}"), &ids)
+            .await
+            .unwrap();
+        let body: Vec<Bytes> = r.body.try_collect().await.unwrap();
+        assert_eq!(body.concat(), b"{}");
+        r.status
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_used_again_once_its_answer_is_read() {
+        let (base, accepted) = server(100).await;
+        let Some(d) = Direct::for_base(&base, Duration::from_secs(1)) else {
+            return; // under a proxy
+        };
+        for _ in 0..3 {
+            assert_eq!(call(&d).await, 200);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_is_not_used_again() {
+        let (base, accepted) = server(1).await;
+        let Some(d) = Direct::for_base(&base, Duration::from_secs(1)) else {
+            return;
+        };
+        for _ in 0..3 {
+            assert_eq!(call(&d).await, 200);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
 
     #[test]
     fn only_plain_http_goes_direct() {
