@@ -1,6 +1,6 @@
 //! `kind = "openai"`: any OpenAI-compatible server, over one pooled reqwest
 //! client per upstream with `TCP_NODELAY` (model calls to a plain-http one
-//! go through [`Direct`] instead). The API key becomes an
+//! go through `upstream::direct` instead). The API key becomes an
 //! `Authorization: Bearer` header marked sensitive, so it is never printed.
 
 use std::time::Duration;

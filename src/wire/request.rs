@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-/// Read by [`super::flat`] (the unread fields kept without serde's
+/// Read by `wire::flat` (the unread fields kept without serde's
 /// `flatten` buffering).
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatRequest {
@@ -196,7 +196,7 @@ impl ChatRequest {
 
 /// One chat message; only `role` is read, the rest (content, name,
 /// tool_calls, tool_call_id, …) is kept exactly as sent, `null`s included
-/// (read by [`super::flat`]).
+/// (read by `wire::flat`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Message {
     pub role: String,
