@@ -33,7 +33,7 @@ pub async fn read(
     tokio::select! {
         r = tokio::time::timeout(within, collect) => match r {
             Err(_) => Err(ApiError::BodyTimeout { after: within }),
-            Ok(Ok(c)) => Ok(own(c.to_bytes())),
+            Ok(Ok(c)) => Ok(c.to_bytes()),
             Ok(Err(e)) if e.is::<LengthLimitError>() => Err(ApiError::TooLarge { limit }),
             Ok(Err(e)) => Err(ApiError::BadRequest {
                 message: format!("The request body could not be read: {e}"),
@@ -42,18 +42,5 @@ pub async fn read(
             }),
         },
         () = stop.cancelled() => Err(ApiError::ShuttingDown),
-    }
-}
-
-/// A body small enough to sit in the connection's read buffer, copied out
-/// of it: a request keeps its body for as long as it runs (a stream, for
-/// minutes), and a slice of that buffer would keep all of it alive while
-/// the connection reads into a new one.
-fn own(body: Bytes) -> Bytes {
-    const SHARED_UP_TO: usize = 64 * 1024;
-    if body.len() <= SHARED_UP_TO {
-        Bytes::copy_from_slice(&body)
-    } else {
-        body
     }
 }
