@@ -67,10 +67,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     // that fails is read again for the path its error names.
     let req = match crate::wire::from_json::<ChatRequest>(body) {
         Ok(req) => req,
-        Err(_) => match std::str::from_utf8(body) {
-            Ok(text) => read(&mut serde_json::Deserializer::from_str(text)),
-            Err(_) => read(&mut serde_json::Deserializer::from_slice(body)),
-        }?,
+        Err(_) => read_tracked(body)?,
     };
     if req.model.is_empty() {
         return Err(ApiError::BadRequest {
@@ -90,11 +87,11 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     Ok(req)
 }
 
-/// Reads a [`ChatRequest`] and the end of its input from `de`.
-fn read<'de, R: serde_json::de::Read<'de>>(
-    de: &mut serde_json::Deserializer<R>,
-) -> Result<ChatRequest, ApiError> {
-    let req = serde_path_to_error::deserialize::<_, ChatRequest>(&mut *de).map_err(|e| {
+/// Reads a [`ChatRequest`] tracking the path of what is wrong in it, for
+/// its error.
+fn read_tracked(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let req = serde_path_to_error::deserialize::<_, ChatRequest>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {

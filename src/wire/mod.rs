@@ -1,6 +1,7 @@
 //! OpenAI wire types: the few request fields conclave reads, with every
-//! other field kept verbatim (`#[serde(flatten)]`) so it reaches the
-//! upstream, and the client, unchanged.
+//! other field kept verbatim (`#[serde(flatten)]`; for the chat request
+//! and its messages, read on every call, by `flat` in one pass) so it
+//! reaches the upstream, and the client, unchanged.
 //!
 //! Responses are not modelled as structs that get re-serialised: a whole
 //! response body and each stream chunk travel as the upstream's own bytes.

@@ -135,9 +135,7 @@ impl Direct {
             body: Box::pin(body),
         })
     }
-}
 
-impl Direct {
     /// Sends `req` on an idle connection, or a new one. A request that an
     /// idle connection could not take (the server closed it meanwhile)
     /// goes on a new connection; one that was sent is never sent twice.
