@@ -20,14 +20,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 from procs import MOCK_TOML, KEY, UPSTREAM_KEY, WRK_LUA, PROMPT, wrk
-from procs import ROOT, start, stop
+from procs import ROOT, med, start, stop
 
 POLICIES = ("weighted", "least_busy", "latency")
 
@@ -50,10 +49,6 @@ def gateway_toml(base):
         out.append(f'[routes.pool-{p}]\nstrategy = "balance"\n'
                    f'members = ["bench-a", "bench-b", "bench-c"]\npolicy = "{p}"\n')
     return "\n".join(out)
-
-
-def med(xs):
-    return statistics.median(xs) if xs else float("nan")
 
 
 def main():

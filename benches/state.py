@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ import threading
 import time
 
 from procs import MOCK_TOML, GATEWAY_TOML, GOVERNED_KEYS, KEY, UPSTREAM_KEY, WRK_LUA, PROMPT, wrk
-from procs import ROOT, start, stop
+from procs import ROOT, med, start, stop
 
 
 def free_port():
@@ -56,10 +55,6 @@ def start_redis(tmp):
         time.sleep(0.02)
     p.kill()
     sys.exit("redis-server did not start")
-
-
-def med(xs):
-    return statistics.median(xs) if xs else float("nan")
 
 
 def both(urls, lua, conns, seconds):
