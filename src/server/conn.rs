@@ -2,7 +2,9 @@
 //! stream bounds of `[server]`) while its watchdog enforces the header,
 //! idle and HTTP/1 request limits, eviction and shutdown. Each request
 //! first gets a slot (`slots`); one that finds none within
-//! `header_read_timeout` is answered 503 `server_busy`.
+//! `header_read_timeout` is answered 503 `server_busy`. Which protocol a
+//! connection speaks is read from its first bytes by peeking, so hyper
+//! reads them itself (see [`sniff`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -31,6 +33,20 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
     let limits = serving.limits;
     let state = Arc::new(ConnState::new());
     let _listed = serving.slots.register(state.clone());
+    // Until the first bytes arrive the watchdog keeps the idle limit,
+    // eviction and shutdown, as it does below.
+    let proto = loop {
+        if state.take_eviction() {
+            return;
+        }
+        let check = state.next_check(&limits);
+        tokio::select! {
+            proto = sniff(&tcp) => break proto,
+            () = sleep_until(check) => if state.expired(&limits) { return },
+            () = state.changed.notified() => {}
+            () = serving.stop.cancelled() => return,
+        }
+    };
     let io = TokioIo::new(Watched {
         inner: tcp,
         state: state.clone(),
@@ -50,6 +66,11 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.http2_max_streams)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    let builder = match proto {
+        Proto::Http1 => builder.http1_only(),
+        Proto::Http2 => builder.http2_only(),
+        Proto::Unsure => builder,
+    };
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let mut stopping = false;
@@ -84,6 +105,31 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
                 conn.as_mut().graceful_shutdown();
             }
         }
+    }
+}
+
+/// The protocol a connection speaks, by its first bytes.
+enum Proto {
+    Http1,
+    Http2,
+    /// Too few bytes yet (part of the HTTP/2 preface), the end or an
+    /// error: hyper-util reads the bytes to decide.
+    Unsure,
+}
+
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Peeks at the first bytes without taking them. hyper-util's own
+/// detection reads the first 24 bytes apart from the rest; hyper's first
+/// read then gets only those, and its read buffer grows to 16 KiB to take
+/// the rest of the request: 8 KiB more held by every HTTP/1 connection
+/// for as long as it lives (measured with heaptrack on 1,000 streams).
+async fn sniff(tcp: &TcpStream) -> Proto {
+    let mut first = [0u8; H2_PREFACE.len()];
+    match tcp.peek(&mut first).await {
+        Ok(n) if n > 0 && first.get(..n) != H2_PREFACE.get(..n) => Proto::Http1,
+        Ok(n) if n == H2_PREFACE.len() => Proto::Http2,
+        _ => Proto::Unsure,
     }
 }
 
