@@ -159,3 +159,41 @@ async fn handle(
     };
     Ok(resp.map(|inner| Tracked { inner, busy, slot }))
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// What `sniff` makes of a connection whose client wrote `first`; the
+    /// bytes are still there to read afterwards.
+    async fn sniffed(first: &[u8]) -> (Proto, usize) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        client.write_all(first).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let proto = sniff(&server).await;
+        let mut all = vec![0u8; 64];
+        let n = server.try_read(&mut all).unwrap();
+        (proto, n)
+    }
+
+    #[tokio::test]
+    async fn the_first_bytes_tell_the_protocol_and_stay_unread() {
+        let (proto, n) = sniffed(b"POST /v1/chat/completions HTTP/1.1\r\n").await;
+        assert!(matches!(proto, Proto::Http1));
+        assert_eq!(n, 36);
+        // "P" alone could still be the preface; "PO" cannot.
+        let (proto, _) = sniffed(b"PO").await;
+        assert!(matches!(proto, Proto::Http1));
+        let (proto, n) = sniffed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0").await;
+        assert!(matches!(proto, Proto::Http2));
+        assert_eq!(n, 26);
+        let (proto, _) = sniffed(b"PRI * HTTP").await;
+        assert!(matches!(proto, Proto::Unsure));
+    }
+}
