@@ -63,6 +63,7 @@ pub mod clock;
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod eval;
 pub mod governor;
 pub mod graph;
 pub mod labels;

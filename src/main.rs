@@ -65,6 +65,30 @@ enum Command {
         #[arg(long)]
         probe: bool,
     },
+    /// Run a checkable task set (JSONL) through routes, in-process, and
+    /// report accuracy (95 % interval), cost, tokens, latency and what each
+    /// strategy did, with paired tests between routes (see docs/eval.md).
+    Eval {
+        /// The config whose routes and models are compared.
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// The task file: one JSON object a line (see eval/README.md).
+        #[arg(long)]
+        tasks: PathBuf,
+        /// The routes or models to compare, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        routes: Vec<String>,
+        /// Run every task this many times per route.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        repeat: u32,
+        /// Requests in flight at once.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+        concurrency: u64,
+        /// Where results.jsonl, events.jsonl, report.md and pareto.svg go;
+        /// a run into the same folder resumes where the last one stopped.
+        #[arg(long, default_value = "eval-out")]
+        out: PathBuf,
+    },
     /// Run a standalone simulated OpenAI-compatible + llama-swap server.
     Mock {
         /// Where to listen.
@@ -329,6 +353,61 @@ async fn run(command: Command) -> ExitCode {
             tokio::spawn(signals(tx));
             match prepared.run(listener, Some(config), rx).await {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Eval {
+            config,
+            tasks,
+            routes,
+            repeat,
+            concurrency,
+            out,
+        } => {
+            let cfg = match conclave::config::load(&config, &conclave::strategy::ALL) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let plan = conclave::eval::Plan {
+                tasks,
+                routes,
+                repeat,
+                concurrency: usize::try_from(concurrency).unwrap_or(8),
+                out,
+            };
+            let stop = async {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            match conclave::eval::run(cfg, &plan, stop).await {
+                Ok(summary) => {
+                    let report = plan.out.join("report.md");
+                    let md = std::fs::read_to_string(&report).unwrap_or_default();
+                    let mut out = std::io::stdout().lock();
+                    let _ = write!(out, "{md}");
+                    let _ = writeln!(out, "\nwritten to {}", plan.out.display());
+                    if summary.resumed > 0 {
+                        let _ = writeln!(out, "({} results taken from the earlier run)", summary.resumed);
+                    }
+                    if summary.partial {
+                        ExitCode::from(130)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(e @ (conclave::eval::EvalError::Tasks(_)
+                | conclave::eval::EvalError::UnknownRoute(..)
+                | conclave::eval::EvalError::NoRoutes)) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
                 Err(e) => {
                     eprintln!("{e}");
                     ExitCode::FAILURE

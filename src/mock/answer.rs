@@ -106,6 +106,7 @@ impl Answer {
             ReplySpec::Echo => (last_user(req), None),
             ReplySpec::Text(t) => (fill(t), None),
             ReplySpec::Json(v) => (v.to_string(), None),
+            ReplySpec::Solve(spec) => (super::solve::reply(spec, req, model), None),
             ReplySpec::ToolCall(tc) => {
                 let args = match &tc.arguments {
                     Some(Value::String(s)) => s.clone(),

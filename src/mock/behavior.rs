@@ -80,6 +80,9 @@ pub enum ReplySpec {
     Json(Value),
     /// A single tool call instead of text.
     ToolCall(ToolCallSpec),
+    /// Answers the tasks of a `conclave eval` task file, right with a set
+    /// probability (see `mock::solve`).
+    Solve(super::solve::SolveSpec),
 }
 
 #[derive(Debug, Clone, Deserialize)]

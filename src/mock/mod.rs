@@ -25,6 +25,7 @@ mod null_content;
 mod quirks;
 mod responses;
 pub mod server;
+mod solve;
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;

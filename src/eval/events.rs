@@ -1,0 +1,109 @@
+//! What the gateway's event log says of each request of a run: its cost,
+//! tokens and attempts (the `request` event), and what the strategy did
+//! (escalations in a chain, oracle consults, a panel's first
+//! ranked model, a race's winner). The report's numbers come from here,
+//! so they are the numbers the gateway itself recorded.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+
+use super::run::Outcome;
+
+/// The most of one event line read.
+const MAX_LINE: usize = 1 << 20;
+
+/// Fills the event log's figures into `outcomes` (matched by request id).
+pub fn attach(outcomes: &mut [Outcome], log: &Path) -> std::io::Result<()> {
+    let wanted: HashMap<&str, usize> = outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !o.request_id.is_empty())
+        .map(|(i, o)| (o.request_id.as_str(), i))
+        .collect();
+    let mut found: HashMap<usize, Found> = HashMap::new();
+    let file = std::fs::File::open(log)?;
+    for line in BufReader::new(file).lines() {
+        let line = line?;
+        if line.len() > MAX_LINE {
+            continue;
+        }
+        let Ok(Value::Object(e)) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let Some(&at) = e
+            .get("request_id")
+            .and_then(Value::as_str)
+            .and_then(|id| wanted.get(id))
+        else {
+            continue;
+        };
+        found.entry(at).or_default().take(&e);
+    }
+    for (at, f) in found {
+        if let Some(o) = outcomes.get_mut(at) {
+            f.fill(o);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Found {
+    request: Option<Map<String, Value>>,
+    escalations: u64,
+    consults: u64,
+    top_ranked: Option<String>,
+    race_winner: Option<String>,
+}
+
+impl Found {
+    fn take(&mut self, e: &Map<String, Value>) {
+        let field = |k: &str| e.get(k).or_else(|| e.get("fields").and_then(|f| f.get(k)));
+        match e.get("event").and_then(Value::as_str) {
+            Some("request") => self.request = Some(e.clone()),
+            Some("attempt") => {
+                if field("verdict").and_then(Value::as_str) == Some("escalate") {
+                    self.escalations += 1;
+                }
+            }
+            Some("oracle_consult") => self.consults += 1,
+            Some("judge_ranking") => {
+                self.top_ranked = field("ranking")
+                    .and_then(Value::as_array)
+                    .and_then(|r| r.iter().find(|x| x.get("rank") == Some(&json!(1))))
+                    .and_then(|x| x.get("model")?.as_str())
+                    .map(str::to_string);
+            }
+            Some("race_finished") => {
+                self.race_winner = field("winner").and_then(Value::as_str).map(str::to_string);
+            }
+            _ => {}
+        }
+    }
+
+    fn fill(self, o: &mut Outcome) {
+        if let Some(r) = &self.request {
+            let num = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            o.cost_usd = num("cost_usd");
+            o.input_tokens = num("input_tokens") as u64;
+            o.output_tokens = num("output_tokens") as u64;
+            o.attempts = num("attempts") as u64;
+        }
+        let s = &mut o.strategy;
+        if self.escalations > 0 {
+            s.insert("escalations".into(), json!(self.escalations));
+        }
+        if self.consults > 0 {
+            s.insert("consults".into(), json!(self.consults));
+        }
+        if let Some(m) = self.top_ranked {
+            s.insert("top_ranked".into(), json!(m));
+        }
+        if let Some(m) = self.race_winner {
+            s.insert("race_winner".into(), json!(m));
+        }
+    }
+}
