@@ -56,6 +56,8 @@
 //!   bounded inspection of what upstreams send.
 //! - [`mock`]: the simulator and the standalone `conclave mock` server.
 //! - [`error`]: `ModelError`, what can go wrong while a model answers.
+//! - [`eval`]: `conclave eval`: checkable task sets run through routes,
+//!   graded, and compared.
 
 pub mod api;
 pub mod attempt;
@@ -63,6 +65,7 @@ pub mod clock;
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod eval;
 pub mod governor;
 pub mod graph;
 pub mod labels;
