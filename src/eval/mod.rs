@@ -8,3 +8,4 @@
 //! - [`stats`]: confidence intervals, the paired test and percentiles.
 
 pub mod stats;
+pub mod task;
