@@ -7,5 +7,6 @@
 //!   prompt and verdict for `judge` checks).
 //! - [`stats`]: confidence intervals, the paired test and percentiles.
 
+pub mod check;
 pub mod stats;
 pub mod task;
