@@ -56,6 +56,8 @@
 //!   bounded inspection of what upstreams send.
 //! - [`mock`]: the simulator and the standalone `conclave mock` server.
 //! - [`error`]: `ModelError`, what can go wrong while a model answers.
+//! - [`eval`]: `conclave eval`: checkable task sets run through routes,
+//!   graded, and compared.
 
 pub mod api;
 pub mod attempt;
