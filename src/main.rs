@@ -394,7 +394,11 @@ async fn run(command: Command) -> ExitCode {
                     let _ = write!(out, "{md}");
                     let _ = writeln!(out, "\nwritten to {}", plan.out.display());
                     if summary.resumed > 0 {
-                        let _ = writeln!(out, "({} results taken from the earlier run)", summary.resumed);
+                        let _ = writeln!(
+                            out,
+                            "({} results taken from the earlier run)",
+                            summary.resumed
+                        );
                     }
                     if summary.partial {
                         ExitCode::from(130)
@@ -402,9 +406,11 @@ async fn run(command: Command) -> ExitCode {
                         ExitCode::SUCCESS
                     }
                 }
-                Err(e @ (conclave::eval::EvalError::Tasks(_)
-                | conclave::eval::EvalError::UnknownRoute(..)
-                | conclave::eval::EvalError::NoRoutes)) => {
+                Err(
+                    e @ (conclave::eval::EvalError::Tasks(_)
+                    | conclave::eval::EvalError::UnknownRoute(..)
+                    | conclave::eval::EvalError::NoRoutes),
+                ) => {
                     eprintln!("{e}");
                     ExitCode::from(2)
                 }

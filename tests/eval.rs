@@ -83,7 +83,11 @@ fn the_report_is_what_the_gateway_recorded() {
         assert!(report.contains(&row), "{row} not in\n{report}");
     }
     assert!(report.contains("McNemar"));
-    assert!(std::fs::read_to_string(out.path().join("pareto.svg")).unwrap().contains("<svg"));
+    assert!(
+        std::fs::read_to_string(out.path().join("pareto.svg"))
+            .unwrap()
+            .contains("<svg")
+    );
     // The chain says what it did.
     assert!(report.contains("**cascade**: answered by"), "{report}");
 }
@@ -94,7 +98,13 @@ fn a_killed_run_resumes_where_it_stopped() {
     let results = out.path().join("results.jsonl");
     let mut child = Command::new(env!("CARGO_BIN_EXE_conclave"))
         .current_dir(root())
-        .args(["eval", "--config", "config/eval-demo.toml", "--tasks", "eval/tasks.jsonl"])
+        .args([
+            "eval",
+            "--config",
+            "config/eval-demo.toml",
+            "--tasks",
+            "eval/tasks.jsonl",
+        ])
         .args(["--routes", "large", "--concurrency", "1", "--out"])
         .arg(out.path())
         .stdout(Stdio::null())
@@ -128,7 +138,10 @@ fn a_killed_run_resumes_where_it_stopped() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("results taken from the earlier run"), "{stdout}");
+    assert!(
+        stdout.contains("results taken from the earlier run"),
+        "{stdout}"
+    );
     let all = lines(&results);
     assert_eq!(all.len(), 320);
     let ids: HashSet<&str> = all.iter().map(|r| r["id"].as_str().unwrap()).collect();

@@ -64,10 +64,8 @@ impl Found {
         let field = |k: &str| e.get(k).or_else(|| e.get("fields").and_then(|f| f.get(k)));
         match e.get("event").and_then(Value::as_str) {
             Some("request") => self.request = Some(e.clone()),
-            Some("attempt") => {
-                if field("verdict").and_then(Value::as_str) == Some("escalate") {
-                    self.escalations += 1;
-                }
+            Some("attempt") if field("verdict").and_then(Value::as_str) == Some("escalate") => {
+                self.escalations += 1;
             }
             Some("oracle_consult") => self.consults += 1,
             Some("judge_ranking") => {

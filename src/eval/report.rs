@@ -74,9 +74,15 @@ fn row<'a>(route: &str, it: impl Iterator<Item = &'a Outcome>) -> RouteRow {
         served.into_iter().map(|(m, k)| (m, share(k))).collect();
     served_by.sort_by(|a, b| b.1.total_cmp(&a.1));
     let mut strategy = Vec::new();
-    let escalated = os.iter().filter(|o| o.strategy.contains_key("escalations")).count();
+    let escalated = os
+        .iter()
+        .filter(|o| o.strategy.contains_key("escalations"))
+        .count();
     if escalated > 0 {
-        strategy.push(format!("escalated {:.0} %", 100.0 * share(escalated as u64)));
+        strategy.push(format!(
+            "escalated {:.0} %",
+            100.0 * share(escalated as u64)
+        ));
     }
     let consults: u64 = os
         .iter()
@@ -85,7 +91,10 @@ fn row<'a>(route: &str, it: impl Iterator<Item = &'a Outcome>) -> RouteRow {
     if consults > 0 {
         strategy.push(format!("{:.2} consults a task", share(consults)));
     }
-    for (key, what) in [("race_winner", "race won by"), ("top_ranked", "ranked first")] {
+    for (key, what) in [
+        ("race_winner", "race won by"),
+        ("top_ranked", "ranked first"),
+    ] {
         let mut by: BTreeMap<&str, u64> = BTreeMap::new();
         for o in &os {
             if let Some(m) = o.strategy.get(key).and_then(|v| v.as_str()) {
@@ -106,7 +115,10 @@ fn row<'a>(route: &str, it: impl Iterator<Item = &'a Outcome>) -> RouteRow {
         correct,
         accuracy: share(correct),
         interval: wilson(correct, n),
-        errors: os.iter().filter(|o| !(200..300).contains(&o.status)).count() as u64,
+        errors: os
+            .iter()
+            .filter(|o| !(200..300).contains(&o.status))
+            .count() as u64,
         cost_usd: cost,
         cost_per_task: if n == 0 { 0.0 } else { cost / n as f64 },
         input_tokens: os.iter().map(|o| o.input_tokens).sum(),
@@ -127,9 +139,10 @@ fn mark_front(rows: &mut [RouteRow]) {
     let points: Vec<(f64, f64)> = rows.iter().map(|r| (r.cost_per_task, r.accuracy)).collect();
     for (i, r) in rows.iter_mut().enumerate() {
         let (c, a) = points[i];
-        r.on_front = !points.iter().enumerate().any(|(j, &(c2, a2))| {
-            j != i && c2 <= c && a2 >= a && (c2 < c || a2 > a)
-        });
+        r.on_front = !points
+            .iter()
+            .enumerate()
+            .any(|(j, &(c2, a2))| j != i && c2 <= c && a2 >= a && (c2 < c || a2 > a));
     }
 }
 
@@ -166,7 +179,11 @@ pub fn verdict(p: &PairRow) -> String {
     if p.p_value >= 0.05 {
         return "no significant difference".into();
     }
-    let (winner, loser) = if p.a_only > p.b_only { (&p.a, &p.b) } else { (&p.b, &p.a) };
+    let (winner, loser) = if p.a_only > p.b_only {
+        (&p.a, &p.b)
+    } else {
+        (&p.b, &p.a)
+    };
     format!("**{winner}** beats {loser}")
 }
 
@@ -179,7 +196,10 @@ pub fn markdown(title: &str, rows: &[RouteRow], pairs: &[PairRow], partial: bool
     let mut s = String::new();
     let _ = writeln!(s, "# conclave eval: {title}\n");
     if partial {
-        let _ = writeln!(s, "**Partial:** the run was interrupted; run it again to resume.\n");
+        let _ = writeln!(
+            s,
+            "**Partial:** the run was interrupted; run it again to resume.\n"
+        );
     }
     let _ = writeln!(
         s,
@@ -222,7 +242,10 @@ pub fn markdown(title: &str, rows: &[RouteRow], pairs: &[PairRow], partial: bool
     }
     if !pairs.is_empty() {
         let _ = writeln!(s, "\n## Pairs (McNemar's exact test on the same tasks)\n");
-        let _ = writeln!(s, "| A | B | pairs | only A right | only B right | p | verdict |");
+        let _ = writeln!(
+            s,
+            "| A | B | pairs | only A right | only B right | p | verdict |"
+        );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|");
         for p in pairs {
             let _ = writeln!(
@@ -317,5 +340,7 @@ pub fn svg(rows: &[RouteRow]) -> String {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

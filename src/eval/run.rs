@@ -132,7 +132,13 @@ async fn one(router: &Router, task: &Task, route: &str, repeat: u32) -> Outcome 
     let asked = ask(router, route, &task.messages).await;
     let (correct, detail) = match (&asked.error, &task.check) {
         (Some(e), _) => (false, e.clone()),
-        (None, Check::Judge { route: judge, rubric }) => {
+        (
+            None,
+            Check::Judge {
+                route: judge,
+                rubric,
+            },
+        ) => {
             let messages = super::check::judge_messages(rubric, task, &asked.answer);
             let verdict = ask(router, judge, &messages).await;
             match verdict.error {

@@ -38,7 +38,7 @@ pub struct SolveSpec {
 /// What a wrong answer ends with when it admits it.
 pub const UNSURE: &str = " (not sure)";
 /// Keeps the draw of `unsure` apart from the draw of `accuracy`.
-const UNSURE_SALT: u64 = 0x5eed_0f_d0_0b7;
+const UNSURE_SALT: u64 = 0x05ee_d0fd_00b7;
 
 /// Task files read so far: prompt text → reference answer.
 type Answers = Arc<HashMap<String, String>>;
@@ -52,7 +52,7 @@ pub(super) fn reply(spec: &SolveSpec, req: &Value, model: &str) -> String {
         Ok(a) => a,
         Err(e) => return format!("(cannot read the task file: {e})"),
     };
-    let users = req
+    let mut users = req
         .get("messages")
         .and_then(Value::as_array)
         .into_iter()
@@ -60,14 +60,7 @@ pub(super) fn reply(spec: &SolveSpec, req: &Value, model: &str) -> String {
         .rev()
         .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
         .map(|m| content_text(m.get("content")));
-    let Some((prompt, reference)) = users
-        .filter_map(|t| {
-            let t = t.trim().to_string();
-            let r = answers.get(&t)?.clone();
-            Some((t, r))
-        })
-        .next()
-    else {
+    let Some((prompt, reference)) = users.find_map(|t| find(&answers, &t)) else {
         return "I do not know this task.".into();
     };
     let last_user = prompt.as_str();
@@ -88,6 +81,16 @@ pub(super) fn reply(spec: &SolveSpec, req: &Value, model: &str) -> String {
             wrong
         }
     }
+}
+
+/// The task whose prompt is `text`, or begins it (a chain joins its
+/// verifier's feedback to the last user message, after a blank line).
+fn find(answers: &HashMap<String, String>, text: &str) -> Option<(String, String)> {
+    let ends = text.match_indices('\n').map(|(i, _)| i).chain([text.len()]);
+    ends.rev().find_map(|end| {
+        let prompt = text.get(..end)?.trim();
+        Some((prompt.to_string(), answers.get(prompt)?.clone()))
+    })
 }
 
 fn answers(spec: &SolveSpec) -> Result<Answers, String> {
@@ -147,14 +150,26 @@ fn unit(seed: u64, model: &str, prompt: &str, nth: u64) -> f64 {
 fn wrong(reference: &str, nth: u64) -> String {
     let r = reference.trim();
     if let Ok(n) = r.parse::<f64>() {
-        let off = if n.abs() >= 10.0 { (n * 0.1).round() } else { 1.0 };
-        let w = n + off * if nth % 2 == 0 { -1.0 } else { 1.0 };
-        return if n.fract() == 0.0 { format!("{w:.0}") } else { format!("{w:.2}") };
+        let off = if n.abs() >= 10.0 {
+            (n * 0.1).round()
+        } else {
+            1.0
+        };
+        let w = n + off * if nth.is_multiple_of(2) { -1.0 } else { 1.0 };
+        return if n.fract() == 0.0 {
+            format!("{w:.0}")
+        } else {
+            format!("{w:.2}")
+        };
     }
     let mut chars = r.chars();
     if let (Some(c @ 'A'..='Z'), None) = (chars.next(), chars.next()) {
         let next = (((c as u8 - b'A') + 1 + (nth % 3) as u8) % 4 + b'A') as char;
-        return if next == c { 'A'.to_string() } else { next.to_string() };
+        return if next == c {
+            'A'.to_string()
+        } else {
+            next.to_string()
+        };
     }
     if let Ok(Value::Object(mut obj)) = serde_json::from_str::<Value>(r) {
         if let Some((_, v)) = obj.iter_mut().next() {
@@ -179,14 +194,19 @@ mod tests {
         assert_eq!(wrong("2.50", 1), "3.50");
         assert_ne!(wrong("B", 1), "B");
         assert_ne!(wrong("D", 3), "D");
-        assert_eq!(wrong(r#"{"name":"Ada","age":36}"#, 1), r#"{"name":"unknown","age":36}"#);
+        assert_eq!(
+            wrong(r#"{"name":"Ada","age":36}"#, 1),
+            r#"{"name":"unknown","age":36}"#
+        );
     }
 
     #[test]
     fn draws_repeat_with_the_seed_and_match_the_accuracy() {
         assert_eq!(unit(1, "m", "p", 1), unit(1, "m", "p", 1));
         assert_ne!(unit(1, "m", "p", 1), unit(2, "m", "p", 1));
-        let hits = (0..10_000).filter(|i| unit(7, "m", &i.to_string(), 1) < 0.7).count();
+        let hits = (0..10_000)
+            .filter(|i| unit(7, "m", &i.to_string(), 1) < 0.7)
+            .count();
         assert!((6_800..7_200).contains(&hits), "{hits}");
     }
 }
