@@ -251,15 +251,7 @@ fn last_user_text(task: &Task) -> String {
         .iter()
         .rev()
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"));
-    match last.and_then(|m| m.get("content")) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
+    crate::wire::content_text(last.and_then(|m| m.get("content")))
 }
 
 /// The judge's reply, read as a verdict; no verdict is a wrong answer.
