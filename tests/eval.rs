@@ -90,6 +90,28 @@ fn the_report_is_what_the_gateway_recorded() {
     );
     // The chain says what it did.
     assert!(report.contains("**cascade**: answered by"), "{report}");
+
+    // The same run again grades every answer the same (seeded models).
+    let again = tempfile::tempdir().unwrap();
+    let o = eval(&[
+        "--tasks",
+        "eval/smoke.jsonl",
+        "--routes",
+        "small,large,cascade",
+        "--out",
+        again.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let graded = |rs: &[Value]| -> HashMap<(String, String), (bool, String)> {
+        rs.iter()
+            .map(|r| {
+                let key = (r["id"].to_string(), r["route"].to_string());
+                (key, (r["correct"] == true, r["answer"].to_string()))
+            })
+            .collect()
+    };
+    let second = lines(&again.path().join("results.jsonl"));
+    assert_eq!(graded(&results), graded(&second));
 }
 
 #[test]

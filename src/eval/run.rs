@@ -129,7 +129,8 @@ pub async fn run_all(
 
 /// One task through one route, graded.
 async fn one(router: &Router, task: &Task, route: &str, repeat: u32) -> Outcome {
-    let asked = ask(router, route, &task.messages).await;
+    let user = format!("conclave-eval/{route}/{}/{repeat}", task.id);
+    let asked = ask(router, route, &task.messages, &user).await;
     let (correct, detail) = match (&asked.error, &task.check) {
         (Some(e), _) => (false, e.clone()),
         (
@@ -140,7 +141,7 @@ async fn one(router: &Router, task: &Task, route: &str, repeat: u32) -> Outcome 
             },
         ) => {
             let messages = super::check::judge_messages(rubric, task, &asked.answer);
-            let verdict = ask(router, judge, &messages).await;
+            let verdict = ask(router, judge, &messages, &format!("{user}/judge")).await;
             match verdict.error {
                 Some(e) => (false, format!("the judge failed: {e}")),
                 None => {
@@ -186,10 +187,11 @@ struct Asked {
 }
 
 /// Sends one streamed chat request through the router and reads the
-/// answer's text and its time to first content.
-async fn ask(router: &Router, route: &str, messages: &[Value]) -> Asked {
+/// answer's text and its time to first content. `user` names the run of
+/// the task (route, id, repeat), as OpenAI's `user` field.
+async fn ask(router: &Router, route: &str, messages: &[Value], user: &str) -> Asked {
     let body = json!({"model": route, "messages": messages, "stream": true,
-        "stream_options": {"include_usage": true}});
+        "stream_options": {"include_usage": true}, "user": user});
     let started = Instant::now();
     let req = axum::http::Request::post("/v1/chat/completions")
         .header("content-type", "application/json")

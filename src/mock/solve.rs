@@ -2,7 +2,9 @@
 //! file: the task's reference answer with a set probability, otherwise a
 //! plausible wrong one, drawn from a seeded hash so runs repeat. Each
 //! time the same model is asked the same task it draws again (a repeat,
-//! or a race's candidates, can differ), in a sequence fixed by the seed.
+//! or a race's candidates, can differ), in a sequence fixed by the seed
+//! and the request's `user` (which `conclave eval` sets per task, route
+//! and repeat, so concurrent routes do not shift each other's draws).
 //! With `unsure`, a wrong answer says it is unsure with that
 //! probability: the signal a verifier or a scorer of the demo reads (how
 //! well calibrated a small model is). The task is found by the text of
@@ -63,19 +65,22 @@ pub(super) fn reply(spec: &SolveSpec, req: &Value, model: &str) -> String {
     let Some((prompt, reference)) = users.find_map(|t| find(&answers, &t)) else {
         return "I do not know this task.".into();
     };
-    let last_user = prompt.as_str();
-    let key = (spec.seed, model.to_string(), prompt.clone());
+    // `conclave eval` names each run of a task in `user`: the draws of
+    // one run do not depend on what other routes asked first.
+    let user = req.get("user").and_then(Value::as_str).unwrap_or_default();
+    let asked = format!("{user}\n{prompt}");
+    let key = (spec.seed, model.to_string(), asked.clone());
     let nth = {
         let mut n = ASKED.get_or_init(DashMap::new).entry(key).or_insert(0);
         *n += 1;
         *n
     };
-    let draw = unit(spec.seed, model, last_user, nth);
+    let draw = unit(spec.seed, model, &asked, nth);
     if draw < spec.accuracy {
         reference
     } else {
         let wrong = wrong(&reference, nth);
-        if unit(spec.seed ^ UNSURE_SALT, model, last_user, nth) < spec.unsure {
+        if unit(spec.seed ^ UNSURE_SALT, model, &asked, nth) < spec.unsure {
             format!("{wrong}{UNSURE}")
         } else {
             wrong
