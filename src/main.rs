@@ -84,6 +84,10 @@ enum Command {
         /// Requests in flight at once.
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
         concurrency: u64,
+        /// Add, for every strategy route, its strongest member alone and
+        /// that member sampled three times (Self-MoA's baseline).
+        #[arg(long)]
+        baselines: bool,
         /// Where results.jsonl, events.jsonl, report.md and pareto.svg go;
         /// a run into the same folder resumes where the last one stopped.
         #[arg(long, default_value = "eval-out")]
@@ -115,6 +119,27 @@ enum Command {
         #[arg(long)]
         responses: bool,
     },
+}
+
+/// The config an eval runs on, with `--baselines` added to it, the
+/// routes to compare and what the baselines are.
+fn eval_config(
+    path: &Path,
+    routes: Vec<String>,
+    baselines: bool,
+) -> Result<(conclave::config::Config, Vec<String>, Vec<String>), String> {
+    let all = &conclave::strategy::ALL;
+    if !baselines {
+        let cfg = conclave::config::load(path, all).map_err(|e| e.to_string())?;
+        return Ok((cfg, routes, Vec::new()));
+    }
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
+    let (text, routes, notes) =
+        conclave::eval::baselines::add(&text, &routes).map_err(|e| format!("{file}: {e}"))?;
+    let env = |name: &str| std::env::var(name).ok();
+    let cfg = conclave::config::parse(&text, &file, &env, all).map_err(|e| e.to_string())?;
+    Ok((cfg, routes, notes))
 }
 
 /// `check --probe`: one line per upstream, what it answered.
@@ -365,9 +390,10 @@ async fn run(command: Command) -> ExitCode {
             routes,
             repeat,
             concurrency,
+            baselines,
             out,
         } => {
-            let cfg = match conclave::config::load(&config, &conclave::strategy::ALL) {
+            let (cfg, routes, notes) = match eval_config(&config, routes, baselines) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("{e}");
@@ -380,6 +406,7 @@ async fn run(command: Command) -> ExitCode {
                 repeat,
                 concurrency: usize::try_from(concurrency).unwrap_or(8),
                 out,
+                notes,
             };
             let stop = async {
                 if tokio::signal::ctrl_c().await.is_err() {

@@ -115,6 +115,45 @@ fn the_report_is_what_the_gateway_recorded() {
 }
 
 #[test]
+fn baselines_are_the_strongest_member_and_its_samples() {
+    let out = tempfile::tempdir().unwrap();
+    let o = eval(&[
+        "--tasks",
+        "eval/smoke.jsonl",
+        "--routes",
+        "cascade,best-of-3",
+        "--baselines",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let routes: HashSet<String> = lines(&out.path().join("results.jsonl"))
+        .iter()
+        .map(|r| r["route"].as_str().unwrap().to_string())
+        .collect();
+    let want = [
+        "cascade",
+        "best-of-3",
+        "large",
+        "self-moa-large",
+        "self-moa-large-synth",
+    ];
+    assert_eq!(routes, want.iter().map(|s| s.to_string()).collect());
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(
+        report.contains(
+            "`self-moa-large`: `large` three times, the best picked by `best-of-3`'s judge"
+        ),
+        "{report}"
+    );
+    // The race of samples is a race: it has winners among the samples.
+    assert!(
+        report.contains("**self-moa-large**: answered by"),
+        "{report}"
+    );
+}
+
+#[test]
 fn a_killed_run_resumes_where_it_stopped() {
     let out = tempfile::tempdir().unwrap();
     let results = out.path().join("results.jsonl");

@@ -4,12 +4,14 @@
 //! significant.
 //!
 //! - [`task`]: the JSONL task file and its checkers' settings;
+//! - [`baselines`]: each strategy's strongest member and its Self-MoA;
 //! - [`check`]: grading an answer (and a judge route's verdict);
 //! - [`stats`]: Wilson intervals, McNemar's exact test, percentiles;
 //! - [`run`]: the tasks through the gateway's router, resumable;
 //! - [`events`]: the gateway's event log read back per request;
 //! - [`report`]: `report.md` and `pareto.svg`.
 
+pub mod baselines;
 pub mod check;
 pub mod events;
 pub mod report;
@@ -44,6 +46,8 @@ pub struct Plan {
     pub repeat: u32,
     pub concurrency: usize,
     pub out: PathBuf,
+    /// What the added baselines are, one line each (`--baselines`).
+    pub notes: Vec<String>,
 }
 
 /// What a run ends with.
@@ -131,7 +135,7 @@ pub async fn run(
     let rows = report::routes(&earlier, &plan.routes);
     let pairs = report::pairs(&earlier, &plan.routes);
     let title = plan.tasks.display().to_string();
-    let md = report::markdown(&title, &rows, &pairs, partial);
+    let md = report::markdown(&title, &plan.notes, &rows, &pairs, partial);
     let md_path = plan.out.join("report.md");
     std::fs::write(&md_path, md).map_err(|e| io(&md_path, e))?;
     let svg_path = plan.out.join("pareto.svg");

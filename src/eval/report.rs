@@ -192,9 +192,22 @@ fn ms(v: Option<f64>) -> String {
 }
 
 /// `report.md`.
-pub fn markdown(title: &str, rows: &[RouteRow], pairs: &[PairRow], partial: bool) -> String {
+pub fn markdown(
+    title: &str,
+    notes: &[String],
+    rows: &[RouteRow],
+    pairs: &[PairRow],
+    partial: bool,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# conclave eval: {title}\n");
+    if !notes.is_empty() {
+        let _ = writeln!(s, "Baselines added:\n");
+        for n in notes {
+            let _ = writeln!(s, "- {n}");
+        }
+        let _ = writeln!(s);
+    }
     if partial {
         let _ = writeln!(
             s,
