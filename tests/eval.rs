@@ -112,6 +112,24 @@ fn the_report_is_what_the_gateway_recorded() {
     };
     let second = lines(&again.path().join("results.jsonl"));
     assert_eq!(graded(&results), graded(&second));
+
+    // Another route into the same folder: the earlier results stay, the
+    // report is of this run's route.
+    let o = eval(&[
+        "--tasks",
+        "eval/smoke.jsonl",
+        "--routes",
+        "medium",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    assert_eq!(lines(&out.path().join("results.jsonl")).len(), 48);
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(
+        report.contains("| medium | 12 |") && !report.contains("| small |"),
+        "{report}"
+    );
 }
 
 #[test]

@@ -97,15 +97,19 @@ pub async fn run(
     let log = plan.out.join("events.jsonl");
     config.server.event_log = Some(log.clone());
 
+    // Results of other routes, tasks or repeats in the same folder stay
+    // in `results.jsonl`; the report is of this plan's.
     let ids: HashSet<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
-    let mut earlier: Vec<run::Outcome> = run::cached(&results)
-        .into_iter()
-        .filter(|o| ids.contains(o.id.as_str()) && plan.routes.contains(&o.route))
-        .collect();
-    let done = earlier
+    let in_plan = |o: &run::Outcome| {
+        ids.contains(o.id.as_str()) && plan.routes.contains(&o.route) && o.repeat < plan.repeat
+    };
+    let mut all = run::cached(&results);
+    let done = all
         .iter()
+        .filter(|o| in_plan(o))
         .map(|o| (o.id.clone(), o.route.clone(), o.repeat))
         .collect();
+    let resumed = all.iter().filter(|o| in_plan(o)).count();
     let jobs = run::pending(&tasks, &plan.routes, plan.repeat, &done);
 
     let prepared = crate::prepare(config)?;
@@ -118,22 +122,22 @@ pub async fn run(
     let flush = prepared.flusher();
     let _ = tokio::task::spawn_blocking(flush).await;
     // The event log holds an interrupted run's requests too (appended).
-    let resumed = earlier.len();
-    earlier.append(&mut fresh);
+    all.append(&mut fresh);
     if log.exists() {
-        events::attach(&mut earlier, &log).map_err(|e| io(&log, e))?;
+        events::attach(&mut all, &log).map_err(|e| io(&log, e))?;
     }
     // The figures from the event log go into `results.jsonl` too: it is
     // written again whole, earlier results first.
     let mut lines = String::new();
-    for o in &earlier {
+    for o in &all {
         lines.push_str(&serde_json::to_string(o).unwrap_or_default());
         lines.push('\n');
     }
     std::fs::write(&results, lines).map_err(|e| io(&results, e))?;
+    let this: Vec<run::Outcome> = all.into_iter().filter(|o| in_plan(o)).collect();
 
-    let rows = report::routes(&earlier, &plan.routes);
-    let pairs = report::pairs(&earlier, &plan.routes);
+    let rows = report::routes(&this, &plan.routes);
+    let pairs = report::pairs(&this, &plan.routes);
     let title = plan.tasks.display().to_string();
     let md = report::markdown(&title, &plan.notes, &rows, &pairs, partial);
     let md_path = plan.out.join("report.md");
