@@ -2,7 +2,8 @@
 //! interval, cost, tokens, latency and TTFT percentiles and what the
 //! strategy did; every pair of routes compared on the same tasks with
 //! McNemar's exact test; `report.md` and `pareto.svg` (cost against
-//! accuracy, the Pareto front marked).
+//! accuracy from a tenth below the lowest interval, the Pareto front
+//! marked).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -291,8 +292,11 @@ pub fn svg(rows: &[RouteRow]) -> String {
         .fold(0.0_f64, f64::max)
         .max(1e-9)
         * 1.1;
+    // Accuracy from the lowest interval (to a tenth below) up to 100 %.
+    let floor = rows.iter().map(|r| r.interval.0).fold(1.0_f64, f64::min);
+    let lo = ((floor * 10.0).floor() / 10.0).clamp(0.0, 0.9);
     let x = |c: f64| pad + (w - 2.0 * pad) * c / max_cost;
-    let y = |a: f64| h - pad - (h - 2.0 * pad) * a;
+    let y = |a: f64| h - pad - (h - 2.0 * pad) * (a - lo) / (1.0 - lo);
     let mut s = format!(
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
@@ -310,10 +314,10 @@ pub fn svg(rows: &[RouteRow]) -> String {
         h / 2.0,
         h / 2.0
     );
-    for a in [0.0, 0.25, 0.5, 0.75, 1.0] {
+    for a in (0..=4).map(|i| lo + (1.0 - lo) * f64::from(i) / 4.0) {
         let _ = writeln!(
             s,
-            r##"<text x="{}" y="{}" text-anchor="end">{:.0} %</text><line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#ddd"/>"##,
+            r##"<text x="{}" y="{:.1}" text-anchor="end">{:.0} %</text><line x1="{pad}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="#ddd"/>"##,
             pad - 5.0,
             y(a) + 4.0,
             a * 100.0,
