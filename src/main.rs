@@ -65,13 +65,32 @@ enum Command {
         #[arg(long)]
         probe: bool,
     },
-    /// Run a checkable task set (JSONL) through routes, in-process, and
-    /// report accuracy (95 % interval), cost, tokens, latency and what each
-    /// strategy did, with paired tests between routes (see docs/eval.md).
+    /// Run a checkable task set (JSONL) through routes, in-process or
+    /// against a running gateway, and report accuracy (95 % interval),
+    /// cost, tokens, latency and what each strategy did, with paired tests
+    /// between routes (see docs/eval.md).
     Eval {
-        /// The config whose routes and models are compared.
-        #[arg(long, default_value = DEFAULT_CONFIG)]
-        config: PathBuf,
+        /// The config whose routes and models are compared, in-process
+        /// [default: config/conclave.toml].
+        #[arg(long, conflicts_with = "url")]
+        config: Option<PathBuf>,
+        /// A running gateway's base URL (`http://host:4000`) instead of the
+        /// config in-process.
+        #[arg(long, conflicts_with = "baselines")]
+        url: Option<String>,
+        /// With --url: the gateway's event log, read for the cost, attempts
+        /// and what each strategy did.
+        #[arg(long, requires = "url")]
+        events: Option<PathBuf>,
+        /// The API key every request carries, for a config with `[[keys]]`.
+        #[arg(long, env = "CONCLAVE_EVAL_KEY", hide_env_values = true)]
+        key: Option<String>,
+        /// The longest one request may take.
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+        /// Cap every answer (and judge verdict) at this many tokens.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        max_tokens: Option<u32>,
         /// The task file: one JSON object a line (see eval/README.md).
         #[arg(long)]
         tasks: PathBuf,
@@ -386,6 +405,11 @@ async fn run(command: Command) -> ExitCode {
         }
         Command::Eval {
             config,
+            url,
+            events,
+            key,
+            timeout,
+            max_tokens,
             tasks,
             routes,
             repeat,
@@ -393,11 +417,19 @@ async fn run(command: Command) -> ExitCode {
             baselines,
             out,
         } => {
-            let (cfg, routes, notes) = match eval_config(&config, routes, baselines) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
+            let (gateway, routes, notes) = match url {
+                Some(base) => (conclave::eval::Gateway::Url { base, events }, routes, Vec::new()),
+                None => {
+                    let path = config.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+                    match eval_config(&path, routes, baselines) {
+                        Ok((cfg, routes, notes)) => {
+                            (conclave::eval::Gateway::Config(Box::new(cfg)), routes, notes)
+                        }
+                        Err(e) => {
+                            eprintln!("{e}");
+                            return ExitCode::from(2);
+                        }
+                    }
                 }
             };
             let plan = conclave::eval::Plan {
@@ -407,14 +439,20 @@ async fn run(command: Command) -> ExitCode {
                 concurrency: usize::try_from(concurrency).unwrap_or(8),
                 out,
                 notes,
+                key,
+                timeout,
+                max_tokens,
             };
             let stop = async {
                 if tokio::signal::ctrl_c().await.is_err() {
                     std::future::pending::<()>().await;
                 }
             };
-            match conclave::eval::run(cfg, &plan, stop).await {
+            match conclave::eval::run(gateway, &plan, stop).await {
                 Ok(summary) => {
+                    for w in &summary.warnings {
+                        eprintln!("warning: {w}");
+                    }
                     let report = plan.out.join("report.md");
                     let md = std::fs::read_to_string(&report).unwrap_or_default();
                     let mut out = std::io::stdout().lock();

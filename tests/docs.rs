@@ -388,6 +388,7 @@ fn the_readme_links_the_references_and_not_outside_the_repository() {
         "docs/http.md",
         "docs/metrics.md",
         "docs/events.md",
+        "docs/eval.md",
     ] {
         assert!(readme.contains(doc), "README.md does not link {doc}");
         assert!(

@@ -1,8 +1,11 @@
 //! `conclave eval` as a user runs it: the binary on the demo eval config
 //! and the shipped task set. The report agrees with the gateway's own
 //! event log and metrics of the same run; a killed run resumes; a bad
-//! task file is refused with its line number.
+//! task file is refused with its line number; a running gateway with
+//! keys is evaluated over HTTP and grades as the same config in-process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -254,4 +257,132 @@ fn a_malformed_task_file_is_refused_with_its_line() {
     let o = eval(&["--tasks", "eval/smoke.jsonl", "--routes", "small,nope"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown route \"nope\""));
+}
+
+/// `conclave eval` with these arguments only (no `--config`), and env.
+fn eval_with(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_conclave"))
+        .current_dir(root())
+        .arg("eval")
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_running_gateway_with_keys_grades_as_in_process() {
+    const SECRET: &str = "sk-eval-test-secret-1234";
+    let demo = std::fs::read_to_string(root().join("config/eval-demo.toml")).unwrap();
+    let toml = demo.replace("[server]\n", "[server]\nevent_log = \"{dir}/events.jsonl\"\n")
+        + "\n[[keys]]\nname = \"evaluator\"\nkey_env = \"EVAL_TEST_KEY\"\n";
+    let gw = common::Proc::gateway_env(&toml, &[("EVAL_TEST_KEY", SECRET)]);
+    let routes = "small,cascade,best-of-3";
+    let remote = tempfile::tempdir().unwrap();
+    let url_args = |out: &Path| -> Vec<String> {
+        [
+            "--url",
+            &gw.v1(),
+            "--tasks",
+            "eval/smoke.jsonl",
+            "--routes",
+            routes,
+            "--out",
+            out.to_str().unwrap(),
+        ]
+        .map(str::to_string)
+        .to_vec()
+    };
+    let args = url_args(remote.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    // Without the key the gateway lists nothing: a clear error, exit 1.
+    let o = eval_with(&args, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("did not list its models: HTTP 401"), "{err}");
+
+    // With the key and the gateway's event log: every answer, its cost.
+    let events = gw.path("events.jsonl");
+    let mut with = args.clone();
+    with.extend(["--events", events.to_str().unwrap()]);
+    let o = eval_with(&with, &[("CONCLAVE_EVAL_KEY", SECRET)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let over_http = lines(&remote.path().join("results.jsonl"));
+    assert_eq!(over_http.len(), 36);
+    let logged = lines(&events);
+    let requests: HashMap<&str, &Value> = logged
+        .iter()
+        .filter(|e| e["event"] == "request")
+        .map(|e| (e["request_id"].as_str().unwrap(), e))
+        .collect();
+    for r in &over_http {
+        let e = requests[r["request_id"].as_str().unwrap()];
+        assert_eq!(r["cost_usd"].as_f64(), e["cost_usd"].as_f64(), "{r}");
+        assert_eq!(e["key"], "evaluator");
+        assert_eq!(r["recorded"], true);
+        assert_eq!(r["failed"], false, "{r}");
+        // A streamed chain's or race's model is read from the event log.
+        assert!(r["served_by"].is_string(), "{r}");
+    }
+    // The gateway's metrics of the run, read with the key.
+    let prom = std::fs::read_to_string(remote.path().join("metrics.prom")).unwrap();
+    assert!(prom.contains("conclave_cost_usd_total{"), "{prom}");
+
+    // The same config in-process, with the key as a flag: the same grades
+    // (the simulated models draw from the task's run, not the process).
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("conclave.toml");
+    std::fs::write(&file, toml.replace("{dir}", config.path().to_str().unwrap())).unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let o = eval_with(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--key",
+            SECRET,
+            "--tasks",
+            "eval/smoke.jsonl",
+            "--routes",
+            routes,
+            "--out",
+            local.path().to_str().unwrap(),
+        ],
+        &[("EVAL_TEST_KEY", SECRET)],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let in_process = lines(&local.path().join("results.jsonl"));
+    let graded = |rs: &[Value]| -> HashMap<(String, String), (bool, String, String)> {
+        rs.iter()
+            .map(|r| {
+                let key = (r["id"].to_string(), r["route"].to_string());
+                let v = (r["correct"] == true, r["answer"].to_string(), r["cost_usd"].to_string());
+                (key, v)
+            })
+            .collect()
+    };
+    assert_eq!(graded(&over_http), graded(&in_process));
+
+    // Without --events the cost is unknown, said so, not shown as zero.
+    let bare = tempfile::tempdir().unwrap();
+    let args = url_args(bare.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = eval_with(&args, &[("CONCLAVE_EVAL_KEY", SECRET)]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no --events"));
+    let report = std::fs::read_to_string(bare.path().join("report.md")).unwrap();
+    assert!(report.contains("| small | 12 | "), "{report}");
+    assert!(report.contains("| – |"), "{report}");
+    // Tokens are the streams' usage.
+    for r in lines(&bare.path().join("results.jsonl")) {
+        assert!(r["output_tokens"].as_u64().unwrap() > 0, "{r}");
+    }
+
+    // The key is in no file the eval wrote.
+    for dir in [remote.path(), local.path(), bare.path()] {
+        for f in std::fs::read_dir(dir).unwrap() {
+            let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+            assert!(!text.contains(SECRET));
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! What the gateway's event log says of each request of a run: its cost,
 //! tokens and attempts (the `request` event), and what the strategy did
 //! (escalations in a chain, oracle consults, a panel's first
-//! ranked model, a race's winner). The report's numbers come from here,
+//! ranked model, a race's winner), and which model wrote the answer when
+//! the response's headers could not say. The report's numbers come from here,
 //! so they are the numbers the gateway itself recorded.
 
 use std::collections::HashMap;
@@ -15,8 +16,9 @@ use super::run::Outcome;
 /// The most of one event line read.
 const MAX_LINE: usize = 1 << 20;
 
-/// Fills the event log's figures into `outcomes` (matched by request id).
-pub fn attach(outcomes: &mut [Outcome], log: &Path) -> std::io::Result<()> {
+/// Fills the event log's figures into `outcomes` (matched by request id);
+/// how many of them it found a `request` record for.
+pub fn attach(outcomes: &mut [Outcome], log: &Path) -> std::io::Result<usize> {
     let wanted: HashMap<&str, usize> = outcomes
         .iter()
         .enumerate()
@@ -42,12 +44,14 @@ pub fn attach(outcomes: &mut [Outcome], log: &Path) -> std::io::Result<()> {
         };
         found.entry(at).or_default().take(&e);
     }
+    let mut recorded = 0;
     for (at, f) in found {
         if let Some(o) = outcomes.get_mut(at) {
+            recorded += usize::from(f.request.is_some());
             f.fill(o);
         }
     }
-    Ok(())
+    Ok(recorded)
 }
 
 #[derive(Default)]
@@ -57,6 +61,7 @@ struct Found {
     consults: u64,
     top_ranked: Option<String>,
     race_winner: Option<String>,
+    answered: Option<String>,
 }
 
 impl Found {
@@ -64,8 +69,22 @@ impl Found {
         let field = |k: &str| e.get(k).or_else(|| e.get("fields").and_then(|f| f.get(k)));
         match e.get("event").and_then(Value::as_str) {
             Some("request") => self.request = Some(e.clone()),
-            Some("attempt") if field("verdict").and_then(Value::as_str) == Some("escalate") => {
-                self.escalations += 1;
+            Some("attempt") => {
+                let verdict = field("verdict").and_then(Value::as_str);
+                let role = field("role").and_then(Value::as_str);
+                if verdict == Some("escalate") {
+                    self.escalations += 1;
+                }
+                // The call whose answer the client got: the last one a
+                // strategy kept that is not a helper's (verifier, judge).
+                let kept = matches!(verdict, Some("ok" | "accept" | "winner"));
+                let answering = matches!(
+                    role,
+                    Some("direct" | "tier" | "default" | "candidate" | "base" | "member")
+                );
+                if kept && answering {
+                    self.answered = field("model").and_then(Value::as_str).map(str::to_string);
+                }
             }
             Some("oracle_consult") => self.consults += 1,
             Some("judge_ranking") => {
@@ -85,10 +104,16 @@ impl Found {
     fn fill(self, o: &mut Outcome) {
         if let Some(r) = &self.request {
             let num = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            o.recorded = true;
             o.cost_usd = num("cost_usd");
             o.input_tokens = num("input_tokens") as u64;
             o.output_tokens = num("output_tokens") as u64;
             o.attempts = num("attempts") as u64;
+        }
+        // A streamed chain or race names its answer's model only in the
+        // event log (its headers went out before it was known).
+        if o.served_by.is_none() {
+            o.served_by = self.answered;
         }
         let s = &mut o.strategy;
         if self.escalations > 0 {

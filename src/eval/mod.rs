@@ -7,10 +7,12 @@
 //! - [`baselines`]: each strategy's strongest member and its Self-MoA;
 //! - [`check`]: grading an answer (and a judge route's verdict);
 //! - [`stats`]: Wilson intervals, McNemar's exact test, percentiles;
-//! - [`run`]: the tasks through the gateway's router, resumable;
+//! - [`run`]: the tasks through the gateway, resumable;
+//! - [`ask`]: one request, in-process or to a running gateway (`--url`);
 //! - [`events`]: the gateway's event log read back per request;
 //! - [`report`]: `report.md` and `pareto.svg`.
 
+pub mod ask;
 pub mod baselines;
 pub mod check;
 pub mod events;
@@ -21,6 +23,7 @@ pub mod task;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::config::Config;
 
@@ -32,10 +35,27 @@ pub enum EvalError {
     Io(String, #[source] std::io::Error),
     #[error(transparent)]
     Serve(#[from] crate::ServeError),
-    #[error("unknown route \"{0}\"; the config has: {1}")]
+    #[error("unknown route \"{0}\"; the gateway has: {1}")]
     UnknownRoute(String, String),
     #[error("no routes given (--routes a,b,c)")]
     NoRoutes,
+    #[error("the gateway at {0} did not list its models: {1}")]
+    Remote(String, String),
+}
+
+/// Where the tasks go.
+pub enum Gateway {
+    /// In this process, on this config: its event log goes to
+    /// `OUT/events.jsonl` and its metrics at the end to `OUT/metrics.prom`.
+    Config(Box<Config>),
+    /// A running gateway at this base URL (without `/v1`). `events` is its
+    /// event log, where this machine can read it: the report's cost,
+    /// attempts and strategy figures come from there. Its `/metrics` at the
+    /// end go to `OUT/metrics.prom`.
+    Url {
+        base: String,
+        events: Option<PathBuf>,
+    },
 }
 
 /// What to run.
@@ -48,6 +68,12 @@ pub struct Plan {
     pub out: PathBuf,
     /// What the added baselines are, one line each (`--baselines`).
     pub notes: Vec<String>,
+    /// The API key every request carries (`Authorization: Bearer`).
+    pub key: Option<String>,
+    /// The longest one request may take.
+    pub timeout: Duration,
+    /// `max_tokens` on every request (the judge's too).
+    pub max_tokens: Option<u32>,
 }
 
 /// What a run ends with.
@@ -59,13 +85,18 @@ pub struct Summary {
     pub partial: bool,
     /// Results taken from an earlier run of the same `--out`.
     pub resumed: usize,
+    /// What could not be had (a running gateway's metrics or event log).
+    pub warnings: Vec<String>,
 }
 
-/// Runs `plan` in-process on `config` (its event log goes to
-/// `OUT/events.jsonl`, its metrics at the end to `OUT/metrics.prom`), then
-/// writes `report.md` and `pareto.svg` beside `results.jsonl`.
+/// How long the event log of a running gateway is waited for: it writes
+/// a request's record once the answer's last byte is sent.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Runs `plan` on `gateway`, then writes `report.md` and `pareto.svg`
+/// beside `results.jsonl`.
 pub async fn run(
-    mut config: Config,
+    gateway: Gateway,
     plan: &Plan,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<Summary, EvalError> {
@@ -73,29 +104,9 @@ pub async fn run(
         return Err(EvalError::NoRoutes);
     }
     let tasks = task::read_tasks(&plan.tasks)?;
-    let names: Vec<String> = config
-        .models
-        .keys()
-        .chain(config.routes.keys())
-        .cloned()
-        .collect();
-    for r in &plan.routes {
-        if !names.iter().any(|n| n == r) {
-            return Err(EvalError::UnknownRoute(r.clone(), names.join(", ")));
-        }
-    }
-    for t in &tasks {
-        if let task::Check::Judge { route, .. } = &t.check
-            && !names.iter().any(|n| n == route)
-        {
-            return Err(EvalError::UnknownRoute(route.clone(), names.join(", ")));
-        }
-    }
     let io = |p: &Path, e| EvalError::Io(p.display().to_string(), e);
-    std::fs::create_dir_all(&plan.out).map_err(|e| io(&plan.out, e))?;
     let results = plan.out.join("results.jsonl");
-    let log = plan.out.join("events.jsonl");
-    config.server.event_log = Some(log.clone());
+    let prom = plan.out.join("metrics.prom");
 
     // Results of other routes, tasks or repeats in the same folder stay
     // in `results.jsonl`; the report is of this plan's.
@@ -103,28 +114,90 @@ pub async fn run(
     let in_plan = |o: &run::Outcome| {
         ids.contains(o.id.as_str()) && plan.routes.contains(&o.route) && o.repeat < plan.repeat
     };
-    let mut all = run::cached(&results);
-    let done = all
-        .iter()
-        .filter(|o| in_plan(o))
-        .map(|o| (o.id.clone(), o.route.clone(), o.repeat))
-        .collect();
-    let resumed = all.iter().filter(|o| in_plan(o)).count();
-    let jobs = run::pending(&tasks, &plan.routes, plan.repeat, &done);
+    let mut warnings = Vec::new();
+    let (mut all, resumed, partial, log, settle) = match gateway {
+        Gateway::Config(mut config) => {
+            let names: Vec<String> = config
+                .models
+                .keys()
+                .chain(config.routes.keys())
+                .cloned()
+                .collect();
+            check_routes(&names, plan, &tasks)?;
+            std::fs::create_dir_all(&plan.out).map_err(|e| io(&plan.out, e))?;
+            let log = plan.out.join("events.jsonl");
+            config.server.event_log = Some(log.clone());
+            let prepared = crate::prepare(*config)?;
+            let sender = ask::Sender {
+                target: ask::Target::Router(prepared.router()),
+                key: plan.key.clone(),
+                timeout: plan.timeout,
+                max_tokens: plan.max_tokens,
+            };
+            let (all, resumed, partial) = execute(&sender, plan, &tasks, &in_plan, stop).await?;
+            // The gateway's own metrics of the run, beside its event log.
+            std::fs::write(&prom, prepared.metrics()).map_err(|e| io(&prom, e))?;
+            let flush = prepared.flusher();
+            let _ = tokio::task::spawn_blocking(flush).await;
+            (all, resumed, partial, Some(log), Duration::ZERO)
+        }
+        Gateway::Url { base, events } => {
+            let base = base.trim_end_matches('/').trim_end_matches("/v1").to_string();
+            let client = reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .build()
+                .map_err(|e| EvalError::Remote(base.clone(), e.to_string()))?;
+            let sender = ask::Sender {
+                target: ask::Target::Remote {
+                    client,
+                    base: base.clone(),
+                },
+                key: plan.key.clone(),
+                timeout: plan.timeout,
+                max_tokens: plan.max_tokens,
+            };
+            let names = remote_names(&sender)
+                .await
+                .map_err(|e| EvalError::Remote(base.clone(), e))?;
+            check_routes(&names, plan, &tasks)?;
+            std::fs::create_dir_all(&plan.out).map_err(|e| io(&plan.out, e))?;
+            let (all, resumed, partial) = execute(&sender, plan, &tasks, &in_plan, stop).await?;
+            match sender.get("/metrics").await {
+                Ok(text) => std::fs::write(&prom, text).map_err(|e| io(&prom, e))?,
+                Err(e) => warnings.push(format!("{base}/metrics: {e}; metrics.prom not written")),
+            }
+            if events.is_none() {
+                warnings.push(
+                    "no --events: cost, attempts and what each strategy did are unknown; \
+                     tokens are the streams' usage"
+                        .into(),
+                );
+            }
+            (all, resumed, partial, events, SETTLE)
+        }
+    };
 
-    let prepared = crate::prepare(config)?;
-    let router = prepared.router();
-    let (mut fresh, partial) =
-        run::run_all(&router, jobs, plan.concurrency, &results, stop).await?;
-    // The gateway's own metrics of the run, beside its event log.
-    let prom = plan.out.join("metrics.prom");
-    std::fs::write(&prom, prepared.metrics()).map_err(|e| io(&prom, e))?;
-    let flush = prepared.flusher();
-    let _ = tokio::task::spawn_blocking(flush).await;
-    // The event log holds an interrupted run's requests too (appended).
-    all.append(&mut fresh);
-    if log.exists() {
-        events::attach(&mut all, &log).map_err(|e| io(&log, e))?;
+    if let Some(log) = &log {
+        let want = all.iter().filter(|o| !o.request_id.is_empty()).count();
+        let deadline = tokio::time::Instant::now() + settle;
+        loop {
+            let got = match events::attach(&mut all, log) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(io(log, e)),
+            };
+            if got >= want || tokio::time::Instant::now() >= deadline {
+                if got < want && settle > Duration::ZERO {
+                    warnings.push(format!(
+                        "{}: {} of {want} answers have no request record",
+                        log.display(),
+                        want - got
+                    ));
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     // The figures from the event log go into `results.jsonl` too: it is
     // written again whole, earlier results first.
@@ -149,5 +222,59 @@ pub async fn run(
         pairs,
         partial,
         resumed,
+        warnings,
     })
+}
+
+/// Every route asked for, and every judge route a task names, is one the
+/// gateway has.
+fn check_routes(names: &[String], plan: &Plan, tasks: &[task::Task]) -> Result<(), EvalError> {
+    let judges = tasks.iter().filter_map(|t| match &t.check {
+        task::Check::Judge { route, .. } => Some(route),
+        _ => None,
+    });
+    for r in plan.routes.iter().chain(judges) {
+        if !names.iter().any(|n| n == r) {
+            return Err(EvalError::UnknownRoute(r.clone(), names.join(", ")));
+        }
+    }
+    Ok(())
+}
+
+/// The models and routes a running gateway lists on `/v1/models`.
+async fn remote_names(sender: &ask::Sender) -> Result<Vec<String>, String> {
+    let text = sender.get("/v1/models").await?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let data = v
+        .get("data")
+        .and_then(serde_json::Value::as_array)
+        .ok_or("no \"data\" list")?;
+    Ok(data
+        .iter()
+        .filter_map(|m| Some(m.get("id")?.as_str()?.to_string()))
+        .collect())
+}
+
+/// Runs what `results.jsonl` does not hold yet: every result, earlier ones
+/// first; how many of this plan's were there already; whether `stop` cut
+/// the run short.
+async fn execute(
+    sender: &ask::Sender,
+    plan: &Plan,
+    tasks: &[task::Task],
+    in_plan: &impl Fn(&run::Outcome) -> bool,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(Vec<run::Outcome>, usize, bool), EvalError> {
+    let results = plan.out.join("results.jsonl");
+    let mut all = run::cached(&results);
+    let done = all
+        .iter()
+        .filter(|o| in_plan(o))
+        .map(|o| (o.id.clone(), o.route.clone(), o.repeat))
+        .collect();
+    let resumed = all.iter().filter(|o| in_plan(o)).count();
+    let jobs = run::pending(tasks, &plan.routes, plan.repeat, &done);
+    let (mut fresh, partial) = run::run_all(sender, jobs, plan.concurrency, &results, stop).await?;
+    all.append(&mut fresh);
+    Ok((all, resumed, partial))
 }

@@ -20,6 +20,9 @@ pub struct RouteRow {
     pub accuracy: f64,
     pub interval: (f64, f64),
     pub errors: u64,
+    /// Answers whose request record the event log had: cost and attempts
+    /// are known for these only.
+    pub recorded: u64,
     /// Total cost of the route's answers, and per task (mean).
     pub cost_usd: f64,
     pub cost_per_task: f64,
@@ -63,6 +66,7 @@ fn row<'a>(route: &str, it: impl Iterator<Item = &'a Outcome>) -> RouteRow {
     let n = os.len() as u64;
     let correct = os.iter().filter(|o| o.correct).count() as u64;
     let cost: f64 = os.iter().map(|o| o.cost_usd).sum();
+    let recorded = os.iter().filter(|o| o.recorded).count() as u64;
     let mut lat: Vec<f64> = os.iter().map(|o| o.latency_ms).collect();
     let mut ttft: Vec<f64> = os.iter().filter_map(|o| o.ttft_ms).collect();
     let mut served: BTreeMap<String, u64> = BTreeMap::new();
@@ -118,10 +122,15 @@ fn row<'a>(route: &str, it: impl Iterator<Item = &'a Outcome>) -> RouteRow {
         interval: wilson(correct, n),
         errors: os
             .iter()
-            .filter(|o| !(200..300).contains(&o.status))
+            .filter(|o| o.failed || !(200..300).contains(&o.status))
             .count() as u64,
+        recorded,
         cost_usd: cost,
-        cost_per_task: if n == 0 { 0.0 } else { cost / n as f64 },
+        cost_per_task: if recorded == 0 {
+            0.0
+        } else {
+            cost / recorded as f64
+        },
         input_tokens: os.iter().map(|o| o.input_tokens).sum(),
         output_tokens: os.iter().map(|o| o.output_tokens).sum(),
         latency_p50: percentile(&mut lat, 50.0),
@@ -135,16 +144,35 @@ fn row<'a>(route: &str, it: impl Iterator<Item = &'a Outcome>) -> RouteRow {
 }
 
 /// A route is on the Pareto front when no other is at least as accurate
-/// and at most as costly, and better in one of the two.
+/// and at most as costly, and better in one of the two. A route whose
+/// cost is unknown (no answer recorded) is on no front.
 fn mark_front(rows: &mut [RouteRow]) {
-    let points: Vec<(f64, f64)> = rows.iter().map(|r| (r.cost_per_task, r.accuracy)).collect();
+    let points: Vec<Option<(f64, f64)>> = rows
+        .iter()
+        .map(|r| (r.recorded > 0).then_some((r.cost_per_task, r.accuracy)))
+        .collect();
     for (i, r) in rows.iter_mut().enumerate() {
-        let (c, a) = points[i];
-        r.on_front = !points
-            .iter()
-            .enumerate()
-            .any(|(j, &(c2, a2))| j != i && c2 <= c && a2 >= a && (c2 < c || a2 > a));
+        let Some((c, a)) = points[i] else {
+            r.on_front = false;
+            continue;
+        };
+        r.on_front = !points.iter().enumerate().any(|(j, p)| {
+            p.is_some_and(|(c2, a2)| j != i && c2 <= c && a2 >= a && (c2 < c || a2 > a))
+        });
     }
+}
+
+/// A route's cost: total (per task), or a dash when no answer of it has
+/// a record in the event log.
+fn cost(r: &RouteRow) -> String {
+    if r.recorded == 0 {
+        return "–".into();
+    }
+    let mut s = format!("{:.6} ({:.6})", r.cost_usd, r.cost_per_task);
+    if r.recorded < r.n {
+        let _ = write!(s, " of {} recorded", r.recorded);
+    }
+    s
 }
 
 /// Every pair of routes, on the (task, repeat) both answered.
@@ -223,14 +251,13 @@ pub fn markdown(
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} % ({:.1}–{:.1}) | {:.6} ({:.6}) | {} / {} | {} / {} | {} / {} | {} | {} |",
+            "| {} | {} | {:.1} % ({:.1}–{:.1}) | {} | {} / {} | {} / {} | {} / {} | {} | {} |",
             r.route,
             r.n,
             100.0 * r.accuracy,
             100.0 * r.interval.0,
             100.0 * r.interval.1,
-            r.cost_usd,
-            r.cost_per_task,
+            cost(r),
             r.input_tokens,
             r.output_tokens,
             ms(r.latency_p50),
@@ -279,6 +306,12 @@ pub fn markdown(
         s,
         "\nCost and tokens are the gateway's own records (its event log); a judge's grading is not counted. ![cost against accuracy](pareto.svg)"
     );
+    if rows.iter().any(|r| r.recorded < r.n) {
+        let _ = writeln!(
+            s,
+            "\nSome answers have no record in the event log (a running gateway evaluated without `--events`, or a record it had not written): their cost is unknown (–, or counted over the recorded answers only) and their tokens are the stream's usage chunk."
+        );
+    }
     s
 }
 
@@ -286,6 +319,8 @@ pub fn markdown(
 /// (y) with its interval, the Pareto front joined.
 pub fn svg(rows: &[RouteRow]) -> String {
     let (w, h, pad) = (640.0, 420.0, 60.0);
+    // A route whose cost is unknown has no place on the cost axis.
+    let rows: Vec<&RouteRow> = rows.iter().filter(|r| r.recorded > 0).collect();
     let max_cost = rows
         .iter()
         .map(|r| r.cost_per_task)
@@ -326,7 +361,7 @@ pub fn svg(rows: &[RouteRow]) -> String {
             y(a)
         );
     }
-    let mut front: Vec<&RouteRow> = rows.iter().filter(|r| r.on_front).collect();
+    let mut front: Vec<&RouteRow> = rows.iter().copied().filter(|r| r.on_front).collect();
     front.sort_by(|a, b| a.cost_per_task.total_cmp(&b.cost_per_task));
     let path: Vec<String> = front
         .iter()
@@ -339,7 +374,7 @@ pub fn svg(rows: &[RouteRow]) -> String {
             path.join(" ")
         );
     }
-    for r in rows {
+    for r in &rows {
         let (cx, cy) = (x(r.cost_per_task), y(r.accuracy));
         let color = if r.on_front { "#c33" } else { "#336" };
         let _ = writeln!(

@@ -1,7 +1,7 @@
 //! Running the tasks: every task through every route, `repeat` times,
 //! in-process through the gateway's own router (so auth, strategies,
-//! budgets, metrics and the event log are the server's), with bounded
-//! concurrency. Each finished result is appended to `results.jsonl` at
+//! budgets, metrics and the event log are the server's) or to a running
+//! gateway ([`super::ask`]), with bounded concurrency. Each finished result is appended to `results.jsonl` at
 //! once, so an interrupted run resumes where it stopped; Ctrl-C stops
 //! taking new work and keeps what finished.
 
@@ -9,20 +9,14 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
-use axum::Router;
-use axum::body::Body;
 use futures::StreamExt;
-use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::time::Instant;
-use tower::ServiceExt;
 
 use super::EvalError;
+use super::ask::Sender;
 use super::task::{Check, Task};
-
-/// The most of an answer kept (and graded).
-const MAX_ANSWER: usize = 1 << 20;
 
 /// One task through one route, once: what `results.jsonl` holds per line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -33,6 +27,10 @@ pub struct Outcome {
     pub correct: bool,
     /// Why the checker said so, or what failed.
     pub detail: String,
+    /// The request failed: an error status or an error event in the
+    /// stream (`detail` says what).
+    #[serde(default)]
+    pub failed: bool,
     pub answer: String,
     /// The HTTP status of the gateway's answer.
     pub status: u16,
@@ -42,6 +40,11 @@ pub struct Outcome {
     pub latency_ms: f64,
     /// Time to the first content of the streamed answer.
     pub ttft_ms: Option<f64>,
+    /// The gateway's event log had the request's record: cost, tokens and
+    /// attempts are its figures (else tokens are the stream's usage chunk
+    /// and the cost is unknown).
+    #[serde(default)]
+    pub recorded: bool,
     /// From the gateway's event log (the request's own record).
     #[serde(default)]
     pub cost_usd: f64,
@@ -90,7 +93,7 @@ pub fn cached(path: &Path) -> Vec<Outcome> {
 /// Runs `jobs` with at most `concurrency` at once, appending each result
 /// to `results` and reporting progress; stops early when `stop` fires.
 pub async fn run_all(
-    router: &Router,
+    sender: &Sender,
     jobs: Vec<(&Task, &str, u32)>,
     concurrency: usize,
     results: &Path,
@@ -103,7 +106,7 @@ pub async fn run_all(
         .map_err(|e| EvalError::Io(results.display().to_string(), e))?;
     let total = jobs.len();
     let mut stream = futures::stream::iter(jobs)
-        .map(|(task, route, r)| one(router, task, route, r))
+        .map(|(task, route, r)| one(sender, task, route, r))
         .buffer_unordered(concurrency.max(1));
     let mut out = Vec::with_capacity(total);
     let progress = Progress::new(total);
@@ -128,9 +131,9 @@ pub async fn run_all(
 }
 
 /// One task through one route, graded.
-async fn one(router: &Router, task: &Task, route: &str, repeat: u32) -> Outcome {
+async fn one(sender: &Sender, task: &Task, route: &str, repeat: u32) -> Outcome {
     let user = format!("conclave-eval/{route}/{}/{repeat}", task.id);
-    let asked = ask(router, route, &task.messages, &user).await;
+    let asked = sender.ask(route, &task.messages, &user).await;
     let (correct, detail) = match (&asked.error, &task.check) {
         (Some(e), _) => (false, e.clone()),
         (
@@ -141,7 +144,7 @@ async fn one(router: &Router, task: &Task, route: &str, repeat: u32) -> Outcome 
             },
         ) => {
             let messages = super::check::judge_messages(rubric, task, &asked.answer);
-            let verdict = ask(router, judge, &messages, &format!("{user}/judge")).await;
+            let verdict = sender.ask(judge, &messages, &format!("{user}/judge")).await;
             match verdict.error {
                 Some(e) => (false, format!("the judge failed: {e}")),
                 None => {
@@ -155,169 +158,27 @@ async fn one(router: &Router, task: &Task, route: &str, repeat: u32) -> Outcome 
             None => (false, "no checker".into()),
         },
     };
+    let (input_tokens, output_tokens) = asked.usage.unwrap_or_default();
+    let failed = asked.error.is_some();
     Outcome {
         id: task.id.clone(),
         route: route.to_string(),
         repeat,
         correct,
         detail,
+        failed,
         answer: asked.answer,
         status: asked.status,
         request_id: asked.request_id,
         served_by: asked.served_by,
         latency_ms: asked.latency_ms,
         ttft_ms: asked.ttft_ms,
+        recorded: false,
         cost_usd: 0.0,
-        input_tokens: 0,
-        output_tokens: 0,
+        input_tokens,
+        output_tokens,
         attempts: 0,
         strategy: serde_json::Map::new(),
-    }
-}
-
-/// What one streamed request got.
-struct Asked {
-    answer: String,
-    error: Option<String>,
-    status: u16,
-    request_id: String,
-    served_by: Option<String>,
-    latency_ms: f64,
-    ttft_ms: Option<f64>,
-}
-
-/// Sends one streamed chat request through the router and reads the
-/// answer's text and its time to first content. `user` names the run of
-/// the task (route, id, repeat), as OpenAI's `user` field.
-async fn ask(router: &Router, route: &str, messages: &[Value], user: &str) -> Asked {
-    let body = json!({"model": route, "messages": messages, "stream": true,
-        "stream_options": {"include_usage": true}, "user": user});
-    let started = Instant::now();
-    let req = axum::http::Request::post("/v1/chat/completions")
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()));
-    let mut asked = Asked {
-        answer: String::new(),
-        error: None,
-        status: 0,
-        request_id: String::new(),
-        served_by: None,
-        latency_ms: 0.0,
-        ttft_ms: None,
-    };
-    let resp = match req {
-        Ok(req) => match router.clone().oneshot(req).await {
-            Ok(r) => r,
-            Err(never) => match never {},
-        },
-        Err(e) => {
-            asked.error = Some(e.to_string());
-            return asked;
-        }
-    };
-    asked.status = resp.status().as_u16();
-    let header = |n: &str| {
-        resp.headers()
-            .get(n)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    asked.request_id = header("x-request-id").unwrap_or_default();
-    asked.served_by = header("x-conclave-served-by");
-    let ok = resp.status().is_success();
-    let mut body = resp.into_body();
-    let mut sse = Sse::default();
-    let mut raw = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            asked.error = Some("the answer was cut off".into());
-            break;
-        };
-        let Some(bytes) = frame.data_ref() else {
-            continue;
-        };
-        if !ok {
-            if raw.len() < MAX_ANSWER {
-                raw.extend_from_slice(bytes);
-            }
-            continue;
-        }
-        for event in sse.push(bytes) {
-            if let Some(text) = event.text
-                && !text.is_empty()
-            {
-                asked
-                    .ttft_ms
-                    .get_or_insert_with(|| started.elapsed().as_secs_f64() * 1000.0);
-                if asked.answer.len() + text.len() <= MAX_ANSWER {
-                    asked.answer.push_str(&text);
-                }
-            }
-            if let Some(e) = event.error {
-                asked.error = Some(e);
-            }
-        }
-    }
-    asked.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    if !ok {
-        let text = String::from_utf8_lossy(&raw);
-        let message = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| Some(v.get("error")?.get("message")?.as_str()?.to_string()))
-            .unwrap_or_else(|| text.chars().take(200).collect());
-        asked.error = Some(format!("HTTP {}: {message}", asked.status));
-    }
-    asked
-}
-
-/// A minimal reader of the gateway's own event stream: `data:` lines,
-/// each a chunk whose content deltas are the answer.
-#[derive(Default)]
-struct Sse {
-    line: Vec<u8>,
-}
-
-#[derive(Default)]
-struct Event {
-    text: Option<String>,
-    error: Option<String>,
-}
-
-impl Sse {
-    fn push(&mut self, bytes: &[u8]) -> Vec<Event> {
-        let mut out = Vec::new();
-        for &b in bytes {
-            if b != b'\n' {
-                if self.line.len() < MAX_ANSWER {
-                    self.line.push(b);
-                }
-                continue;
-            }
-            let line = std::mem::take(&mut self.line);
-            let Some(data) = line.strip_prefix(b"data:") else {
-                continue;
-            };
-            let Ok(v) = serde_json::from_slice::<Value>(data.trim_ascii()) else {
-                continue;
-            };
-            let mut e = Event::default();
-            if let Some(err) = v.get("error") {
-                e.error = Some(
-                    err.get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("an error event")
-                        .to_string(),
-                );
-            }
-            e.text = v
-                .get("choices")
-                .and_then(Value::as_array)
-                .and_then(|c| c.first())
-                .and_then(|c| c.get("delta")?.get("content")?.as_str())
-                .map(str::to_string);
-            out.push(e);
-        }
-        out
     }
 }
 

@@ -1,0 +1,246 @@
+//! Asking the gateway one streamed chat request and reading its answer:
+//! in-process through its router, or over HTTP to a running gateway
+//! (`--url`). Both read the same SSE stream with the gateway's own
+//! bounded parser, so what an answer is does not depend on the target.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use axum::http::{HeaderMap, Request};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use crate::upstream::sse::SseParser;
+
+/// The most of an answer kept (and graded), and of one stream event.
+pub const MAX_ANSWER: usize = 1 << 20;
+
+/// Where the tasks go.
+#[derive(Clone)]
+pub enum Target {
+    /// The gateway's router, in this process.
+    Router(Router),
+    /// A running gateway, by its base URL (without `/v1`).
+    Remote { client: reqwest::Client, base: String },
+}
+
+/// How every request is sent: the API key (as `Authorization: Bearer`),
+/// the longest a request may take, end to end, and the answer's cap in
+/// tokens (`max_tokens`, when set).
+#[derive(Clone)]
+pub struct Sender {
+    pub target: Target,
+    pub key: Option<String>,
+    pub timeout: Duration,
+    pub max_tokens: Option<u32>,
+}
+
+/// What one streamed request got.
+#[derive(Debug, Default)]
+pub struct Asked {
+    pub answer: String,
+    pub error: Option<String>,
+    pub status: u16,
+    pub request_id: String,
+    pub served_by: Option<String>,
+    pub latency_ms: f64,
+    /// Time to the first content of the streamed answer.
+    pub ttft_ms: Option<f64>,
+    /// The stream's usage chunk: prompt and completion tokens.
+    pub usage: Option<(u64, u64)>,
+}
+
+type Chunks = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
+
+impl Sender {
+    /// Sends one streamed chat request and reads the answer's text and its
+    /// time to first content. `user` names the run of the task (route,
+    /// id, repeat), as OpenAI's `user` field.
+    pub async fn ask(&self, route: &str, messages: &[Value], user: &str) -> Asked {
+        let started = Instant::now();
+        let mut asked = Asked::default();
+        let read = tokio::time::timeout(self.timeout, self.exchange(route, messages, user, started, &mut asked));
+        if read.await.is_err() {
+            asked.error = Some(format!(
+                "no whole answer within {}",
+                humantime::format_duration(self.timeout)
+            ));
+        }
+        asked.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+        asked
+    }
+
+    async fn exchange(
+        &self,
+        route: &str,
+        messages: &[Value],
+        user: &str,
+        started: Instant,
+        asked: &mut Asked,
+    ) {
+        let mut body = json!({"model": route, "messages": messages, "stream": true,
+            "stream_options": {"include_usage": true}, "user": user});
+        if let Some(n) = self.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
+        let body = body.to_string();
+        let (status, headers, mut chunks) = match self.send(body).await {
+            Ok(r) => r,
+            Err(e) => {
+                asked.error = Some(e);
+                return;
+            }
+        };
+        asked.status = status;
+        let header = |n: &str| {
+            headers
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        asked.request_id = header("x-request-id").unwrap_or_default();
+        asked.served_by = header("x-conclave-served-by");
+        let ok = (200..300).contains(&status);
+        let mut sse = SseParser::new(MAX_ANSWER);
+        let mut raw = Vec::new();
+        while let Some(chunk) = chunks.next().await {
+            let bytes = match chunk {
+                Ok(b) => b,
+                Err(e) => {
+                    asked.error = Some(format!("the answer was cut off: {e}"));
+                    break;
+                }
+            };
+            if !ok {
+                if raw.len() < MAX_ANSWER {
+                    raw.extend_from_slice(&bytes);
+                }
+                continue;
+            }
+            sse.push(bytes);
+            loop {
+                match sse.next_event() {
+                    Ok(Some(data)) => read_event(&data, started, asked),
+                    Ok(None) => break,
+                    Err(e) => {
+                        asked.error = Some(e.to_string());
+                        return;
+                    }
+                }
+            }
+        }
+        if !ok {
+            let text = String::from_utf8_lossy(&raw);
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| Some(v.get("error")?.get("message")?.as_str()?.to_string()))
+                .unwrap_or_else(|| text.chars().take(200).collect());
+            asked.error = Some(format!("HTTP {status}: {message}"));
+        }
+    }
+
+    /// Posts a chat body; the answer's status, headers and body chunks.
+    async fn send(&self, body: String) -> Result<(u16, HeaderMap, Chunks), String> {
+        let bearer = self.key.as_ref().map(|k| format!("Bearer {k}"));
+        match &self.target {
+            Target::Router(router) => {
+                let mut req = Request::post("/v1/chat/completions")
+                    .header("content-type", "application/json");
+                if let Some(b) = &bearer {
+                    req = req.header("authorization", b);
+                }
+                let req = req.body(Body::from(body)).map_err(|e| e.to_string())?;
+                let resp = match router.clone().oneshot(req).await {
+                    Ok(r) => r,
+                    Err(never) => match never {},
+                };
+                let (parts, body) = resp.into_parts();
+                let chunks = body.into_data_stream().map(|c| c.map_err(|e| e.to_string()));
+                Ok((parts.status.as_u16(), parts.headers, Box::pin(chunks)))
+            }
+            Target::Remote { client, base } => {
+                let mut req = client
+                    .post(format!("{base}/v1/chat/completions"))
+                    .header("content-type", "application/json")
+                    .body(body);
+                if let Some(b) = &bearer {
+                    req = req.header("authorization", b);
+                }
+                let resp = req.send().await.map_err(|e| describe(&e))?;
+                let status = resp.status().as_u16();
+                let headers = resp.headers().clone();
+                let chunks = resp.bytes_stream().map(|c| c.map_err(|e| describe(&e)));
+                Ok((status, headers, Box::pin(chunks)))
+            }
+        }
+    }
+
+    /// A GET of the running gateway (`/v1/models`, `/metrics`) with the
+    /// key: its body when it answers 2xx.
+    pub async fn get(&self, path: &str) -> Result<String, String> {
+        let Target::Remote { client, base } = &self.target else {
+            return Err("not a running gateway".into());
+        };
+        let mut req = client.get(format!("{base}{path}")).timeout(Duration::from_secs(30));
+        if let Some(k) = &self.key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req.send().await.map_err(|e| describe(&e))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| describe(&e))?;
+        if status.is_success() {
+            Ok(text)
+        } else {
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| Some(v.get("error")?.get("message")?.as_str()?.to_string()))
+                .unwrap_or_else(|| text.chars().take(200).collect());
+            Err(format!("HTTP {}: {message}", status.as_u16()))
+        }
+    }
+}
+
+/// A reqwest error with its cause (which names the refused connection).
+fn describe(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
+
+/// One `data:` event of the gateway's stream: its content delta, its
+/// usage, or its error.
+fn read_event(data: &[u8], started: Instant, asked: &mut Asked) {
+    let Ok(v) = serde_json::from_slice::<Value>(data) else {
+        return; // `[DONE]`, or what is not a chunk
+    };
+    if let Some(err) = v.get("error") {
+        let message = err.get("message").and_then(Value::as_str);
+        asked.error = Some(message.unwrap_or("an error event").to_string());
+    }
+    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        asked.usage = Some((n("prompt_tokens"), n("completion_tokens")));
+    }
+    let text = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+        .and_then(|c| c.get("delta")?.get("content")?.as_str());
+    if let Some(text) = text.filter(|t| !t.is_empty()) {
+        asked
+            .ttft_ms
+            .get_or_insert_with(|| started.elapsed().as_secs_f64() * 1000.0);
+        if asked.answer.len() + text.len() <= MAX_ANSWER {
+            asked.answer.push_str(text);
+        }
+    }
+}
