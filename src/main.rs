@@ -418,13 +418,19 @@ async fn run(command: Command) -> ExitCode {
             out,
         } => {
             let (gateway, routes, notes) = match url {
-                Some(base) => (conclave::eval::Gateway::Url { base, events }, routes, Vec::new()),
+                Some(base) => (
+                    conclave::eval::Gateway::Url { base, events },
+                    routes,
+                    Vec::new(),
+                ),
                 None => {
                     let path = config.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
                     match eval_config(&path, routes, baselines) {
-                        Ok((cfg, routes, notes)) => {
-                            (conclave::eval::Gateway::Config(Box::new(cfg)), routes, notes)
-                        }
+                        Ok((cfg, routes, notes)) => (
+                            conclave::eval::Gateway::Config(Box::new(cfg)),
+                            routes,
+                            notes,
+                        ),
                         Err(e) => {
                             eprintln!("{e}");
                             return ExitCode::from(2);

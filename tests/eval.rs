@@ -274,8 +274,10 @@ fn eval_with(args: &[&str], env: &[(&str, &str)]) -> Output {
 fn a_running_gateway_with_keys_grades_as_in_process() {
     const SECRET: &str = "sk-eval-test-secret-1234";
     let demo = std::fs::read_to_string(root().join("config/eval-demo.toml")).unwrap();
-    let toml = demo.replace("[server]\n", "[server]\nevent_log = \"{dir}/events.jsonl\"\n")
-        + "\n[[keys]]\nname = \"evaluator\"\nkey_env = \"EVAL_TEST_KEY\"\n";
+    let toml = demo.replace(
+        "[server]\n",
+        "[server]\nevent_log = \"{dir}/events.jsonl\"\n",
+    ) + "\n[[keys]]\nname = \"evaluator\"\nkey_env = \"EVAL_TEST_KEY\"\n";
     let gw = common::Proc::gateway_env(&toml, &[("EVAL_TEST_KEY", SECRET)]);
     let routes = "small,cascade,best-of-3";
     let remote = tempfile::tempdir().unwrap();
@@ -333,7 +335,11 @@ fn a_running_gateway_with_keys_grades_as_in_process() {
     // (the simulated models draw from the task's run, not the process).
     let config = tempfile::tempdir().unwrap();
     let file = config.path().join("conclave.toml");
-    std::fs::write(&file, toml.replace("{dir}", config.path().to_str().unwrap())).unwrap();
+    std::fs::write(
+        &file,
+        toml.replace("{dir}", config.path().to_str().unwrap()),
+    )
+    .unwrap();
     let local = tempfile::tempdir().unwrap();
     let o = eval_with(
         &[
@@ -356,7 +362,11 @@ fn a_running_gateway_with_keys_grades_as_in_process() {
         rs.iter()
             .map(|r| {
                 let key = (r["id"].to_string(), r["route"].to_string());
-                let v = (r["correct"] == true, r["answer"].to_string(), r["cost_usd"].to_string());
+                let v = (
+                    r["correct"] == true,
+                    r["answer"].to_string(),
+                    r["cost_usd"].to_string(),
+                );
                 (key, v)
             })
             .collect()

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::http::{HeaderMap, Request};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use axum::http::{HeaderMap, Request};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -25,7 +25,10 @@ pub enum Target {
     /// The gateway's router, in this process.
     Router(Router),
     /// A running gateway, by its base URL (without `/v1`).
-    Remote { client: reqwest::Client, base: String },
+    Remote {
+        client: reqwest::Client,
+        base: String,
+    },
 }
 
 /// How every request is sent: the API key (as `Authorization: Bearer`),
@@ -63,7 +66,10 @@ impl Sender {
     pub async fn ask(&self, route: &str, messages: &[Value], user: &str) -> Asked {
         let started = Instant::now();
         let mut asked = Asked::default();
-        let read = tokio::time::timeout(self.timeout, self.exchange(route, messages, user, started, &mut asked));
+        let read = tokio::time::timeout(
+            self.timeout,
+            self.exchange(route, messages, user, started, &mut asked),
+        );
         if read.await.is_err() {
             asked.error = Some(format!(
                 "no whole answer within {}",
@@ -159,7 +165,9 @@ impl Sender {
                     Err(never) => match never {},
                 };
                 let (parts, body) = resp.into_parts();
-                let chunks = body.into_data_stream().map(|c| c.map_err(|e| e.to_string()));
+                let chunks = body
+                    .into_data_stream()
+                    .map(|c| c.map_err(|e| e.to_string()));
                 Ok((parts.status.as_u16(), parts.headers, Box::pin(chunks)))
             }
             Target::Remote { client, base } => {
@@ -185,7 +193,9 @@ impl Sender {
         let Target::Remote { client, base } = &self.target else {
             return Err("not a running gateway".into());
         };
-        let mut req = client.get(format!("{base}{path}")).timeout(Duration::from_secs(30));
+        let mut req = client
+            .get(format!("{base}{path}"))
+            .timeout(Duration::from_secs(30));
         if let Some(k) = &self.key {
             req = req.bearer_auth(k);
         }

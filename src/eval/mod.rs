@@ -142,7 +142,10 @@ pub async fn run(
             (all, resumed, partial, Some(log), Duration::ZERO)
         }
         Gateway::Url { base, events } => {
-            let base = base.trim_end_matches('/').trim_end_matches("/v1").to_string();
+            let base = base
+                .trim_end_matches('/')
+                .trim_end_matches("/v1")
+                .to_string();
             let client = reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
                 .build()
