@@ -480,7 +480,8 @@ async fn run(command: Command) -> ExitCode {
                 Err(
                     e @ (conclave::eval::EvalError::Tasks(_)
                     | conclave::eval::EvalError::UnknownRoute(..)
-                    | conclave::eval::EvalError::NoRoutes),
+                    | conclave::eval::EvalError::NoRoutes
+                    | conclave::eval::EvalError::NoKey),
                 ) => {
                     eprintln!("{e}");
                     ExitCode::from(2)

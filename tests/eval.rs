@@ -275,8 +275,8 @@ fn a_running_gateway_with_keys_grades_as_in_process() {
     const SECRET: &str = "sk-eval-test-secret-1234";
     let demo = std::fs::read_to_string(root().join("config/eval-demo.toml")).unwrap();
     let toml = demo.replace(
-        "[server]\n",
-        "[server]\nevent_log = \"{dir}/events.jsonl\"\n",
+        "event_log = \"eval-demo-events.jsonl\"",
+        "event_log = \"{dir}/events.jsonl\"",
     ) + "\n[[keys]]\nname = \"evaluator\"\nkey_env = \"EVAL_TEST_KEY\"\n";
     let gw = common::Proc::gateway_env(&toml, &[("EVAL_TEST_KEY", SECRET)]);
     let routes = "small,cascade,best-of-3";
@@ -341,6 +341,20 @@ fn a_running_gateway_with_keys_grades_as_in_process() {
     )
     .unwrap();
     let local = tempfile::tempdir().unwrap();
+    let o = eval_with(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--tasks",
+            "eval/smoke.jsonl",
+        ]
+        .into_iter()
+        .chain(["--routes", routes, "--out", local.path().to_str().unwrap()])
+        .collect::<Vec<_>>(),
+        &[("EVAL_TEST_KEY", SECRET)],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("name one with --key"));
     let o = eval_with(
         &[
             "--config",

@@ -19,6 +19,9 @@ use crate::upstream::sse::SseParser;
 /// The most of an answer kept (and graded), and of one stream event.
 pub const MAX_ANSWER: usize = 1 << 20;
 
+/// The most of a running gateway's model list or metrics read.
+const MAX_GET: usize = 64 << 20;
+
 /// Where the tasks go.
 #[derive(Clone)]
 pub enum Target {
@@ -140,11 +143,7 @@ impl Sender {
             }
         }
         if !ok {
-            let text = String::from_utf8_lossy(&raw);
-            let message = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| Some(v.get("error")?.get("message")?.as_str()?.to_string()))
-                .unwrap_or_else(|| text.chars().take(200).collect());
+            let message = error_message(&String::from_utf8_lossy(&raw));
             asked.error = Some(format!("HTTP {status}: {message}"));
         }
     }
@@ -201,17 +200,34 @@ impl Sender {
         }
         let resp = req.send().await.map_err(|e| describe(&e))?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| describe(&e))?;
+        let mut body = Vec::new();
+        let mut chunks = resp.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| describe(&e))?;
+            if body.len() + chunk.len() > MAX_GET {
+                return Err(format!("more than {} MiB", MAX_GET >> 20));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8_lossy(&body);
         if status.is_success() {
-            Ok(text)
+            Ok(text.into_owned())
         } else {
-            let message = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| Some(v.get("error")?.get("message")?.as_str()?.to_string()))
-                .unwrap_or_else(|| text.chars().take(200).collect());
-            Err(format!("HTTP {}: {message}", status.as_u16()))
+            Err(format!(
+                "HTTP {}: {}",
+                status.as_u16(),
+                error_message(&text)
+            ))
         }
     }
+}
+
+/// An OpenAI-shaped error body's message, or the body's start.
+fn error_message(text: &str) -> String {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| Some(v.get("error")?.get("message")?.as_str()?.to_string()))
+        .unwrap_or_else(|| text.chars().take(200).collect())
 }
 
 /// A reqwest error with its cause (which names the refused connection).

@@ -41,6 +41,8 @@ pub enum EvalError {
     NoRoutes,
     #[error("the gateway at {0} did not list its models: {1}")]
     Remote(String, String),
+    #[error("the config has [[keys]]: name one with --key (or CONCLAVE_EVAL_KEY)")]
+    NoKey,
 }
 
 /// Where the tasks go.
@@ -104,9 +106,7 @@ pub async fn run(
         return Err(EvalError::NoRoutes);
     }
     let tasks = task::read_tasks(&plan.tasks)?;
-    let io = |p: &Path, e| EvalError::Io(p.display().to_string(), e);
     let results = plan.out.join("results.jsonl");
-    let prom = plan.out.join("metrics.prom");
 
     // Results of other routes, tasks or repeats in the same folder stay
     // in `results.jsonl`; the report is of this plan's.
@@ -115,92 +115,19 @@ pub async fn run(
         ids.contains(o.id.as_str()) && plan.routes.contains(&o.route) && o.repeat < plan.repeat
     };
     let mut warnings = Vec::new();
-    let (mut all, resumed, partial, log, settle) = match gateway {
-        Gateway::Config(mut config) => {
-            let names: Vec<String> = config
-                .models
-                .keys()
-                .chain(config.routes.keys())
-                .cloned()
-                .collect();
-            check_routes(&names, plan, &tasks)?;
-            std::fs::create_dir_all(&plan.out).map_err(|e| io(&plan.out, e))?;
-            let log = plan.out.join("events.jsonl");
-            config.server.event_log = Some(log.clone());
-            let prepared = crate::prepare(*config)?;
-            let sender = ask::Sender {
-                target: ask::Target::Router(prepared.router()),
-                key: plan.key.clone(),
-                timeout: plan.timeout,
-                max_tokens: plan.max_tokens,
-            };
-            let (all, resumed, partial) = execute(&sender, plan, &tasks, &in_plan, stop).await?;
-            // The gateway's own metrics of the run, beside its event log.
-            std::fs::write(&prom, prepared.metrics()).map_err(|e| io(&prom, e))?;
-            let flush = prepared.flusher();
-            let _ = tokio::task::spawn_blocking(flush).await;
-            (all, resumed, partial, Some(log), Duration::ZERO)
-        }
+    let (ran, log, settle) = match gateway {
+        Gateway::Config(config) => in_process(*config, plan, &tasks, &in_plan, stop).await?,
         Gateway::Url { base, events } => {
-            let base = base
-                .trim_end_matches('/')
-                .trim_end_matches("/v1")
-                .to_string();
-            let client = reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(10))
-                .build()
-                .map_err(|e| EvalError::Remote(base.clone(), e.to_string()))?;
-            let sender = ask::Sender {
-                target: ask::Target::Remote {
-                    client,
-                    base: base.clone(),
-                },
-                key: plan.key.clone(),
-                timeout: plan.timeout,
-                max_tokens: plan.max_tokens,
-            };
-            let names = remote_names(&sender)
-                .await
-                .map_err(|e| EvalError::Remote(base.clone(), e))?;
-            check_routes(&names, plan, &tasks)?;
-            std::fs::create_dir_all(&plan.out).map_err(|e| io(&plan.out, e))?;
-            let (all, resumed, partial) = execute(&sender, plan, &tasks, &in_plan, stop).await?;
-            match sender.get("/metrics").await {
-                Ok(text) => std::fs::write(&prom, text).map_err(|e| io(&prom, e))?,
-                Err(e) => warnings.push(format!("{base}/metrics: {e}; metrics.prom not written")),
-            }
-            if events.is_none() {
-                warnings.push(
-                    "no --events: cost, attempts and what each strategy did are unknown; \
-                     tokens are the streams' usage"
-                        .into(),
-                );
-            }
-            (all, resumed, partial, events, SETTLE)
+            remote(&base, events, plan, &tasks, &in_plan, stop, &mut warnings).await?
         }
     };
-
+    let Ran {
+        mut all,
+        resumed,
+        partial,
+    } = ran;
     if let Some(log) = &log {
-        let want = all.iter().filter(|o| !o.request_id.is_empty()).count();
-        let deadline = tokio::time::Instant::now() + settle;
-        loop {
-            let got = match events::attach(&mut all, log) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-                Err(e) => return Err(io(log, e)),
-            };
-            if got >= want || tokio::time::Instant::now() >= deadline {
-                if got < want && settle > Duration::ZERO {
-                    warnings.push(format!(
-                        "{}: {} of {want} answers have no request record",
-                        log.display(),
-                        want - got
-                    ));
-                }
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        attach_settled(&mut all, log, settle, &mut warnings).await?;
     }
     // The figures from the event log go into `results.jsonl` too: it is
     // written again whole, earlier results first.
@@ -209,7 +136,7 @@ pub async fn run(
         lines.push_str(&serde_json::to_string(o).unwrap_or_default());
         lines.push('\n');
     }
-    std::fs::write(&results, lines).map_err(|e| io(&results, e))?;
+    std::fs::write(&results, lines).map_err(|e| io_error(&results, e))?;
     let this: Vec<run::Outcome> = all.into_iter().filter(|o| in_plan(o)).collect();
 
     let rows = report::routes(&this, &plan.routes);
@@ -217,9 +144,9 @@ pub async fn run(
     let title = plan.tasks.display().to_string();
     let md = report::markdown(&title, &plan.notes, &rows, &pairs, partial);
     let md_path = plan.out.join("report.md");
-    std::fs::write(&md_path, md).map_err(|e| io(&md_path, e))?;
+    std::fs::write(&md_path, md).map_err(|e| io_error(&md_path, e))?;
     let svg_path = plan.out.join("pareto.svg");
-    std::fs::write(&svg_path, report::svg(&rows)).map_err(|e| io(&svg_path, e))?;
+    std::fs::write(&svg_path, report::svg(&rows)).map_err(|e| io_error(&svg_path, e))?;
     Ok(Summary {
         rows,
         pairs,
@@ -227,6 +154,138 @@ pub async fn run(
         resumed,
         warnings,
     })
+}
+
+/// What running the plan left: every result (earlier ones first), how
+/// many of this plan's were there already, whether `stop` cut it short.
+struct Ran {
+    all: Vec<run::Outcome>,
+    resumed: usize,
+    partial: bool,
+}
+
+/// The run, the event log to read its figures from, and how long to wait
+/// for that log to have them.
+type Finished = (Ran, Option<PathBuf>, Duration);
+
+fn io_error(p: &Path, e: std::io::Error) -> EvalError {
+    EvalError::Io(p.display().to_string(), e)
+}
+
+/// The plan in-process on `config`: its event log to `OUT/events.jsonl`,
+/// its metrics at the end to `OUT/metrics.prom`.
+async fn in_process(
+    mut config: Config,
+    plan: &Plan,
+    tasks: &[task::Task],
+    in_plan: &impl Fn(&run::Outcome) -> bool,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<Finished, EvalError> {
+    let names: Vec<String> = config
+        .models
+        .keys()
+        .chain(config.routes.keys())
+        .cloned()
+        .collect();
+    check_routes(&names, plan, tasks)?;
+    if !config.keys.is_empty() && plan.key.is_none() {
+        return Err(EvalError::NoKey);
+    }
+    std::fs::create_dir_all(&plan.out).map_err(|e| io_error(&plan.out, e))?;
+    let log = plan.out.join("events.jsonl");
+    config.server.event_log = Some(log.clone());
+    let prepared = crate::prepare(config)?;
+    let sender = ask::Sender {
+        target: ask::Target::Router(prepared.router()),
+        key: plan.key.clone(),
+        timeout: plan.timeout,
+        max_tokens: plan.max_tokens,
+    };
+    let ran = execute(&sender, plan, tasks, in_plan, stop).await?;
+    let prom = plan.out.join("metrics.prom");
+    std::fs::write(&prom, prepared.metrics()).map_err(|e| io_error(&prom, e))?;
+    let flush = prepared.flusher();
+    let _ = tokio::task::spawn_blocking(flush).await;
+    Ok((ran, Some(log), Duration::ZERO))
+}
+
+/// The plan against the running gateway at `base`: its `/metrics` at the
+/// end to `OUT/metrics.prom`; its event log, when named, read after.
+async fn remote(
+    base: &str,
+    events: Option<PathBuf>,
+    plan: &Plan,
+    tasks: &[task::Task],
+    in_plan: &impl Fn(&run::Outcome) -> bool,
+    stop: impl std::future::Future<Output = ()>,
+    warnings: &mut Vec<String>,
+) -> Result<Finished, EvalError> {
+    let base = base
+        .trim_end_matches('/')
+        .trim_end_matches("/v1")
+        .to_string();
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| EvalError::Remote(base.clone(), e.to_string()))?;
+    let sender = ask::Sender {
+        target: ask::Target::Remote {
+            client,
+            base: base.clone(),
+        },
+        key: plan.key.clone(),
+        timeout: plan.timeout,
+        max_tokens: plan.max_tokens,
+    };
+    let names = remote_names(&sender)
+        .await
+        .map_err(|e| EvalError::Remote(base.clone(), e))?;
+    check_routes(&names, plan, tasks)?;
+    std::fs::create_dir_all(&plan.out).map_err(|e| io_error(&plan.out, e))?;
+    let ran = execute(&sender, plan, tasks, in_plan, stop).await?;
+    let prom = plan.out.join("metrics.prom");
+    match sender.get("/metrics").await {
+        Ok(text) => std::fs::write(&prom, text).map_err(|e| io_error(&prom, e))?,
+        Err(e) => warnings.push(format!("{base}/metrics: {e}; metrics.prom not written")),
+    }
+    if events.is_none() {
+        warnings.push(
+            "no --events: cost, attempts and what each strategy did are unknown; \
+             tokens are the streams' usage"
+                .into(),
+        );
+    }
+    Ok((ran, events, SETTLE))
+}
+
+/// Fills the event log's figures into `all`, waiting up to `settle` for a
+/// running gateway to write the records of the last answers.
+async fn attach_settled(
+    all: &mut [run::Outcome],
+    log: &Path,
+    settle: Duration,
+    warnings: &mut Vec<String>,
+) -> Result<(), EvalError> {
+    let want = all.iter().filter(|o| !o.request_id.is_empty()).count();
+    let deadline = tokio::time::Instant::now() + settle;
+    loop {
+        let got = match events::attach(all, log) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(io_error(log, e)),
+        };
+        if got >= want || tokio::time::Instant::now() >= deadline {
+            if got < want && settle > Duration::ZERO {
+                let missing = want - got;
+                warnings.push(format!(
+                    "{}: {missing} of {want} answers have no request record",
+                    log.display()
+                ));
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Every route asked for, and every judge route a task names, is one the
@@ -258,16 +317,14 @@ async fn remote_names(sender: &ask::Sender) -> Result<Vec<String>, String> {
         .collect())
 }
 
-/// Runs what `results.jsonl` does not hold yet: every result, earlier ones
-/// first; how many of this plan's were there already; whether `stop` cut
-/// the run short.
+/// Runs what `results.jsonl` does not hold yet.
 async fn execute(
     sender: &ask::Sender,
     plan: &Plan,
     tasks: &[task::Task],
     in_plan: &impl Fn(&run::Outcome) -> bool,
     stop: impl std::future::Future<Output = ()>,
-) -> Result<(Vec<run::Outcome>, usize, bool), EvalError> {
+) -> Result<Ran, EvalError> {
     let results = plan.out.join("results.jsonl");
     let mut all = run::cached(&results);
     let done = all
@@ -279,5 +336,9 @@ async fn execute(
     let jobs = run::pending(tasks, &plan.routes, plan.repeat, &done);
     let (mut fresh, partial) = run::run_all(sender, jobs, plan.concurrency, &results, stop).await?;
     all.append(&mut fresh);
-    Ok((all, resumed, partial))
+    Ok(Ran {
+        all,
+        resumed,
+        partial,
+    })
 }
