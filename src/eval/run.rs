@@ -1,9 +1,10 @@
 //! Running the tasks: every task through every route, `repeat` times,
 //! in-process through the gateway's own router (so auth, strategies,
 //! budgets, metrics and the event log are the server's) or to a running
-//! gateway ([`super::ask`]), with bounded concurrency. Each finished result is appended to `results.jsonl` at
-//! once, so an interrupted run resumes where it stopped; Ctrl-C stops
-//! taking new work and keeps what finished.
+//! gateway ([`super::ask`]), with bounded concurrency. Each finished
+//! result is appended to `results.jsonl` at once, so an interrupted run
+//! resumes where it stopped; Ctrl-C stops taking new work and keeps what
+//! finished.
 
 use std::collections::HashSet;
 use std::io::Write;
