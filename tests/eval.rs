@@ -410,3 +410,134 @@ fn a_running_gateway_with_keys_grades_as_in_process() {
         }
     }
 }
+
+/// One task per check kind, answered right, wrong and malformed by
+/// simulated models, graded through the binary; a judge route grades the
+/// judge task.
+#[test]
+fn every_check_kind_grades_right_wrong_and_malformed_answers() {
+    // (tag, check, right, wrong, malformed)
+    let kinds: [(&str, &str, &str, &str, &str); 8] = [
+        (
+            "T-exact",
+            r#"{"kind": "exact", "expected": "blue"}"#,
+            "blue",
+            "red",
+            "",
+        ),
+        (
+            "T-normalized",
+            r#"{"kind": "normalized", "expected": "New York"}"#,
+            "  new york. ",
+            "Boston",
+            "!!!",
+        ),
+        (
+            "T-regex",
+            r#"{"kind": "regex", "pattern": "^[0-9]{4}-[0-9]{2}$"}"#,
+            "2024-05",
+            "May 2024",
+            "2024-5-",
+        ),
+        (
+            "T-number",
+            r#"{"kind": "number", "expected": 42, "tolerance": 0.01}"#,
+            "The answer is 42.",
+            "41",
+            "about forty-two",
+        ),
+        (
+            "T-choice",
+            r#"{"kind": "choice", "expected": "B"}"#,
+            "B",
+            "C",
+            "I cannot decide",
+        ),
+        (
+            "T-contains",
+            r#"{"kind": "contains", "expected": ["alpha", "beta"]}"#,
+            "Beta and ALPHA",
+            "alpha only",
+            "",
+        ),
+        (
+            "T-json",
+            r#"{"kind": "json_schema", "schema": {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}, "expected": {"n": 3}}"#,
+            r#"{"n": 3}"#,
+            r#"{"n": 4}"#,
+            r#"{"n": 3"#,
+        ),
+        (
+            "T-judge",
+            r#"{"kind": "judge", "route": "grader", "rubric": "Names the right city."}"#,
+            "It is Paris.",
+            "It is Lyon.",
+            "",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut tasks = String::new();
+    let mut toml = String::from("[upstreams.sim]\nkind = \"mock\"\n");
+    for (i, (tag, check, ..)) in kinds.iter().enumerate() {
+        tasks.push_str(&format!(
+            "{{\"id\": \"k{i}\", \"input\": \"{tag}: answer.\", \"check\": {check}}}\n"
+        ));
+    }
+    for (col, model) in [(2, "right"), (3, "wrong"), (4, "malformed")] {
+        toml.push_str(&format!(
+            "[upstreams.sim.models.{model}]\nreply = {{ text = \"?\" }}\n"
+        ));
+        for k in &kinds {
+            let answer = [k.2, k.3, k.4][col - 2];
+            toml.push_str(&format!(
+                "[[upstreams.sim.models.{model}.rules]]\nwhen_contains = \"{}\"\nthen = {{ reply = {{ text = {} }} }}\n",
+                k.0,
+                serde_json::to_string(answer).unwrap()
+            ));
+        }
+        toml.push_str(&format!("[models.{model}]\nupstream = \"sim\"\n"));
+    }
+    // The judge accepts an answer that names Paris (its prompt holds the
+    // answer; the task has no reference answer to give it away).
+    toml.push_str(
+        "[upstreams.sim.models.grader]\nreply = { json = { accept = false, feedback = \"wrong city\" } }\n\
+         [[upstreams.sim.models.grader.rules]]\nwhen_contains = \"Paris\"\n\
+         then = { reply = { json = { accept = true, feedback = \"names Paris\" } } }\n\
+         [models.grader]\nupstream = \"sim\"\n",
+    );
+    let config = dir.path().join("conclave.toml");
+    std::fs::write(&config, toml).unwrap();
+    let file = dir.path().join("tasks.jsonl");
+    std::fs::write(&file, tasks).unwrap();
+    let out = dir.path().join("out");
+    let o = eval_with(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--tasks",
+            file.to_str().unwrap(),
+            "--routes",
+            "right,wrong,malformed",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let results = lines(&out.join("results.jsonl"));
+    assert_eq!(results.len(), 24);
+    for r in &results {
+        let want = r["route"] == "right";
+        assert_eq!(r["correct"], want, "{r}");
+        assert_eq!(r["failed"], false, "{r}");
+        assert!(!r["detail"].as_str().unwrap().is_empty(), "{r}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("| right | 8 | 100.0 % ("), "{report}");
+    assert!(report.contains("| wrong | 8 | 0.0 % ("), "{report}");
+    // Only the right route is right: the pair's test counts 8 to 0.
+    assert!(
+        report.contains("| right | wrong | 8 | 8 | 0 | 0.0078 | **right** beats wrong |"),
+        "{report}"
+    );
+}
