@@ -39,6 +39,9 @@ SMOKE_PER_FAMILY = 3
 MAX_PROMPT = 400
 MAX_LINE = 1 << 20
 FAMILIES = ["arith", "units", "json", "mc"]
+# The report's per-group accuracy reads `meta.group`.
+GROUPS = {"arith": "arithmetic", "units": "unit conversion", "json": "JSON extraction",
+          "mc": "multiple choice"}
 
 
 def build():
@@ -58,7 +61,7 @@ def build():
             else:
                 (prompt, check, answer), meta = mc_task(r, i, letters[i])
             task = {"id": f"{family}-{i + 1:03d}", "input": prompt, "check": check,
-                    "answer": answer}
+                    "answer": answer, "meta": {"group": GROUPS[family]}}
             out.append((task, meta))
     return out
 

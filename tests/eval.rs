@@ -86,6 +86,18 @@ fn the_report_is_what_the_gateway_recorded() {
         assert!(report.contains(&row), "{row} not in\n{report}");
     }
     assert!(report.contains("McNemar"));
+    // The shipped tasks' `meta.group`: one row per family, 3 tasks each.
+    for group in [
+        "arithmetic",
+        "unit conversion",
+        "JSON extraction",
+        "multiple choice",
+    ] {
+        assert!(
+            report.contains(&format!("| {group} | ")),
+            "{group}: {report}"
+        );
+    }
     assert!(
         std::fs::read_to_string(out.path().join("pareto.svg"))
             .unwrap()
@@ -535,6 +547,12 @@ fn every_check_kind_grades_right_wrong_and_malformed_answers() {
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("| right | 8 | 100.0 % ("), "{report}");
     assert!(report.contains("| wrong | 8 | 0.0 % ("), "{report}");
+    // Without `meta.group`, each check kind is its own group.
+    assert!(report.contains("## Accuracy by group"), "{report}");
+    assert!(
+        report.contains("| json_schema | 1/1 (100 %) | 0/1 (0 %) | 0/1 (0 %) |"),
+        "{report}"
+    );
     // Only the right route is right: the pair's test counts 8 to 0.
     assert!(
         report.contains("| right | wrong | 8 | 8 | 0 | 0.0078 | **right** beats wrong |"),

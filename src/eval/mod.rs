@@ -141,8 +141,10 @@ pub async fn run(
 
     let rows = report::routes(&this, &plan.routes);
     let pairs = report::pairs(&this, &plan.routes);
+    let group_of = tasks.iter().map(|t| (t.id.as_str(), t.group())).collect();
+    let groups = report::groups(&this, &plan.routes, &group_of);
     let title = plan.tasks.display().to_string();
-    let md = report::markdown(&title, &plan.notes, &rows, &pairs, partial);
+    let md = report::markdown(&title, &plan.notes, &rows, &groups, &pairs, partial);
     let md_path = plan.out.join("report.md");
     std::fs::write(&md_path, md).map_err(|e| io_error(&md_path, e))?;
     let svg_path = plan.out.join("pareto.svg");

@@ -1,9 +1,9 @@
 //! The report of a run: per route, accuracy with its 95 % Wilson
 //! interval, cost, tokens, latency and TTFT percentiles and what the
-//! strategy did; every pair of routes compared on the same tasks with
-//! McNemar's exact test; `report.md` and `pareto.svg` (cost against
-//! accuracy from a tenth below the lowest interval, the Pareto front
-//! marked).
+//! strategy did; accuracy per group of tasks; every pair of routes
+//! compared on the same tasks with McNemar's exact test; `report.md` and
+//! `pareto.svg` (cost against accuracy from a tenth below the lowest
+//! interval, the Pareto front marked).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -203,6 +203,46 @@ pub fn pairs(outcomes: &[Outcome], routes: &[String]) -> Vec<PairRow> {
     rows
 }
 
+/// One group of tasks: each route's right answers and answers, in the
+/// order of the routes.
+#[derive(Debug, Clone)]
+pub struct GroupRow {
+    pub group: String,
+    pub cells: Vec<(u64, u64)>,
+}
+
+/// Accuracy per group of tasks (`group_of` maps a task id to its group),
+/// groups in the order they first appear.
+pub fn groups(
+    outcomes: &[Outcome],
+    routes: &[String],
+    group_of: &HashMap<&str, &str>,
+) -> Vec<GroupRow> {
+    let mut rows: Vec<GroupRow> = Vec::new();
+    for o in outcomes {
+        let (Some(g), Some(col)) = (
+            group_of.get(o.id.as_str()),
+            routes.iter().position(|r| r == &o.route),
+        ) else {
+            continue;
+        };
+        let at = match rows.iter().position(|r| r.group == *g) {
+            Some(at) => at,
+            None => {
+                rows.push(GroupRow {
+                    group: g.to_string(),
+                    cells: vec![(0, 0); routes.len()],
+                });
+                rows.len() - 1
+            }
+        };
+        let cell = &mut rows[at].cells[col];
+        cell.0 += u64::from(o.correct);
+        cell.1 += 1;
+    }
+    rows
+}
+
 /// What a pair's test lets one say.
 pub fn verdict(p: &PairRow) -> String {
     if p.p_value >= 0.05 {
@@ -225,6 +265,7 @@ pub fn markdown(
     title: &str,
     notes: &[String],
     rows: &[RouteRow],
+    groups: &[GroupRow],
     pairs: &[PairRow],
     partial: bool,
 ) -> String {
@@ -280,6 +321,23 @@ pub fn markdown(
             let _ = write!(s, "; {f}");
         }
         let _ = writeln!(s);
+    }
+    if groups.len() > 1 {
+        let _ = writeln!(s, "\n## Accuracy by group\n");
+        let names: Vec<&str> = rows.iter().map(|r| r.route.as_str()).collect();
+        let _ = writeln!(s, "| group | {} |", names.join(" | "));
+        let _ = writeln!(s, "|---|{}", "---|".repeat(names.len()));
+        for g in groups {
+            let cells: Vec<String> = g
+                .cells
+                .iter()
+                .map(|&(k, n)| match n {
+                    0 => "–".to_string(),
+                    n => format!("{k}/{n} ({:.0} %)", 100.0 * k as f64 / n as f64),
+                })
+                .collect();
+            let _ = writeln!(s, "| {} | {} |", g.group, cells.join(" | "));
+        }
     }
     if !pairs.is_empty() {
         let _ = writeln!(s, "\n## Pairs (McNemar's exact test on the same tasks)\n");

@@ -30,7 +30,8 @@ pub const KINDS: &[&str] = &[
     "judge",
 ];
 /// A task's fields.
-/// `meta` is free-form and ignored: a place for a task's own labels.
+/// `meta` is free-form, a place for a task's own labels; its `group` (a
+/// string) names the task's row in the report's per-group accuracy.
 const FIELDS: &[&str] = &["id", "messages", "input", "check", "answer", "meta"];
 
 /// One task: what to send, how to grade the reply.
@@ -42,8 +43,18 @@ pub struct Task {
     pub check: Check,
     /// The reference answer: shown to a judge, used by simulated models.
     pub answer: Option<String>,
+    /// `meta.group`: which group the report counts the task in (else its
+    /// check's kind).
+    pub group: Option<String>,
     /// The task's 1-based line in its file.
     pub line: usize,
+}
+
+impl Task {
+    /// The report's group: `meta.group`, else the check's kind.
+    pub fn group(&self) -> &str {
+        self.group.as_deref().unwrap_or(self.check.kind())
+    }
 }
 
 /// How an answer is graded.
@@ -259,6 +270,11 @@ fn parse_task(n: usize, text: &str) -> Result<Task, TaskError> {
         Some(Value::String(s)) => Some(s),
         Some(other) => Some(other.to_string()),
     };
+    let group = match obj.get("meta").and_then(|m| m.get("group")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(g)) if !g.trim().is_empty() => Some(g.trim().to_string()),
+        Some(_) => return Err(at(n, "\"meta.group\" must be a non-empty string")),
+    };
     let check = match obj.remove("check") {
         Some(Value::Object(c)) => checks::parse(c).map_err(|r| at(n, r))?,
         Some(_) => return Err(at(n, "\"check\" must be an object")),
@@ -269,6 +285,7 @@ fn parse_task(n: usize, text: &str) -> Result<Task, TaskError> {
         messages,
         check,
         answer,
+        group,
         line: n,
     })
 }

@@ -307,3 +307,18 @@ fn read_tasks_names_the_file() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn meta_group_names_the_report_group() {
+    let with = r#"{"id": "g", "input": "q", "check": {"kind": "exact", "expected": "a"}, "meta": {"group": " units ", "source": 3}}"#;
+    let t = parse_tasks(with).unwrap().remove(0);
+    assert_eq!(t.group(), "units");
+    // Without one, the check's kind is the group.
+    assert_eq!(
+        one(r#"{"kind": "number", "expected": 1}"#).group(),
+        "number"
+    );
+    let bad = format!("{OK}\n{}", with.replace(r#"" units ""#, "7"));
+    let e = err(&bad);
+    assert!(e.contains("line 2") && e.contains("meta.group"), "{e}");
+}
