@@ -116,6 +116,7 @@ impl Sender {
         let ok = (200..300).contains(&status);
         let mut sse = SseParser::new(MAX_ANSWER);
         let mut raw = Vec::new();
+        let mut events = 0usize;
         while let Some(chunk) = chunks.next().await {
             let bytes = match chunk {
                 Ok(b) => b,
@@ -133,7 +134,10 @@ impl Sender {
             sse.push(bytes);
             loop {
                 match sse.next_event() {
-                    Ok(Some(data)) => read_event(&data, started, asked),
+                    Ok(Some(data)) => {
+                        events += 1;
+                        read_event(&data, started, asked);
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         asked.error = Some(e.to_string());
@@ -145,6 +149,8 @@ impl Sender {
         if !ok {
             let message = error_message(&String::from_utf8_lossy(&raw));
             asked.error = Some(format!("HTTP {status}: {message}"));
+        } else if events == 0 && asked.error.is_none() {
+            asked.error = Some("the answer was not an event stream".into());
         }
     }
 
