@@ -82,11 +82,12 @@ enum Command {
         /// and what each strategy did.
         #[arg(long, requires = "url")]
         events: Option<PathBuf>,
-        /// The API key every request carries, for a config with `[[keys]]`.
+        /// The API key every request carries, for a config with `[[keys]]`
+        /// (prefer the environment variable: a flag shows in `ps`).
         #[arg(long, env = "CONCLAVE_EVAL_KEY", hide_env_values = true)]
         key: Option<String>,
         /// The longest one request may take.
-        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "10m", value_parser = positive_duration)]
         timeout: Duration,
         /// Cap every answer (and judge verdict) at this many tokens.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -138,6 +139,15 @@ enum Command {
         #[arg(long)]
         responses: bool,
     },
+}
+
+/// A duration above zero (`10m`, `90s`).
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err("must be more than zero".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The config an eval runs on, with `--baselines` added to it, the

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderMap, Request};
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, HeaderValue, Request};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
@@ -18,6 +19,9 @@ use crate::upstream::sse::SseParser;
 
 /// The most of an answer kept (and graded), and of one stream event.
 pub const MAX_ANSWER: usize = 1 << 20;
+
+/// The most of an error body read.
+const MAX_ERROR: usize = 64 << 10;
 
 /// The most of a running gateway's model list or metrics read.
 const MAX_GET: usize = 64 << 20;
@@ -126,8 +130,9 @@ impl Sender {
                 }
             };
             if !ok {
-                if raw.len() < MAX_ANSWER {
-                    raw.extend_from_slice(&bytes);
+                raw.extend_from_slice(&bytes);
+                if raw.len() >= MAX_ERROR {
+                    break; // enough of an error body to say what it is
                 }
                 continue;
             }
@@ -156,13 +161,22 @@ impl Sender {
 
     /// Posts a chat body; the answer's status, headers and body chunks.
     async fn send(&self, body: String) -> Result<(u16, HeaderMap, Chunks), String> {
-        let bearer = self.key.as_ref().map(|k| format!("Bearer {k}"));
+        // Marked sensitive, so no debug output of the request shows it.
+        let bearer = match &self.key {
+            Some(k) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
+                    .map_err(|_| "the key is not a valid header value".to_string())?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
         match &self.target {
             Target::Router(router) => {
                 let mut req = Request::post("/v1/chat/completions")
                     .header("content-type", "application/json");
-                if let Some(b) = &bearer {
-                    req = req.header("authorization", b);
+                if let Some(b) = bearer {
+                    req = req.header(AUTHORIZATION, b);
                 }
                 let req = req.body(Body::from(body)).map_err(|e| e.to_string())?;
                 let resp = match router.clone().oneshot(req).await {
@@ -180,8 +194,8 @@ impl Sender {
                     .post(format!("{base}/v1/chat/completions"))
                     .header("content-type", "application/json")
                     .body(body);
-                if let Some(b) = &bearer {
-                    req = req.header("authorization", b);
+                if let Some(b) = bearer {
+                    req = req.header(AUTHORIZATION, b);
                 }
                 let resp = req.send().await.map_err(|e| describe(&e))?;
                 let status = resp.status().as_u16();
@@ -271,8 +285,12 @@ fn read_event(data: &[u8], started: Instant, asked: &mut Asked) {
         asked
             .ttft_ms
             .get_or_insert_with(|| started.elapsed().as_secs_f64() * 1000.0);
-        if asked.answer.len() + text.len() <= MAX_ANSWER {
-            asked.answer.push_str(text);
+        if asked.error.is_none() {
+            if asked.answer.len() + text.len() <= MAX_ANSWER {
+                asked.answer.push_str(text);
+            } else {
+                asked.error = Some(format!("the answer is longer than {MAX_ANSWER} bytes"));
+            }
         }
     }
 }

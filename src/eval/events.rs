@@ -2,11 +2,10 @@
 //! tokens and attempts (the `request` event), and what the strategy did
 //! (escalations in a chain, oracle consults, a panel's first
 //! ranked model, a race's winner), and which model wrote the answer when
-//! the response's headers could not say. The report's numbers come from here,
-//! so they are the numbers the gateway itself recorded.
+//! the response's headers could not say. The report's cost and attempts
+//! come from here, so they are the numbers the gateway itself recorded.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde_json::{Map, Value, json};
@@ -26,24 +25,21 @@ pub fn attach(outcomes: &mut [Outcome], log: &Path) -> std::io::Result<usize> {
         .map(|(i, o)| (o.request_id.as_str(), i))
         .collect();
     let mut found: HashMap<usize, Found> = HashMap::new();
-    let file = std::fs::File::open(log)?;
-    for line in BufReader::new(file).lines() {
-        let line = line?;
-        if line.len() > MAX_LINE {
-            continue;
-        }
-        let Ok(Value::Object(e)) = serde_json::from_str::<Value>(&line) else {
-            continue;
+    // A line the gateway is still writing, or one that is not an event,
+    // is passed over.
+    super::jsonl::each_line(log, MAX_LINE, |line| {
+        let Ok(Value::Object(e)) = serde_json::from_slice::<Value>(line) else {
+            return;
         };
         let Some(&at) = e
             .get("request_id")
             .and_then(Value::as_str)
             .and_then(|id| wanted.get(id))
         else {
-            continue;
+            return;
         };
         found.entry(at).or_default().take(&e);
-    }
+    })?;
     let mut recorded = 0;
     for (at, f) in found {
         if let Some(o) = outcomes.get_mut(at) {
@@ -113,7 +109,7 @@ impl Found {
         // A streamed chain or race names its answer's model only in the
         // event log (its headers went out before it was known).
         if o.served_by.is_none() {
-            o.served_by = self.answered;
+            o.served_by = self.race_winner.clone().or(self.answered);
         }
         let s = &mut o.strategy;
         if self.escalations > 0 {

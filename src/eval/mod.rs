@@ -10,12 +10,14 @@
 //! - [`run`]: the tasks through the gateway, resumable;
 //! - [`ask`]: one request, in-process or to a running gateway (`--url`);
 //! - [`events`]: the gateway's event log read back per request;
+//! - [`jsonl`]: bounded line reading of files being written or cut;
 //! - [`report`]: `report.md` and `pareto.svg`.
 
 pub mod ask;
 pub mod baselines;
 pub mod check;
 pub mod events;
+pub mod jsonl;
 pub mod report;
 pub mod run;
 pub mod stats;
@@ -60,8 +62,8 @@ pub enum Gateway {
     },
 }
 
-/// What to run.
-#[derive(Debug, Clone)]
+/// What to run. No `Debug`: it holds the API key.
+#[derive(Clone)]
 pub struct Plan {
     pub tasks: PathBuf,
     pub routes: Vec<String>,
@@ -116,18 +118,21 @@ pub async fn run(
     };
     let mut warnings = Vec::new();
     let (ran, log, settle) = match gateway {
-        Gateway::Config(config) => in_process(*config, plan, &tasks, &in_plan, stop).await?,
+        Gateway::Config(config) => {
+            in_process(*config, plan, &tasks, &in_plan, stop, &mut warnings).await?
+        }
         Gateway::Url { base, events } => {
             remote(&base, events, plan, &tasks, &in_plan, stop, &mut warnings).await?
         }
     };
     let Ran {
         mut all,
+        fresh_from,
         resumed,
         partial,
     } = ran;
     if let Some(log) = &log {
-        attach_settled(&mut all, log, settle, &mut warnings).await?;
+        attach_settled(&mut all, fresh_from, log, settle, &mut warnings).await?;
     }
     // The figures from the event log go into `results.jsonl` too: it is
     // written again whole, earlier results first.
@@ -136,13 +141,15 @@ pub async fn run(
         lines.push_str(&serde_json::to_string(o).unwrap_or_default());
         lines.push('\n');
     }
-    std::fs::write(&results, lines).map_err(|e| io_error(&results, e))?;
+    // Written beside and renamed over, so a kill now loses nothing.
+    let fresh_file = plan.out.join("results.jsonl.new");
+    std::fs::write(&fresh_file, lines).map_err(|e| io_error(&fresh_file, e))?;
+    std::fs::rename(&fresh_file, &results).map_err(|e| io_error(&results, e))?;
     let this: Vec<run::Outcome> = all.into_iter().filter(|o| in_plan(o)).collect();
 
     let rows = report::routes(&this, &plan.routes);
     let pairs = report::pairs(&this, &plan.routes);
-    let group_of = tasks.iter().map(|t| (t.id.as_str(), t.group())).collect();
-    let groups = report::groups(&this, &plan.routes, &group_of);
+    let groups = report::groups(&this, &plan.routes, &tasks);
     let title = plan.tasks.display().to_string();
     let md = report::markdown(&title, &plan.notes, &rows, &groups, &pairs, partial);
     let md_path = plan.out.join("report.md");
@@ -162,6 +169,8 @@ pub async fn run(
 /// many of this plan's were there already, whether `stop` cut it short.
 struct Ran {
     all: Vec<run::Outcome>,
+    /// Where this run's own results start in `all`.
+    fresh_from: usize,
     resumed: usize,
     partial: bool,
 }
@@ -182,6 +191,7 @@ async fn in_process(
     tasks: &[task::Task],
     in_plan: &impl Fn(&run::Outcome) -> bool,
     stop: impl std::future::Future<Output = ()>,
+    warnings: &mut Vec<String>,
 ) -> Result<Finished, EvalError> {
     let names: Vec<String> = config
         .models
@@ -203,11 +213,16 @@ async fn in_process(
         timeout: plan.timeout,
         max_tokens: plan.max_tokens,
     };
-    let ran = execute(&sender, plan, tasks, in_plan, stop).await?;
+    let mut ran = execute(&sender, plan, tasks, in_plan, stop).await?;
+    // A request's record is written just after its answer's last byte (a
+    // race's cancelled candidates after that): wait for this run's, so
+    // the metrics and the event log hold the same requests.
+    attach_settled(&mut ran.all, ran.fresh_from, &log, SETTLE, warnings).await?;
     let prom = plan.out.join("metrics.prom");
     std::fs::write(&prom, prepared.metrics()).map_err(|e| io_error(&prom, e))?;
     let flush = prepared.flusher();
     let _ = tokio::task::spawn_blocking(flush).await;
+    // Read again once flushed, for the records of earlier runs too.
     Ok((ran, Some(log), Duration::ZERO))
 }
 
@@ -261,28 +276,40 @@ async fn remote(
 }
 
 /// Fills the event log's figures into `all`, waiting up to `settle` for a
-/// running gateway to write the records of the last answers.
+/// running gateway to write the records of this run's answers (those from
+/// `fresh_from` on).
 async fn attach_settled(
     all: &mut [run::Outcome],
+    fresh_from: usize,
     log: &Path,
     settle: Duration,
     warnings: &mut Vec<String>,
 ) -> Result<(), EvalError> {
-    let want = all.iter().filter(|o| !o.request_id.is_empty()).count();
+    let fresh = |all: &[run::Outcome]| {
+        let mine = all.get(fresh_from..).unwrap_or_default();
+        let asked = mine.iter().filter(|o| !o.request_id.is_empty());
+        let want = asked.clone().count();
+        (want, asked.filter(|o| o.recorded).count())
+    };
     let deadline = tokio::time::Instant::now() + settle;
     loop {
-        let got = match events::attach(all, log) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        let exists = match events::attach(all, log) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(io_error(log, e)),
         };
+        let (want, got) = fresh(all);
         if got >= want || tokio::time::Instant::now() >= deadline {
             if got < want && settle > Duration::ZERO {
                 let missing = want - got;
-                warnings.push(format!(
-                    "{}: {missing} of {want} answers have no request record",
-                    log.display()
-                ));
+                warnings.push(if exists {
+                    format!(
+                        "{}: {missing} of this run's {want} answers have no request record",
+                        log.display()
+                    )
+                } else {
+                    format!("{}: no such file; no answer is recorded", log.display())
+                });
             }
             return Ok(());
         }
@@ -319,7 +346,9 @@ async fn remote_names(sender: &ask::Sender) -> Result<Vec<String>, String> {
         .collect())
 }
 
-/// Runs what `results.jsonl` does not hold yet.
+/// Runs what `results.jsonl` does not hold yet. A result that never got
+/// an answer (status 0: no connection, a timeout, a run cut short) is run
+/// again.
 async fn execute(
     sender: &ask::Sender,
     plan: &Plan,
@@ -328,7 +357,8 @@ async fn execute(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<Ran, EvalError> {
     let results = plan.out.join("results.jsonl");
-    let mut all = run::cached(&results);
+    let mut all = run::cached(&results).map_err(|e| io_error(&results, e))?;
+    all.retain(|o| !(in_plan(o) && o.failed && o.status == 0));
     let done = all
         .iter()
         .filter(|o| in_plan(o))
@@ -337,9 +367,11 @@ async fn execute(
     let resumed = all.iter().filter(|o| in_plan(o)).count();
     let jobs = run::pending(tasks, &plan.routes, plan.repeat, &done);
     let (mut fresh, partial) = run::run_all(sender, jobs, plan.concurrency, &results, stop).await?;
+    let fresh_from = all.len();
     all.append(&mut fresh);
     Ok(Ran {
         all,
+        fresh_from,
         resumed,
         partial,
     })

@@ -10,6 +10,7 @@ use std::fmt::Write;
 
 use super::run::Outcome;
 use super::stats::{mcnemar, percentile, wilson};
+use super::task::Task;
 
 /// One route's figures.
 #[derive(Debug, Clone)]
@@ -211,34 +212,32 @@ pub struct GroupRow {
     pub cells: Vec<(u64, u64)>,
 }
 
-/// Accuracy per group of tasks (`group_of` maps a task id to its group),
-/// groups in the order they first appear.
-pub fn groups(
-    outcomes: &[Outcome],
-    routes: &[String],
-    group_of: &HashMap<&str, &str>,
-) -> Vec<GroupRow> {
+/// Accuracy per group of tasks, groups in the order of the task file.
+pub fn groups(outcomes: &[Outcome], routes: &[String], tasks: &[Task]) -> Vec<GroupRow> {
     let mut rows: Vec<GroupRow> = Vec::new();
+    let mut group_row: HashMap<&str, usize> = HashMap::new();
+    let mut task_row: HashMap<&str, usize> = HashMap::new();
+    for t in tasks {
+        let at = *group_row.entry(t.group()).or_insert_with(|| {
+            rows.push(GroupRow {
+                group: t.group().to_string(),
+                cells: vec![(0, 0); routes.len()],
+            });
+            rows.len() - 1
+        });
+        task_row.insert(t.id.as_str(), at);
+    }
     for o in outcomes {
-        let (Some(g), Some(col)) = (
-            group_of.get(o.id.as_str()),
+        let (Some(&at), Some(col)) = (
+            task_row.get(o.id.as_str()),
             routes.iter().position(|r| r == &o.route),
         ) else {
             continue;
         };
-        let at = match rows.iter().position(|r| r.group == *g) {
-            Some(at) => at,
-            None => {
-                rows.push(GroupRow {
-                    group: g.to_string(),
-                    cells: vec![(0, 0); routes.len()],
-                });
-                rows.len() - 1
-            }
-        };
-        let cell = &mut rows[at].cells[col];
-        cell.0 += u64::from(o.correct);
-        cell.1 += 1;
+        if let Some(cell) = rows.get_mut(at).and_then(|r| r.cells.get_mut(col)) {
+            cell.0 += u64::from(o.correct);
+            cell.1 += 1;
+        }
     }
     rows
 }
@@ -336,7 +335,8 @@ pub fn markdown(
                     n => format!("{k}/{n} ({:.0} %)", 100.0 * k as f64 / n as f64),
                 })
                 .collect();
-            let _ = writeln!(s, "| {} | {} |", g.group, cells.join(" | "));
+            let group = g.group.replace('|', "\\|");
+            let _ = writeln!(s, "| {group} | {} |", cells.join(" | "));
         }
     }
     if !pairs.is_empty() {

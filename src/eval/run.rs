@@ -16,8 +16,12 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::EvalError;
-use super::ask::Sender;
+use super::ask::{MAX_ANSWER, Sender};
 use super::task::{Check, Task};
+
+/// The longest line of `results.jsonl` read back: an answer (at most
+/// `MAX_ANSWER`, escaped) and its figures.
+const MAX_RESULT: usize = 8 * MAX_ANSWER;
 
 /// One task through one route, once: what `results.jsonl` holds per line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -28,15 +32,17 @@ pub struct Outcome {
     pub correct: bool,
     /// Why the checker said so, or what failed.
     pub detail: String,
-    /// The request failed: an error status or an error event in the
-    /// stream (`detail` says what).
+    /// No answer to grade: an error status, an error event in the stream,
+    /// no connection, a timeout, a cut-off answer, or the judge failed
+    /// (`detail` says what).
     #[serde(default)]
     pub failed: bool,
     pub answer: String,
     /// The HTTP status of the gateway's answer.
     pub status: u16,
     pub request_id: String,
-    /// The concrete model that wrote the answer (`x-conclave-served-by`).
+    /// The concrete model that wrote the answer (`x-conclave-served-by`,
+    /// else the event log's).
     pub served_by: Option<String>,
     pub latency_ms: f64,
     /// Time to the first content of the streamed answer.
@@ -55,7 +61,7 @@ pub struct Outcome {
     pub output_tokens: u64,
     #[serde(default)]
     pub attempts: u64,
-    /// What the strategy did, from the event log: `escalated`,
+    /// What the strategy did, from the event log: `escalations`,
     /// `consults`, `top_ranked` (a panel's first), `race_winner`.
     #[serde(default)]
     pub strategy: serde_json::Map<String, Value>,
@@ -81,14 +87,17 @@ pub fn pending<'a>(
     jobs
 }
 
-/// The results an earlier run left (a line cut by a kill is skipped).
-pub fn cached(path: &Path) -> Vec<Outcome> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+/// The results an earlier run left (a line cut by a kill is skipped); none
+/// when there is no file yet.
+pub fn cached(path: &Path) -> std::io::Result<Vec<Outcome>> {
+    let mut out = Vec::new();
+    match super::jsonl::each_line(path, MAX_RESULT, |l| {
+        out.extend(serde_json::from_slice::<Outcome>(l).ok());
+    }) {
+        Ok(()) => Ok(out),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Runs `jobs` with at most `concurrency` at once, appending each result
@@ -105,6 +114,11 @@ pub async fn run_all(
         .append(true)
         .open(results)
         .map_err(|e| EvalError::Io(results.display().to_string(), e))?;
+    // A line a kill cut short gets its end, so the next result starts a
+    // line of its own.
+    if ends_mid_line(results) {
+        writeln!(file).map_err(|e| EvalError::Io(results.display().to_string(), e))?;
+    }
     let total = jobs.len();
     let mut stream = futures::stream::iter(jobs)
         .map(|(task, route, r)| one(sender, task, route, r))
@@ -131,10 +145,21 @@ pub async fn run_all(
     Ok((out, interrupted))
 }
 
+/// Whether the file's last byte is not a line end.
+fn ends_mid_line(path: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut last = [0u8];
+    f.seek(SeekFrom::End(-1)).is_ok() && f.read_exact(&mut last).is_ok() && last[0] != b'\n'
+}
+
 /// One task through one route, graded.
 async fn one(sender: &Sender, task: &Task, route: &str, repeat: u32) -> Outcome {
     let user = format!("conclave-eval/{route}/{}/{repeat}", task.id);
     let asked = sender.ask(route, &task.messages, &user).await;
+    let mut judge_failed = false;
     let (correct, detail) = match (&asked.error, &task.check) {
         (Some(e), _) => (false, e.clone()),
         (
@@ -147,7 +172,10 @@ async fn one(sender: &Sender, task: &Task, route: &str, repeat: u32) -> Outcome 
             let messages = super::check::judge_messages(rubric, task, &asked.answer);
             let verdict = sender.ask(judge, &messages, &format!("{user}/judge")).await;
             match verdict.error {
-                Some(e) => (false, format!("the judge failed: {e}")),
+                Some(e) => {
+                    judge_failed = true;
+                    (false, format!("the judge failed: {e}"))
+                }
                 None => {
                     let g = super::check::judge_verdict(&verdict.answer);
                     (g.correct, g.detail)
@@ -160,7 +188,7 @@ async fn one(sender: &Sender, task: &Task, route: &str, repeat: u32) -> Outcome 
         },
     };
     let (input_tokens, output_tokens) = asked.usage.unwrap_or_default();
-    let failed = asked.error.is_some();
+    let failed = asked.error.is_some() || judge_failed;
     Outcome {
         id: task.id.clone(),
         route: route.to_string(),
