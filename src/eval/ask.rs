@@ -197,10 +197,10 @@ impl Sender {
                 if let Some(b) = bearer {
                     req = req.header(AUTHORIZATION, b);
                 }
-                let resp = req.send().await.map_err(|e| describe(&e))?;
+                let resp = req.send().await.map_err(describe)?;
                 let status = resp.status().as_u16();
                 let headers = resp.headers().clone();
-                let chunks = resp.bytes_stream().map(|c| c.map_err(|e| describe(&e)));
+                let chunks = resp.bytes_stream().map(|c| c.map_err(describe));
                 Ok((status, headers, Box::pin(chunks)))
             }
         }
@@ -218,12 +218,12 @@ impl Sender {
         if let Some(k) = &self.key {
             req = req.bearer_auth(k);
         }
-        let resp = req.send().await.map_err(|e| describe(&e))?;
+        let resp = req.send().await.map_err(describe)?;
         let status = resp.status();
         let mut body = Vec::new();
         let mut chunks = resp.bytes_stream();
         while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| describe(&e))?;
+            let chunk = chunk.map_err(describe)?;
             if body.len() + chunk.len() > MAX_GET {
                 return Err(format!("more than {} MiB", MAX_GET >> 20));
             }
@@ -250,10 +250,12 @@ fn error_message(text: &str) -> String {
         .unwrap_or_else(|| text.chars().take(200).collect())
 }
 
-/// A reqwest error with its cause (which names the refused connection).
-fn describe(e: &reqwest::Error) -> String {
+/// A reqwest error with its cause (which names the refused connection),
+/// without its URL (which may hold a password).
+fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
     let mut s = e.to_string();
-    let mut source = std::error::Error::source(e);
+    let mut source = std::error::Error::source(&e);
     while let Some(cause) = source {
         s.push_str(": ");
         s.push_str(&cause.to_string());

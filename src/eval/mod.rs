@@ -241,10 +241,18 @@ async fn remote(
         .trim_end_matches('/')
         .trim_end_matches("/v1")
         .to_string();
+    // What errors and warnings show: the URL without a password in it.
+    let shown = match reqwest::Url::parse(&base) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(None);
+            url.to_string().trim_end_matches('/').to_string()
+        }
+        _ => base.clone(),
+    };
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .build()
-        .map_err(|e| EvalError::Remote(base.clone(), e.to_string()))?;
+        .map_err(|e| EvalError::Remote(shown.clone(), e.to_string()))?;
     let sender = ask::Sender {
         target: ask::Target::Remote {
             client,
@@ -256,14 +264,14 @@ async fn remote(
     };
     let names = remote_names(&sender)
         .await
-        .map_err(|e| EvalError::Remote(base.clone(), e))?;
+        .map_err(|e| EvalError::Remote(shown.clone(), e))?;
     check_routes(&names, plan, tasks)?;
     std::fs::create_dir_all(&plan.out).map_err(|e| io_error(&plan.out, e))?;
     let ran = execute(&sender, plan, tasks, in_plan, stop).await?;
     let prom = plan.out.join("metrics.prom");
     match sender.get("/metrics").await {
         Ok(text) => std::fs::write(&prom, text).map_err(|e| io_error(&prom, e))?,
-        Err(e) => warnings.push(format!("{base}/metrics: {e}; metrics.prom not written")),
+        Err(e) => warnings.push(format!("{shown}/metrics: {e}; metrics.prom not written")),
     }
     if events.is_none() {
         warnings.push(
