@@ -69,50 +69,7 @@ enum Command {
     /// against a running gateway, and report accuracy (95 % interval),
     /// cost, tokens, latency and what each strategy did, with paired tests
     /// between routes (see docs/eval.md).
-    Eval {
-        /// The config whose routes and models are compared, in-process
-        /// [default: config/conclave.toml].
-        #[arg(long, conflicts_with = "url")]
-        config: Option<PathBuf>,
-        /// A running gateway's base URL (`http://host:4000`) instead of the
-        /// config in-process.
-        #[arg(long, conflicts_with = "baselines")]
-        url: Option<String>,
-        /// With --url: the gateway's event log, read for the cost, attempts
-        /// and what each strategy did.
-        #[arg(long, requires = "url")]
-        events: Option<PathBuf>,
-        /// The API key every request carries, for a config with `[[keys]]`
-        /// (prefer the environment variable: a flag shows in `ps`).
-        #[arg(long, env = "CONCLAVE_EVAL_KEY", hide_env_values = true)]
-        key: Option<String>,
-        /// The longest one request may take.
-        #[arg(long, default_value = "10m", value_parser = positive_duration)]
-        timeout: Duration,
-        /// Cap every answer (and judge verdict) at this many tokens.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        max_tokens: Option<u32>,
-        /// The task file: one JSON object a line (see eval/README.md).
-        #[arg(long)]
-        tasks: PathBuf,
-        /// The routes or models to compare, comma-separated.
-        #[arg(long, value_delimiter = ',', required = true)]
-        routes: Vec<String>,
-        /// Run every task this many times per route.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
-        repeat: u32,
-        /// Requests in flight at once.
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
-        concurrency: u64,
-        /// Add, for every strategy route, its strongest member alone and
-        /// that member sampled three times (Self-MoA's baseline).
-        #[arg(long)]
-        baselines: bool,
-        /// Where results.jsonl, events.jsonl, report.md and pareto.svg go;
-        /// a run into the same folder resumes where the last one stopped.
-        #[arg(long, default_value = "eval-out")]
-        out: PathBuf,
-    },
+    Eval(conclave::eval::cli::EvalArgs),
     /// Run a standalone simulated OpenAI-compatible + llama-swap server.
     Mock {
         /// Where to listen.
@@ -139,36 +96,6 @@ enum Command {
         #[arg(long)]
         responses: bool,
     },
-}
-
-/// A duration above zero (`10m`, `90s`).
-fn positive_duration(text: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(text) {
-        Ok(d) if d.is_zero() => Err("must be more than zero".into()),
-        Ok(d) => Ok(d),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// The config an eval runs on, with `--baselines` added to it, the
-/// routes to compare and what the baselines are.
-fn eval_config(
-    path: &Path,
-    routes: Vec<String>,
-    baselines: bool,
-) -> Result<(conclave::config::Config, Vec<String>, Vec<String>), String> {
-    let all = &conclave::strategy::ALL;
-    if !baselines {
-        let cfg = conclave::config::load(path, all).map_err(|e| e.to_string())?;
-        return Ok((cfg, routes, Vec::new()));
-    }
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
-    let (text, routes, notes) =
-        conclave::eval::baselines::add(&text, &routes).map_err(|e| format!("{file}: {e}"))?;
-    let env = |name: &str| std::env::var(name).ok();
-    let cfg = conclave::config::parse(&text, &file, &env, all).map_err(|e| e.to_string())?;
-    Ok((cfg, routes, notes))
 }
 
 /// `check --probe`: one line per upstream, what it answered.
@@ -413,95 +340,7 @@ async fn run(command: Command) -> ExitCode {
                 }
             }
         }
-        Command::Eval {
-            config,
-            url,
-            events,
-            key,
-            timeout,
-            max_tokens,
-            tasks,
-            routes,
-            repeat,
-            concurrency,
-            baselines,
-            out,
-        } => {
-            let (gateway, routes, notes) = match url {
-                Some(base) => (
-                    conclave::eval::Gateway::Url { base, events },
-                    routes,
-                    Vec::new(),
-                ),
-                None => {
-                    let path = config.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
-                    match eval_config(&path, routes, baselines) {
-                        Ok((cfg, routes, notes)) => (
-                            conclave::eval::Gateway::Config(Box::new(cfg)),
-                            routes,
-                            notes,
-                        ),
-                        Err(e) => {
-                            eprintln!("{e}");
-                            return ExitCode::from(2);
-                        }
-                    }
-                }
-            };
-            let plan = conclave::eval::Plan {
-                tasks,
-                routes,
-                repeat,
-                concurrency: usize::try_from(concurrency).unwrap_or(8),
-                out,
-                notes,
-                key,
-                timeout,
-                max_tokens,
-            };
-            let stop = async {
-                if tokio::signal::ctrl_c().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            };
-            match conclave::eval::run(gateway, &plan, stop).await {
-                Ok(summary) => {
-                    for w in &summary.warnings {
-                        eprintln!("warning: {w}");
-                    }
-                    let report = plan.out.join("report.md");
-                    let md = std::fs::read_to_string(&report).unwrap_or_default();
-                    let mut out = std::io::stdout().lock();
-                    let _ = write!(out, "{md}");
-                    let _ = writeln!(out, "\nwritten to {}", plan.out.display());
-                    if summary.resumed > 0 {
-                        let _ = writeln!(
-                            out,
-                            "({} results taken from the earlier run)",
-                            summary.resumed
-                        );
-                    }
-                    if summary.partial {
-                        ExitCode::from(130)
-                    } else {
-                        ExitCode::SUCCESS
-                    }
-                }
-                Err(
-                    e @ (conclave::eval::EvalError::Tasks(_)
-                    | conclave::eval::EvalError::UnknownRoute(..)
-                    | conclave::eval::EvalError::NoRoutes
-                    | conclave::eval::EvalError::NoKey),
-                ) => {
-                    eprintln!("{e}");
-                    ExitCode::from(2)
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Eval(args) => conclave::eval::cli::command(args, Path::new(DEFAULT_CONFIG)).await,
         Command::Check { config, probe } => {
             match conclave::config::load(&config, &conclave::strategy::ALL) {
                 Ok(c) => {

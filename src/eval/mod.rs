@@ -11,11 +11,13 @@
 //! - [`ask`]: one request, in-process or to a running gateway (`--url`);
 //! - [`events`]: the gateway's event log read back per request;
 //! - [`jsonl`]: bounded line reading of files being written or cut;
-//! - [`report`]: `report.md` and `pareto.svg`.
+//! - [`report`]: `report.md` and `pareto.svg`;
+//! - [`cli`]: the command's arguments, config, output and exit status.
 
 pub mod ask;
 pub mod baselines;
 pub mod check;
+pub mod cli;
 pub mod events;
 pub mod jsonl;
 pub mod report;
@@ -93,8 +95,9 @@ pub struct Summary {
     pub warnings: Vec<String>,
 }
 
-/// How long the event log of a running gateway is waited for: it writes
-/// a request's record once the answer's last byte is sent.
+/// How long the event log is waited for: the gateway writes a request's
+/// record just after the answer's last byte (a race's cancelled
+/// candidates after that).
 const SETTLE: Duration = Duration::from_secs(5);
 
 /// Runs `plan` on `gateway`, then writes `report.md` and `pareto.svg`
@@ -117,7 +120,7 @@ pub async fn run(
         ids.contains(o.id.as_str()) && plan.routes.contains(&o.route) && o.repeat < plan.repeat
     };
     let mut warnings = Vec::new();
-    let (ran, log, settle) = match gateway {
+    let ran = match gateway {
         Gateway::Config(config) => {
             in_process(*config, plan, &tasks, &in_plan, stop, &mut warnings).await?
         }
@@ -126,14 +129,11 @@ pub async fn run(
         }
     };
     let Ran {
-        mut all,
-        fresh_from,
+        all,
         resumed,
         partial,
+        ..
     } = ran;
-    if let Some(log) = &log {
-        attach_settled(&mut all, fresh_from, log, settle, &mut warnings).await?;
-    }
     // The figures from the event log go into `results.jsonl` too: it is
     // written again whole, earlier results first.
     let mut lines = String::new();
@@ -175,16 +175,23 @@ struct Ran {
     partial: bool,
 }
 
-/// The run, the event log to read its figures from, and how long to wait
-/// for that log to have them.
-type Finished = (Ran, Option<PathBuf>, Duration);
+/// How every request of the plan is sent to `target`.
+fn sender(plan: &Plan, target: ask::Target) -> ask::Sender {
+    ask::Sender {
+        target,
+        key: plan.key.clone(),
+        timeout: plan.timeout,
+        max_tokens: plan.max_tokens,
+    }
+}
 
 fn io_error(p: &Path, e: std::io::Error) -> EvalError {
     EvalError::Io(p.display().to_string(), e)
 }
 
-/// The plan in-process on `config`: its event log to `OUT/events.jsonl`,
-/// its metrics at the end to `OUT/metrics.prom`.
+/// The plan in-process on `config`: its event log to `OUT/events.jsonl`
+/// (read back into the results), its metrics at the end to
+/// `OUT/metrics.prom`.
 async fn in_process(
     mut config: Config,
     plan: &Plan,
@@ -192,7 +199,7 @@ async fn in_process(
     in_plan: &impl Fn(&run::Outcome) -> bool,
     stop: impl std::future::Future<Output = ()>,
     warnings: &mut Vec<String>,
-) -> Result<Finished, EvalError> {
+) -> Result<Ran, EvalError> {
     let names: Vec<String> = config
         .models
         .keys()
@@ -207,27 +214,21 @@ async fn in_process(
     let log = plan.out.join("events.jsonl");
     config.server.event_log = Some(log.clone());
     let prepared = crate::prepare(config)?;
-    let sender = ask::Sender {
-        target: ask::Target::Router(prepared.router()),
-        key: plan.key.clone(),
-        timeout: plan.timeout,
-        max_tokens: plan.max_tokens,
-    };
+    let sender = sender(plan, ask::Target::Router(prepared.router()));
     let mut ran = execute(&sender, plan, tasks, in_plan, stop).await?;
-    // A request's record is written just after its answer's last byte (a
-    // race's cancelled candidates after that): wait for this run's, so
-    // the metrics and the event log hold the same requests.
-    attach_settled(&mut ran.all, ran.fresh_from, &log, SETTLE, warnings).await?;
+    // Before the metrics are taken, so they and the event log hold the
+    // same requests.
+    attach_settled(&mut ran, &log, warnings).await?;
     let prom = plan.out.join("metrics.prom");
     std::fs::write(&prom, prepared.metrics()).map_err(|e| io_error(&prom, e))?;
     let flush = prepared.flusher();
     let _ = tokio::task::spawn_blocking(flush).await;
-    // Read again once flushed, for the records of earlier runs too.
-    Ok((ran, Some(log), Duration::ZERO))
+    Ok(ran)
 }
 
 /// The plan against the running gateway at `base`: its `/metrics` at the
-/// end to `OUT/metrics.prom`; its event log, when named, read after.
+/// end to `OUT/metrics.prom`; its event log, when named, read back into
+/// the results.
 async fn remote(
     base: &str,
     events: Option<PathBuf>,
@@ -236,7 +237,7 @@ async fn remote(
     in_plan: &impl Fn(&run::Outcome) -> bool,
     stop: impl std::future::Future<Output = ()>,
     warnings: &mut Vec<String>,
-) -> Result<Finished, EvalError> {
+) -> Result<Ran, EvalError> {
     let base = base
         .trim_end_matches('/')
         .trim_end_matches("/v1")
@@ -253,53 +254,50 @@ async fn remote(
         .connect_timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| EvalError::Remote(shown.clone(), e.to_string()))?;
-    let sender = ask::Sender {
-        target: ask::Target::Remote {
-            client,
-            base: base.clone(),
-        },
-        key: plan.key.clone(),
-        timeout: plan.timeout,
-        max_tokens: plan.max_tokens,
+    let target = ask::Target::Remote {
+        client,
+        base: base.clone(),
     };
+    let sender = sender(plan, target);
     let names = remote_names(&sender)
         .await
         .map_err(|e| EvalError::Remote(shown.clone(), e))?;
     check_routes(&names, plan, tasks)?;
     std::fs::create_dir_all(&plan.out).map_err(|e| io_error(&plan.out, e))?;
-    let ran = execute(&sender, plan, tasks, in_plan, stop).await?;
+    let mut ran = execute(&sender, plan, tasks, in_plan, stop).await?;
+    match &events {
+        Some(log) => attach_settled(&mut ran, log, warnings).await?,
+        None => warnings.push(
+            "no --events: cost, attempts and what each strategy did are unknown; \
+             tokens are the streams' usage"
+                .into(),
+        ),
+    }
     let prom = plan.out.join("metrics.prom");
     match sender.get("/metrics").await {
         Ok(text) => std::fs::write(&prom, text).map_err(|e| io_error(&prom, e))?,
         Err(e) => warnings.push(format!("{shown}/metrics: {e}; metrics.prom not written")),
     }
-    if events.is_none() {
-        warnings.push(
-            "no --events: cost, attempts and what each strategy did are unknown; \
-             tokens are the streams' usage"
-                .into(),
-        );
-    }
-    Ok((ran, events, SETTLE))
+    Ok(ran)
 }
 
-/// Fills the event log's figures into `all`, waiting up to `settle` for a
-/// running gateway to write the records of this run's answers (those from
-/// `fresh_from` on).
+/// Fills the event log's figures into every result (earlier runs' too),
+/// waiting up to `SETTLE` for the gateway to write the records of this
+/// run's answers.
 async fn attach_settled(
-    all: &mut [run::Outcome],
-    fresh_from: usize,
+    ran: &mut Ran,
     log: &Path,
-    settle: Duration,
     warnings: &mut Vec<String>,
 ) -> Result<(), EvalError> {
+    let fresh_from = ran.fresh_from;
+    let all = &mut ran.all;
     let fresh = |all: &[run::Outcome]| {
         let mine = all.get(fresh_from..).unwrap_or_default();
         let asked = mine.iter().filter(|o| !o.request_id.is_empty());
         let want = asked.clone().count();
         (want, asked.filter(|o| o.recorded).count())
     };
-    let deadline = tokio::time::Instant::now() + settle;
+    let deadline = tokio::time::Instant::now() + SETTLE;
     loop {
         let exists = match events::attach(all, log) {
             Ok(_) => true,
@@ -308,7 +306,7 @@ async fn attach_settled(
         };
         let (want, got) = fresh(all);
         if got >= want || tokio::time::Instant::now() >= deadline {
-            if got < want && settle > Duration::ZERO {
+            if got < want {
                 let missing = want - got;
                 warnings.push(if exists {
                     format!(
