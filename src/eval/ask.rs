@@ -159,18 +159,21 @@ impl Sender {
         }
     }
 
+    /// The `Authorization` value, marked sensitive so no debug output of
+    /// a request shows it.
+    fn bearer(&self) -> Result<Option<HeaderValue>, String> {
+        let Some(k) = &self.key else {
+            return Ok(None);
+        };
+        let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
+            .map_err(|_| "the key is not a valid header value".to_string())?;
+        v.set_sensitive(true);
+        Ok(Some(v))
+    }
+
     /// Posts a chat body; the answer's status, headers and body chunks.
     async fn send(&self, body: String) -> Result<(u16, HeaderMap, Chunks), String> {
-        // Marked sensitive, so no debug output of the request shows it.
-        let bearer = match &self.key {
-            Some(k) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
-                    .map_err(|_| "the key is not a valid header value".to_string())?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            None => None,
-        };
+        let bearer = self.bearer()?;
         match &self.target {
             Target::Router(router) => {
                 let mut req = Request::post("/v1/chat/completions")
@@ -215,8 +218,8 @@ impl Sender {
         let mut req = client
             .get(format!("{base}{path}"))
             .timeout(Duration::from_secs(30));
-        if let Some(k) = &self.key {
-            req = req.bearer_auth(k);
+        if let Some(b) = self.bearer()? {
+            req = req.header(AUTHORIZATION, b);
         }
         let resp = req.send().await.map_err(describe)?;
         let status = resp.status();

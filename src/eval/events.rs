@@ -15,9 +15,8 @@ use super::run::Outcome;
 /// The most of one event line read.
 const MAX_LINE: usize = 1 << 20;
 
-/// Fills the event log's figures into `outcomes` (matched by request id);
-/// how many of them it found a `request` record for.
-pub fn attach(outcomes: &mut [Outcome], log: &Path) -> std::io::Result<usize> {
+/// Fills the event log's figures into `outcomes` (matched by request id).
+pub fn attach(outcomes: &mut [Outcome], log: &Path) -> std::io::Result<()> {
     let wanted: HashMap<&str, usize> = outcomes
         .iter()
         .enumerate()
@@ -40,14 +39,12 @@ pub fn attach(outcomes: &mut [Outcome], log: &Path) -> std::io::Result<usize> {
         };
         found.entry(at).or_default().take(&e);
     })?;
-    let mut recorded = 0;
     for (at, f) in found {
         if let Some(o) = outcomes.get_mut(at) {
-            recorded += usize::from(f.request.is_some());
             f.fill(o);
         }
     }
-    Ok(recorded)
+    Ok(())
 }
 
 #[derive(Default)]

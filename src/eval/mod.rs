@@ -300,7 +300,7 @@ async fn attach_settled(
     let deadline = tokio::time::Instant::now() + SETTLE;
     loop {
         let exists = match events::attach(all, log) {
-            Ok(_) => true,
+            Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(io_error(log, e)),
         };
