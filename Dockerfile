@@ -16,6 +16,11 @@ RUN apt-get update \
     && useradd --system --uid 10001 --home-dir /var/lib/conclave --create-home conclave
 COPY --from=build /src/target/release/conclave /usr/local/bin/conclave
 COPY config/demo.toml config/example.toml config/governed.toml /etc/conclave/
+# Relative paths in a config are relative to its folder, and /etc/conclave is
+# not the conclave user's to write: the shipped configs write their event log
+# and state under /var/lib/conclave instead. Give a mounted config absolute
+# paths there too.
+RUN sed -i -E 's#^(event_log|state_path)( *)= *"([^/"][^"]*)"#\1\2= "/var/lib/conclave/\3"#' /etc/conclave/*.toml
 USER conclave
 WORKDIR /var/lib/conclave
 EXPOSE 4000

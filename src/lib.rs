@@ -201,7 +201,7 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         store,
         responses,
         records,
-        upstreams: Arc::new(upstream::registry::Registry::new()),
+        upstreams: Arc::new(upstream::registry::Registry::with_clock(clock)),
         retry_budgets: Arc::default(),
         redis,
         started_at: clock.unix_secs(),

@@ -314,7 +314,7 @@ fn readme_jq_lines_answer(jq: &Path, log: &Path) {
     let lines: Vec<&str> = block.lines().filter(|l| l.starts_with("jq ")).collect();
     assert!(lines.len() >= 6, "{lines:?}");
     for line in lines {
-        let cmd = line.replace("conclave-events.jsonl", &log.display().to_string());
+        let cmd = line.replace("config/conclave-events.jsonl", &log.display().to_string());
         let out = Command::new("sh")
             .arg("-c")
             .arg(&cmd)

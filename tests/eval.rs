@@ -286,10 +286,14 @@ fn eval_with(args: &[&str], env: &[(&str, &str)]) -> Output {
 fn a_running_gateway_with_keys_grades_as_in_process() {
     const SECRET: &str = "sk-eval-test-secret-1234";
     let demo = std::fs::read_to_string(root().join("config/eval-demo.toml")).unwrap();
-    let toml = demo.replace(
-        "event_log = \"eval-demo-events.jsonl\"",
-        "event_log = \"{dir}/events.jsonl\"",
-    ) + "\n[[keys]]\nname = \"evaluator\"\nkey_env = \"EVAL_TEST_KEY\"\n";
+    let tasks = root().join("eval/tasks.jsonl").display().to_string();
+    let toml = demo
+        .replace(
+            "event_log = \"eval-demo-events.jsonl\"",
+            "event_log = \"{dir}/events.jsonl\"",
+        )
+        .replace("../eval/tasks.jsonl", &tasks)
+        + "\n[[keys]]\nname = \"evaluator\"\nkey_env = \"EVAL_TEST_KEY\"\n";
     let gw = common::Proc::gateway_env(&toml, &[("EVAL_TEST_KEY", SECRET)]);
     let routes = "small,cascade,best-of-3";
     let remote = tempfile::tempdir().unwrap();

@@ -45,19 +45,20 @@ pub trait Render: Send + 'static {
 /// Most choices past the first an answer is read for.
 pub const MAX_OTHER_CHOICES: u64 = 8;
 
-/// The text of each choice past the first (an arena's second answer) of
-/// a whole chat completion's `choices`, in order: each dialect writes
-/// them after the first choice's output.
-pub fn other_choices(choices: &[Value]) -> Vec<String> {
-    let mut others: Vec<(u64, String)> = choices
+/// The text and `finish_reason` of each choice past the first (an arena's
+/// second answer) of a whole chat completion's `choices`, in order: each
+/// dialect writes them after the first choice's output.
+pub fn other_choices(choices: &[Value]) -> Vec<(String, Option<&str>)> {
+    let mut others: Vec<(u64, String, Option<&str>)> = choices
         .iter()
         .filter_map(|c| {
             let i = c.get("index").and_then(Value::as_u64)?;
+            let finish = c.get("finish_reason").and_then(Value::as_str);
             (1..=MAX_OTHER_CHOICES)
                 .contains(&i)
-                .then(|| (i, content_text(c.pointer("/message/content"))))
+                .then(|| (i, content_text(c.pointer("/message/content")), finish))
         })
         .collect();
     others.sort_by_key(|o| o.0);
-    others.into_iter().map(|o| o.1).collect()
+    others.into_iter().map(|o| (o.1, o.2)).collect()
 }

@@ -14,6 +14,7 @@ mod describe;
 mod errors;
 mod keys;
 mod names;
+mod paths;
 mod price;
 mod raw;
 mod resilience;
@@ -262,7 +263,8 @@ impl Route {
 
 /// Reads and validates the config at `path`, taking secrets from the
 /// process environment; `strategies` reads strategy routes
-/// (`conclave::strategy::ALL`).
+/// (`conclave::strategy::ALL`). Relative paths in it are relative to its
+/// folder (see `paths`).
 pub fn load(path: &Path, strategies: &Strategies) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
@@ -272,7 +274,38 @@ pub fn load(path: &Path, strategies: &Strategies) -> Result<Config, ConfigErrors
             message: format!("cannot read the file: {e}"),
         }],
     })?;
-    parse(&text, &file, &|name| std::env::var(name).ok(), strategies)
+    parse_file(&text, path, &|name| std::env::var(name).ok(), strategies)
+}
+
+/// [`parse`] for the text of the config file at `path`: its relative
+/// paths anchored at the file's folder, and the files it names checked.
+pub fn parse_file(
+    text: &str,
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    strategies: &Strategies,
+) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    let mut config = parse(text, &file, env, strategies)?;
+    let mut errs = Errors::default();
+    paths::anchor(&mut config, &folder_of(path), &mut errs);
+    if errs.0.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigErrors {
+            file,
+            errors: errs.0,
+        })
+    }
+}
+
+/// The folder a config file's relative paths start from: its own
+/// (the working directory for a bare file name).
+fn folder_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
 }
 
 /// Validates config text; `env` looks up environment variables, and
@@ -341,12 +374,14 @@ pub fn mock_models(path: &Path, name: Option<&str>) -> Result<MockSetup, ConfigE
     let mut errs = Errors::default();
     let parsed = errs.parse::<raw::MockUpstream>(&at, value.clone());
     let mut swap = SwapSim::default();
-    if let Some(u) = &parsed {
+    let mut parsed = parsed;
+    if let Some(u) = &mut parsed {
         for (model, b) in &u.models {
             for (p, msg) in b.check() {
                 errs.push(format!("{at}.models.{model}.{p}"), msg);
             }
         }
+        paths::anchor_models(&at, u.models.iter_mut(), &folder_of(path), &mut errs);
         swap = validate::swap_sim(u, &at, &mut errs);
         anthropic::mock_api(u, &at, &mut errs);
     }

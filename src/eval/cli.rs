@@ -154,6 +154,6 @@ fn config(
     let (text, routes, notes) =
         super::baselines::add(&text, &routes).map_err(|e| format!("{file}: {e}"))?;
     let env = |name: &str| std::env::var(name).ok();
-    let cfg = crate::config::parse(&text, &file, &env, all).map_err(|e| e.to_string())?;
+    let cfg = crate::config::parse_file(&text, path, &env, all).map_err(|e| e.to_string())?;
     Ok((cfg, routes, notes))
 }

@@ -59,6 +59,20 @@ pub struct Behavior {
     pub rules: Vec<Rule>,
 }
 
+impl Behavior {
+    /// Calls `f` with each file it names (a `solve` reply's task file, in
+    /// its rules too) and that file's key path.
+    pub fn each_file(&mut self, f: &mut dyn FnMut(&str, &mut std::path::PathBuf)) {
+        if let Some(ReplySpec::Solve(s)) = &mut self.reply {
+            f("reply.solve.tasks", &mut s.tasks);
+        }
+        for (i, r) in self.rules.iter_mut().enumerate() {
+            r.then
+                .each_file(&mut |key, p| f(&format!("rules[{i}].then.{key}"), p));
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {

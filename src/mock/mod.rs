@@ -49,6 +49,9 @@ use crate::wire::Endpoint;
 
 /// Requests kept for `GET /mock/requests`.
 const RECORDED: usize = 1000;
+/// The JSON bytes (about) of the requests kept: the oldest go first, and a
+/// body larger than this alone is kept as a note of its size.
+const RECORDED_BYTES: u64 = 64 << 20;
 
 /// The body stream failed on purpose (a simulated dropped connection).
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +93,32 @@ pub struct Heard {
     pub api_key: Option<String>,
     pub anthropic_version: Option<String>,
     pub anthropic_beta: Option<String>,
+}
+
+/// The requests a simulator keeps, oldest first, within [`RECORDED`]
+/// and [`RECORDED_BYTES`].
+#[derive(Default)]
+struct Log {
+    kept: VecDeque<(Recorded, u64)>,
+    bytes: u64,
+}
+
+impl Log {
+    fn push(&mut self, r: Recorded, size: u64) {
+        while self.kept.len() >= RECORDED || self.bytes + size > RECORDED_BYTES {
+            match self.kept.pop_front() {
+                Some((_, n)) => self.bytes -= n,
+                None => break,
+            }
+        }
+        self.bytes += size;
+        self.kept.push_back((r, size));
+    }
+
+    fn clear(&mut self) {
+        self.kept.clear();
+        self.bytes = 0;
+    }
 }
 
 /// Counters for `GET /mock/stats`: how many answers finished, how many
@@ -142,7 +171,9 @@ pub struct Simulator {
     /// What `/running` shows, readable without waiting behind a swap:
     /// the model being loaded (not ready) during a swap.
     running: Mutex<Option<Process>>,
-    log: Mutex<VecDeque<Recorded>>,
+    /// The requests kept, each with its body's JSON size (about), and
+    /// their sum: bounded by [`RECORDED`] and [`RECORDED_BYTES`].
+    log: Mutex<Log>,
     pub stats: Arc<Stats>,
     next_id: AtomicU64,
 }
@@ -166,7 +197,7 @@ impl Simulator {
             calls: Mutex::new(HashMap::new()),
             loaded: tokio::sync::Mutex::new(None),
             running: Mutex::new(None),
-            log: Mutex::new(VecDeque::new()),
+            log: Mutex::new(Log::default()),
             stats: Arc::new(Stats::default()),
             next_id: AtomicU64::new(1),
         }
@@ -214,7 +245,12 @@ impl Simulator {
     }
 
     pub fn recorded(&self) -> Vec<Recorded> {
-        self.log.lock().iter().cloned().collect()
+        self.log
+            .lock()
+            .kept
+            .iter()
+            .map(|(r, _)| r.clone())
+            .collect()
     }
 
     pub fn clear_recorded(&self) {
@@ -346,19 +382,24 @@ impl Simulator {
 
     /// Keeps the request for `GET /mock/requests`.
     fn record(&self, model: &str, heard: Heard, body: &Value) {
-        let mut log = self.log.lock();
-        if log.len() >= RECORDED {
-            log.pop_front();
-        }
-        log.push_back(Recorded {
-            model: model.to_owned(),
-            authorization: heard.authorization,
-            request_id: heard.request_id,
-            api_key: heard.api_key,
-            anthropic_version: heard.anthropic_version,
-            anthropic_beta: heard.anthropic_beta,
-            body: body.clone(),
-        });
+        let size = crate::wire::billing::json_len(body);
+        let body = if size > RECORDED_BYTES {
+            json!({"omitted_bytes": size})
+        } else {
+            body.clone()
+        };
+        self.log.lock().push(
+            Recorded {
+                model: model.to_owned(),
+                authorization: heard.authorization,
+                request_id: heard.request_id,
+                api_key: heard.api_key,
+                anthropic_version: heard.anthropic_version,
+                anthropic_beta: heard.anthropic_beta,
+                body,
+            },
+            size.min(RECORDED_BYTES),
+        );
     }
 
     /// Counts a call of `model` and returns its number (from 1).

@@ -26,7 +26,7 @@ use crate::wire::content_text;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SolveSpec {
-    /// The task file (relative to the working directory).
+    /// The task file (relative to the config file's folder).
     pub tasks: PathBuf,
     /// The chance of answering a task right, 0 to 1.
     pub accuracy: f64,

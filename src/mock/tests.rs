@@ -53,3 +53,39 @@ async fn echo_whole_and_streamed() {
     assert_eq!(sim.running().as_deref(), Some("m"));
     assert_eq!(sim.stats.completed.load(Ordering::Relaxed), 2);
 }
+
+#[tokio::test]
+async fn the_request_log_is_bounded_in_bytes() {
+    let sim = Arc::new(Simulator::new(
+        IndexMap::new(),
+        SwapSim::default(),
+        Quirks::default(),
+        true,
+    ));
+    // Forty 7 MB bodies: the log keeps what fits in its byte bound, the
+    // newest last.
+    let big = "x".repeat(7 << 20);
+    for i in 0..40 {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": big}], "seed": i});
+        sim.record("m", Heard::default(), &body);
+    }
+    let kept = sim.recorded();
+    let bytes: u64 = kept
+        .iter()
+        .map(|r| crate::wire::billing::json_len(&r.body))
+        .sum();
+    assert!(bytes <= RECORDED_BYTES, "{bytes}");
+    assert_eq!(kept.len(), (RECORDED_BYTES / (7 << 20)) as usize);
+    assert_eq!(kept.last().unwrap().body["seed"], 39);
+    // One body over the whole bound is kept as a note of its size.
+    let huge = json!({"input": "y".repeat((RECORDED_BYTES + 1) as usize)});
+    sim.record("m", Heard::default(), &huge);
+    let last = sim.recorded().pop().unwrap();
+    assert!(last.body["omitted_bytes"].as_u64().unwrap() > RECORDED_BYTES);
+    // Small ones are still bounded by count.
+    sim.clear_recorded();
+    for _ in 0..RECORDED + 5 {
+        sim.record("m", Heard::default(), &json!({"model": "m"}));
+    }
+    assert_eq!(sim.recorded().len(), RECORDED);
+}

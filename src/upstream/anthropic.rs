@@ -19,6 +19,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use super::openai::{BuildError, describe};
 use super::translate::unsupported;
 use super::{CallIds, RawResponse, Transport, TransportError};
+use crate::clock::Clock;
 use crate::config::Anthropic;
 use crate::wire::Endpoint;
 
@@ -37,10 +38,13 @@ pub struct AnthropicTransport {
     base_url: String,
     key: Option<HeaderValue>,
     version: HeaderValue,
+    /// The instance's wall clock, against which a limit's reset time is
+    /// a wait.
+    clock: Clock,
 }
 
 impl AnthropicTransport {
-    pub fn new(cfg: &Anthropic) -> Result<Self, BuildError> {
+    pub fn new(cfg: &Anthropic, clock: Clock) -> Result<Self, BuildError> {
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .connect_timeout(CONNECT_TIMEOUT)
@@ -64,6 +68,7 @@ impl AnthropicTransport {
             key,
             version: HeaderValue::from_str(&cfg.version)
                 .map_err(|_| BuildError::Url(format!("anthropic_version {}", cfg.version)))?,
+            clock,
         })
     }
 }
@@ -100,7 +105,7 @@ impl Transport for AnthropicTransport {
         let status = resp.status().as_u16();
         let retry_after = match resp.headers().get(RETRY_AFTER) {
             Some(v) => v.to_str().ok().map(str::to_owned),
-            None if matches!(status, 429 | 529) => retry_after(resp.headers(), SystemTime::now()),
+            None if matches!(status, 429 | 529) => retry_after(resp.headers(), self.clock.now()),
             None => None,
         };
         Ok(super::openai::raw(resp, retry_after))

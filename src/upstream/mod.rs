@@ -42,6 +42,7 @@ pub use concrete::ConcreteModel;
 use lane::Gate;
 use llama_swap::{Loaded, WarmProbe, show_loaded};
 
+use crate::clock::Clock;
 use crate::config::{self, Lane, UpstreamKind};
 use crate::labels::Warm;
 use crate::sink::Metrics;
@@ -170,7 +171,7 @@ impl Upstream {
         cfg: &config::Upstream,
         models: Vec<(String, Arc<str>)>,
         max_tokens: HashMap<String, u32>,
-        metrics: Metrics,
+        (metrics, clock): (Metrics, Clock),
         lane_of: Option<&Upstream>,
         health_of: Option<Arc<health::Health>>,
     ) -> Result<Self, openai::BuildError> {
@@ -194,8 +195,9 @@ impl Upstream {
                 Box::new(t)
             }
             UpstreamKind::Anthropic(a) => Box::new(translate::Translate::new(
-                Box::new(anthropic::AnthropicTransport::new(a)?),
+                Box::new(anthropic::AnthropicTransport::new(a, clock)?),
                 max_tokens,
+                clock,
             )),
             UpstreamKind::Mock {
                 api,
@@ -208,7 +210,7 @@ impl Upstream {
                 match api {
                     crate::mock::Api::OpenAi => Box::new(m),
                     crate::mock::Api::Anthropic => {
-                        Box::new(translate::Translate::new(Box::new(m), max_tokens))
+                        Box::new(translate::Translate::new(Box::new(m), max_tokens, clock))
                     }
                 }
             }

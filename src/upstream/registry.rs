@@ -17,6 +17,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{Upstream, openai};
+use crate::clock::Clock;
 use crate::config::{self, Secret, UpstreamKind};
 use crate::sink::Metrics;
 
@@ -26,6 +27,9 @@ pub struct Registry {
     entries: Mutex<HashMap<String, Entry>>,
     /// Balance members' states (in flight, latency), kept alike.
     pub balance: crate::strategy::balance::state::States,
+    /// The instance's wall clock, for what upstreams date (an
+    /// Anthropic limit's reset, a translated answer's `created`).
+    clock: Clock,
 }
 
 struct Entry {
@@ -41,6 +45,14 @@ struct Entry {
 impl Registry {
     pub fn new() -> Registry {
         Registry::default()
+    }
+
+    /// A registry whose upstreams read the date from `clock`.
+    pub fn with_clock(clock: Clock) -> Registry {
+        Registry {
+            clock,
+            ..Registry::default()
+        }
     }
 
     /// Upstream `name` as `cfg` describes it: the running one when
@@ -74,7 +86,7 @@ impl Registry {
             cfg,
             models,
             max_tokens,
-            metrics.clone(),
+            (metrics.clone(), self.clock),
             lane_of,
             health_of,
         )?);

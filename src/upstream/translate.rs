@@ -53,11 +53,17 @@ pub struct Translate {
     inner: Box<dyn Transport>,
     /// `max_tokens` by the model name sent upstream.
     max_tokens: HashMap<String, u32>,
+    /// Dates a translated answer (`created`).
+    clock: Clock,
 }
 
 impl Translate {
-    pub fn new(inner: Box<dyn Transport>, max_tokens: HashMap<String, u32>) -> Self {
-        Translate { inner, max_tokens }
+    pub fn new(inner: Box<dyn Transport>, max_tokens: HashMap<String, u32>, clock: Clock) -> Self {
+        Translate {
+            inner,
+            max_tokens,
+            clock,
+        }
     }
 
     async fn chat(&self, body: &[u8], ids: &CallIds<'_>) -> Result<RawResponse, TransportError> {
@@ -85,7 +91,7 @@ impl Translate {
                 source: None,
             })?;
         let resp = self.inner.send(Endpoint::Messages, body, ids).await?;
-        let created = Clock::system().unix_secs();
+        let created = self.clock.unix_secs();
         let body = match (resp.status, t.stream) {
             (200..=299, true) => stream(resp.body, t, created),
             (200..=299, false) => whole(resp.body, t, created),

@@ -54,6 +54,17 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
                     "rate_limit_exceeded",
                 )
             },
+            // Anthropic's "overloaded": a 503 with its Retry-After, which
+            // the Messages API answers as its own 529 `overloaded_error`
+            // (its clients retry that) and OpenAI's clients retry too.
+            529 => Shape {
+                retry_after: retry_after.clone(),
+                ..upstream_err(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "upstream_error",
+                    "upstream_overloaded",
+                )
+            },
             // The upstream refused conclave's own credentials: its message
             // may quote part of the key, so it is not passed on.
             401 | 403 => upstream_err(

@@ -146,7 +146,7 @@ pub fn whole(head: &Head, completion: &[u8], totals: Totals) -> Result<Value, Ap
     content.extend(
         other_choices(choices)
             .into_iter()
-            .map(|t| json!({"type": "text", "text": t})),
+            .map(|(t, _)| json!({"type": "text", "text": t})),
     );
     let finish = choice
         .and_then(|c| c.get("finish_reason"))

@@ -5,7 +5,8 @@
 //! arena's second answer) as a message each; an answer with neither text nor
 //! calls gets one empty message, so a client always finds one. A
 //! `finish_reason` of `length` or `content_filter` makes the response
-//! `incomplete`, and its last item too.
+//! `incomplete`, and the last item of that answer too; each other choice's
+//! message is `incomplete` by its own `finish_reason`.
 
 use serde_json::{Map, Value, json};
 
@@ -69,6 +70,9 @@ pub(super) enum Kind {
 pub(super) struct Item {
     pub id: String,
     pub kind: Kind,
+    /// How the answer this item ends came to an end (`Completed` for an
+    /// item another one followed): its `status`.
+    pub ending: Ending,
 }
 
 impl Item {
@@ -79,6 +83,7 @@ impl Item {
             kind: Kind::Reasoning {
                 text: String::new(),
             },
+            ending: Ending::Completed,
         }
     }
 
@@ -86,6 +91,7 @@ impl Item {
         Item {
             id: derived_id("msg_", resp, index),
             kind: Kind::Message { parts: Vec::new() },
+            ending: Ending::Completed,
         }
     }
 
@@ -102,6 +108,7 @@ impl Item {
                 name: name.to_owned(),
                 arguments: String::new(),
             },
+            ending: Ending::Completed,
         }
     }
 
@@ -253,15 +260,10 @@ pub(super) struct Body<'a> {
 
 /// The `response` object.
 pub(super) fn response(head: &Head, b: Body<'_>) -> Value {
-    let last = b.items.len().saturating_sub(1);
     let output: Vec<Value> = b
         .items
         .iter()
-        .enumerate()
-        .map(|(i, item)| match i == last {
-            true => item.json(b.ending.status()),
-            false => item.json("completed"),
-        })
+        .map(|item| item.json(item.ending.status()))
         .collect();
     let output_text: String = b
         .items
@@ -364,11 +366,21 @@ pub(super) fn whole(head: &Head, completion: &[u8], totals: Totals) -> Result<Va
         }
         items.push(item);
     }
-    for text in crate::api::render::other_choices(choices) {
+    let reason = choice
+        .and_then(|c| c.get("finish_reason"))
+        .and_then(Value::as_str);
+    let ending = Ending::of(reason);
+    // The answer's last item is the one its ending is of.
+    let first = items.len();
+    if let Some(last) = items.last_mut() {
+        last.ending = ending;
+    }
+    for (text, finish) in crate::api::render::other_choices(choices) {
         let mut item = Item::message(&head.id, items.len());
         let mut part = Part::new(false);
         part.text = text;
         item.kind = Kind::Message { parts: vec![part] };
+        item.ending = Ending::of(finish);
         items.push(item);
     }
     if !items.iter().any(Item::is_answer) {
@@ -376,12 +388,12 @@ pub(super) fn whole(head: &Head, completion: &[u8], totals: Totals) -> Result<Va
         item.kind = Kind::Message {
             parts: vec![Part::new(false)],
         };
+        // An answer with no items of its own ends in this one.
+        if first == 0 {
+            item.ending = ending;
+        }
         items.push(item);
     }
-    let reason = choice
-        .and_then(|c| c.get("finish_reason"))
-        .and_then(Value::as_str);
-    let ending = Ending::of(reason);
     let model = text_of(&body, "model").unwrap_or(&head.model);
     Ok(with_arena(
         body.get("arena_id"),

@@ -4,7 +4,7 @@
 use bytes::BytesMut;
 use serde_json::{Value, json};
 
-use super::Responses;
+use super::{Other, Responses};
 use crate::api::render::MAX_OTHER_CHOICES;
 use crate::api::responses::output::{Item, Kind, Part, reasoning_of, text_of};
 use crate::wire::MAX_TOOL_CALLS;
@@ -59,6 +59,7 @@ impl Responses {
         let Some(Item {
             id,
             kind: Kind::Message { parts },
+            ..
         }) = self.items.last_mut()
         else {
             return;
@@ -87,6 +88,7 @@ impl Responses {
         let Some(Item {
             id,
             kind: Kind::Message { parts },
+            ..
         }) = self.items.last_mut()
         else {
             return;
@@ -138,6 +140,7 @@ impl Responses {
                     name: have,
                     arguments,
                 },
+            ..
         }) = self.items.last_mut()
         else {
             return;
@@ -177,9 +180,22 @@ impl Responses {
             let i = c.get("index").and_then(Value::as_u64).unwrap_or(0);
             if (1..=MAX_OTHER_CHOICES).contains(&i) {
                 let text = c.pointer("/delta/content").and_then(Value::as_str);
-                match self.others.iter_mut().find(|o| o.0 == i) {
-                    Some(o) => o.1.push_str(text.unwrap_or_default()),
-                    None => self.others.push((i, text.unwrap_or_default().to_owned())),
+                let finish = c.get("finish_reason").and_then(Value::as_str);
+                let at = match self.others.iter().position(|o| o.index == i) {
+                    Some(at) => at,
+                    None => {
+                        self.others.push(Other {
+                            index: i,
+                            text: String::new(),
+                            finish_reason: None,
+                        });
+                        self.others.len() - 1
+                    }
+                };
+                let o = &mut self.others[at];
+                o.text.push_str(text.unwrap_or_default());
+                if let Some(f) = finish {
+                    o.finish_reason = Some(f.to_owned());
                 }
             }
         }

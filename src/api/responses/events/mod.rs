@@ -67,8 +67,15 @@ pub struct Responses {
     finish_reason: Option<String>,
     /// The text of each choice past the first (an arena's second answer),
     /// written as a message of its own at the end.
-    others: Vec<(u64, String)>,
+    others: Vec<Other>,
     arena_id: Option<Value>,
+}
+
+/// A choice past the first, as its deltas came.
+struct Other {
+    index: u64,
+    text: String,
+    finish_reason: Option<String>,
 }
 
 impl Responses {
@@ -142,7 +149,7 @@ impl Responses {
     /// Announces a new item (closing the open one first); false when the
     /// response has all the items it may.
     fn start(&mut self, out: &mut BytesMut, item: Item) -> bool {
-        self.close(out, Ending::Completed);
+        self.close(out);
         if self.items.len() >= MAX_ITEMS {
             return false;
         }
@@ -161,8 +168,9 @@ impl Responses {
         true
     }
 
-    /// Closes the open item with its `.done` events.
-    fn close(&mut self, out: &mut BytesMut, ending: Ending) {
+    /// Closes the open item with its `.done` events, its status by its
+    /// `ending`.
+    fn close(&mut self, out: &mut BytesMut) {
         if !self.open {
             return;
         }
@@ -204,7 +212,7 @@ impl Responses {
                 self.emit(out, "response.function_call_arguments.done", f);
             }
         }
-        let f = json!({"output_index": index, "item": item.json(ending.status())});
+        let f = json!({"output_index": index, "item": item.json(item.ending.status())});
         self.emit(out, "response.output_item.done", f);
     }
 
@@ -260,22 +268,31 @@ impl Render for Responses {
         if self.finished {
             return;
         }
+        let ending = Ending::of(self.finish_reason.as_deref());
+        // The first answer ends in its last item, still open.
+        let first = self.items.len();
+        if let (true, Some(last)) = (self.open, self.items.last_mut()) {
+            last.ending = ending;
+        }
         let mut others = std::mem::take(&mut self.others);
-        others.sort_by_key(|o| o.0);
-        for (_, text) in others {
-            let item = Item::message(&self.head.id, self.items.len());
+        others.sort_by_key(|o| o.index);
+        for o in others {
+            let mut item = Item::message(&self.head.id, self.items.len());
+            item.ending = Ending::of(o.finish_reason.as_deref());
             if self.start(out, item) {
-                self.text(out, &text, false, &[]);
+                self.text(out, &o.text, false, &[]);
             }
         }
         if !self.items.iter().any(Item::is_answer) {
-            let item = Item::message(&self.head.id, self.items.len());
+            let mut item = Item::message(&self.head.id, self.items.len());
+            if first == 0 {
+                item.ending = ending;
+            }
             if self.start(out, item) {
                 self.add_part(out, Part::new(false));
             }
         }
-        let ending = Ending::of(self.finish_reason.as_deref());
-        self.close(out, ending);
+        self.close(out);
         let response = output::response(
             &self.head,
             Body {

@@ -296,3 +296,38 @@ fn junk_and_loading_chunks_are_skipped_and_open_is_implied() {
     assert_eq!(last["output"].as_array().unwrap().len(), 1);
     let _: &Value = last;
 }
+
+/// An arena's two answers: the one that was cut is the incomplete item,
+/// whichever it is, streamed and whole alike.
+#[test]
+fn the_cut_answer_of_two_is_the_incomplete_item() {
+    let second = |text: &str, reason: Option<&str>| {
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "served",
+            "choices": [{"index": 1, "delta": {"content": text}, "finish_reason": reason}]})
+    };
+    // A cut, B complete.
+    let (ev, last) = check(&[
+        delta(json!({"content": "Once upon"})),
+        second("The end.", None),
+        second("", Some("stop")),
+        finish("length"),
+    ]);
+    assert_eq!(last["status"], "incomplete");
+    assert_eq!(last["output"][0]["status"], "incomplete", "{last}");
+    assert_eq!(last["output"][1]["status"], "completed", "{last}");
+    let done: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e.name == "response.output_item.done")
+        .map(|e| &e.data["item"]["status"])
+        .collect();
+    assert_eq!(done, ["incomplete", "completed"]);
+    // A complete, B cut.
+    let (_, last) = check(&[
+        delta(json!({"content": "A whole answer."})),
+        second("Once upon", Some("length")),
+        finish("stop"),
+    ]);
+    assert_eq!(last["status"], "completed");
+    assert_eq!(last["output"][0]["status"], "completed", "{last}");
+    assert_eq!(last["output"][1]["status"], "incomplete", "{last}");
+}
