@@ -351,3 +351,63 @@ async fn an_empty_stream_is_asked_again_whole_on_a_live_connection() {
         "a stream, then whole, each time"
     );
 }
+
+/// A server whose stream sends its answer and `finish_reason`, then
+/// breaks the connection (`cut` in the prompt) or goes silent without
+/// `[DONE]` (otherwise).
+async fn ends_badly_after_finishing() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let Some(body) = read_request(&mut sock).await else {
+                    return;
+                };
+                let chunk = |delta: Value, finish: Value| {
+                    let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+                    let event = format!("data: {c}\n\n");
+                    format!("{:x}\r\n{event}\r\n", event.len())
+                };
+                let out = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{}{}",
+                    chunk(
+                        json!({"role": "assistant", "content": "all of it"}),
+                        Value::Null
+                    ),
+                    chunk(json!({}), json!("stop")),
+                );
+                let _ = sock.write_all(out.as_bytes()).await;
+                if body.contains("cut") {
+                    // The chunked body never ends: a broken connection.
+                    let _ = sock.shutdown().await;
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(20)).await;
+            });
+        }
+    });
+    base
+}
+
+/// Issue 40: a stream cut (or stalled) after its `finish_reason` is a
+/// whole answer, not an error.
+#[tokio::test]
+async fn a_stream_that_breaks_after_its_finish_is_a_whole_answer() {
+    let base = ends_badly_after_finishing().await;
+    let gw = Proc::gateway(&format!(
+        "[upstreams.up]\nkind = \"openai\"\nbase_url = \"{base}\"\nstream_idle_timeout = \"300ms\"\n\
+         retries = {{ max = 0 }}\n\n[models.m]\nupstream = \"up\"\n"
+    ));
+    for prompt in ["cut", "stall"] {
+        let r = post(&gw.base, &chat_stream("m", prompt)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let events = done(&r);
+        assert_eq!(common::world::streamed_text(&events), "all of it");
+        assert!(!r.text.contains("\"error\""), "{prompt}: {}", r.text);
+    }
+}

@@ -5,7 +5,8 @@
 //! and end. Each event is redacted as it passes (with a carry-over between
 //! events) and bounded by [`MAX_EVENT`].
 //!
-//! Chat streams end at `[DONE]` (or after a choice finished); their first
+//! Chat streams end at `[DONE]` (or, once a choice finished, when the body
+//! ends, breaks or goes idle: the answer is whole); their first
 //! token is their first event other than llama-swap's loading banner.
 //! Responses streams ([`Endpoint::Responses`]) are typed events read by
 //! `wire::responses`: their first token is the first real one (an output
@@ -295,6 +296,8 @@ impl Stream for Relay {
                         return this.fail(this.x.timeout(TimeoutPhase::Total));
                     }
                 }
+                // A cut after the answer finished loses nothing of it.
+                Poll::Ready(Some(Err(_))) if this.finished_choice => return this.done(),
                 Poll::Ready(Some(Err(e))) => return this.fail(this.x.cut(&e.to_string())),
                 Poll::Ready(None) => this.body_ended = true,
                 Poll::Pending if this.finished_choice && this.x.endpoint.typed_events() => {
@@ -304,6 +307,10 @@ impl Stream for Relay {
                 Poll::Pending => {
                     while this.timer.as_mut().poll(cx).is_ready() {
                         if let Some(phase) = this.overdue(Instant::now()) {
+                            // Stalled after its finish: the answer is whole.
+                            if this.finished_choice && phase == TimeoutPhase::Idle {
+                                return this.done();
+                            }
                             return this.fail(this.x.timeout(phase));
                         }
                         let at = this.next_deadline();
