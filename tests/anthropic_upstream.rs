@@ -308,22 +308,22 @@ async fn an_overloaded_claude_tier_escalates_and_a_429_reaches_the_client() {
     assert_eq!(r.header("x-conclave-served-by"), Some("gpt"));
 
     // Anthropic's "overloaded" stays what it is: a 503 the OpenAI client
-    // retries, and Anthropic's own 529 `overloaded_error` on a verbatim
-    // `/v1/messages`, which Anthropic's clients retry.
+    // retries, and (below) Anthropic's own 529 `overloaded_error` on a
+    // verbatim `/v1/messages`, which Anthropic's clients retry.
     let r = ask(&gw, "overloaded", "hi", false).await;
     assert_eq!(r.status, 503, "{}", r.text);
     assert_eq!(r.json()["error"]["code"], "upstream_overloaded");
     assert!(r.text.contains("HTTP 529"), "{}", r.text);
-    let body = json!({"model": "overloaded", "max_tokens": 10,
-        "messages": [{"role": "user", "content": "hi"}]});
-    let r = gw.post_with("/v1/messages", &body, &[]).await;
-    assert_eq!(r.status, 529, "{}", r.text);
-    assert_eq!(r.json()["error"]["type"], "overloaded_error", "{}", r.text);
 
     let r = ask(&gw, "limited", "hi", false).await;
     assert_eq!(r.status, 429, "{}", r.text);
     assert_eq!(r.header("retry-after"), Some("30"));
     assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+    let body = json!({"model": "overloaded", "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let r = gw.post_with("/v1/messages", &body, &[]).await;
+    assert_eq!(r.status, 529, "{}", r.text);
+    assert_eq!(r.json()["error"]["type"], "overloaded_error", "{}", r.text);
 }
 
 #[tokio::test]

@@ -304,3 +304,42 @@ fn serve_with_a_state_store_it_cannot_open_never_listens() {
         std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     }
 }
+
+/// Issue 40: a config's relative paths are relative to its folder, and a
+/// file it names that is not there is an error `check` reports by key.
+#[test]
+fn check_reads_paths_relative_to_the_config_and_reports_missing_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tasks.jsonl"), "").unwrap();
+    let config = dir.path().join("c.toml");
+    let write = |tasks: &str, log: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nevent_log = \"{log}\"\n\n[upstreams.sim]\nkind = \"mock\"\n\n\
+                 [upstreams.sim.models.m]\nreply = {{ solve = {{ tasks = \"{tasks}\", accuracy = 1.0 }} }}\n\n\
+                 [[upstreams.sim.models.m.rules]]\nwhen_contains = \"x\"\n\
+                 then = {{ reply = {{ solve = {{ tasks = \"{tasks}\", accuracy = 0.5 }} }} }}\n\n\
+                 [models.m]\nupstream = \"sim\"\n"
+            ),
+        )
+        .unwrap();
+    };
+    // Run from the repository root, not the config's folder.
+    write("tasks.jsonl", "events.jsonl");
+    let path = config.to_str().unwrap();
+    let (code, out, err) = conclave(&["check", "--config", path], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    write("missing.jsonl", "no-such-dir/events.jsonl");
+    let (code, out, err) = conclave(&["check", "--config", path], &[]);
+    assert_ne!(code, 0, "{out}{err}");
+    let all = format!("{out}{err}");
+    for key in [
+        "server.event_log",
+        "upstreams.sim.models.m.reply.solve.tasks",
+        "upstreams.sim.models.m.rules[0].then.reply.solve.tasks",
+    ] {
+        assert!(all.contains(key), "{key}: {all}");
+    }
+    assert!(all.contains("missing.jsonl does not exist"), "{all}");
+}

@@ -571,3 +571,33 @@ fn every_check_kind_grades_right_wrong_and_malformed_answers() {
         "{report}"
     );
 }
+
+/// Issue 40: the demo config run from another folder by its absolute path
+/// finds its task file (relative to the config's folder, not the working
+/// directory), so its routes score as they do from the repository root.
+#[test]
+fn a_config_named_from_another_folder_reads_its_own_files() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let config = root().join("config/eval-demo.toml");
+    let tasks = root().join("eval/smoke.jsonl");
+    let out = elsewhere.path().join("out");
+    let o = Command::new(env!("CARGO_BIN_EXE_conclave"))
+        .current_dir(elsewhere.path())
+        .arg("eval")
+        .args(["--config", config.to_str().unwrap()])
+        .args(["--tasks", tasks.to_str().unwrap(), "--routes", "large"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let results = lines(&out.join("results.jsonl"));
+    assert_eq!(results.len(), 12);
+    let right = results.iter().filter(|r| r["correct"] == true).count();
+    assert!(right >= 6, "{right} of 12 right: {results:?}");
+    assert!(
+        results.iter().all(|r| !r["answer"]
+            .to_string()
+            .contains("cannot read the task file")),
+        "{results:?}"
+    );
+}
