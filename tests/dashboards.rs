@@ -78,7 +78,7 @@ const CONTRACT: &[(&str, &str, &[&str])] = &[
     ("conclave_lane_queue_depth", "gauge", &["upstream"]),
     ("conclave_lane_wait_seconds", "histogram", &["upstream"]),
     ("conclave_llama_swap_swaps_total", "counter", &["upstream"]),
-    ("conclave_upstream_healthy", "gauge", &["upstream"]),
+    ("conclave_upstream_healthy", "gauge", &["upstream", "model"]),
     (
         "conclave_generation_tokens_per_second",
         "histogram",

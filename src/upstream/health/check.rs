@@ -1,7 +1,7 @@
 //! Active checks (`health = { path, interval, timeout }`): a task per
 //! upstream `GET`s its health path every interval (see
 //! [`super::super::Transport::check`]) and tells its [`super::Health`]
-//! how it went. The task holds the upstream weakly: it ends once a
+//! how it went (a check counts for the whole upstream). The task holds the upstream weakly: it ends once a
 //! reload dropped the upstream, or the gateway stopped.
 
 use std::sync::atomic::Ordering;
@@ -37,7 +37,7 @@ pub fn start(upstream: &Arc<Upstream>, check: &HealthCheck) {
                         false
                     }
                 };
-            u.health.checked(passed);
+            u.health.whole.checked(passed);
         }
     });
 }
