@@ -49,8 +49,10 @@ pub fn admit(
         retry_after,
     };
     // The upstream first: a model's trial is not spent on a call its
-    // upstream refuses (a ticket dropped unended releases a trial).
-    let whole = upstream.whole.admit(who).map_err(refused)?;
+    // upstream refuses (a ticket dropped unended releases a trial). A
+    // transport failure says nothing about whose request met it (the
+    // server never read it): it counts as everyone's.
+    let whole = upstream.whole.admit(&Tenant::All).map_err(refused)?;
     let model = model.admit(who).map_err(refused)?;
     Ok(Tickets { whole, model })
 }
