@@ -149,7 +149,7 @@ async fn probe(app: &AppState) -> Answer {
 /// Each upstream's health: `{"health": "serving" | "ejected" | "trial",
 /// "models": {name: {"health": …}}}`: the whole upstream's (its
 /// transport and active checks) and each of its models' (their answers,
-/// by the name the server knows), an ejected one with `retry_after_s`,
+/// by their config names), an ejected one with `retry_after_s`,
 /// the seconds left in its cooldown. An ejected upstream or model does
 /// not make the replica not ready: others may serve.
 fn health(app: &AppState) -> Value {

@@ -64,7 +64,7 @@ struct Outgoing {
 impl ConcreteModel {
     pub fn new(info: Arc<ModelInfo>, upstream: Arc<Upstream>) -> Self {
         ConcreteModel {
-            health: upstream.health.model(&info.upstream_model),
+            health: upstream.health.model(&info.name),
             info,
             upstream,
             streams_tools: StreamsTools::default(),

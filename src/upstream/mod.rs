@@ -223,7 +223,7 @@ impl Upstream {
                 metrics.clone(),
             )),
         };
-        let served = models.iter().map(|(m, _)| m.as_str());
+        let served = models.iter().map(|(_, m)| &**m);
         let health = match health_of {
             Some(h) => {
                 h.configure(cfg.resilience.eject, served);

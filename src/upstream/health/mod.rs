@@ -68,12 +68,12 @@ pub struct UpstreamHealth {
     name: Arc<str>,
     metrics: Metrics,
     eject: Mutex<Option<Eject>>,
-    /// By the model's name on the server.
+    /// By the model's name (conclave's, as the config names it).
     models: Mutex<HashMap<String, Arc<Health>>>,
 }
 
 impl UpstreamHealth {
-    /// Upstream `name`'s, with `models` (their names on the server).
+    /// Upstream `name`'s, with `models` (their names in the config).
     pub fn new<'a>(
         name: Arc<str>,
         eject: Option<Eject>,
@@ -106,7 +106,7 @@ impl UpstreamHealth {
         }
     }
 
-    /// Model `name`'s (its name on the server), made serving if it had
+    /// Model `name`'s (its config name), made serving if it had
     /// none.
     pub fn model(&self, name: &str) -> Arc<Health> {
         let mut models = self.models.lock();
@@ -348,7 +348,7 @@ impl Health {
         &self.upstream
     }
 
-    /// Its model's name on the server ("": the whole upstream).
+    /// Its model's config name ("": the whole upstream).
     pub fn model(&self) -> &str {
         &self.model
     }
