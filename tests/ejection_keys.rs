@@ -151,7 +151,10 @@ async fn one_keys_bad_requests_never_take_the_model_from_another_key() {
     let m1 = gw.arrivals("llama").iter().filter(|m| *m == "m1").count();
     assert!(m1 > asked_m1, "{m1} calls for {asked_m1} requests");
     assert_eq!(
-        metric(&gw, r#"conclave_upstream_healthy{upstream="llama",model="m1"}"#),
+        metric(
+            &gw,
+            r#"conclave_upstream_healthy{upstream="llama",model="m1"}"#
+        ),
         Some(1.0)
     );
     assert!(!gw.metrics().contains("conclave_ejections_total"));
@@ -222,7 +225,11 @@ async fn a_key_whose_failures_ejected_a_model_is_never_its_trial() {
     // not the trial. It fails, and holds back the attacker alone.
     let before = gw.arrivals("llama").len();
     assert_eq!(chat(&gw, "attacker", "picky", "bad_field").await, 502);
-    assert_eq!(gw.arrivals("llama").len(), before + 1, "a probe, not retried");
+    assert_eq!(
+        gw.arrivals("llama").len(),
+        before + 1,
+        "a probe, not retried"
+    );
     assert_eq!(chat(&gw, "attacker", "picky", "hi").await, 503);
     // Another key's call is the trial: it succeeds, and the model serves
     // every key again.
@@ -282,7 +289,10 @@ upstream = "gone"
     // Its transport failed, whoever asked: every model, every key.
     assert_eq!(chat(&gw, "victim", "y", "hi").await, 503);
     assert_eq!(
-        metric(&gw, r#"conclave_upstream_healthy{upstream="gone",model=""}"#),
+        metric(
+            &gw,
+            r#"conclave_upstream_healthy{upstream="gone",model=""}"#
+        ),
         Some(0.0)
     );
     let ready = gw.get("/readyz").await.json();

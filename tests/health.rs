@@ -116,7 +116,10 @@ async fn a_failing_upstream_is_ejected_refused_fast_and_one_trial_brings_it_back
     let healthy = r#"conclave_upstream_healthy{upstream="sim",model="flaky"}"#;
     assert_eq!(metric(&gw, healthy), Some(0.0));
     assert_eq!(
-        metric(&gw, r#"conclave_ejections_total{upstream="sim",model="flaky"}"#),
+        metric(
+            &gw,
+            r#"conclave_ejections_total{upstream="sim",model="flaky"}"#
+        ),
         Some(1.0)
     );
     // Ejected: refused at once, nothing reaches the upstream.
@@ -158,7 +161,10 @@ async fn a_failing_upstream_is_ejected_refused_fast_and_one_trial_brings_it_back
     assert_eq!(metric(&gw, healthy), Some(1.0));
     assert_eq!(gw.chat(&ask("flaky")).await.status, 200, "serving again");
     assert_eq!(
-        metric(&gw, r#"conclave_ejections_total{upstream="sim",model="flaky"}"#),
+        metric(
+            &gw,
+            r#"conclave_ejections_total{upstream="sim",model="flaky"}"#
+        ),
         Some(3.0)
     );
     let events = gw.events(&["upstream_ejected", "upstream_recovered"]).await;
@@ -244,7 +250,10 @@ async fn an_active_check_ejects_an_upstream_nobody_calls() {
         "one ejected upstream is no reason to be unready"
     );
     assert_eq!(
-        metric(&gw, r#"conclave_upstream_healthy{upstream="checked",model=""}"#),
+        metric(
+            &gw,
+            r#"conclave_upstream_healthy{upstream="checked",model=""}"#
+        ),
         Some(0.0)
     );
     let r = gw.chat(&ask("idle")).await;

@@ -53,8 +53,8 @@ use crate::config::Eject;
 use crate::error::{ModelError, TimeoutPhase};
 use crate::sink::Metrics;
 use crate::telemetry::{EJECTIONS_TOTAL, UPSTREAM_HEALTHY};
-pub use tenant::Tenant;
 use tenant::Seen;
+pub use tenant::Tenant;
 use window::Window;
 
 /// How long a call waits to be told to retry while another call is the
@@ -93,13 +93,19 @@ impl UpstreamHealth {
         Arc::new(h)
     }
 
-    /// The settings of a reloaded config: each member's state goes on
-    /// (see [`Health::configure`]); models it did not have are added.
+    /// The settings of a reloaded config with `models`: each member's
+    /// state goes on (see [`Health::configure`]); models it did not have
+    /// are added, those the config no longer has are forgotten.
     pub fn configure<'a>(&self, eject: Option<Eject>, models: impl IntoIterator<Item = &'a str>) {
         *self.eject.lock() = eject;
         self.whole.configure(eject);
-        for h in self.models.lock().values() {
-            h.configure(eject);
+        let models: Vec<&str> = models.into_iter().collect();
+        {
+            let mut held = self.models.lock();
+            held.retain(|name, _| models.contains(&name.as_str()));
+            for h in held.values() {
+                h.configure(eject);
+            }
         }
         for m in models {
             self.model(m);
@@ -243,9 +249,9 @@ impl Outcome {
     pub fn of_transport(e: &ModelError) -> Outcome {
         match e {
             ModelError::Connect { .. } => Outcome::Failure(e.kind()),
-            ModelError::Status { .. } | ModelError::Invalid { .. } | ModelError::Reported { .. } => {
-                Outcome::Success
-            }
+            ModelError::Status { .. }
+            | ModelError::Invalid { .. }
+            | ModelError::Reported { .. } => Outcome::Success,
             _ => Outcome::Neutral,
         }
     }

@@ -74,7 +74,11 @@ async fn one_trial_only_and_its_success_recovers() {
     let trial = h.admit(&Tenant::All).expect("the trial");
     assert!(trial.is_trial());
     assert_eq!(h.shown(), Shown::Trial);
-    assert_eq!(h.admit(&Tenant::All).err(), Some(TRIAL_WAIT), "one trial at a time");
+    assert_eq!(
+        h.admit(&Tenant::All).err(),
+        Some(TRIAL_WAIT),
+        "one trial at a time"
+    );
     assert_eq!(
         trial.end(Outcome::Success),
         Some(Change::Recovered { after: 10 * S })
@@ -259,7 +263,11 @@ async fn failures_of_two_keys_eject_it_and_neither_is_the_trial() {
     // another key's call still is.
     let probe = h.admit(&key("a")).expect("a's probe");
     assert!(probe.is_trial());
-    assert_eq!(h.admit(&key("a")).err(), Some(TRIAL_WAIT), "one probe a key");
+    assert_eq!(
+        h.admit(&key("a")).err(),
+        Some(TRIAL_WAIT),
+        "one probe a key"
+    );
     assert_eq!(h.shown(), Shown::Ejected(Duration::ZERO));
     // Its failure holds back `a` alone (for the next cooldown's length).
     assert_eq!(probe.end(FAIL), None);
@@ -370,10 +378,16 @@ async fn each_model_has_its_own_health_and_the_upstream_its_own() {
             .collect::<Vec<_>>(),
         [("m1", "ejected"), ("m2", "serving")]
     );
-    // A reload keeps the states and adds new models, serving.
+    // A reload keeps the states, adds new models (serving) and forgets
+    // those it no longer has.
     u.configure(Some(eject()), ["m1", "m3"]);
+    let names: Vec<_> = u.models_shown().into_iter().map(|(m, _)| m).collect();
+    assert_eq!(names, ["m1", "m3"]);
     assert!(matches!(u.model("m1").shown(), Shown::Ejected(_)));
     assert_eq!(u.model("m3").shown(), Shown::Serving);
+    // Without `eject` every member serves again.
+    u.configure(None, ["m1", "m3"]);
+    assert_eq!(u.model("m1").shown(), Shown::Serving);
 }
 
 #[test]
