@@ -138,7 +138,7 @@ async fn one_keys_bad_requests_never_take_the_model_from_another_key() {
     // Ten in a row, past `eject.after` even counted once each: still one
     // key's alone.
     let heavy = attack(&gw, 10, "m1", "m1").await;
-    println!(
+    eprintln!(
         "victim availability under attack: same model {same:.3}, other model {other:.3}, \
          ten bad requests a round {heavy:.3}"
     );
