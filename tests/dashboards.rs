@@ -78,7 +78,7 @@ const CONTRACT: &[(&str, &str, &[&str])] = &[
     ("conclave_lane_queue_depth", "gauge", &["upstream"]),
     ("conclave_lane_wait_seconds", "histogram", &["upstream"]),
     ("conclave_llama_swap_swaps_total", "counter", &["upstream"]),
-    ("conclave_upstream_healthy", "gauge", &["upstream"]),
+    ("conclave_upstream_healthy", "gauge", &["upstream", "model"]),
     (
         "conclave_generation_tokens_per_second",
         "histogram",
@@ -198,6 +198,10 @@ fn check_contract(text: &str, names: &BTreeSet<String>) {
             for (k, v) in &pairs {
                 let bounded = match k.as_str() {
                     "route" => names.contains(v) || v == "unknown",
+                    // Health's model "" is the whole upstream.
+                    "model" if v.is_empty() => {
+                        ["conclave_upstream_healthy", "conclave_ejections_total"].contains(name)
+                    }
                     "model" | "upstream" => names.contains(v),
                     "key" => names.contains(v) || v == "anonymous",
                     _ => true,

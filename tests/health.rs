@@ -1,7 +1,8 @@
 //! Health and ejection, black-box (in-process, on paused time): an
 //! upstream that fails is ejected after `eject.after` failures in a row
 //! and no call reaches it while it is; clients are told 503 at once; after
-//! the cooldown one trial goes and its success serves it again. A chain
+//! the cooldown one trial goes and its success serves it again (a
+//! model's answers eject that model; active checks the upstream). A chain
 //! skips an ejected tier without calling it, a route whose members are all
 //! ejected answers 503 `no_healthy_upstream`, the metrics, the events and
 //! `/readyz` show it, and an active check ejects an upstream nobody calls.
@@ -112,10 +113,13 @@ async fn a_failing_upstream_is_ejected_refused_fast_and_one_trial_brings_it_back
         assert_eq!(r.status, 502, "call {i}: {}", r.text);
     }
     assert_eq!(gw.arrivals("sim").len(), 3);
-    let healthy = r#"conclave_upstream_healthy{upstream="sim"}"#;
+    let healthy = r#"conclave_upstream_healthy{upstream="sim",model="flaky"}"#;
     assert_eq!(metric(&gw, healthy), Some(0.0));
     assert_eq!(
-        metric(&gw, r#"conclave_ejections_total{upstream="sim"}"#),
+        metric(
+            &gw,
+            r#"conclave_ejections_total{upstream="sim",model="flaky"}"#
+        ),
         Some(1.0)
     );
     // Ejected: refused at once, nothing reaches the upstream.
@@ -131,8 +135,10 @@ async fn a_failing_upstream_is_ejected_refused_fast_and_one_trial_brings_it_back
     assert_eq!(started.elapsed(), Duration::ZERO, "refused without a wait");
     assert_eq!(gw.arrivals("sim").len(), 3, "no call while ejected");
     let ready = gw.get("/readyz").await.json();
-    assert_eq!(ready["health"]["sim"]["health"], "ejected", "{ready}");
-    assert_eq!(ready["health"]["sim"]["retry_after_s"], 30, "{ready}");
+    let flaky = &ready["health"]["sim"]["models"]["flaky"];
+    assert_eq!(flaky["health"], "ejected", "{ready}");
+    assert_eq!(flaky["retry_after_s"], 30, "{ready}");
+    assert_eq!(ready["health"]["sim"]["health"], "serving", "{ready}");
     assert_eq!(ready["health"]["fine"]["health"], "serving", "{ready}");
 
     // The cooldown over, one trial goes: it fails (call 4), and the next
@@ -155,7 +161,10 @@ async fn a_failing_upstream_is_ejected_refused_fast_and_one_trial_brings_it_back
     assert_eq!(metric(&gw, healthy), Some(1.0));
     assert_eq!(gw.chat(&ask("flaky")).await.status, 200, "serving again");
     assert_eq!(
-        metric(&gw, r#"conclave_ejections_total{upstream="sim"}"#),
+        metric(
+            &gw,
+            r#"conclave_ejections_total{upstream="sim",model="flaky"}"#
+        ),
         Some(3.0)
     );
     let events = gw.events(&["upstream_ejected", "upstream_recovered"]).await;
@@ -174,6 +183,7 @@ async fn a_failing_upstream_is_ejected_refused_fast_and_one_trial_brings_it_back
         "{events:?}"
     );
     assert_eq!(events[0]["upstream"], "sim");
+    assert_eq!(events[0]["model"], "flaky");
     assert_eq!(events[0]["reason"], "status_5xx");
     assert_eq!(events[0]["failures"], 3);
     assert_eq!(events[0]["cooldown_ms"], 30_000);
@@ -240,7 +250,10 @@ async fn an_active_check_ejects_an_upstream_nobody_calls() {
         "one ejected upstream is no reason to be unready"
     );
     assert_eq!(
-        metric(&gw, r#"conclave_upstream_healthy{upstream="checked"}"#),
+        metric(
+            &gw,
+            r#"conclave_upstream_healthy{upstream="checked",model=""}"#
+        ),
         Some(0.0)
     );
     let r = gw.chat(&ask("idle")).await;

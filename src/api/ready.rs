@@ -1,6 +1,7 @@
 //! `/readyz`: whether every upstream answers, what each llama-swap
-//! upstream has loaded, each upstream's health (serving, ejected or on
-//! trial; an ejected one does not make the replica not ready), and
+//! upstream has loaded, each upstream's health and each of its models'
+//! (serving, ejected or on trial; an ejected one does not make the
+//! replica not ready), and
 //! whether the shared state (Redis) answers (down, it makes the replica
 //! not ready only when governors fail closed). The answer comes from a short cache (`server.readyz_cache`,
 //! [`Cached`]): one probe round at a time, each upstream's probe bounded
@@ -145,17 +146,24 @@ async fn probe(app: &AppState) -> Answer {
     (ready, Arc::new(body))
 }
 
-/// Each upstream's health: `{"health": "serving" | "ejected" | "trial"}`,
-/// an ejected one with `retry_after_s`, the seconds left in its
-/// cooldown. An ejected upstream does not make the replica not ready:
-/// others may serve.
+/// Each upstream's health: `{"health": "serving" | "ejected" | "trial",
+/// "models": {name: {"health": …}}}`: the whole upstream's (its
+/// transport and active checks) and each of its models' (their answers,
+/// by their config names), an ejected one with `retry_after_s`,
+/// the seconds left in its cooldown. An ejected upstream or model does
+/// not make the replica not ready: others may serve.
 fn health(app: &AppState) -> Value {
-    let each = app.graph.upstreams.iter().map(|u| {
-        let shown = u.health.shown();
-        let mut v = json!({"health": shown.label()});
-        if let Shown::Ejected(left) = shown {
+    let shown = |s: Shown| {
+        let mut v = json!({"health": s.label()});
+        if let Shown::Ejected(left) = s {
             v["retry_after_s"] = json!(left.as_secs_f64().ceil() as u64);
         }
+        v
+    };
+    let each = app.graph.upstreams.iter().map(|u| {
+        let mut v = shown(u.health.whole.shown());
+        let models = u.health.models_shown().into_iter();
+        v["models"] = Value::Object(models.map(|(m, s)| (m, shown(s))).collect());
         (u.name.to_string(), v)
     });
     Value::Object(each.collect())

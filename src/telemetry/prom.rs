@@ -182,11 +182,11 @@ fn describe() {
     );
     describe_gauge!(
         UPSTREAM_HEALTHY,
-        "Whether an upstream is serving (1) or ejected after failures (0)"
+        "Whether a model on an upstream (model \"\": the whole upstream) is serving (1) or ejected after failures (0)"
     );
     describe_counter!(
         EJECTIONS_TOTAL,
-        "Times an upstream was ejected after failures"
+        "Times a model on an upstream (model \"\": the whole upstream) was ejected after failures"
     );
     describe_gauge!(
         BUDGET_REMAINING,

@@ -7,7 +7,8 @@
 //! request that does not fit the model's context window is refused before
 //! that ([`super::fit`]), and a call to an ejected upstream is refused
 //! before pacing and the lane, without an attempt; every try's outcome goes
-//! to the upstream's health ([`super::health::watch`]).
+//! to the health of its model and of its upstream, a call's retries
+//! counting once ([`super::health::watch`]).
 //! Completions, Embeddings and (to an upstream that speaks it,
 //! [`ConcreteModel::speaks_responses`]) Responses bodies are relayed by
 //! [`ConcreteModel::forward`].
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 use super::decode::{self, Exchange, round_ms};
 use super::delivery::{self, Armed, StreamsTools, Wire};
-use super::health::watch;
+use super::health::{Health, Tenant, watch};
 use super::lane::{LaneTimeout, Permit};
 use super::limit::NoTurn;
 use super::retry;
@@ -42,6 +43,8 @@ use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, responses, text
 pub struct ConcreteModel {
     pub info: Arc<ModelInfo>,
     pub upstream: Arc<Upstream>,
+    /// Its model's health on its upstream (answers' failures).
+    health: Arc<Health>,
     /// Whether its server takes tools on a stream (learned).
     streams_tools: StreamsTools,
 }
@@ -61,6 +64,7 @@ struct Outgoing {
 impl ConcreteModel {
     pub fn new(info: Arc<ModelInfo>, upstream: Arc<Upstream>) -> Self {
         ConcreteModel {
+            health: upstream.health.model(&info.name),
             info,
             upstream,
             streams_tools: StreamsTools::default(),
@@ -188,13 +192,15 @@ impl ConcreteModel {
             _ => by,
         };
         let up = &self.upstream;
+        let who = Tenant::of(&call.ctx.key);
         let mut retry = None;
         let mut done = 0;
+        let mut counted = watch::Counted::default();
         loop {
-            // An ejected upstream is not called: no attempt, nothing sent.
+            // An ejected member is not called: no attempt, nothing sent.
             // A retry it refuses ends with the failure before it.
             let prev = retry.take();
-            let ticket = match watch::admit(&up.health, &up.name) {
+            let ticket = match watch::admit(&up.health, &self.health, &who, &up.name) {
                 Ok(t) => t,
                 Err(e) => return Err(prev.map_or(e, |(_, last)| last)),
             };
@@ -203,7 +209,7 @@ impl ConcreteModel {
                 attempt.set_retry(reason);
             }
             let answer = self.exchange(&call, &out, first_due, &attempt).await;
-            let e = match watch::ended(ticket, &call.ctx, &up.name, answer) {
+            let e = match watch::ended(ticket, &call.ctx, &mut counted, answer) {
                 Ok(body) => {
                     return Ok(Reply {
                         body,
@@ -429,9 +435,11 @@ fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
 
 #[async_trait]
 impl ChatModel for ConcreteModel {
-    /// Ejected while its upstream is (see [`super::health`]).
+    /// Ejected while it or its upstream is (see [`super::health`]): the
+    /// longer wait of the two.
     fn availability(&self) -> Availability {
-        match self.upstream.health.refused_for() {
+        let whole = self.upstream.health.whole.refused_for();
+        match whole.max(self.health.refused_for()) {
             None => Availability::Serving,
             Some(retry_after) => Availability::Ejected { retry_after },
         }

@@ -151,9 +151,9 @@ pub struct Upstream {
     metrics: Metrics,
     /// Its `retries`: how its failed calls are sent again.
     pub retries: config::Retries,
-    /// Its health (ejection); handed on to the upstream a reload builds
-    /// for the same server (see [`registry`]).
-    pub health: Arc<health::Health>,
+    /// Its health (ejection), its models' and its own; handed on to the
+    /// upstream a reload builds for the same server (see [`registry`]).
+    pub health: Arc<health::UpstreamHealth>,
     /// Its active check (`health = { … }`), if it has one.
     pub check: Option<config::HealthCheck>,
     /// Its active checks have started ([`health::check::start`]).
@@ -173,7 +173,7 @@ impl Upstream {
         max_tokens: HashMap<String, u32>,
         (metrics, clock): (Metrics, Clock),
         lane_of: Option<&Upstream>,
-        health_of: Option<Arc<health::Health>>,
+        health_of: Option<Arc<health::UpstreamHealth>>,
     ) -> Result<Self, openai::BuildError> {
         let name: Arc<str> = name.into();
         let mut probe = lane_of.and_then(|u| u.probe.clone());
@@ -225,12 +225,18 @@ impl Upstream {
                 metrics.clone(),
             )),
         };
+        let served = models.iter().map(|(_, m)| &**m);
         let health = match health_of {
             Some(h) => {
-                h.configure(cfg.resilience.eject);
+                h.configure(cfg.resilience.eject, served);
                 h
             }
-            None => health::Health::new(name.clone(), cfg.resilience.eject, metrics.clone()),
+            None => health::UpstreamHealth::new(
+                name.clone(),
+                cfg.resilience.eject,
+                served,
+                metrics.clone(),
+            ),
         };
         Ok(Upstream {
             gate,

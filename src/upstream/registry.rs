@@ -6,9 +6,9 @@
 //! (and probe) when the lane's own settings did not change. So calls
 //! still in flight on the old config and new ones on the new share one
 //! lane, and a single-slot server never gets two calls at once because
-//! of a reload. Its health (ejection state) goes on too, as long as it is
-//! the same server (kind and base URL). Secrets count as settings (by
-//! their digest, never kept).
+//! of a reload. Its health (its own and its models' ejection states) goes
+//! on too, as long as it is the same server (kind and base URL). Secrets
+//! count as settings (by their digest, never kept).
 
 use std::collections::HashMap;
 use std::fmt::Write;

@@ -1,8 +1,9 @@
 //! Active checks (`health = { path, interval, timeout }`): a task per
 //! upstream `GET`s its health path every interval (see
-//! [`super::super::Transport::check`]) and tells its [`super::Health`]
-//! how it went. The task holds the upstream weakly: it ends once a
-//! reload dropped the upstream, or the gateway stopped.
+//! [`super::super::Transport::check`]) and tells the whole upstream's
+//! [`super::Health`] how it went (a failed check is everyone's failure).
+//! The task holds the upstream weakly: it ends once a reload dropped the
+//! upstream, or the gateway stopped.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -37,7 +38,7 @@ pub fn start(upstream: &Arc<Upstream>, check: &HealthCheck) {
                         false
                     }
                 };
-            u.health.checked(passed);
+            u.health.whole.checked(passed);
         }
     });
 }

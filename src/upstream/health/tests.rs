@@ -15,11 +15,21 @@ fn eject() -> Eject {
 }
 
 fn health(e: Option<Eject>) -> Arc<Health> {
-    Health::new("u".into(), e, Metrics::noop())
+    Health::new("u".into(), "m".into(), e, Metrics::noop())
 }
 
+/// A call of everyone's (a gateway without keys).
 fn call(h: &Arc<Health>, o: Outcome) -> Option<Change> {
-    h.admit().expect("admitted").end(o)
+    h.admit(&Tenant::All).expect("admitted").end(o)
+}
+
+fn key(name: &str) -> Tenant {
+    Tenant::Key(name.into())
+}
+
+/// A call of key `k`'s.
+fn call_as(h: &Arc<Health>, k: &str, o: Outcome) -> Option<Change> {
+    h.admit(&key(k)).expect("admitted").end(o)
 }
 
 const FAIL: Outcome = Outcome::Failure("status_5xx");
@@ -50,10 +60,10 @@ async fn ejected_after_n_in_a_row_and_refused_while_ejected() {
             failures: 3
         })
     );
-    assert_eq!(h.admit().err(), Some(10 * S));
+    assert_eq!(h.admit(&Tenant::All).err(), Some(10 * S));
     assert_eq!(h.shown(), Shown::Ejected(10 * S));
     tokio::time::advance(4 * S).await;
-    assert_eq!(h.admit().err(), Some(6 * S));
+    assert_eq!(h.admit(&Tenant::All).err(), Some(6 * S));
 }
 
 #[tokio::test(start_paused = true)]
@@ -61,16 +71,20 @@ async fn one_trial_only_and_its_success_recovers() {
     let h = health(Some(eject()));
     fail_until_ejected(&h);
     tokio::time::advance(10 * S).await;
-    let trial = h.admit().expect("the trial");
+    let trial = h.admit(&Tenant::All).expect("the trial");
     assert!(trial.is_trial());
     assert_eq!(h.shown(), Shown::Trial);
-    assert_eq!(h.admit().err(), Some(TRIAL_WAIT), "one trial at a time");
+    assert_eq!(
+        h.admit(&Tenant::All).err(),
+        Some(TRIAL_WAIT),
+        "one trial at a time"
+    );
     assert_eq!(
         trial.end(Outcome::Success),
         Some(Change::Recovered { after: 10 * S })
     );
     assert_eq!(h.shown(), Shown::Serving);
-    assert!(!h.admit().unwrap().is_trial());
+    assert!(!h.admit(&Tenant::All).unwrap().is_trial());
 }
 
 #[tokio::test(start_paused = true)]
@@ -78,8 +92,8 @@ async fn a_dropped_trial_lets_the_next_call_try() {
     let h = health(Some(eject()));
     fail_until_ejected(&h);
     tokio::time::advance(10 * S).await;
-    drop(h.admit().expect("the trial"));
-    let next = h.admit().expect("the next call is the trial");
+    drop(h.admit(&Tenant::All).expect("the trial"));
+    let next = h.admit(&Tenant::All).expect("the next call is the trial");
     assert!(next.is_trial());
 }
 
@@ -91,7 +105,7 @@ async fn a_failed_trial_doubles_the_cooldown_up_to_the_cap() {
     let mut wait = 10 * S;
     for _ in 0..3 {
         tokio::time::advance(wait).await;
-        let t = h.admit().expect("the trial");
+        let t = h.admit(&Tenant::All).expect("the trial");
         match t.end(FAIL) {
             Some(Change::Ejected { cooldown, .. }) => {
                 seen.push(cooldown);
@@ -169,7 +183,7 @@ async fn never_ejected_with_eject_off_and_checks_count() {
     // Turning ejection off serves an ejected upstream again.
     fail_until_ejected(&h);
     h.configure(None);
-    assert!(h.admit().is_ok());
+    assert!(h.admit(&Tenant::All).is_ok());
 }
 
 #[test]
@@ -200,4 +214,198 @@ fn outcomes_of_errors() {
         retry_after: 1,
     };
     assert_eq!(Outcome::of(&throttled), Outcome::Neutral);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_keys_failures_alone_never_eject_it_for_the_others() {
+    let h = health(Some(eject()));
+    for i in 0..50 {
+        assert_eq!(call_as(&h, "attacker", FAIL), None, "failure {i}");
+    }
+    assert_eq!(h.shown(), Shown::Serving);
+    assert!(h.admit(&key("victim")).is_ok());
+    // A second key's failure shows it is not one key's requests: the run
+    // (long past `after`) ejects it.
+    assert!(matches!(
+        call_as(&h, "victim", FAIL),
+        Some(Change::Ejected { failures: 51, .. })
+    ));
+    assert_eq!(h.admit(&key("third")).err(), Some(10 * S));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attacker_between_a_victims_calls_never_ejects_it() {
+    let h = health(Some(eject()));
+    for i in 0..30 {
+        call_as(&h, "attacker", FAIL);
+        call_as(&h, "attacker", FAIL);
+        assert_eq!(
+            call_as(&h, "victim", Outcome::Success),
+            None,
+            "victim call {i}"
+        );
+        tokio::time::advance(S).await;
+    }
+    assert_eq!(h.shown(), Shown::Serving);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_of_two_keys_eject_it_and_neither_is_the_trial() {
+    let h = health(Some(eject()));
+    call_as(&h, "a", FAIL);
+    call_as(&h, "b", FAIL);
+    assert!(matches!(
+        call_as(&h, "a", FAIL),
+        Some(Change::Ejected { failures: 3, .. })
+    ));
+    tokio::time::advance(10 * S).await;
+    // A cause's call after the cooldown is its own probe, not the trial:
+    // another key's call still is.
+    let probe = h.admit(&key("a")).expect("a's probe");
+    assert!(probe.is_trial());
+    assert_eq!(
+        h.admit(&key("a")).err(),
+        Some(TRIAL_WAIT),
+        "one probe a key"
+    );
+    assert_eq!(h.shown(), Shown::Ejected(Duration::ZERO));
+    // Its failure holds back `a` alone (for the next cooldown's length).
+    assert_eq!(probe.end(FAIL), None);
+    assert_eq!(h.admit(&key("a")).err(), Some(20 * S));
+    let trial = h.admit(&key("c")).expect("c's call is the trial");
+    assert_eq!(h.shown(), Shown::Trial);
+    assert_eq!(h.admit(&key("d")).err(), Some(TRIAL_WAIT));
+    let b = h.admit(&key("b")).expect("b probes while c is the trial");
+    assert_eq!(
+        trial.end(Outcome::Success),
+        Some(Change::Recovered { after: 10 * S })
+    );
+    assert_eq!(b.end(FAIL), None, "served again meanwhile: b's probe ends");
+    assert_eq!(h.shown(), Shown::Serving);
+    assert!(h.admit(&key("a")).is_ok(), "served again, for every key");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_causes_probe_that_succeeds_serves_it_again() {
+    let h = health(Some(eject()));
+    for k in ["a", "b", "a"] {
+        call_as(&h, k, FAIL);
+    }
+    tokio::time::advance(10 * S).await;
+    let probe = h.admit(&key("b")).unwrap();
+    assert_eq!(
+        probe.end(Outcome::Success),
+        Some(Change::Recovered { after: 10 * S })
+    );
+    assert_eq!(h.shown(), Shown::Serving);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_trial_makes_its_key_a_cause_too() {
+    let h = health(Some(eject()));
+    for k in ["a", "b", "a"] {
+        call_as(&h, k, FAIL);
+    }
+    tokio::time::advance(10 * S).await;
+    let trial = h.admit(&key("c")).unwrap();
+    assert!(matches!(
+        trial.end(FAIL),
+        Some(Change::Ejected {
+            failures: 1,
+            cooldown,
+            ..
+        }) if cooldown == 20 * S
+    ));
+    tokio::time::advance(20 * S).await;
+    // c failed the last trial: its call is a probe now; d's is the trial.
+    let c = h.admit(&key("c")).unwrap();
+    let d = h.admit(&key("d")).unwrap();
+    assert_eq!(h.shown(), Shown::Trial);
+    assert_eq!(c.end(FAIL), None, "c's probe ejects nobody");
+    assert!(matches!(d.end(FAIL), Some(Change::Ejected { .. })));
+    assert_eq!(h.admit(&key("a")).err(), Some(35 * S));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_probe_lets_its_key_probe_again() {
+    let h = health(Some(eject()));
+    for k in ["a", "b", "a"] {
+        call_as(&h, k, FAIL);
+    }
+    tokio::time::advance(10 * S).await;
+    drop(h.admit(&key("a")).unwrap());
+    assert!(h.admit(&key("a")).is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_rate_needs_two_keys_failures() {
+    let e = Eject {
+        after: 100,
+        error_rate: Some(0.5),
+        min_requests: 10,
+        ..eject()
+    };
+    let h = health(Some(e));
+    for i in 0..40 {
+        let (k, o) = if i % 2 == 0 {
+            ("attacker", FAIL)
+        } else {
+            ("victim", Outcome::Success)
+        };
+        assert_eq!(call_as(&h, k, o), None, "call {i}: one key's failures");
+    }
+    assert!(matches!(
+        call_as(&h, "other", FAIL),
+        Some(Change::Ejected { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_model_has_its_own_health_and_the_upstream_its_own() {
+    let u = UpstreamHealth::new("u".into(), Some(eject()), ["m1", "m2"], Metrics::noop());
+    let m1 = u.model("m1");
+    for _ in 0..3 {
+        call(&m1, FAIL);
+    }
+    assert!(matches!(m1.shown(), Shown::Ejected(_)));
+    assert_eq!(u.model("m2").shown(), Shown::Serving);
+    assert_eq!(u.whole.shown(), Shown::Serving);
+    assert!(Arc::ptr_eq(&m1, &u.model("m1")), "one health a model");
+    assert_eq!(
+        u.models_shown()
+            .iter()
+            .map(|(m, s)| (m.as_str(), s.label()))
+            .collect::<Vec<_>>(),
+        [("m1", "ejected"), ("m2", "serving")]
+    );
+    // A reload keeps the states, adds new models (serving) and forgets
+    // those it no longer has.
+    u.configure(Some(eject()), ["m1", "m3"]);
+    let names: Vec<_> = u.models_shown().into_iter().map(|(m, _)| m).collect();
+    assert_eq!(names, ["m1", "m3"]);
+    assert!(matches!(u.model("m1").shown(), Shown::Ejected(_)));
+    assert_eq!(u.model("m3").shown(), Shown::Serving);
+    // Without `eject` every member serves again.
+    u.configure(None, ["m1", "m3"]);
+    assert_eq!(u.model("m1").shown(), Shown::Serving);
+}
+
+#[test]
+fn transport_outcomes_of_errors() {
+    let connect = ModelError::Connect {
+        upstream: "u".into(),
+        reason: "refused".into(),
+        source: None,
+    };
+    assert_eq!(Outcome::of_transport(&connect), Outcome::Failure("connect"));
+    assert_eq!(Outcome::of(&connect), Outcome::Neutral, "not the model's");
+    let status = ModelError::Status {
+        upstream: "u".into(),
+        status: 500,
+        message: String::new(),
+        code: None,
+        retry_after: None,
+    };
+    assert_eq!(Outcome::of_transport(&status), Outcome::Success);
+    assert!(matches!(Outcome::of(&status), Outcome::Failure(_)));
 }

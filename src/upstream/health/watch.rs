@@ -1,9 +1,13 @@
-//! A concrete model's calls and its upstream's [`Health`]: a call is
-//! admitted (or refused as [`ModelError::Ejected`], with nothing sent)
-//! before it paces or queues, and its outcome is recorded when it ends;
-//! a stream's when it ends, so a stream cut counts. The request that
-//! ejected or recovered the upstream carries the `upstream_ejected` or
-//! `upstream_recovered` event.
+//! A concrete model's calls and the [`Health`] of its model and of its
+//! upstream: a call is admitted by both (or refused as
+//! [`ModelError::Ejected`], with nothing sent) before it paces or queues,
+//! and its outcome is recorded when it ends: the transport's for the
+//! upstream ([`Outcome::of_transport`], known once an answer begins), the
+//! answer's for the model ([`Outcome::of`]; a stream's when it ends, so a
+//! stream cut counts). A call's retries count once: a try's failure
+//! counts against a member only when no earlier try of the call's did
+//! ([`Counted`]). The request that ejected or recovered a member carries
+//! the `upstream_ejected` or `upstream_recovered` event.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,52 +16,104 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use serde_json::{Map, Value};
 
-use super::{Change, Health, Outcome, Ticket};
+use super::{Change, Health, Outcome, Tenant, Ticket, UpstreamHealth};
 use crate::context::RequestCtx;
 use crate::error::ModelError;
 use crate::model::{Chunk, ChunkStream, ReplyBody};
 
-/// Lets a call to `upstream` through, or refuses it at once.
-pub fn admit(health: &Arc<Health>, upstream: &Arc<str>) -> Result<Ticket, ModelError> {
-    health.admit().map_err(|retry_after| ModelError::Ejected {
-        upstream: upstream.clone(),
-        retry_after,
-    })
+/// One try's tickets: its upstream's (the transport) and its model's
+/// (the answer).
+pub struct Tickets {
+    whole: Ticket,
+    model: Ticket,
 }
 
-/// Records how a call ended; a stream is recorded when it ends (a
-/// trial's when its first chunk is in).
+/// The members a call's tries have counted a failure against so far: a
+/// request's retries count once.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counted {
+    whole: bool,
+    model: bool,
+}
+
+/// Lets a call of `who` to `model` on `upstream` through (both its
+/// upstream and its model admit it), or refuses it at once.
+pub fn admit(
+    upstream: &UpstreamHealth,
+    model: &Arc<Health>,
+    who: &Tenant,
+    name: &Arc<str>,
+) -> Result<Tickets, ModelError> {
+    let refused = |retry_after| ModelError::Ejected {
+        upstream: name.clone(),
+        retry_after,
+    };
+    // The upstream first: a model's trial is not spent on a call its
+    // upstream refuses (a ticket dropped unended releases a trial). A
+    // transport failure says nothing about whose request met it (the
+    // server never read it): it counts as everyone's.
+    let whole = upstream.whole.admit(&Tenant::All).map_err(refused)?;
+    let model = model.admit(who).map_err(refused)?;
+    Ok(Tickets { whole, model })
+}
+
+/// Records how a call ended (`counted`: what its earlier tries counted);
+/// a stream is recorded when it ends (a trial's when its first chunk is
+/// in).
 pub fn ended(
-    ticket: Ticket,
+    tickets: Tickets,
     ctx: &Arc<RequestCtx>,
-    upstream: &Arc<str>,
+    counted: &mut Counted,
     result: Result<ReplyBody, ModelError>,
 ) -> Result<ReplyBody, ModelError> {
+    let Tickets { whole, model } = tickets;
     match result {
-        Ok(ReplyBody::Stream(s)) => Ok(ReplyBody::Stream(ChunkStream::new(Watched {
-            inner: s,
-            ticket: Some(ticket),
-            ctx: ctx.clone(),
-            upstream: upstream.clone(),
-        }))),
-        Ok(whole) => {
-            report(ctx, upstream, ticket.end(Outcome::Success));
-            Ok(whole)
+        Ok(ReplyBody::Stream(s)) => {
+            // An answer began: the transport works.
+            settle(ctx, whole, Outcome::Success, &mut counted.whole);
+            Ok(ReplyBody::Stream(ChunkStream::new(Watched {
+                inner: s,
+                ticket: Some(model),
+                counted: *counted,
+                ctx: ctx.clone(),
+            })))
+        }
+        Ok(whole_body) => {
+            settle(ctx, whole, Outcome::Success, &mut counted.whole);
+            settle(ctx, model, Outcome::Success, &mut counted.model);
+            Ok(whole_body)
         }
         Err(e) => {
-            report(ctx, upstream, ticket.end(Outcome::of(&e)));
+            settle(ctx, whole, Outcome::of_transport(&e), &mut counted.whole);
+            settle(ctx, model, Outcome::of(&e), &mut counted.model);
             Err(e)
         }
     }
 }
 
-/// A stream whose end (or error) is its call's outcome; dropped before
-/// it ends, it says nothing (a trial is released).
+/// Ends `ticket` with `outcome`, a failure only when the call's earlier
+/// tries counted none against its member (`counted`), and reports the
+/// change it made.
+fn settle(ctx: &RequestCtx, ticket: Ticket, outcome: Outcome, counted: &mut bool) {
+    let outcome = match outcome {
+        Outcome::Failure(_) if *counted => Outcome::Neutral,
+        Outcome::Failure(_) => {
+            *counted = true;
+            outcome
+        }
+        o => o,
+    };
+    let health = ticket.health();
+    report(ctx, &health, ticket.end(outcome));
+}
+
+/// A stream whose end (or error) is its call's outcome for its model;
+/// dropped before it ends, it says nothing (a trial is released).
 struct Watched {
     inner: ChunkStream,
     ticket: Option<Ticket>,
+    counted: Counted,
     ctx: Arc<RequestCtx>,
-    upstream: Arc<str>,
 }
 
 impl Stream for Watched {
@@ -79,20 +135,22 @@ impl Stream for Watched {
         if let Some(o) = outcome
             && let Some(t) = self.ticket.take()
         {
-            report(&self.ctx, &self.upstream, t.end(o));
+            let mut counted = self.counted.model;
+            settle(&self.ctx, t, o, &mut counted);
         }
         next
     }
 }
 
-/// The request's event for a change it made.
-fn report(ctx: &RequestCtx, upstream: &str, change: Option<Change>) {
+/// The request's event for a change it made to `health`.
+fn report(ctx: &RequestCtx, health: &Health, change: Option<Change>) {
     let Some(change) = change else { return };
     if !ctx.events_enabled() {
         return;
     }
     let mut f = Map::new();
-    f.insert("upstream".into(), Value::from(upstream));
+    f.insert("upstream".into(), Value::from(health.upstream()));
+    f.insert("model".into(), Value::from(health.model()));
     let kind = match change {
         Change::Ejected {
             reason,

@@ -1,17 +1,37 @@
 //! Calls and failures over a sliding window, in ten buckets (bounded
-//! memory however many calls), for `eject.error_rate`.
+//! memory however many calls), for `eject.error_rate`; each bucket also
+//! keeps whose calls failed ([`Seen`]), so that one key's failures alone
+//! never reach the rate for everyone.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::tenant::{Seen, Tenant};
+
 const BUCKETS: usize = 10;
+
+#[derive(Default, Clone)]
+struct Bucket {
+    /// Its number since `origin` (`None`: unused).
+    n: Option<u64>,
+    calls: u32,
+    failures: u32,
+    failed: Seen,
+}
 
 pub struct Window {
     origin: Instant,
     width: Duration,
-    /// (bucket number since `origin`, calls, failures).
-    buckets: [(u64, u32, u32); BUCKETS],
+    buckets: [Bucket; BUCKETS],
+}
+
+/// What the window holds after a call.
+pub struct Counts {
+    pub calls: u32,
+    pub failures: u32,
+    /// The failures are more than one key's.
+    pub several: bool,
 }
 
 impl Window {
@@ -19,30 +39,46 @@ impl Window {
         Window {
             origin: Instant::now(),
             width: (window / BUCKETS as u32).max(Duration::from_millis(1)),
-            buckets: [(u64::MAX, 0, 0); BUCKETS],
+            buckets: Default::default(),
         }
     }
 
     pub fn clear(&mut self) {
-        self.buckets = [(u64::MAX, 0, 0); BUCKETS];
+        self.buckets = Default::default();
     }
 
-    /// Counts a call at `now`; returns the calls and failures over the
-    /// window, this one included.
-    pub fn add(&mut self, now: Instant, failed: bool) -> (u32, u32) {
-        let n = (now.saturating_duration_since(self.origin).as_nanos() / self.width.as_nanos())
-            .try_into()
-            .unwrap_or(u64::MAX - 1);
+    /// Counts a call of `who` at `now` (`failed`: it failed); returns what
+    /// the window holds, this call included.
+    pub fn add(&mut self, now: Instant, failed: bool, who: &Tenant) -> Counts {
+        let n: u64 = (now.saturating_duration_since(self.origin).as_nanos()
+            / self.width.as_nanos())
+        .try_into()
+        .unwrap_or(u64::MAX - 1);
         let slot = &mut self.buckets[(n % BUCKETS as u64) as usize];
-        if slot.0 != n {
-            *slot = (n, 0, 0);
+        if slot.n != Some(n) {
+            *slot = Bucket {
+                n: Some(n),
+                ..Bucket::default()
+            };
         }
-        slot.1 = slot.1.saturating_add(1);
-        slot.2 = slot.2.saturating_add(u32::from(failed));
-        let live = |b: &&(u64, u32, u32)| b.0 != u64::MAX && b.0.saturating_add(BUCKETS as u64) > n;
-        self.buckets
-            .iter()
-            .filter(live)
-            .fold((0, 0), |(c, f), b| (c + b.1, f + b.2))
+        slot.calls = slot.calls.saturating_add(1);
+        if failed {
+            slot.failures = slot.failures.saturating_add(1);
+            slot.failed.add(who);
+        }
+        let live = |b: &&Bucket| b.n.is_some_and(|m| m.saturating_add(BUCKETS as u64) > n);
+        let mut failed_by = Seen::default();
+        let mut counts = Counts {
+            calls: 0,
+            failures: 0,
+            several: false,
+        };
+        for b in self.buckets.iter().filter(live) {
+            counts.calls = counts.calls.saturating_add(b.calls);
+            counts.failures = counts.failures.saturating_add(b.failures);
+            failed_by.merge(&b.failed);
+        }
+        counts.several = failed_by.several();
+        counts
     }
 }
