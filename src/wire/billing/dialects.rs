@@ -316,8 +316,8 @@ mod tests {
         // 4,000 bytes of system, 8 tools of ~1,000, 8,000 of document,
         // 800 of thinking, 400 of tool result.
         let floor = (4_000 + 8_000 + 8_000 + 800 + 400) / 4 + template_tokens(4);
-        assert!(b.input >= floor as u64, "{b:?}");
-        assert!(b.input < floor as u64 + 300, "{b:?}");
+        assert!(b.input >= floor, "{b:?}");
+        assert!(b.input < floor + 300, "{b:?}");
         let mut o = obj(json!({"model": "m", "max_tokens": 64,
                                "messages": [{"role": "user", "content": "hello there"}]}));
         o.insert(
