@@ -352,14 +352,28 @@ async fn keys_limits_and_errors_speak_anthropic() {
     anth(&r, 429, "rate_limit_error");
     assert!(r.header("retry-after").is_some());
 
-    // count_tokens: an estimate, said so; the key's limits are not charged.
+    // count_tokens: a request like any other to the key's `rpm` (no
+    // tokens): refused while the minute's one request is spent, then an
+    // estimate, said so, which spends the next minute's.
     let count = json!({"model": "echo", "messages": [{"role": "user", "content": "hello there, how are you today?"}]});
+    let r = gw
+        .post_with("/v1/messages/count_tokens", &count, &key)
+        .await;
+    anth(&r, 429, "rate_limit_error");
+    assert!(r.header("retry-after").is_some());
+    tokio::time::advance(std::time::Duration::from_secs(60)).await;
     let r = gw
         .post_with("/v1/messages/count_tokens", &count, &key)
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-conclave-token-count"), Some("estimate"));
+    assert_eq!(r.header("x-ratelimit-remaining-requests"), Some("0"));
     assert!(r.json()["input_tokens"].as_u64().unwrap() > 5, "{}", r.text);
+    let r = gw
+        .post_with("/v1/messages/count_tokens", &count, &key)
+        .await;
+    anth(&r, 429, "rate_limit_error");
+    tokio::time::advance(std::time::Duration::from_secs(60)).await;
     let r = gw
         .post_with(
             "/v1/messages/count_tokens",

@@ -18,7 +18,7 @@ use super::Gateway;
 use super::error::ApiError;
 use super::error::ErrorStyle;
 use super::guard::{finish_response, request_id};
-use super::ingress::admit;
+use super::ingress::receive;
 use crate::store::arena::Closed;
 use crate::strategy::arena::board::{Standing, leaderboard as rank};
 use crate::strategy::arena::pick::Pick;
@@ -60,7 +60,7 @@ async fn cast(
     body: Body,
     rid: &str,
 ) -> Result<Response, ApiError> {
-    let ad = admit(gw, headers.clone(), body).await?;
+    let ad = receive(gw, headers.clone(), body).await?;
     let (app, caller, bytes) = (ad.app, ad.caller, ad.body);
     let v: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid_json(&e))?;
     let said = v.get("pick").and_then(Value::as_str).ok_or_else(|| {

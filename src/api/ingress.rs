@@ -7,7 +7,15 @@
 //! A dialect (chat completions, completions and embeddings, Responses,
 //! Anthropic's Messages) is a [`Dialect`]: a parse, a render and the shape
 //! of its errors; it knows nothing of limits, keep-alives, telemetry or
-//! shutdown.
+//! shutdown. A request that asks its model for something other than an
+//! answer (Anthropic's `count_tokens`) is an [`Errands`] dialect: the same
+//! life, its own answer.
+//!
+//! This is the one admission point of every request to an upstream: a
+//! model is resolved (a node, and the upstreams behind it) only through
+//! an [`Admitted`], which only [`serve`] and [`serve_errand`] make, and
+//! both check the key's limits and budget for the request's estimate
+//! (`open`) before anything the node does runs.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -31,38 +39,54 @@ use crate::context::{Options, RequestCtx};
 use crate::error::ModelError;
 use crate::governor::{RateHeaders, Refused, record_rejection};
 use crate::graph::Node;
-use crate::model::{Call, CallSize, Reply};
+use crate::model::{Call, CallSize, Reply, Spend};
+use crate::telemetry::status_label;
 use crate::wire::billing::Billable;
 
-/// A request that got in: the current state, the caller behind its
-/// credentials, its headers, and its body within the limits.
-pub struct Admitted {
+/// A request received: the current state, the caller behind its
+/// credentials, its headers, and its body within the limits. Enough for
+/// an endpoint that runs no model (an arena vote); a model request goes
+/// on only as an [`Admitted`].
+pub struct Received {
     pub app: Arc<AppState>,
     pub caller: Caller,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
 
+/// A model request on its way through [`serve`] or [`serve_errand`]: the
+/// only way to resolve a model. Made nowhere else (`_only_here`), so no
+/// node is reached without its key's limits checked first.
+pub struct Admitted {
+    pub app: Arc<AppState>,
+    pub caller: Caller,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    _only_here: (),
+}
+
 impl Admitted {
+    fn new(r: Received) -> Self {
+        Admitted {
+            app: r.app,
+            caller: r.caller,
+            headers: r.headers,
+            body: r.body,
+            _only_here: (),
+        }
+    }
+
     /// The node a client's `model` names, if the caller may use it. A
     /// model the caller may not use is not found, exactly as an unknown one.
     pub fn resolve(&self, model: &str) -> Result<(&Arc<str>, &Node), ApiError> {
-        resolve(&self.app, &self.caller, model)
+        self.app
+            .graph
+            .get(model)
+            .filter(|(route, _)| self.caller.may_use(route))
+            .ok_or_else(|| ApiError::NotFound {
+                model: model.to_owned(),
+            })
     }
-}
-
-/// See [`Admitted::resolve`].
-pub fn resolve<'a>(
-    app: &'a AppState,
-    caller: &Caller,
-    model: &str,
-) -> Result<(&'a Arc<str>, &'a Node), ApiError> {
-    app.graph
-        .get(model)
-        .filter(|(route, _)| caller.may_use(route))
-        .ok_or_else(|| ApiError::NotFound {
-            model: model.to_owned(),
-        })
 }
 
 /// What a model is asked to do for a request: the call it makes, given
@@ -132,7 +156,7 @@ pub async fn serve(
 ) -> Response {
     let id = request_id(&headers);
     let resp = async {
-        let admitted = admit(gw, headers, body).await?;
+        let admitted = Admitted::new(receive(gw, headers, body).await?);
         let job = dialect.job(&admitted).await?;
         run(gw, &admitted, &id, job, dialect.errors()).await
     }
@@ -140,9 +164,68 @@ pub async fn serve(
     finish_response(gw, resp, &id, dialect.errors())
 }
 
+/// What an errand does once admitted, given the request's context: its
+/// whole response.
+pub type Answer<'a> =
+    Box<dyn FnOnce(Arc<RequestCtx>) -> BoxFuture<'a, Result<Response, ApiError>> + Send + 'a>;
+
+/// A request that asks its model for something other than an answer
+/// (Anthropic's `count_tokens`), resolved: it costs no tokens, and is one
+/// request to its key's `rpm` like any other.
+pub struct Errand<'a> {
+    pub route: &'a Arc<str>,
+    pub node: &'a Node,
+    pub answer: Answer<'a>,
+}
+
+/// A dialect of errands: its body read into an [`Errand`].
+#[async_trait]
+pub trait Errands: Send + Sync {
+    async fn errand<'a>(&self, admitted: &'a Admitted) -> Result<Errand<'a>, ApiError>;
+
+    /// The shape its clients read errors in.
+    fn errors(&self) -> ErrorStyle;
+}
+
+/// Serves one errand of `dialect`, start to end: admitted by the key's
+/// limits as a request that spends nothing (its `rpm` counts it), bounded
+/// by the deadline and shutdown, recorded when it ends.
+pub async fn serve_errand(
+    gw: &Gateway,
+    headers: HeaderMap,
+    body: Body,
+    dialect: &dyn Errands,
+) -> Response {
+    let id = request_id(&headers);
+    let style = dialect.errors();
+    let resp = async {
+        let ad = Admitted::new(receive(gw, headers, body).await?);
+        let errand = dialect.errand(&ad).await?;
+        let opts = options::read(&ad.headers)?;
+        let at = (errand.route, errand.node);
+        let free = (Spend::default(), true);
+        let Opened {
+            ctx,
+            mut guard,
+            limits,
+        } = open(gw, &ad.app, &id, at, ad.caller.clone(), opts, free).await?;
+        let mut resp = match bounded(ctx.clone(), (errand.answer)(ctx.clone())).await {
+            Ok(resp) => {
+                guard.finish(status_label(resp.status().as_u16()));
+                resp
+            }
+            Err(e) => respond::failed(e, style, &ctx, errand.node, guard),
+        };
+        rate_headers(resp.headers_mut(), &limits);
+        Ok(resp)
+    }
+    .await;
+    finish_response(gw, resp, &id, style)
+}
+
 /// The first steps of every request: the current state, the caller
 /// behind the credentials, and the body within its limits.
-pub async fn admit(gw: &Gateway, headers: HeaderMap, body: Body) -> Result<Admitted, ApiError> {
+pub async fn receive(gw: &Gateway, headers: HeaderMap, body: Body) -> Result<Received, ApiError> {
     let app = gw.state();
     let caller = app.keys.authenticate(&headers)?;
     let body = body::read(
@@ -153,7 +236,7 @@ pub async fn admit(gw: &Gateway, headers: HeaderMap, body: Body) -> Result<Admit
         &gw.stop,
     )
     .await?;
-    Ok(Admitted {
+    Ok(Received {
         app,
         caller,
         headers,
@@ -172,6 +255,7 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let opts = options::read(&ad.headers)?;
     let asked = Asked::new(&ad.app, job.bill, job.answers);
+    let cost = (job.node.model.estimate(asked.size), asked.capped);
     let Opened { ctx, guard, limits } = open(
         gw,
         &ad.app,
@@ -179,7 +263,7 @@ async fn run(
         (job.route, job.node),
         ad.caller.clone(),
         opts,
-        asked,
+        cost,
     )
     .await?;
     if let Some(f) = job.on_open {
@@ -201,12 +285,17 @@ async fn run(
     };
     let h = resp.headers_mut();
     h.extend(job.headers);
+    rate_headers(h, &limits);
+    Ok(resp)
+}
+
+/// The key's `x-ratelimit-*` figures, as response headers.
+fn rate_headers(h: &mut HeaderMap, limits: &RateHeaders) {
     for (name, value) in limits.pairs() {
         if let Ok(v) = HeaderValue::from_str(&value) {
             h.insert(name, v);
         }
     }
-    Ok(resp)
 }
 
 /// What a request asks of a node, for its key's limits: the size of
@@ -242,9 +331,11 @@ struct Opened {
 }
 
 /// Opens a request on `route` if the caller's key lets it in (its rate
-/// limits and budget, for what `node` may spend on `asked`): its context
-/// (deadline, key, shutdown, access log, budget ticket) and guard. A
-/// request turned away is recorded as a 429 and its rejection logged.
+/// limits and budget, for the `estimate` of what its node may spend;
+/// `capped`: the client capped its output): its context (deadline, key,
+/// shutdown, access log, budget ticket) and guard. A request turned away
+/// is recorded as a 429 and its rejection logged. The one admission
+/// point: every request to a node passes here first.
 async fn open(
     gw: &Gateway,
     app: &AppState,
@@ -252,13 +343,10 @@ async fn open(
     (route, node): (&Arc<str>, &Node),
     caller: Caller,
     options: Options,
-    asked: Asked,
+    (estimate, capped): (Spend, bool),
 ) -> Result<Opened, ApiError> {
     let admitted = match caller.gov.as_ref() {
-        Some(g) => g
-            .admit(node.model.estimate(asked.size), asked.capped)
-            .await
-            .map(Some),
+        Some(g) => g.admit(estimate, capped).await.map(Some),
         None => Ok(None),
     };
     let mut ctx = RequestCtx::new(
@@ -316,12 +404,15 @@ async fn open(
 /// A model's answer in the making, bounded by its request (see [`bounded`]).
 pub type Work = Pin<Box<dyn Future<Output = Result<Reply, ApiError>> + Send>>;
 
-/// Runs a model's work under the request's deadline, until shutdown's
-/// grace period ends it.
-async fn bounded(
+/// Runs a request's work under its deadline, until shutdown's grace
+/// period ends it.
+async fn bounded<T, E>(
     ctx: Arc<RequestCtx>,
-    work: impl Future<Output = Result<Reply, ModelError>>,
-) -> Result<Reply, ApiError> {
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, ApiError>
+where
+    ApiError: From<E>,
+{
     tokio::select! {
         r = timeout_at(ctx.deadline, work) => match r {
             Err(_) => Err(ApiError::Timeout {

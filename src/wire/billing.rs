@@ -16,14 +16,20 @@
 //!   for each message's role markers and [`TEMPLATE_PER_REQUEST`] for the
 //!   assistant turn's opening and the default system prompt some templates
 //!   add ([`template_tokens`]).
+//! - **Native bodies**: a Responses or Messages body forwarded verbatim
+//!   is measured by the same rule, turn by turn and field by field
+//!   (`dialects`: [`Billable::responses`], [`Billable::messages`]).
 //! - **Output**: the cap the client set (`max_completion_tokens`, else
 //!   `max_tokens`) times the answers it asked for (`n`, or `best_of` where
 //!   larger). A cap or count that is not a positive integer is refused
-//!   ([`check_caps`]); a cap beyond [`MAX_CAP`] counts as [`MAX_CAP`].
+//!   ([`check_caps`], by the one rule [`cap`] every dialect's caps
+//!   follow); a cap beyond [`MAX_CAP`] counts as [`MAX_CAP`].
 
 use serde_json::{Map, Value};
 
 use super::{ChatRequest, estimate_tokens};
+
+mod dialects;
 
 /// The largest output cap an estimate takes a client at: more than any
 /// model's context, so such a request never fits a limit it should not.
@@ -120,17 +126,27 @@ pub struct BadCap {
 /// included: it is clamped in estimates).
 pub fn check_caps(fields: &Map<String, Value>) -> Result<(), BadCap> {
     for param in CAP_FIELDS.into_iter().chain(COUNT_FIELDS) {
-        match fields.get(param) {
-            None | Some(Value::Null) => {}
-            Some(v) if positive_int(v).is_some() => {}
-            Some(v) => {
-                let mut got = v.to_string();
-                got.truncate(40);
-                return Err(BadCap { param, got });
-            }
-        }
+        cap(fields, param)?;
     }
     Ok(())
+}
+
+/// The one rule for a cap or count field, whatever the dialect
+/// (`max_tokens`, `max_output_tokens`, `n`…): absent or `null` is `None`,
+/// a positive integer is its value (clamped to [`MAX_CAP`]), anything
+/// else (`5000.0`, `"5000"`, `-1`, `0`, `true`) is a [`BadCap`].
+pub fn cap(fields: &Map<String, Value>, param: &'static str) -> Result<Option<u64>, BadCap> {
+    match fields.get(param) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match positive_int(v) {
+            Some(n) => Ok(Some(n)),
+            None => {
+                let mut got = v.to_string();
+                got.truncate(40);
+                Err(BadCap { param, got })
+            }
+        },
+    }
 }
 
 /// A JSON number that is a positive integer, clamped to [`MAX_CAP`].
@@ -196,6 +212,15 @@ pub fn prompt_fields(fields: &Map<String, Value>, counted: &[&str]) -> u64 {
         .sum()
 }
 
+/// JSON bytes of an object's fields but those named in `left_out`.
+fn fields_but(fields: &Map<String, Value>, left_out: &[&str]) -> u64 {
+    fields
+        .iter()
+        .filter(|(k, _)| !left_out.contains(&k.as_str()))
+        .map(|(k, v)| k.len() as u64 + 4 + json_len(v))
+        .sum()
+}
+
 #[derive(Default)]
 struct Size {
     /// Bytes of text.
@@ -208,6 +233,11 @@ struct Size {
 }
 
 impl Size {
+    /// One content part (chat), content block (Messages) or content item
+    /// (Responses): an image counts as one, audio by its decoded size,
+    /// text by its bytes, a tool result by what it holds ([`Size::item`]),
+    /// anything else (files and documents with their data, tool calls,
+    /// thinking and its signature) by its JSON.
     fn part(&mut self, p: &Value) {
         let kind = p.get("type").and_then(Value::as_str).unwrap_or_default();
         match kind {
@@ -217,11 +247,38 @@ impl Size {
                 let b64 = data.map_or(0, str::len) as u64;
                 self.audio += b64 / 4 * 3;
             }
-            "text" | "input_text" => match p.get("text") {
+            "text" | "input_text" | "output_text" => match p.get("text") {
                 Some(Value::String(s)) => self.text += s.len() as u64,
                 other => self.json += other.map_or(0, json_len),
             },
+            "tool_result" | "function_call_output" => self.item(p),
             _ => self.json += json_len(p),
+        }
+    }
+
+    /// One turn (a Messages message, a Responses input item, a tool
+    /// result): its `content` or `output` part by part when it is a list,
+    /// its text fields (`content`, `output`, `text`, `arguments`) by their
+    /// bytes, its other fields (role, ids, `encrypted_content`, a
+    /// reasoning summary) by their JSON.
+    fn item(&mut self, item: &Value) {
+        let Value::Object(fields) = item else {
+            match item {
+                Value::String(s) => self.text += s.len() as u64,
+                other => self.json += json_len(other),
+            }
+            return;
+        };
+        for (k, v) in fields {
+            match (k.as_str(), v) {
+                ("content" | "output", Value::Array(parts)) => {
+                    parts.iter().for_each(|p| self.part(p));
+                }
+                ("content" | "output" | "text" | "arguments", Value::String(s)) => {
+                    self.text += s.len() as u64;
+                }
+                _ => self.json += k.len() as u64 + 4 + json_len(v),
+            }
         }
     }
 

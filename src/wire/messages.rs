@@ -15,14 +15,15 @@
 //!   cache-written input too, as OpenAI's does; a finish reason in chat's
 //!   words (`stop`, `length`, `tool_calls`, `content_filter`).
 //!
-//! [`input_len`] measures a Messages request's text for a usage estimate.
+//! [`input_len`] measures a Messages request for a usage estimate, by
+//! the billing rule.
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::billing::json_len;
+use super::billing::Billable;
 use super::inspect::{ChunkInfo, NotAnAnswer, WholeBody, error_message, object_bytes};
 use super::output::{AssistantOutput, ToolCall};
 use super::{MAX_TOOL_CALLS, Usage, UsageField};
@@ -231,15 +232,14 @@ impl AssistantOutput {
     }
 }
 
-/// Bytes of a Messages request's prompt (`system`, the turns and the
-/// tools, as JSON: blocks, tool inputs and schemas all reach the model),
-/// for a usage estimate.
+/// The bytes a Messages request's input stands for by the billing rule
+/// ([`Billable::messages_input`]: `system`, every turn and block, the
+/// tools; images left out): its tokens × 4, so that
+/// [`super::estimate_tokens`] gives them back, for a call's usage when
+/// the upstream reports none.
 pub fn input_len(body: &Map<String, Value>) -> usize {
-    ["system", "messages", "tools"]
-        .iter()
-        .filter_map(|k| body.get(*k))
-        .map(|v| usize::try_from(json_len(v)).unwrap_or(usize::MAX))
-        .fold(0, usize::saturating_add)
+    let tokens = Billable::messages_input(body).input.saturating_mul(4);
+    usize::try_from(tokens).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

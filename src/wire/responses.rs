@@ -15,17 +15,19 @@
 //!   whatever the dialect: `stop`, `tool_calls`, `length`
 //!   (`max_output_tokens`), `content_filter`.
 //!
-//! [`input_len`] measures a request's text for a usage estimate.
+//! [`input_len`] measures a request for a usage estimate, by the
+//! billing rule.
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::billing::Billable;
 use super::finish::Reason;
 use super::inspect::{ChunkInfo, NotAnAnswer, WholeBody, error_message, object_bytes};
 use super::output::{AssistantOutput, ToolCall};
-use super::{MAX_TOOL_CALLS, Usage, UsageField, text_len};
+use super::{MAX_TOOL_CALLS, Usage, UsageField};
 
 /// What a failed response without an `error` message is called.
 const FAILED: &str = "the response failed";
@@ -247,28 +249,13 @@ impl AssistantOutput {
     }
 }
 
-/// Bytes of text in a Responses request: `instructions` and every input
-/// item's text (message content, function call arguments and outputs,
-/// reasoning summaries; not encrypted reasoning), for a usage estimate.
+/// The bytes a Responses request's input stands for by the billing rule
+/// ([`Billable::responses_input`]: every turn, tool and schema; images
+/// left out): its tokens × 4, so that [`super::estimate_tokens`] gives
+/// them back, for a call's usage when the upstream reports none.
 pub fn input_len(body: &Map<String, Value>) -> usize {
-    let instructions = body.get("instructions").map_or(0, text_len);
-    let input = match body.get("input") {
-        Some(Value::Array(items)) => items.iter().map(item_len).sum(),
-        Some(v) => text_len(v),
-        None => 0,
-    };
-    instructions.saturating_add(input)
-}
-
-fn item_len(item: &Value) -> usize {
-    if let Value::String(s) = item {
-        return s.len();
-    }
-    ["content", "arguments", "output", "summary"]
-        .iter()
-        .filter_map(|k| item.get(*k))
-        .map(text_len)
-        .sum()
+    let tokens = Billable::responses_input(body).input.saturating_mul(4);
+    usize::try_from(tokens).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

@@ -5,7 +5,10 @@
 //! upstream speaks the Messages API (a concrete model on an Anthropic
 //! upstream, or a passthrough route to one), forwarded verbatim (only
 //! `model` rewritten, the client's `anthropic-beta` passed on) and its
-//! events relayed as they come (`Native`).
+//! events relayed as they come (`Native`). Both bill the whole body by
+//! the one rule (`wire::billing`) and refuse a bad `max_tokens` before any
+//! upstream call; `count_tokens` is admitted as an errand (`ingress`):
+//! one request to the key's `rpm`, no tokens.
 
 use std::sync::Arc;
 
@@ -19,16 +22,16 @@ use serde_json::{Map, Value, json};
 
 use super::events::Messages;
 use super::render::Head;
-use super::request::{MessagesRequest, from_object};
+use super::request::{MessagesRequest, from_object, max_tokens};
 use crate::api::Gateway;
 use crate::api::error::{ApiError, ErrorStyle};
-use crate::api::guard::{finish_response, request_id};
-use crate::api::ingress::{Admitted, Dialect, Job, admit, dropped_tools, serve};
-use crate::api::options;
+use crate::api::ingress::{
+    Admitted, Answer, Dialect, Errand, Errands, Job, dropped_tools, serve, serve_errand,
+};
 use crate::graph::Node;
 use crate::upstream::ConcreteModel;
+use crate::wire::Endpoint;
 use crate::wire::billing::Billable;
-use crate::wire::{Endpoint, estimate_tokens, messages};
 
 /// Says how `count_tokens` counted: `estimate` (conclave's rule).
 pub const TOKEN_COUNT: HeaderName = HeaderName::from_static("x-conclave-token-count");
@@ -49,7 +52,7 @@ impl Dialect for MessagesApi {
         };
         let (route, node) = ad.resolve(&model)?;
         if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_messages()) {
-            return Ok(native((route, node), concrete, raw));
+            return native((route, node), concrete, raw);
         }
         let req = from_object(&raw)?;
         drop(raw);
@@ -94,19 +97,19 @@ fn counted(input: u64, how: &'static str) -> Response {
     resp
 }
 
-/// The job of a request forwarded verbatim to an Anthropic upstream.
+/// The job of a request forwarded verbatim to an Anthropic upstream,
+/// billed by the one rule for the whole body (system, tools, blocks,
+/// images); a `max_tokens` missing or not a positive integer is a 400
+/// before any upstream call, as on the translated path.
 fn native<'a>(
     at: (&'a Arc<str>, &'a Node),
     concrete: Arc<ConcreteModel>,
     raw: Map<String, Value>,
-) -> Job<'a> {
-    let bill = Billable {
-        input: estimate_tokens(messages::input_len(&raw)),
-        images: 0,
-        output: raw.get("max_tokens").and_then(Value::as_u64),
-    };
+) -> Result<Job<'a>, ApiError> {
+    max_tokens(&raw)?;
+    let bill = Billable::messages(&raw).map_err(ApiError::bad_cap)?;
     let how = (Endpoint::Messages, ErrorStyle::Anthropic);
-    crate::api::native::job(at, concrete, how, raw, bill)
+    Ok(crate::api::native::job(at, concrete, how, raw, bill))
 }
 
 /// The body as a JSON object.
@@ -117,33 +120,51 @@ fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// `POST /v1/messages/count_tokens`: the request's input tokens, as the
 /// model's own Anthropic upstream counts them (`x-conclave-token-count:
 /// upstream`), else (another upstream, a strategy route, or no answer
-/// from it) by conclave's estimate (`estimate`). No limit is charged.
+/// from it) by conclave's estimate (`estimate`). Admitted as every request
+/// is: one request to the key's `rpm`, no tokens.
 pub async fn count_tokens(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let id = request_id(&headers);
-    let resp = async {
-        let ad = admit(&gw, headers, body).await?;
+    serve_errand(&gw, headers, body, &CountTokens).await
+}
+
+struct CountTokens;
+
+#[async_trait]
+impl Errands for CountTokens {
+    async fn errand<'a>(&self, ad: &'a Admitted) -> Result<Errand<'a>, ApiError> {
         let raw = object(&ad.body)?;
         let model = match raw.get("model") {
             Some(Value::String(m)) if !m.is_empty() => m.clone(),
             _ => return Err(ApiError::wrong_type("model", "a non-empty string")),
         };
-        let (_, node) = ad.resolve(&model)?;
-        if let Some(c) = node.concrete.clone().filter(|c| c.speaks_messages()) {
-            let beta = options::read(&ad.headers)?.anthropic_beta;
-            if let Some(n) = c.count_tokens(raw.clone(), &id, beta.as_deref()).await {
-                return Ok(counted(n, "upstream"));
-            }
-        }
-        let mut raw = raw;
-        // `max_tokens` is not part of a count.
-        raw.entry("max_tokens").or_insert(json!(1));
-        let req = from_object(&raw)?;
-        Ok(counted(req.chat.billable().input, "estimate"))
+        let (route, node) = ad.resolve(&model)?;
+        let upstream = node.concrete.clone().filter(|c| c.speaks_messages());
+        let answer: Answer<'a> = Box::new(move |ctx| {
+            Box::pin(async move {
+                if let Some(c) = upstream {
+                    let beta = ctx.options.anthropic_beta.as_deref();
+                    if let Some(n) = c.count_tokens(raw.clone(), &ctx.id, beta).await {
+                        return Ok(counted(n, "upstream"));
+                    }
+                }
+                let mut raw = raw;
+                // `max_tokens` is not part of a count.
+                raw.entry("max_tokens").or_insert(json!(1));
+                let req = from_object(&raw)?;
+                Ok(counted(req.chat.billable().input, "estimate"))
+            })
+        });
+        Ok(Errand {
+            route,
+            node,
+            answer,
+        })
     }
-    .await;
-    finish_response(&gw, resp, &id, ErrorStyle::Anthropic)
+
+    fn errors(&self) -> ErrorStyle {
+        ErrorStyle::Anthropic
+    }
 }

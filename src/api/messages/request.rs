@@ -7,6 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::api::error::ApiError;
+use crate::wire::billing;
 use crate::wire::{ChatRequest, Message, StreamOptions};
 
 /// A Messages request, read.
@@ -43,13 +44,7 @@ pub fn from_object(fields: &Map<String, Value>) -> Result<MessagesRequest, ApiEr
         Some(_) => return Err(ApiError::wrong_type("stream", "a boolean")),
     };
     let mut extra = Map::new();
-    match fields.get("max_tokens").map(Value::as_u64) {
-        Some(Some(n)) if n > 0 => {
-            extra.insert("max_tokens".into(), n.into());
-        }
-        Some(_) => return Err(ApiError::wrong_type("max_tokens", "a positive integer")),
-        None => return Err(missing("max_tokens")),
-    }
+    extra.insert("max_tokens".into(), max_tokens(fields)?.into());
     let mut messages = Vec::new();
     if let Some(system) = fields.get("system") {
         let text = system_text(system)?;
@@ -144,6 +139,15 @@ pub fn from_object(fields: &Map<String, Value>) -> Result<MessagesRequest, ApiEr
         stream,
         dropped_tools,
     })
+}
+
+/// `max_tokens`, which a Messages request must set: a positive integer
+/// by the one rule for caps (a 400 naming it otherwise), translated or
+/// forwarded verbatim alike.
+pub fn max_tokens(fields: &Map<String, Value>) -> Result<u64, ApiError> {
+    billing::cap(fields, "max_tokens")
+        .map_err(ApiError::bad_cap)?
+        .ok_or_else(|| missing("max_tokens"))
 }
 
 fn missing(param: &str) -> ApiError {

@@ -21,9 +21,8 @@ use crate::api::Gateway;
 use crate::api::error::{ApiError, ErrorStyle};
 use crate::api::forward::object_with_model;
 use crate::api::ingress::{Admitted, Dialect, Job, dropped_tools, serve};
-use crate::wire::billing::{Billable, output_cap};
-use crate::wire::responses::input_len;
-use crate::wire::{Endpoint, estimate_tokens};
+use crate::wire::Endpoint;
+use crate::wire::billing::Billable;
 
 pub async fn create(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
     serve(&gw, headers, body, &ResponsesApi).await
@@ -37,7 +36,7 @@ impl Dialect for ResponsesApi {
         let (raw, model) = object_with_model(&ad.body)?;
         let (route, node) = ad.resolve(&model)?;
         if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_responses()) {
-            return Ok(native((route, node), concrete, raw));
+            return native((route, node), concrete, raw);
         }
         let req = from_object(&raw)?;
         drop(raw);
@@ -65,20 +64,16 @@ impl Dialect for ResponsesApi {
     }
 }
 
-/// The job of a request forwarded verbatim to a native upstream.
+/// The job of a request forwarded verbatim to a native upstream, billed
+/// by the one rule for the whole body (tools, schemas, reasoning items,
+/// images); a cap that is not a positive integer is a 400 before any
+/// upstream call, as on the translated path.
 fn native<'a>(
     at: (&'a Arc<str>, &'a crate::graph::Node),
     concrete: Arc<crate::upstream::ConcreteModel>,
     raw: Map<String, Value>,
-) -> Job<'a> {
-    let bill = Billable {
-        input: estimate_tokens(input_len(&raw)),
-        images: 0,
-        output: raw
-            .get("max_output_tokens")
-            .and_then(Value::as_u64)
-            .or_else(|| output_cap(&raw)),
-    };
+) -> Result<Job<'a>, ApiError> {
+    let bill = Billable::responses(&raw).map_err(ApiError::bad_cap)?;
     let how = (Endpoint::Responses, ErrorStyle::OpenAi);
-    crate::api::native::job(at, concrete, how, raw, bill)
+    Ok(crate::api::native::job(at, concrete, how, raw, bill))
 }

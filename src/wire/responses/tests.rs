@@ -156,8 +156,18 @@ fn a_whole_response_s_output_and_a_request_s_input_are_measured() {
     let Value::Object(req) = req else {
         unreachable!()
     };
-    assert_eq!(input_len(&req), 4 + 2 + 3 + 1 + 2 + 1);
+    // The billing rule's tokens, in bytes: every turn counts, the
+    // encrypted reasoning too.
+    let tokens = crate::wire::billing::Billable::responses_input(&req).input;
+    assert_eq!(input_len(&req) as u64, tokens * 4);
+    assert!(tokens > (4 + 2 + 3 + 1 + 2 + 1) / 4 + crate::wire::billing::template_tokens(6));
+    let mut more = req.clone();
+    more["input"][4]["encrypted_content"] = json!("e".repeat(4_000));
+    assert!(input_len(&more) >= input_len(&req) + 3_980);
     let mut s = Map::new();
     s.insert("input".into(), json!("hello"));
-    assert_eq!(input_len(&s), 5);
+    assert_eq!(
+        input_len(&s) as u64,
+        (2 + crate::wire::billing::template_tokens(1)) * 4
+    );
 }
