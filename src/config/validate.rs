@@ -295,7 +295,7 @@ fn response_bounds(raw: &raw::Server, errs: &mut Errors) -> ResponseBounds {
     ] {
         if !(1..=MAX_RESPONSE_BYTES).contains(&v) {
             errs.push(
-                &format!("server.{key}"),
+                format!("server.{key}"),
                 format!(
                     "must be between 1 and {MAX_RESPONSE_BYTES} (bytes; set responses_retention = \"0s\" to store no response)"
                 ),
