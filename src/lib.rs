@@ -187,13 +187,14 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
     // With `[state]`, arenas, oracle spend and stored answers are shared.
     let records = store::records::Records::new(&store, redis.as_ref());
     let rows: Arc<dyn store::responses::ResponseRows> = match &redis {
-        Some(r) => Arc::new(store::responses::redis::RedisRows(r.clone())),
+        Some(r) => Arc::new(store::responses::redis::RedisRows::new(r.clone())),
         None => Arc::new(store::responses::sqlite::SqliteRows::new(store.clone())),
     };
     let responses = Arc::new(store::responses::Responses::new(
         rows,
         clock,
         config.server.responses_retention,
+        config.server.responses_bounds,
     ));
     let shared = Shared {
         telemetry,

@@ -8,10 +8,16 @@
 //!
 //! tracing's fmt layer writes each event, formatted whole, in one call,
 //! so only the newline that ends it is written as a newline.
+//!
+//! [`Throttle`]: how often one kind of line is written, for lines that
+//! every request of an outage would write (a refused request, a response
+//! not stored): the first at once, then at most one per period, saying
+//! how many were held back.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
 
+use parking_lot::Mutex;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// Makes the writers of [`OneLine`] log lines.
@@ -83,6 +89,40 @@ pub fn escape(line: &[u8], ansi: bool) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
+/// At most one line of a kind per period (see the module docs).
+pub struct Throttle {
+    every: std::time::Duration,
+    /// When the last line was written, and the lines held back since.
+    state: Mutex<(Option<tokio::time::Instant>, u64)>,
+}
+
+impl Throttle {
+    /// At most one line per `every`.
+    pub const fn new(every: std::time::Duration) -> Self {
+        Throttle {
+            every,
+            state: parking_lot::const_mutex((None, 0)),
+        }
+    }
+
+    /// `Some(held back)` when a line may be written now (how many were
+    /// held back since the last one), `None` when this one is held back.
+    pub fn allow(&self) -> Option<u64> {
+        let now = tokio::time::Instant::now();
+        let mut s = self.state.lock();
+        match s.0 {
+            Some(last) if now.saturating_duration_since(last) < self.every => {
+                s.1 = s.1.saturating_add(1);
+                None
+            }
+            _ => {
+                s.0 = Some(now);
+                Some(std::mem::take(&mut s.1))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +149,21 @@ mod tests {
             Cow::Borrowed(_)
         ));
         assert_eq!(&*escape(b"\x1b[2J\n", false), &b"\\u{1b}[2J\n"[..]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttle_writes_the_first_line_then_one_per_period_with_the_count() {
+        let t = Throttle::new(std::time::Duration::from_secs(10));
+        assert_eq!(t.allow(), Some(0));
+        for _ in 0..555 {
+            assert_eq!(t.allow(), None);
+        }
+        tokio::time::advance(std::time::Duration::from_secs(9)).await;
+        assert_eq!(t.allow(), None);
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        assert_eq!(t.allow(), Some(556));
+        assert_eq!(t.allow(), None);
+        tokio::time::advance(std::time::Duration::from_secs(60)).await;
+        assert_eq!(t.allow(), Some(1));
     }
 }

@@ -100,7 +100,8 @@ pub struct AppState {
     pub store: Arc<Store>,
     /// Arenas and oracle spend (in the store, or the shared Redis).
     pub records: Records,
-    /// Stored responses, kept for this config's `server.responses_retention`.
+    /// Stored responses, kept for this config's `server.responses_retention`
+    /// and within its `responses_max_*` bounds.
     pub responses: Arc<Responses>,
     pub clock: Clock,
     /// Arena routes and their contestants, for votes and the leaderboard.
@@ -166,11 +167,10 @@ impl AppState {
             telemetry: shared.telemetry.clone(),
             store: shared.store.clone(),
             records: shared.records.clone(),
-            responses: Arc::new(
-                shared
-                    .responses
-                    .with_retention(config.server.responses_retention),
-            ),
+            responses: Arc::new(shared.responses.configured(
+                config.server.responses_retention,
+                config.server.responses_bounds,
+            )),
             clock: shared.clock,
             arenas: config
                 .routes

@@ -95,6 +95,32 @@ pub struct Server {
     pub readyz_cache: Duration,
     /// How long a stored response (`store: true`) is kept; zero keeps none.
     pub responses_retention: Duration,
+    /// How many stored responses, and how many bytes of them, are kept.
+    pub responses_bounds: ResponseBounds,
+}
+
+/// The bounds of stored responses (`server.responses_max_*`): at a bound
+/// the writing key's oldest are evicted, never another key's. Sizes are
+/// the bytes of a response's stored text (its input items and response
+/// object as JSON, its id, key name and `previous_response_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseBounds {
+    /// Responses one key keeps.
+    pub max_per_key: u64,
+    /// Bytes one key's responses take.
+    pub max_bytes_per_key: u64,
+    /// Bytes all keys' responses take together.
+    pub max_bytes: u64,
+}
+
+impl Default for ResponseBounds {
+    fn default() -> Self {
+        ResponseBounds {
+            max_per_key: 10_000,
+            max_bytes_per_key: 256 << 20,
+            max_bytes: 1 << 30,
+        }
+    }
 }
 
 /// `[telemetry]`: where traces go (`None`: tracing off) and how many.

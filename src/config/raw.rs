@@ -47,6 +47,12 @@ pub struct Server {
     pub readyz_cache: Duration,
     #[serde(default = "default_responses_retention", with = "humantime_serde")]
     pub responses_retention: Duration,
+    #[serde(default = "default_responses_max_per_key")]
+    pub responses_max_per_key: u64,
+    #[serde(default = "default_responses_max_bytes_per_key")]
+    pub responses_max_bytes_per_key: u64,
+    #[serde(default = "default_responses_max_bytes")]
+    pub responses_max_bytes: u64,
     #[serde(default = "default_http2_max_streams")]
     pub http2_max_streams: u32,
     #[serde(default = "default_max_header_bytes")]
@@ -73,6 +79,9 @@ impl Default for Server {
             metrics_key_env: None,
             readyz_cache: default_readyz_cache(),
             responses_retention: default_responses_retention(),
+            responses_max_per_key: default_responses_max_per_key(),
+            responses_max_bytes_per_key: default_responses_max_bytes_per_key(),
+            responses_max_bytes: default_responses_max_bytes(),
             http2_max_streams: default_http2_max_streams(),
             max_header_bytes: default_max_header_bytes(),
         }
@@ -82,6 +91,18 @@ impl Default for Server {
 /// OpenAI keeps a stored response 30 days.
 fn default_responses_retention() -> Duration {
     Duration::from_secs(30 * 86_400)
+}
+
+fn default_responses_max_per_key() -> u64 {
+    10_000
+}
+/// 256 MiB.
+fn default_responses_max_bytes_per_key() -> u64 {
+    256 << 20
+}
+/// 1 GiB.
+fn default_responses_max_bytes() -> u64 {
+    1 << 30
 }
 
 fn default_readyz_cache() -> Duration {

@@ -258,6 +258,70 @@ fn http2_streams_and_header_bytes_are_bounded() {
     }
 }
 
+#[test]
+fn stored_response_bounds_default_and_are_checked() {
+    let cfg = parse(GOOD, "t.toml", &env, &crate::strategy::ALL).unwrap();
+    assert_eq!(
+        cfg.server.responses_bounds,
+        ResponseBounds {
+            max_per_key: 10_000,
+            max_bytes_per_key: 268_435_456,
+            max_bytes: 1_073_741_824,
+        }
+    );
+    let set = "responses_max_per_key = 5\nresponses_max_bytes_per_key = 1000\nresponses_max_bytes = 4000\n";
+    let cfg = parse(
+        &GOOD.replace("[server]\n", &format!("[server]\n{set}")),
+        "t.toml",
+        &env,
+        &crate::strategy::ALL,
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.server.responses_bounds,
+        ResponseBounds {
+            max_per_key: 5,
+            max_bytes_per_key: 1000,
+            max_bytes: 4000,
+        }
+    );
+    for (setting, key, says) in [
+        (
+            "responses_max_per_key = 0",
+            "server.responses_max_per_key",
+            "greater than 0",
+        ),
+        (
+            "responses_max_bytes_per_key = 0",
+            "server.responses_max_bytes_per_key",
+            "between 1 and",
+        ),
+        (
+            "responses_max_bytes = 0",
+            "server.responses_max_bytes",
+            "between 1 and",
+        ),
+        (
+            "responses_max_bytes = 2000000000000",
+            "server.responses_max_bytes",
+            "between 1 and",
+        ),
+        (
+            "responses_max_bytes = 1000\nresponses_max_bytes_per_key = 2000",
+            "server.responses_max_bytes_per_key",
+            "must not exceed server.responses_max_bytes",
+        ),
+        ("responses_max_per_key = -1", "server", "invalid value"),
+        ("responses_max_bytes = \"1GB\"", "server", "invalid type"),
+    ] {
+        let errs = errors(&GOOD.replace("[server]\n", &format!("[server]\n{setting}\n")));
+        assert!(
+            errs.iter().any(|e| e.starts_with(key) && e.contains(says)),
+            "{setting}: {errs:?}"
+        );
+    }
+}
+
 /// A table with an error reports that error only: its name still counts as
 /// defined wherever another table refers to it.
 #[test]

@@ -13,7 +13,7 @@ use crate::mock::{Quirks, SwapSim};
 use super::anthropic::mock_api;
 use super::{
     Config, Errors, IMAGE_TOKENS, Lane, LaneLimits, Limits, LlamaSwap, MAX_CONTEXT_WINDOW, Model,
-    Secret, Server, Strategies, TelemetryConfig, Upstream, UpstreamKind,
+    ResponseBounds, Secret, Server, Strategies, TelemetryConfig, Upstream, UpstreamKind,
 };
 use super::{Resilience, keys, names, positive, raw, state, warnings};
 
@@ -239,6 +239,7 @@ fn server(
         );
     }
     positive(Some(raw.readyz_cache), "server.readyz_cache", errs);
+    let responses_bounds = response_bounds(&raw, errs);
     let metrics_key = raw
         .metrics_key_env
         .as_deref()
@@ -265,7 +266,52 @@ fn server(
         metrics_key,
         readyz_cache: raw.readyz_cache,
         responses_retention: raw.responses_retention,
+        responses_bounds,
     })
+}
+
+/// The largest `server.responses_max_bytes` and `…_per_key` (1 TiB): the
+/// byte sums stay far from the 2^53 a Redis script counts exactly.
+const MAX_RESPONSE_BYTES: u64 = 1 << 40;
+
+/// `server.responses_max_per_key`, `…_max_bytes_per_key`, `…_max_bytes`:
+/// each at least 1 (`responses_retention = "0s"` stores nothing), a
+/// key's bytes no more than all keys'.
+fn response_bounds(raw: &raw::Server, errs: &mut Errors) -> ResponseBounds {
+    let b = ResponseBounds {
+        max_per_key: raw.responses_max_per_key,
+        max_bytes_per_key: raw.responses_max_bytes_per_key,
+        max_bytes: raw.responses_max_bytes,
+    };
+    if b.max_per_key == 0 {
+        errs.push(
+            "server.responses_max_per_key",
+            "must be greater than 0 (set responses_retention = \"0s\" to store no response)",
+        );
+    }
+    for (key, v) in [
+        ("responses_max_bytes_per_key", b.max_bytes_per_key),
+        ("responses_max_bytes", b.max_bytes),
+    ] {
+        if !(1..=MAX_RESPONSE_BYTES).contains(&v) {
+            errs.push(
+                format!("server.{key}"),
+                format!(
+                    "must be between 1 and {MAX_RESPONSE_BYTES} (bytes; set responses_retention = \"0s\" to store no response)"
+                ),
+            );
+        }
+    }
+    if b.max_bytes_per_key > b.max_bytes {
+        errs.push(
+            "server.responses_max_bytes_per_key",
+            format!(
+                "must not exceed server.responses_max_bytes ({} bytes): one key's responses are part of all keys'",
+                b.max_bytes
+            ),
+        );
+    }
+    b
 }
 
 /// Bounds of `server.http2_max_streams` and `server.max_header_bytes`

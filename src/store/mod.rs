@@ -2,7 +2,8 @@
 //! must survive a restart: each key's spend per UTC day ([`spend`]), the
 //! arenas and their votes ([`arena`]), and what each session, and each
 //! key per oracle route and day, spent on oracle consults (`oracle`), and
-//! the Responses API's stored answers ([`responses`]). It
+//! the Responses API's stored answers ([`responses`]), with their size and
+//! each key's count and bytes (`response_usage`, kept by triggers). It
 //! is created with its schema on first start and migrated in order by
 //! `PRAGMA user_version`; a file
 //! from a newer conclave is refused rather than misread; arenas that
@@ -41,7 +42,7 @@ use crate::clock::Clock;
 
 /// The schema, one step per version; step `i` takes version `i` to `i + 1`.
 /// Steps are only ever appended.
-const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     "CREATE TABLE key_spend (
         key       TEXT    NOT NULL,
         day       TEXT    NOT NULL,   -- UTC, YYYY-MM-DD
@@ -86,6 +87,30 @@ const MIGRATIONS: &[&str] = &[
         output    TEXT    NOT NULL       -- the response object, JSON
     );
     CREATE INDEX response_expires ON response (expires);",
+    // Stored responses' bounds: each row's size (the bytes of its stored
+    // text), and per key its rows and bytes, kept by triggers on every
+    // insert and delete.
+    "ALTER TABLE response ADD COLUMN size INTEGER NOT NULL DEFAULT 0;
+    UPDATE response SET size = length(CAST(id AS BLOB)) + length(CAST(key AS BLOB))
+        + COALESCE(length(CAST(previous AS BLOB)), 0)
+        + length(CAST(input AS BLOB)) + length(CAST(output AS BLOB));
+    CREATE INDEX response_key ON response (key);
+    CREATE TABLE response_usage (
+        key       TEXT    PRIMARY KEY,   -- key name, or anonymous
+        count     INTEGER NOT NULL,      -- its stored responses
+        bytes     INTEGER NOT NULL       -- the sum of their size
+    );
+    INSERT INTO response_usage (key, count, bytes)
+        SELECT key, COUNT(*), SUM(size) FROM response GROUP BY key;
+    CREATE TRIGGER response_added AFTER INSERT ON response BEGIN
+        INSERT INTO response_usage (key, count, bytes) VALUES (NEW.key, 1, NEW.size)
+        ON CONFLICT (key) DO UPDATE SET count = count + 1, bytes = bytes + excluded.bytes;
+    END;
+    CREATE TRIGGER response_removed AFTER DELETE ON response BEGIN
+        UPDATE response_usage SET count = count - 1, bytes = bytes - OLD.size
+            WHERE key = OLD.key;
+        DELETE FROM response_usage WHERE key = OLD.key AND count <= 0;
+    END;",
 ];
 
 #[derive(Debug, thiserror::Error)]

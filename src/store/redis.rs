@@ -127,6 +127,24 @@ impl Redis {
             .await
     }
 
+    /// Runs a pipeline of `EVALSHA`s of the script `text`: each one's
+    /// answer. A server that lacks the script (it restarted, or its
+    /// script cache was flushed) is sent it, then the pipeline again.
+    pub async fn pipe_script<T: FromRedisValue + Send>(
+        &self,
+        op: &'static str,
+        pipe: &redis::Pipeline,
+        text: &str,
+    ) -> Result<T, StoreError> {
+        let sent = self.pipe(op, pipe).await;
+        if !sent.as_ref().is_err_and(no_script) {
+            return sent;
+        }
+        let load = redis::cmd("SCRIPT").arg("LOAD").arg(text).clone();
+        self.run::<String>(op, &load).await?;
+        self.pipe(op, pipe).await
+    }
+
     /// Whether the server answers a `PING` in time.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let pong: String = self.run("ping", &redis::cmd("PING")).await?;
@@ -171,4 +189,11 @@ impl Redis {
         }
         out
     }
+}
+
+/// The server did not know a script (it restarted, or its script cache
+/// was flushed).
+fn no_script(e: &StoreError) -> bool {
+    let e = e.to_string();
+    e.contains("NOSCRIPT") || e.contains("NoScript")
 }

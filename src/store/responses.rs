@@ -4,22 +4,34 @@
 //! kept for `server.responses_retention` from when it was stored.
 //!
 //! The rows live behind [`ResponseRows`]: in the embedded SQLite store
-//! ([`sqlite`]) or, with `[state]`, on the shared Redis ([`redis`]: one
-//! key per answer, expiring with it), so every replica reads them.
+//! ([`sqlite`], a file or, without `state_path`, memory) or, with
+//! `[state]`, on the shared Redis ([`redis`]: one key per answer,
+//! expiring with it), so every replica reads them.
+//!
+//! Every backend keeps the bounds (`server.responses_max_per_key`,
+//! `…_max_bytes_per_key`, `…_max_bytes`, a [`ResponseBounds`]), counted
+//! per key and in total as rows are written and deleted: before a row is
+//! stored, its own key's oldest rows are evicted until it fits, never
+//! another key's. A row that alone exceeds its key's bytes, or that would
+//! not fit the total once its key had nothing left, is not stored
+//! (logged). The sizes are the bytes of the stored text ([`Row::size`]).
 //!
 //! [`Responses::put`] is called where an answer ends, which may be inside
 //! a stream's poll, so it never blocks: the row goes into a pending map at
 //! once and one writer task drains that map into the rows in
 //! batches. Reads look in the pending map before the rows, so an answer can
-//! be read back the moment it was put. At most [`MAX_PENDING`] rows wait
-//! for the writer; beyond that an answer is not stored (logged), so a
-//! stalled disk cannot grow memory without bound. A row the writer cannot
-//! write is logged and dropped.
+//! be read back the moment it was put. At most [`MAX_PENDING`] rows, and
+//! [`MAX_PENDING_BYTES`] of them, wait for the writer; beyond that an
+//! answer is not stored (logged), so a stalled disk cannot grow memory
+//! without bound. A row the writer cannot write is logged and dropped.
+//! Lines about answers not stored are logged at most once per 10 s, with
+//! how many were held back.
 //!
 //! A response is another key's, expired, deleted or unknown alike: `None`.
-//! In SQLite, expired rows are deleted when the store opens and then at
-//! most [`SWEEP_ROWS`] at a time, at most once a minute, by whoever
-//! touches the table; Redis expires them itself. The writer and `delete`
+//! Expired rows are deleted when the SQLite store opens, and by a sweep
+//! that runs every [`SWEEP_EVERY`] seconds (at most [`SWEEP_ROUNDS`] ×
+//! [`SWEEP_ROWS`] rows a time) for as long as the service lives; Redis
+//! also expires an answer's key itself. The writer and `delete`
 //! hold one lock while they look at the pending map and write, so a
 //! deleted answer is never written after.
 //! This module is the service; `rows` holds the map, writer and reads.
@@ -33,19 +45,29 @@ use serde_json::Value;
 
 use super::StoreError;
 use crate::clock::Clock;
-use rows::{Inner, Pending};
-pub use rows::{ResponseRows, Row};
+pub use crate::config::ResponseBounds;
+use crate::log_line::Throttle;
+use rows::{Inner, Pending, not_stored};
+pub use rows::{ResponseRows, Row, Written};
 
 /// Rows that may wait for the writer.
 pub const MAX_PENDING: usize = 10_000;
+/// Bytes ([`Row::size`]) the rows waiting for the writer may hold.
+pub const MAX_PENDING_BYTES: u64 = 256 << 20;
+/// Longest response id stored or looked up.
+pub const MAX_ID: usize = 128;
 /// Responses one conversation may chain (`previous_response_id` hops).
 pub const MAX_HOPS: usize = 1000;
 /// The stored JSON (inputs and answers) one conversation may hold.
 pub const MAX_CONVERSATION_BYTES: usize = 32 << 20;
 /// Expired rows one sweep deletes at most.
 pub const SWEEP_ROWS: usize = 1000;
+/// Sweeps one period runs at most (while each finds a full [`SWEEP_ROWS`]).
+pub const SWEEP_ROUNDS: usize = 100;
 /// Seconds between sweeps.
-pub(crate) const SWEEP_EVERY: i64 = 60;
+pub const SWEEP_EVERY: u64 = 60;
+/// Lines about answers not stored: at most one per 10 s.
+static NOT_STORED_LOG: Throttle = Throttle::new(Duration::from_secs(10));
 /// Rows the writer writes in one transaction.
 const BATCH: usize = 256;
 
@@ -104,31 +126,60 @@ pub enum PageError {
 }
 
 /// The stored answers of the Responses API (see the module docs). Cheap
-/// to derive with another retention: the store and pending rows are shared.
+/// to derive with another retention and bounds: the store and pending
+/// rows are shared.
 pub struct Responses {
     inner: Arc<Inner>,
     retention: Duration,
+    bounds: ResponseBounds,
 }
 
 impl Responses {
-    /// Answers kept in `rows`, dated by `clock`.
-    pub fn new(rows: Arc<dyn ResponseRows>, clock: Clock, retention: Duration) -> Self {
-        Responses {
-            inner: Arc::new(Inner {
-                rows,
-                clock,
-                pending: Mutex::new(Pending::default()),
-                io: tokio::sync::Mutex::new(()),
+    /// Answers kept in `rows` within `bounds`, dated by `clock`. On a
+    /// tokio runtime, starts the retention sweep (every [`SWEEP_EVERY`]
+    /// seconds, until the last clone of the service is dropped).
+    pub fn new(
+        rows: Arc<dyn ResponseRows>,
+        clock: Clock,
+        retention: Duration,
+        bounds: ResponseBounds,
+    ) -> Self {
+        let inner = Arc::new(Inner {
+            rows,
+            clock,
+            pending: Mutex::new(Pending {
+                bounds,
+                ..Pending::default()
             }),
+            io: tokio::sync::Mutex::new(()),
+        });
+        let weak = Arc::downgrade(&inner);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(SWEEP_EVERY));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    let now = inner.clock.unix_secs_i64();
+                    inner.sweep(now, SWEEP_ROUNDS).await;
+                }
+            });
+        }
+        Responses {
+            inner,
             retention,
+            bounds,
         }
     }
 
-    /// The same stored answers, kept for `retention` from now on.
-    pub fn with_retention(&self, retention: Duration) -> Self {
+    /// The same stored answers, kept for `retention` and within `bounds`
+    /// from now on (a reload's).
+    pub fn configured(&self, retention: Duration, bounds: ResponseBounds) -> Self {
         Responses {
             inner: self.inner.clone(),
             retention,
+            bounds,
         }
     }
 
@@ -141,6 +192,13 @@ impl Responses {
     /// cannot be stored is logged.
     pub fn put(&self, mut r: StoredResponse) {
         if self.retention.is_zero() {
+            return;
+        }
+        if !valid_id(&r.id) {
+            not_stored(
+                &r.id.chars().take(MAX_ID).collect::<String>(),
+                "its id is not one a client could ask for",
+            );
             return;
         }
         let now = self.inner.clock.unix_secs_i64();
@@ -166,18 +224,29 @@ impl Responses {
             input,
             output,
         });
+        let size = row.size(&r.id);
+        if size > self.bounds.max_bytes_per_key {
+            not_stored(
+                &r.id,
+                &format!(
+                    "its {size} bytes exceed server.responses_max_bytes_per_key ({})",
+                    self.bounds.max_bytes_per_key
+                ),
+            );
+            return;
+        }
         let start = {
             let mut p = self.inner.pending.lock();
-            if p.rows.len() >= MAX_PENDING {
+            if p.rows.len() >= MAX_PENDING || p.bytes.saturating_add(size) > MAX_PENDING_BYTES {
                 drop(p);
-                tracing::error!(
-                    response = %r.id,
-                    "the response was not stored: {MAX_PENDING} responses already wait for the state store"
+                not_stored(
+                    &r.id,
+                    "too many responses (or bytes of them) already wait for the state store",
                 );
                 return;
             }
-            p.rows.insert(r.id.clone(), row);
-            p.queue.push_back(r.id);
+            p.bounds = self.bounds;
+            p.insert(r.id, row);
             !std::mem::replace(&mut p.writing, true)
         };
         if start {
@@ -219,7 +288,7 @@ impl Responses {
         let pending = {
             let mut p = self.inner.pending.lock();
             match p.rows.get(id) {
-                Some(row) if row.key == key => p.rows.remove(id).map(|r| r.expires > now),
+                Some(row) if row.key == key => p.remove(id).map(|r| r.expires > now),
                 _ => None,
             }
         };
@@ -293,6 +362,23 @@ impl Responses {
             data,
         }))
     }
+
+    /// Deletes the rows expired now (what the periodic sweep does): how
+    /// many.
+    pub async fn sweep(&self) -> usize {
+        let now = self.inner.clock.unix_secs_i64();
+        self.inner.sweep(now, SWEEP_ROUNDS).await
+    }
+}
+
+/// Whether `id` is one a response may have and be looked up by: 1 to
+/// [`MAX_ID`] ASCII letters, digits, `_` and `-`.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// An item's `id`, if it has one.

@@ -6,7 +6,9 @@
 //! 5xx messages name the upstream that failed, never a key or an internal URL;
 //! a model's error reads [`ModelError::public_message`] (an upstream's own
 //! words only when they are about the client's request), while the log line
-//! of a failed request keeps the redacted detail.
+//! of a failed request keeps the redacted detail. Requests refused because
+//! the shared state is down are logged at most once per 10 s, with how
+//! many were held back.
 
 use crate::wire::billing::BadCap;
 use std::time::Duration;
@@ -94,6 +96,11 @@ struct Shape {
     /// Response headers besides `Retry-After` (a key's `x-ratelimit-*`).
     headers: Vec<(&'static str, String)>,
 }
+
+/// How often a request refused while the shared state is down is logged.
+const STATE_DOWN_LOG_EVERY: Duration = Duration::from_secs(10);
+static STATE_DOWN_LOG: crate::log_line::Throttle =
+    crate::log_line::Throttle::new(STATE_DOWN_LOG_EVERY);
 
 impl ApiError {
     fn shape(&self) -> Shape {
@@ -362,7 +369,18 @@ impl ApiError {
     /// The response of `shape` with `body`: its status, `Retry-After`
     /// and other headers.
     fn finish(self, shape: Shape, body: Value) -> Response {
-        if shape.status.is_server_error() {
+        if matches!(self, ApiError::StateDown { .. }) {
+            // Every request of an outage is refused: one line per period.
+            if let Some(held) = STATE_DOWN_LOG.allow() {
+                tracing::warn!(
+                    status = shape.status.as_u16(),
+                    error = %self,
+                    held_back = held,
+                    "request failed (refused while the shared state is down; at most one such line per {}s)",
+                    STATE_DOWN_LOG_EVERY.as_secs()
+                );
+            }
+        } else if shape.status.is_server_error() {
             tracing::warn!(status = shape.status.as_u16(), error = %self, "request failed");
         }
         let mut resp = (shape.status, axum::Json(body)).into_response();

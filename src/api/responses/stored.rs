@@ -5,7 +5,8 @@
 //! `GET /v1/responses/{id}/input_items` (a page of its own input items).
 //! Another key's response, like an unknown, expired or deleted one, is a
 //! 404 in OpenAI's words. An id too long or of other characters than
-//! OpenAI's is not looked up. Failures are counted in the request
+//! OpenAI's is not looked up (nor stored: the rule is the store's
+//! [`valid_id`]). Failures are counted in the request
 //! metrics as the arena's vote endpoint does.
 
 use std::future::Future;
@@ -22,10 +23,8 @@ use crate::api::error::ApiError;
 use crate::api::error::ErrorStyle;
 use crate::api::guard::{finish_response, request_id};
 use crate::api::{AppState, Gateway};
-use crate::store::responses::{Order, PageError, StoredResponse};
+use crate::store::responses::{MAX_ID, Order, PageError, StoredResponse, valid_id};
 
-/// Longest response id looked up.
-const MAX_ID: usize = 128;
 /// Items a page holds unless `limit` says otherwise, and at most.
 const DEFAULT_LIMIT: usize = 20;
 const MAX_LIMIT: usize = 100;
@@ -160,15 +159,6 @@ fn admit(gw: &Gateway, headers: &HeaderMap, id: &str) -> Result<(Arc<AppState>, 
         return Err(not_found(id));
     }
     Ok((app, caller.name.to_string()))
-}
-
-/// An id of at most [`MAX_ID`] ASCII letters, digits, `_` and `-`.
-fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_ID
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn not_found(id: &str) -> ApiError {

@@ -181,16 +181,9 @@ impl Shared {
         &self,
         pipe: &redis::Pipeline,
     ) -> Result<Vec<Vec<Value>>, StoreError> {
-        let sent = self.redis.pipe("limits_settle", pipe).await;
-        if !sent.as_ref().is_err_and(no_script) {
-            return sent;
-        }
-        let load = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(&self.scripts.settle_text)
-            .clone();
-        self.redis.run::<String>("limits_settle", &load).await?;
-        self.redis.pipe("limits_settle", pipe).await
+        self.redis
+            .pipe_script("limits_settle", pipe, &self.scripts.settle_text)
+            .await
     }
 
     /// Writes what is owed, until the state fails again (also once more
@@ -374,12 +367,6 @@ impl Queued {
             self.key.shared.owe(&self.key.name, self.s.day, o);
         }
     }
-}
-
-/// The server did not know a script (it restarted, or its script cache
-/// was flushed).
-fn no_script(e: &StoreError) -> bool {
-    e.to_string().contains("NOSCRIPT") || e.to_string().contains("NoScript")
 }
 
 /// The `i`th of a script's answers as a whole number (0 if not one).

@@ -5,6 +5,16 @@
 //! Times are microseconds; numbers written with `%.0f`/`%.17g` (Lua's
 //! `tostring` would write large ones as `1.7e+15`).
 //!
+//! The admission and settlement scripts are flagged (`#!lua`, Redis 7 or
+//! Valkey): a Redis over its `maxmemory` (or refusing writes for any
+//! reason) refuses them whole, before their first command. An unflagged
+//! script would only be refused at its first write that needs memory, after
+//! the writes that free some (an `HDEL`) went through, and then run to its
+//! end. So a full Redis is an error of the admission, which the key's
+//! `on_state_error` policy answers (`fail_closed`: a 503), never a
+//! request admitted with none of its spend recorded. The standing script
+//! only frees memory and stays unflagged.
+//!
 //! Keys and their lifetimes:
 //! - `:rpm`, `:tpm`: a GCRA limit's theoretical arrival time; it expires
 //!   when the limit is whole again.
@@ -205,9 +215,12 @@ pub struct Scripts {
 impl Scripts {
     pub fn new() -> Self {
         let with_head = |body: &str| format!("{HEAD}{body}");
-        let settle_text = with_head(SETTLE);
+        // Flagged (Redis 7's `#!lua` without `allow-oom`): a Redis over
+        // its `maxmemory` refuses the script whole, before any write.
+        let flagged = |body: &str| format!("#!lua\n{HEAD}{body}");
+        let settle_text = flagged(SETTLE);
         Scripts {
-            admit: redis::Script::new(&with_head(ADMIT)),
+            admit: redis::Script::new(&flagged(ADMIT)),
             settle: redis::Script::new(&settle_text),
             settle_text,
             standing: redis::Script::new(&with_head(STANDING)),

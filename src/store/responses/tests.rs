@@ -15,8 +15,12 @@ fn service(retention: Duration) -> (Arc<Store>, Responses) {
 }
 
 fn sqlite(store: &Arc<Store>, retention: Duration) -> Responses {
+    bounded(store, retention, ResponseBounds::default())
+}
+
+fn bounded(store: &Arc<Store>, retention: Duration, bounds: ResponseBounds) -> Responses {
     let rows = Arc::new(sqlite::SqliteRows::new(store.clone()));
-    Responses::new(rows, store.clock(), retention)
+    Responses::new(rows, store.clock(), retention, bounds)
 }
 
 fn answer(id: &str, key: &str, previous: Option<&str>, said: &str, reply: &str) -> StoredResponse {
@@ -45,6 +49,16 @@ async fn settle(r: &Responses) {
             start.elapsed() < Duration::from_secs(10),
             "the writer is stuck"
         );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Waits (on the wall clock, at most 10 s) until `f` holds.
+#[allow(clippy::disallowed_types)] // the wall clock: paused time must not move
+async fn until(what: &str, f: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
         tokio::task::yield_now().await;
     }
 }
@@ -101,10 +115,10 @@ async fn expired_answers_are_not_found_and_are_swept() {
     assert_eq!(r.get("resp_old", "team").await.unwrap(), None);
     assert!(!r.delete("resp_old", "team").await.unwrap());
     assert!(r.get("resp_new", "team").await.unwrap().is_some());
-    // The sweep (at most once a minute) deleted the expired row.
+    // The sweep (once a minute) deletes the expired rows.
     tokio::time::advance(Duration::from_secs(60)).await;
     assert_eq!(r.get("resp_new", "team").await.unwrap(), None);
-    assert_eq!(rows(&store), 0);
+    until("the sweep deleted both rows", || rows(&store) == 0).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -132,7 +146,7 @@ async fn a_zero_retention_stores_nothing() {
     settle(&r).await;
     assert_eq!(rows(&store), 0);
     // Another retention over the same store keeps it.
-    let kept = r.with_retention(DAY);
+    let kept = r.configured(DAY, ResponseBounds::default());
     kept.put(answer("resp_1", "team", None, "hi", "hello"));
     assert!(r.get("resp_1", "team").await.unwrap().is_some());
 }
@@ -277,4 +291,229 @@ async fn pending_rows_are_bounded_while_the_store_is_stuck() {
             .unwrap()
             .is_none()
     );
+}
+
+/// The size [`Row::size`] gives `a` once put (its items all have ids).
+fn size(a: &StoredResponse) -> u64 {
+    (a.id.len()
+        + a.key.len()
+        + a.previous.as_ref().map_or(0, String::len)
+        + serde_json::to_string(&a.input).unwrap().len()
+        + serde_json::to_string(&a.response).unwrap().len()) as u64
+}
+
+/// The ids stored for `key`, oldest first, and `response_usage` checked
+/// against the rows themselves.
+fn stored(store: &Store, key: &str) -> Vec<String> {
+    let conn = store.conn.lock();
+    let kept: Vec<(String, i64, i64)> = conn
+        .prepare("SELECT key, count, bytes FROM response_usage ORDER BY key")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let real: Vec<(String, i64, i64)> = conn
+        .prepare("SELECT key, COUNT(*), SUM(size) FROM response GROUP BY key ORDER BY key")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(kept, real, "the figures follow the rows");
+    conn.prepare("SELECT id FROM response WHERE key = ?1 ORDER BY rowid")
+        .unwrap()
+        .query_map([key], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn same_size(id: &str, key: &str) -> StoredResponse {
+    // Ids of one length, so every answer has the same size.
+    answer(id, key, None, "question", "reply")
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_count_bound_evicts_the_keys_own_oldest_only() {
+    let (store, _) = service(DAY);
+    let bounds = ResponseBounds {
+        max_per_key: 3,
+        ..ResponseBounds::default()
+    };
+    let r = bounded(&store, DAY, bounds);
+    r.put(same_size("resp_o1", "crew"));
+    for i in 1..=3 {
+        r.put(same_size(&format!("resp_t{i}"), "team"));
+    }
+    settle(&r).await;
+    r.put(same_size("resp_t4", "team"));
+    r.put(same_size("resp_t5", "team"));
+    settle(&r).await;
+    assert_eq!(stored(&store, "team"), ["resp_t3", "resp_t4", "resp_t5"]);
+    assert_eq!(stored(&store, "crew"), ["resp_o1"]);
+    assert_eq!(r.get("resp_t1", "team").await.unwrap(), None);
+    assert!(r.get("resp_o1", "crew").await.unwrap().is_some());
+    // Deleting makes room without evicting.
+    assert!(r.delete("resp_t3", "team").await.unwrap());
+    r.put(same_size("resp_t6", "team"));
+    settle(&r).await;
+    assert_eq!(stored(&store, "team"), ["resp_t4", "resp_t5", "resp_t6"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bytes_bound_of_a_key_evicts_its_oldest_and_refuses_what_alone_exceeds_it() {
+    let (store, _) = service(DAY);
+    let one = size(&same_size("resp_t1", "team"));
+    let bounds = ResponseBounds {
+        max_per_key: 100,
+        max_bytes_per_key: 2 * one + one / 2,
+        max_bytes: 100 * one,
+    };
+    let r = bounded(&store, DAY, bounds);
+    for i in 1..=4 {
+        r.put(same_size(&format!("resp_t{i}"), "team"));
+    }
+    r.put(same_size("resp_o1", "crew"));
+    settle(&r).await;
+    assert_eq!(stored(&store, "team"), ["resp_t3", "resp_t4"]);
+    // Two of the size of the others: both older ones go.
+    let big = answer("resp_tb", "team", None, &"x".repeat(one as usize), "reply");
+    assert!(size(&big) <= bounds.max_bytes_per_key);
+    r.put(big);
+    settle(&r).await;
+    assert_eq!(stored(&store, "team"), ["resp_tb"]);
+    // Larger than the key may hold at all: not stored, nothing evicted.
+    let huge = answer(
+        "resp_th",
+        "team",
+        None,
+        &"x".repeat(3 * one as usize),
+        "reply",
+    );
+    r.put(huge);
+    assert_eq!(r.get("resp_th", "team").await.unwrap(), None);
+    settle(&r).await;
+    assert_eq!(stored(&store, "team"), ["resp_tb"]);
+    assert_eq!(stored(&store, "crew"), ["resp_o1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_total_bound_evicts_the_writers_oldest_and_never_another_keys() {
+    let (store, _) = service(DAY);
+    let one = size(&same_size("resp_t1", "team"));
+    let bounds = ResponseBounds {
+        max_per_key: 100,
+        max_bytes_per_key: 3 * one,
+        max_bytes: 4 * one,
+    };
+    let r = bounded(&store, DAY, bounds);
+    for i in 1..=3 {
+        r.put(same_size(&format!("resp_o{i}"), "crew"));
+    }
+    r.put(same_size("resp_t1", "team"));
+    settle(&r).await;
+    // The total is reached: team's own oldest goes, other's stay.
+    r.put(same_size("resp_t2", "team"));
+    settle(&r).await;
+    assert_eq!(stored(&store, "team"), ["resp_t2"]);
+    assert_eq!(stored(&store, "crew"), ["resp_o1", "resp_o2", "resp_o3"]);
+    // One that would need other's room is not stored, and team's stays.
+    let big = answer("resp_tb", "team", None, &"x".repeat(one as usize), "reply");
+    assert!(size(&big) <= bounds.max_bytes_per_key);
+    r.put(big);
+    settle(&r).await;
+    assert_eq!(stored(&store, "team"), ["resp_t2"]);
+    assert_eq!(stored(&store, "crew"), ["resp_o1", "resp_o2", "resp_o3"]);
+    // The other key at its total evicts its own.
+    r.put(same_size("resp_o4", "crew"));
+    settle(&r).await;
+    assert_eq!(stored(&store, "crew"), ["resp_o2", "resp_o3", "resp_o4"]);
+    assert_eq!(stored(&store, "team"), ["resp_t2"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_bounds_the_answers_stored_from_then_on() {
+    let (store, r) = service(DAY);
+    for i in 1..=5 {
+        r.put(same_size(&format!("resp_t{i}"), "team"));
+    }
+    settle(&r).await;
+    let tighter = r.configured(
+        DAY,
+        ResponseBounds {
+            max_per_key: 2,
+            ..ResponseBounds::default()
+        },
+    );
+    tighter.put(same_size("resp_t6", "team"));
+    settle(&r).await;
+    assert_eq!(stored(&store, "team"), ["resp_t5", "resp_t6"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_retention_sweep_runs_by_itself_and_keeps_the_figures() {
+    let (store, r) = service(Duration::from_secs(90));
+    for i in 1..=3 {
+        r.put(same_size(&format!("resp_t{i}"), "team"));
+    }
+    settle(&r).await;
+    tokio::time::advance(Duration::from_secs(60)).await;
+    r.put(same_size("resp_t4", "team"));
+    settle(&r).await;
+    // Nobody reads or writes: the sweep alone deletes the expired rows.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    until("the first three are swept", || rows(&store) == 1).await;
+    assert_eq!(stored(&store, "team"), ["resp_t4"]);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    until("the last is swept", || rows(&store) == 0).await;
+    assert!(stored(&store, "team").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn answers_with_ids_no_client_could_ask_for_are_not_stored() {
+    let (store, r) = service(DAY);
+    for id in ["", "resp_1/../2", "#usage", &"a".repeat(MAX_ID + 1)] {
+        r.put(answer(id, "team", None, "hi", "hello"));
+    }
+    settle(&r).await;
+    assert_eq!(rows(&store), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_figures_survive_a_reopening_and_an_older_schema_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let at = UNIX_EPOCH + Duration::from_secs(1_772_409_540);
+    // A store of the schema before sizes, holding two answers.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let tx = conn.unchecked_transaction().unwrap();
+        for step in &crate::store::MIGRATIONS[..5] {
+            tx.execute_batch(step).unwrap();
+        }
+        tx.pragma_update(None, "user_version", 5).unwrap();
+        for id in ["resp_a", "resp_b"] {
+            tx.execute(
+                "INSERT INTO response (id, key, created, expires, previous, input, output)
+                 VALUES (?1, 'team', 1, 9999999999, NULL, '[]', '{}')",
+                [id],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let store = Arc::new(Store::open(&path, Clock::starting_at(at)).unwrap());
+    assert_eq!(stored(&store, "team"), ["resp_a", "resp_b"]);
+    let r = bounded(
+        &store,
+        DAY,
+        ResponseBounds {
+            max_per_key: 2,
+            ..ResponseBounds::default()
+        },
+    );
+    r.put(same_size("resp_c", "team"));
+    settle(&r).await;
+    assert_eq!(stored(&store, "team"), ["resp_b", "resp_c"]);
 }
