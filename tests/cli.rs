@@ -330,12 +330,11 @@ fn check_reads_paths_relative_to_the_config_and_reports_missing_files() {
     let path = config.to_str().unwrap();
     let (code, out, err) = conclave(&["check", "--config", path], &[]);
     assert_eq!(code, 0, "{out}{err}");
-    write("missing.jsonl", "no-such-dir/events.jsonl");
+    write("missing.jsonl", "events.jsonl");
     let (code, out, err) = conclave(&["check", "--config", path], &[]);
     assert_ne!(code, 0, "{out}{err}");
     let all = format!("{out}{err}");
     for key in [
-        "server.event_log",
         "upstreams.sim.models.m.reply.solve.tasks",
         "upstreams.sim.models.m.rules[0].then.reply.solve.tasks",
     ] {

@@ -2,9 +2,11 @@
 //! relative path (`server.event_log`, `server.state_path`, a mock model's
 //! `reply.solve.tasks`, in its rules too) is relative to the folder of the
 //! config file, as in nginx's, Prometheus's and Envoy's configs, never to
-//! the working directory. A file conclave reads must exist, and a file it
-//! writes must have its folder: either missing is a load error, which
-//! `conclave check` reports with the key that names it.
+//! the working directory. A file conclave reads must exist: one missing is
+//! a load error, which `conclave check` reports with the key that names
+//! it. The files it writes (the event log, the store) are created when
+//! `serve` opens them, on the machine it runs on, so a config checked
+//! elsewhere is not held to this one's folders.
 
 use std::path::{Path, PathBuf};
 
@@ -15,13 +17,9 @@ use crate::mock::Behavior;
 /// folder) and reports the files that are not there.
 pub(crate) fn anchor(config: &mut Config, base: &Path, errs: &mut Errors) {
     let server = &mut config.server;
-    for (key, path) in [
-        ("server.event_log", &mut server.event_log),
-        ("server.state_path", &mut server.state_path),
-    ] {
+    for path in [&mut server.event_log, &mut server.state_path] {
         if let Some(p) = path {
             *p = anchored(base, p);
-            written_in_a_folder(key, p, errs);
         }
     }
     for (name, u) in &mut config.upstreams {
@@ -60,14 +58,6 @@ fn anchored(base: &Path, path: &Path) -> PathBuf {
     }
 }
 
-/// Reports a file conclave creates whose folder is missing.
-fn written_in_a_folder(key: &str, path: &Path, errs: &mut Errors) {
-    let folder = path.parent().filter(|f| !f.as_os_str().is_empty());
-    if let Some(f) = folder.filter(|f| !f.is_dir()) {
-        errs.push(key, format!("the folder {} does not exist", f.display()));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -85,19 +75,5 @@ mod tests {
             anchored(base, Path::new("/var/log/e.jsonl")),
             Path::new("/var/log/e.jsonl")
         );
-    }
-
-    #[test]
-    fn a_missing_folder_is_reported_with_its_key() {
-        let mut errs = Errors::default();
-        written_in_a_folder(
-            "server.event_log",
-            Path::new("/no/such/dir/e.jsonl"),
-            &mut errs,
-        );
-        written_in_a_folder("server.state_path", Path::new("/tmp/ok.db"), &mut errs);
-        assert_eq!(errs.0.len(), 1);
-        assert_eq!(errs.0[0].path, "server.event_log");
-        assert!(errs.0[0].message.contains("/no/such/dir"));
     }
 }
