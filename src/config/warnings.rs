@@ -22,15 +22,18 @@ pub(super) fn warn(mut config: Config) -> Config {
 /// A warning for each secret that redaction will not look for, named by
 /// where it comes from (never by its value).
 fn plain_secrets(config: &Config) -> Vec<String> {
-    let upstreams = config.upstreams.iter().filter_map(|(name, u)| match &u.kind {
-        UpstreamKind::OpenAi {
-            api_key: Some(k), ..
-        }
-        | UpstreamKind::Anthropic(Anthropic {
-            api_key: Some(k), ..
-        }) => Some((format!("upstreams.{name}.api_key_env"), k)),
-        _ => None,
-    });
+    let upstreams = config
+        .upstreams
+        .iter()
+        .filter_map(|(name, u)| match &u.kind {
+            UpstreamKind::OpenAi {
+                api_key: Some(k), ..
+            }
+            | UpstreamKind::Anthropic(Anthropic {
+                api_key: Some(k), ..
+            }) => Some((format!("upstreams.{name}.api_key_env"), k)),
+            _ => None,
+        });
     let keys = config.keys.iter().enumerate().filter_map(|(i, k)| {
         let s = k.secret.as_ref()?;
         Some((format!("keys[{i}].key_env (key \"{}\")", k.name), s))

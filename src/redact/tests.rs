@@ -149,7 +149,12 @@ fn plain_secrets_are_never_looked_for() {
     ] {
         assert_eq!(plain(key), Some(why), "{key}");
     }
-    for key in [KEY, OTHER, "sk-acceptance-required-testing-upstream-4f9c2e81", "Correct-Horse-Battery-Staple"] {
+    for key in [
+        KEY,
+        OTHER,
+        "sk-acceptance-required-testing-upstream-4f9c2e81",
+        "Correct-Horse-Battery-Staple",
+    ] {
         assert_eq!(plain(key), None, "{key}");
     }
     let r = Redactor::new(["EMPTY", "ollama", "lm-studio", "sk-no-key-required", ""]);
@@ -268,12 +273,25 @@ fn words_of_a_key_in_answers_are_left_alone() {
         "sk-acceptance-required-testing-: 31",
         r#"{"choices":[{"message":{"content":"acceptance\nrequired testing"}}]}"#,
     ] {
-        assert!(matches!(r.redact(text), Cow::Borrowed(t) if t == text), "{text}");
+        assert!(
+            matches!(r.redact(text), Cow::Borrowed(t) if t == text),
+            "{text}"
+        );
         let body = Bytes::from(text.to_owned());
         assert_eq!(r.redact_bytes(body.clone()), body);
     }
     let mut carry = Carry::default();
-    for p in ["hello from the ", "accept", "ance", " test: ", "sk-", "acceptance-", "required", "-testing", " done"] {
+    for p in [
+        "hello from the ",
+        "accept",
+        "ance",
+        " test: ",
+        "sk-",
+        "acceptance-",
+        "required",
+        "-testing",
+        " done",
+    ] {
         let ev = content_event(p);
         assert_eq!(relay_one(&r, &mut carry, ev.clone()), ev, "{p}");
     }
@@ -288,7 +306,10 @@ fn a_key_of_words_and_its_encodings_are_still_removed() {
         for enc in b64(&s) {
             let out = r.clean(format!("key {enc} end"));
             assert!(!leaks_run(&out, WORDS, 8), "{enc}: {out}");
-            assert!(out.starts_with("key ") && out.ends_with(&format!("{REDACTED} end")), "{out}");
+            assert!(
+                out.starts_with("key ") && out.ends_with(&format!("{REDACTED} end")),
+                "{out}"
+            );
         }
     }
     let mut forms: Vec<String> = vec![WORDS.to_owned(), WORDS.to_ascii_uppercase()];
@@ -297,7 +318,12 @@ fn a_key_of_words_and_its_encodings_are_still_removed() {
     forms.push(WORDS.replace('-', "%2D"));
     forms.push(WORDS.bytes().map(|b| format!("%{b:02x}")).collect());
     // JSON-escaped: every character as `\u`, or some.
-    forms.push(WORDS.chars().map(|c| format!("\\u{:04x}", c as u32)).collect());
+    forms.push(
+        WORDS
+            .chars()
+            .map(|c| format!("\\u{:04x}", c as u32))
+            .collect(),
+    );
     forms.push(WORDS.replace('e', "\\u0065"));
     // Two-thirds of it (32 of 48 characters), from either end.
     forms.push(WORDS[..32].to_owned());
@@ -325,11 +351,17 @@ fn a_key_of_words_split_over_two_events_is_cut() {
     let r = Redactor::new([WORDS]);
     // Cut early: the first event says less than two-thirds of it, the
     // second says the rest, which never goes out.
-    let (a, b) = (format!("key: {}", &WORDS[..16]), format!("{} done", &WORDS[16..]));
+    let (a, b) = (
+        format!("key: {}", &WORDS[..16]),
+        format!("{} done", &WORDS[16..]),
+    );
     let out = relay(&r, &[&a, &b]);
     assert_eq!(out, format!("key: {}{REDACTED} done", &WORDS[..16]));
     // Cut late: both events are cut.
-    let (a, b) = (format!("key: {}", &WORDS[..40]), format!("{} done", &WORDS[40..]));
+    let (a, b) = (
+        format!("key: {}", &WORDS[..40]),
+        format!("{} done", &WORDS[40..]),
+    );
     let out = relay(&r, &[&a, &b]);
     assert_eq!(out, format!("key: {REDACTED}{REDACTED} done"));
     // A Messages stream's text deltas and a Responses stream's are cut alike.
@@ -355,7 +387,10 @@ fn a_key_of_words_split_over_two_events_is_cut() {
 #[test]
 fn escaped_keys_are_removed_and_the_escapes_around_them_kept() {
     let r = r();
-    let escaped: String = KEY.chars().map(|c| format!("\\u{:04X}", c as u32)).collect();
+    let escaped: String = KEY
+        .chars()
+        .map(|c| format!("\\u{:04X}", c as u32))
+        .collect();
     let body = format!(r#"{{"type":"{escaped}","a":"\u00e9\/x %41 \\u0073"}}"#);
     let out = r.redact_bytes(Bytes::from(body.clone()));
     let want = body.replace(&escaped, REDACTED);
@@ -363,7 +398,11 @@ fn escaped_keys_are_removed_and_the_escapes_around_them_kept() {
     let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| unreachable!("{e}"));
     assert_eq!(v["type"], REDACTED);
     // The key escaped in part, after an escaped line break.
-    let body = format!("x\\n{}{}", &KEY[..10].replace('-', "\\u002d"), &KEY[10..].replace('-', "%2d"));
+    let body = format!(
+        "x\\n{}{}",
+        &KEY[..10].replace('-', "\\u002d"),
+        &KEY[10..].replace('-', "%2d")
+    );
     assert_eq!(r.clean(&body), format!("x\\n{REDACTED}"));
 }
 

@@ -3,11 +3,12 @@
 //! secret wrapped over several lines reads as one run; escapes are read
 //! as the characters they stand for, so an escaped secret reads as it is.
 //!
-//! A line break is `\n` or `\r`, or their JSON escapes (`\` then `n` or
-//! `r`, as they appear inside a raw JSON body), together with the spaces
-//! and tabs that indent the next line. An escape is JSON's `\uXXXX` or
-//! `\/`, or URL encoding's `%XX`, of a printable ASCII character (keys
-//! are ASCII). A text without either is viewed as it is, without a copy.
+//! A line break is `\n` or `\r\n`, or the JSON escapes of `\n` or `\r`
+//! (`\` then `n` or `r`, as they appear inside a raw JSON body), together
+//! with the spaces, tabs and further breaks that follow it. An escape is
+//! JSON's `\uXXXX` or `\/`, or URL encoding's `%XX`, of a printable ASCII
+//! character (keys are ASCII). A text without either is viewed as it is,
+//! without a copy.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -33,8 +34,7 @@ enum Special {
 
 impl<'a> View<'a> {
     pub fn new(raw: &'a [u8]) -> View<'a> {
-        let mut scan = Scanner::new(raw);
-        let Some(first) = scan.next(0) else {
+        let Some(first) = next_special(raw, 0) else {
             return View {
                 text: Cow::Borrowed(raw),
                 gaps: Vec::new(),
@@ -73,7 +73,7 @@ impl<'a> View<'a> {
                     at = start + len;
                 }
             }
-            next = scan.next(at);
+            next = next_special(raw, at);
         }
         text.extend_from_slice(&raw[at..]);
         View {
@@ -145,47 +145,24 @@ fn escape_at(raw: &[u8], at: usize) -> Option<(usize, u8)> {
     }
 }
 
-/// Finds the line breaks and escapes of a text, in order.
-struct Scanner<'a> {
-    raw: &'a [u8],
-    /// The next `%` at or after the last place looked from.
-    percent: Option<usize>,
-}
-
-impl<'a> Scanner<'a> {
-    fn new(raw: &'a [u8]) -> Self {
-        Scanner {
-            raw,
-            percent: memchr::memchr(b'%', raw),
+/// The first line break or escape at or after `from`, found in one pass
+/// (a lone `\r` is not looked for: `\r\n` is found at its `\n`).
+fn next_special(raw: &[u8], mut from: usize) -> Option<(usize, Special)> {
+    loop {
+        let at = from + memchr::memchr3(b'\n', b'\\', b'%', raw.get(from..)?)?;
+        if raw[at] == b'\n' {
+            return Some(match at > from && raw[at - 1] == b'\r' {
+                true => (at - 1, Special::Break(2)),
+                false => (at, Special::Break(1)),
+            });
         }
-    }
-
-    /// The first line break or escape at or after `from`.
-    fn next(&mut self, mut from: usize) -> Option<(usize, Special)> {
-        let raw = self.raw;
-        loop {
-            if self.percent.is_some_and(|p| p < from) {
-                self.percent = raw
-                    .get(from..)
-                    .and_then(|r| memchr::memchr(b'%', r))
-                    .map(|i| from + i);
-            }
-            let rest = raw.get(from..)?;
-            let other = memchr::memchr3(b'\n', b'\r', b'\\', rest).map(|i| from + i);
-            let at = match (other, self.percent) {
-                (Some(a), Some(p)) => a.min(p),
-                (Some(a), None) => a,
-                (None, Some(p)) => p,
-                (None, None) => return None,
-            };
-            if let Some(n) = break_at(raw, at) {
-                return Some((at, Special::Break(n)));
-            }
-            if let Some((n, c)) = escape_at(raw, at) {
-                return Some((at, Special::Escape(n, c)));
-            }
-            // A backslash escapes the next byte (`\\` is one backslash).
-            from = at + if raw[at] == b'\\' { 2 } else { 1 };
+        if let Some(n) = break_at(raw, at) {
+            return Some((at, Special::Break(n)));
         }
+        if let Some((n, c)) = escape_at(raw, at) {
+            return Some((at, Special::Escape(n, c)));
+        }
+        // A backslash escapes the next byte (`\\` is one backslash).
+        from = at + if raw[at] == b'\\' { 2 } else { 1 };
     }
 }
