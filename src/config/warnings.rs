@@ -50,8 +50,8 @@ fn plain_secrets(config: &Config) -> Vec<String> {
             let why = crate::redact::plain(&secret.0)?;
             Some(format!(
                 "{path}: this secret is never redacted from what upstreams send: {why}, so it \
-                 cannot be told apart from ordinary text. Fine for a placeholder (`EMPTY`, \
-                 `sk-no-key-required`); a real secret should be a generated one."
+                 cannot be told apart from ordinary text. Fine for a placeholder key; a real \
+                 secret should be a generated one."
             ))
         })
         .collect()
