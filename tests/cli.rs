@@ -115,6 +115,67 @@ fn a_missing_config_file_is_a_clear_error() {
     );
 }
 
+/// Secrets too plain to tell apart from text are never redacted from
+/// answers: `check` says which, by where they come from, never by value.
+#[test]
+fn check_warns_about_secrets_too_plain_to_redact() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.toml");
+    std::fs::write(
+        &path,
+        r#"
+[upstreams.llama]
+kind = "openai"
+base_url = "http://127.0.0.1:1/v1"
+api_key_env = "LLAMA_KEY"
+
+[upstreams.vllm]
+kind = "openai"
+base_url = "http://127.0.0.1:2/v1"
+api_key_env = "VLLM_KEY"
+
+[upstreams.real]
+kind = "openai"
+base_url = "http://127.0.0.1:3/v1"
+api_key_env = "REAL_KEY"
+
+[models.a]
+upstream = "llama"
+[models.b]
+upstream = "vllm"
+[models.c]
+upstream = "real"
+
+[[keys]]
+name = "team"
+key_env = "TEAM_KEY"
+"#,
+    )
+    .unwrap();
+    let env = [
+        ("LLAMA_KEY", "sk-no-key-required"),
+        ("VLLM_KEY", "EMPTY"),
+        ("REAL_KEY", "sk-proj-7Qz9Xk2Lm4Pn8Rt0Vb6Yc3Hd5Jf1"),
+        ("TEAM_KEY", "team-key-8c1f0e7d2b9a4c6e"),
+    ];
+    let (code, out, err) = conclave(&["check", "--config", &path.display().to_string()], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    let warnings: Vec<&str> = out.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(warnings.len(), 2, "{out}");
+    assert!(
+        warnings[0].contains("upstreams.llama.api_key_env")
+            && warnings[0].contains("one kind of character"),
+        "{out}"
+    );
+    assert!(
+        warnings[1].contains("upstreams.vllm.api_key_env") && warnings[1].contains("fewer than 12"),
+        "{out}"
+    );
+    for (_, secret) in env {
+        assert!(!out.contains(secret) && !err.contains(secret), "{out}{err}");
+    }
+}
+
 #[test]
 fn check_warns_when_a_hung_early_tier_would_use_up_the_request() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,10 +7,11 @@
 
 use std::path::Path;
 
-/// The modules the config may use: leaves, and the simulator's own config
-/// data (`mock::{Behavior, Quirk, Quirks, SwapSim}`, the language of
-/// `kind = "mock"` upstreams, checked when the config is).
-const CONFIG_MAY_USE: &[&str] = &["config", "wire", "labels", "clock", "mock"];
+/// The modules the config may use: leaves (`redact` for which secrets it
+/// can look for, warned about when the config is checked), and the
+/// simulator's own config data (`mock::{Behavior, Quirk, Quirks, SwapSim}`,
+/// the language of `kind = "mock"` upstreams, checked when the config is).
+const CONFIG_MAY_USE: &[&str] = &["config", "wire", "labels", "clock", "mock", "redact"];
 
 /// Every `crate::NAME` a line of code names (comments skipped).
 fn crate_paths(text: &str) -> Vec<(usize, String)> {

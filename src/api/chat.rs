@@ -176,7 +176,7 @@ impl Render for ChatRender {
 
     /// The upstream's own bytes, with usage left out when conclave asked
     /// for it and the client did not.
-    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) {
+    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) -> Result<(), ApiError> {
         let data = chunk.data;
         if self.include_usage {
             if matches!(chunk.usage, UsageField::Present(_)) {
@@ -184,7 +184,7 @@ impl Render for ChatRender {
             }
             frame_into(out, &[&data]);
             self.last = Some(data);
-            return;
+            return Ok(());
         }
         match chunk.usage {
             UsageField::Absent => frame_into(out, &[&data]),
@@ -197,6 +197,7 @@ impl Render for ChatRender {
                 }
             },
         }
+        Ok(())
     }
 
     fn end(&mut self, totals: Totals, out: &mut BytesMut) {

@@ -3,6 +3,13 @@
 //! the body as it is, each stream event under its own name (its JSON's
 //! `type`), and an error after the stream began as the dialect's `error`
 //! event.
+//!
+//! An event is written only under a `type` that is an event name
+//! ([`is_event_name`]: `[a-z_.]`, at most 64 characters; the upstream relay
+//! refuses any other before it gets here), and its data (already redacted)
+//! on one line: an event with any other `type` ends the stream with the
+//! error event, so nothing an upstream puts in a `type` can forge an
+//! event or spell a secret after `event: `.
 
 use std::sync::Arc;
 
@@ -16,8 +23,8 @@ use crate::graph::Node;
 use crate::model::Chunk;
 use crate::sink::Totals;
 use crate::upstream::ConcreteModel;
-use crate::wire::Endpoint;
 use crate::wire::billing::Billable;
+use crate::wire::{Endpoint, is_event_name};
 
 /// The job of a body (`raw`) forwarded verbatim to `concrete` on
 /// `endpoint`, billable for `bill`, its answer relayed by [`Native`] in
@@ -78,12 +85,17 @@ impl Render for Native {
         }
     }
 
-    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) {
+    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) -> Result<(), ApiError> {
         let head: Option<EventHead> = serde_json::from_slice(&chunk.data).ok();
-        let kind = head
+        let Some(kind) = head
             .as_ref()
             .and_then(|h| h.kind.as_deref())
-            .unwrap_or("message");
+            .filter(|k| is_event_name(k))
+        else {
+            return Err(ApiError::Internal(
+                "an upstream stream event has no valid `type`; the stream ends here".into(),
+            ));
+        };
         if let Some(n) = head.as_ref().and_then(|h| h.sequence_number) {
             self.seq = Some(n);
         }
@@ -91,8 +103,17 @@ impl Render for Native {
         out.put_slice(b"event: ");
         out.put_slice(kind.as_bytes());
         out.put_slice(b"\ndata: ");
+        // Data lines are joined by line breaks, which JSON allows only
+        // between tokens: as spaces, the data stays one line.
+        let at = out.len();
         out.put_slice(&chunk.data);
+        for b in &mut out[at..] {
+            if *b == b'\n' || *b == b'\r' {
+                *b = b' ';
+            }
+        }
         out.put_slice(b"\n\n");
+        Ok(())
     }
 
     fn end(&mut self, _: Totals, _: &mut BytesMut) {}

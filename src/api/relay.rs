@@ -1,8 +1,8 @@
 //! The body of a streamed answer: each upstream chunk is handed to the
 //! request's [`Render`] the moment it arrives and written out, then the
-//! render's ending; an error after the first byte becomes the render's
-//! error event and ends the stream, as does the end of shutdown's grace
-//! period. Meta the response headers could not carry (the stream was
+//! render's ending; an error after the first byte (the upstream's, or a
+//! chunk the render cannot write) becomes the render's error event and
+//! ends the stream, as does the end of shutdown's grace period. Meta the response headers could not carry (the stream was
 //! committed by keep-alives) goes out as SSE comments before the end.
 
 use std::convert::Infallible;
@@ -165,7 +165,12 @@ impl Stream for ClientStream {
                     if chunk.real {
                         this.guard.ctx().first_token();
                     }
-                    this.render.chunk(chunk, &mut this.batch);
+                    if let Err(e) = this.render.chunk(chunk, &mut this.batch) {
+                        tracing::warn!(error = %e, "a stream chunk could not be written");
+                        this.done = true;
+                        this.fail(&e);
+                        return this.flush();
+                    }
                     if this.batch.len() >= MAX_BATCH {
                         return this.flush();
                     }

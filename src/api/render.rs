@@ -31,8 +31,10 @@ pub trait Render: Send + 'static {
         out.extend_from_slice(KEEPALIVE);
     }
 
-    /// Frames one chunk of a streamed answer.
-    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut);
+    /// Frames one chunk of a streamed answer. An error (a chunk the
+    /// dialect cannot write) ends the stream with [`Render::fail`]; what
+    /// the chunk wrote before it is kept.
+    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) -> Result<(), ApiError>;
 
     /// What follows the last chunk. `totals` is the request's usage so
     /// far, for a stream that reported none.

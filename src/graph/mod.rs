@@ -66,8 +66,6 @@ pub enum BuildError {
         route: String,
         strategy: &'static str,
     },
-    #[error(transparent)]
-    Redact(#[from] crate::redact::BuildError),
 }
 
 impl Graph {
@@ -105,7 +103,7 @@ impl Graph {
                 })?;
             upstreams.insert(name.as_str(), built);
         }
-        let redactor = Arc::new(Redactor::new(config.secrets())?);
+        let redactor = Arc::new(Redactor::new(config.secrets()));
         let mut g = Graph {
             names: Vec::new(),
             nodes: HashMap::new(),

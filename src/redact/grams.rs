@@ -1,7 +1,8 @@
 //! [`Grams`]: where in a text a run of secret may be, found by sampling.
 //!
-//! Any run of [`WINDOW`](super::patterns::WINDOW) (8) bytes holds the 4
-//! bytes at some offset of the text that is a multiple of 4. So the text is
+//! Any run that counts (at least [`MIN_RUN`](super::patterns::MIN_RUN)
+//! bytes, and any run of 7 or more) holds the 4 bytes at some offset of
+//! the text that is a multiple of 4. So the text is
 //! read 4 bytes at a time: each piece (ASCII lower-cased) is tested
 //! against a bit set of every 4-byte piece of every source (one hashed bit
 //! per piece; about 1 innocent piece in 64 gets past it), then looked up

@@ -10,28 +10,35 @@
 //! The client's response, attempt trails and summaries, the event log,
 //! traces and stderr are then safe by construction.
 //!
-//! What counts as the secret, for a key of 8 or more bytes:
-//! - any run of 8 or more of its characters (a prefix, a suffix or a
-//!   middle part), in any letter case; the run is replaced as far as the
-//!   text keeps following the key, so `Bearer <key>` becomes
-//!   `Bearer [REDACTED]`;
+//! A gateway must not change what a model wrote, except to remove a
+//! real secret. So a run of a secret's characters counts as the secret
+//! only when it is long enough to be the secret rather than text: at
+//! least two-thirds of the secret and never fewer than 12 characters
+//! ([`patterns::min_run`]). What counts, in any letter case:
+//! - the secret, or such a run of it (a prefix, a suffix or a middle
+//!   part); the run is replaced as far as the text keeps following the
+//!   key, so `Bearer <key>` becomes `Bearer [REDACTED]`;
 //! - the same in its base64 forms (standard or URL-safe, padded or not, at
 //!   any of the three alignments, so the base64 of `Bearer <key>` or of
 //!   `user:<key>` is caught), with the partial groups at the ends;
-//! - either of them wrapped over lines: `\n`, `\r\n` or their JSON escapes,
-//!   with the next line's indentation, may interrupt a run anywhere.
+//! - any of them escaped: JSON's `\uXXXX` and `\/`, URL encoding's `%XX`
+//!   (ASCII characters only), or wrapped over lines: `\n`, `\r\n` or
+//!   their JSON escapes, with the next line's indentation, may interrupt
+//!   a run anywhere ([`view`]).
 //!
-//! Windows made (almost) only of a well-known vendor prefix (`sk-`,
-//! `sk-proj-`, `sk-ant-api03-`, …) are not the secret: a window must hold
-//! 4 characters past it, so innocent text about key formats is left
-//! alone. A secret shorter than 8 bytes is matched only whole and not
-//! inside a word. Of a run that an upstream spreads over several stream
-//! events, what went out before the run counts (at most 7 characters, or
-//! a vendor prefix and 3 more) is not taken back (see [`stream`]).
+//! A run must also hold 4 characters past a well-known vendor prefix
+//! (`sk-`, `sk-proj-`, `sk-ant-api03-`, …): the prefix is no one's secret.
+//! A secret too short or too plain to tell apart from text (fewer than 12
+//! characters past its prefix, or only one kind of character: `EMPTY`,
+//! `ollama`, `lm-studio`, `sk-no-key-required`; see [`plain`]) is never
+//! looked for; `conclave check` warns about it. Of a run that an upstream
+//! spreads over several stream events, what went out before the run
+//! counted (less than two-thirds of the secret) is not taken back: the
+//! rest never goes out (see [`stream`]).
 //!
 //! Looking costs about one bit test per 4 bytes of text (`grams`): any run
-//! of 8 holds a 4-byte piece at an offset that is a multiple of 4, so only
-//! those are looked up, and only a hit is followed up.
+//! that counts holds a 4-byte piece at an offset that is a multiple of 4,
+//! so only those are looked up, and only a hit is followed up.
 
 mod grams;
 mod patterns;
@@ -46,21 +53,18 @@ use std::borrow::Cow;
 use bytes::Bytes;
 
 use patterns::Patterns;
+pub use patterns::{Plain, plain};
 use scan::{Matcher, replace};
 pub use stream::Carry;
 
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[REDACTED]";
 
-/// The secrets' matcher could not be built.
-#[derive(Debug, thiserror::Error)]
-#[error("the secrets' matcher could not be built: {0}")]
-pub struct BuildError(#[from] aho_corasick::BuildError);
-
 #[derive(Default)]
 pub struct Redactor {
-    /// `None`: no secrets, nothing to do.
+    /// `None`: no secrets to look for, nothing to do.
     matcher: Option<Matcher>,
+    /// Secrets looked for (those not [`plain`]).
     secrets: usize,
 }
 
@@ -71,19 +75,20 @@ impl std::fmt::Debug for Redactor {
 }
 
 impl Redactor {
-    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Result<Self, BuildError> {
+    /// A redactor for `secrets`; those that are [`plain`] are left out.
+    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
         let mut p = Patterns::default();
         let mut seen: Vec<&str> = Vec::new();
         for s in secrets {
-            if !s.is_empty() && !seen.contains(&s) {
+            if plain(s).is_none() && !seen.contains(&s) {
                 seen.push(s);
-                p.add_secret(s.as_bytes());
+                p.add_secret(s);
             }
         }
-        Ok(Redactor {
-            matcher: Matcher::new(p)?,
+        Redactor {
+            matcher: Matcher::new(p),
             secrets: seen.len(),
-        })
+        }
     }
 
     /// There are secrets to look for.

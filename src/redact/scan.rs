@@ -4,15 +4,12 @@
 //! following that source (ASCII case-insensitively; for a base64 run, also
 //! over the partial groups at its ends), kept if it counts
 //! ([`Source::min_len`], [`Source::min_end`]), and the search goes on
-//! after it. Secrets shorter than 8 bytes are found whole by an
-//! Aho-Corasick automaton.
+//! after it.
 
 use std::ops::Range;
 
-use aho_corasick::{AhoCorasick, MatchKind};
-
 use super::grams::{Grams, Place};
-use super::patterns::{Patterns, Source, is_base64, is_word};
+use super::patterns::{Patterns, Source, is_base64};
 use super::view::View;
 
 /// Characters of a base64 group that may mix the secret's bits with its
@@ -22,30 +19,26 @@ const PARTIAL_GROUP: usize = 3;
 pub struct Matcher {
     grams: Grams,
     sources: Vec<Source>,
-    /// The secrets shorter than 8 bytes, if any.
-    short: Option<AhoCorasick>,
+    /// The longest source: how much text a run may span.
+    longest: usize,
 }
 
 impl Matcher {
     /// `None` when there is nothing to look for.
-    pub fn new(p: Patterns) -> Result<Option<Matcher>, aho_corasick::BuildError> {
-        if p.sources.is_empty() && p.short.is_empty() {
-            return Ok(None);
+    pub fn new(p: Patterns) -> Option<Matcher> {
+        if p.sources.is_empty() {
+            return None;
         }
-        let short = match p.short.is_empty() {
-            true => None,
-            false => Some(
-                AhoCorasick::builder()
-                    .ascii_case_insensitive(true)
-                    .match_kind(MatchKind::LeftmostLongest)
-                    .build(&p.short)?,
-            ),
-        };
-        Ok(Some(Matcher {
+        Some(Matcher {
             grams: Grams::new(&p.sources),
+            longest: p.sources.iter().map(|s| s.bytes.len()).max().unwrap_or(0),
             sources: p.sources,
-            short,
-        }))
+        })
+    }
+
+    /// The length of the longest source (a secret's longest form).
+    pub fn longest(&self) -> usize {
+        self.longest
     }
 
     /// The byte ranges of `raw` that hold a run of secret: in order,
@@ -68,14 +61,6 @@ impl Matcher {
                 floor = run.end;
                 runs.push(run);
             }
-        }
-        if let Some(ac) = &self.short {
-            let whole = ac.find_iter(hay).map(|m| m.range()).filter(|r| {
-                let free_before = r.start == 0 || !is_word(hay[r.start - 1]);
-                free_before && hay.get(r.end).is_none_or(|b| !is_word(*b))
-            });
-            runs.extend(whole);
-            runs.sort_by_key(|r| r.start);
         }
         let mut out: Vec<Range<usize>> = Vec::with_capacity(runs.len());
         for r in runs {

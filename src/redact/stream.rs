@@ -5,19 +5,22 @@
 //! Each event's own bytes are scanned whole. Then the answer text the
 //! event adds (its first choice's `delta.content` and tool-call
 //! `arguments`, or a completion's `text`: what `wire::inspect_chunk_text`
-//! reads; a Responses event's `delta`: what `wire::responses` reads) is read after the last [`TAIL`] bytes of the text before it: a
-//! run of secret that began in earlier events and goes on in this one is
-//! cut from this event's text too. Nothing is held back, so what goes out
-//! before the run counts (at most 7 characters, or a vendor prefix and 3
-//! more) stays out; what comes after it never does.
+//! reads; a Responses event's `delta`: what `wire::responses` reads; a
+//! Messages event's `delta.text`, `partial_json` or `thinking`: what
+//! `wire::messages` reads) is read after the text before it (as much as
+//! the longest form of a secret, at most [`MAX_TAIL`] bytes): a run of
+//! secret that began in earlier events and goes on in this one is cut
+//! from this event's text too. Nothing is held back, so what goes out
+//! before the run counts (less than two-thirds of the secret) stays out;
+//! what comes after it never does.
 
 use bytes::Bytes;
 use serde_json::Value;
 
 use super::{REDACTED, Redactor};
 
-/// Text kept from earlier events (and read of this one's start).
-const TAIL: usize = 64;
+/// Most text kept from earlier events (and read of this one's start).
+pub const MAX_TAIL: usize = 1024;
 
 /// What a stream's redaction remembers between events.
 #[derive(Default)]
@@ -49,10 +52,19 @@ fn cut_text(v: &mut Value, mut n: usize) {
             rest
         };
     };
-    // A Responses event's text (`response.output_text.delta`, …).
-    if let Some(d) = v.get_mut("delta").filter(|d| d.is_string()) {
-        cut(d);
-        return;
+    if let Some(d) = v.get_mut("delta") {
+        // A Responses event's text (`response.output_text.delta`, …).
+        if d.is_string() {
+            cut(d);
+            return;
+        }
+        // A Messages event's (`content_block_delta`).
+        for k in ["text", "partial_json", "thinking"] {
+            if let Some(s) = d.get_mut(k).filter(|s| s.is_string()) {
+                cut(s);
+                return;
+            }
+        }
     }
     let Some(c) = v.pointer_mut("/choices/0") else {
         return;
@@ -84,27 +96,28 @@ impl Redactor {
         let Some(text) = text.filter(|t| !t.is_empty()) else {
             return self.redact_bytes(data);
         };
+        let tail = m.longest().min(MAX_TAIL);
         // How much of this event's text continues a run from before.
         let mut cut = 0;
         if !carry.tail.is_empty() {
             let joined = &mut carry.joined;
             joined.clear();
             joined.push_str(&carry.tail);
-            joined.push_str(&text[..floor_char(text, TAIL)]);
+            joined.push_str(&text[..floor_char(text, tail)]);
             let from = carry.tail.len();
             let runs = m.runs(joined.as_bytes());
             if let Some(r) = runs.iter().find(|r| r.start < from && r.end > from) {
                 cut = r.end - from;
             }
         }
-        if text.len() >= TAIL {
+        if text.len() >= tail {
             carry.tail.clear();
             carry
                 .tail
-                .push_str(&text[text.len() - suffix_len(text, TAIL)..]);
+                .push_str(&text[text.len() - suffix_len(text, tail)..]);
         } else {
             carry.tail.push_str(text);
-            let old = carry.tail.len() - suffix_len(&carry.tail, TAIL);
+            let old = carry.tail.len() - suffix_len(&carry.tail, tail);
             carry.tail.drain(..old);
         }
         if cut == 0 {

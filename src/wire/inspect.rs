@@ -39,6 +39,8 @@ pub enum NotAnAnswer {
     NoOutput,
     #[error("it has no `type`")]
     NoType,
+    #[error("its `type` is not an event name ([a-z_.], at most {MAX_EVENT_NAME} characters)")]
+    BadType,
     #[error("it is not a Messages `message` object")]
     NotAMessage,
     #[error("it has no `content` array")]
@@ -47,6 +49,21 @@ pub enum NotAnAnswer {
     TooManyChoices(usize),
     #[error("a tool call index of {0} is out of range (at most {MAX_TOOL_CALLS} tool calls)")]
     ToolCallIndex(u64),
+}
+
+/// Longest stream event `type` that is an event name.
+pub const MAX_EVENT_NAME: usize = 64;
+
+/// Whether a stream event's `type` is an event name: 1 to
+/// [`MAX_EVENT_NAME`] of `a`-`z`, `_` and `.`, as every Responses and
+/// Messages event type is. A native relay writes the type after `event: `,
+/// so anything else (a line break, a secret spelt in escapes) is refused
+/// before it is relayed.
+pub fn is_event_name(kind: &str) -> bool {
+    (1..=MAX_EVENT_NAME).contains(&kind.len())
+        && kind
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || matches!(b, b'_' | b'.'))
 }
 
 /// A payload must be a UTF-8 JSON object before it is read further

@@ -24,7 +24,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::billing::Billable;
-use super::inspect::{ChunkInfo, NotAnAnswer, WholeBody, error_message, object_bytes};
+use super::inspect::{
+    ChunkInfo, NotAnAnswer, WholeBody, error_message, is_event_name, object_bytes,
+};
 use super::output::{AssistantOutput, ToolCall};
 use super::{MAX_TOOL_CALLS, Usage, UsageField};
 
@@ -138,6 +140,9 @@ pub fn inspect_event(data: &[u8], summarize: bool, text: bool) -> Result<ChunkIn
     let Some(kind) = e.kind.as_deref() else {
         return Err(NotAnAnswer::NoType);
     };
+    if !is_event_name(kind) {
+        return Err(NotAnAnswer::BadType);
+    }
     let mut info = ChunkInfo::with_usage(UsageField::Absent);
     let present = |c: Option<Counts>| {
         c.and_then(Counts::usage)

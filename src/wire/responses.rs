@@ -25,7 +25,9 @@ use serde_json::{Map, Value};
 
 use super::billing::Billable;
 use super::finish::Reason;
-use super::inspect::{ChunkInfo, NotAnAnswer, WholeBody, error_message, object_bytes};
+use super::inspect::{
+    ChunkInfo, NotAnAnswer, WholeBody, error_message, is_event_name, object_bytes,
+};
 use super::output::{AssistantOutput, ToolCall};
 use super::{MAX_TOOL_CALLS, Usage, UsageField};
 
@@ -174,6 +176,9 @@ pub fn inspect_event(data: &[u8], summarize: bool, text: bool) -> Result<ChunkIn
     let Some(kind) = e.kind.as_deref() else {
         return Err(NotAnAnswer::NoType);
     };
+    if !is_event_name(kind) {
+        return Err(NotAnAnswer::BadType);
+    }
     let mut info = ChunkInfo::with_usage(UsageField::Absent);
     let delta = e.delta.as_ref().and_then(Value::as_str);
     match kind {

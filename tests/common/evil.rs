@@ -506,6 +506,12 @@ pub fn leaks(text: &str, key: &str) -> bool {
 
 /// The first piece of `key` that [`leaks`] finds in `text`.
 pub fn leak(text: &str, key: &str) -> Option<String> {
+    leak_run(text, key, 8, 8)
+}
+
+/// The first run of `w` characters of `key`, or of `w64` of a base64 form
+/// of it, in `text` (as [`leaks`] reads it).
+pub fn leak_run(text: &str, key: &str, w: usize, w64: usize) -> Option<String> {
     use base64::Engine as _;
     use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
     let flat: String = text
@@ -515,12 +521,12 @@ pub fn leak(text: &str, key: &str) -> Option<String> {
         .map(|l| l.trim_start_matches([' ', '\t']).trim_end_matches('\r'))
         .collect();
     let lower = flat.to_ascii_lowercase();
-    let windows = |s: &str| -> Vec<String> {
-        (0..=s.len().saturating_sub(8))
-            .map(|i| s[i..(i + 8).min(s.len())].to_owned())
+    let windows = |s: &str, w: usize| -> Vec<String> {
+        (0..=s.len().saturating_sub(w))
+            .map(|i| s[i..(i + w).min(s.len())].to_owned())
             .collect()
     };
-    let plain = windows(&key.to_ascii_lowercase());
+    let plain = windows(&key.to_ascii_lowercase(), w);
     if let Some(w) = plain.into_iter().find(|w| lower.contains(w.as_str())) {
         return Some(w);
     }
@@ -529,8 +535,12 @@ pub fn leak(text: &str, key: &str) -> Option<String> {
         let whole = &rest[..rest.len() / 3 * 3];
         [STANDARD_NO_PAD.encode(whole), URL_SAFE_NO_PAD.encode(whole)]
             .iter()
-            .filter(|enc| enc.len() >= 8)
-            .find_map(|enc| windows(enc).into_iter().find(|w| flat.contains(w.as_str())))
+            .filter(|enc| enc.len() >= w64)
+            .find_map(|enc| {
+                windows(enc, w64)
+                    .into_iter()
+                    .find(|w| flat.contains(w.as_str()))
+            })
     })
 }
 

@@ -200,7 +200,7 @@ fn render_both(chunks: &[Value]) -> (Vec<Value>, Value, Value) {
     let mut out = BytesMut::new();
     r.open(&mut out);
     for c in chunks {
-        r.chunk(chunk(c), &mut out);
+        assert!(r.chunk(chunk(c), &mut out).is_ok());
     }
     r.end(Totals::default(), &mut out);
     let evs = events(&out);

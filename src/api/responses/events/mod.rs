@@ -255,12 +255,12 @@ impl Render for Responses {
         self.ensure_open(out);
     }
 
-    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) {
+    fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) -> Result<(), ApiError> {
         self.ensure_open(out);
-        if self.finished || chunk.loading {
-            return;
+        if !self.finished && !chunk.loading {
+            self.absorb(&chunk.data, out);
         }
-        self.absorb(&chunk.data, out);
+        Ok(())
     }
 
     fn end(&mut self, totals: Totals, out: &mut BytesMut) {

@@ -121,7 +121,7 @@ fn stream(head: Head, chunks: &[Value], totals: Totals) -> (Vec<Event>, Value) {
     let mut out = BytesMut::new();
     r.open(&mut out);
     for c in chunks {
-        r.chunk(chunk(c), &mut out);
+        assert!(r.chunk(chunk(c), &mut out).is_ok());
     }
     r.end(totals, &mut out);
     let done = done.lock();

@@ -108,8 +108,8 @@ proptest! {
         }
         for o in &ops {
             match (o, data(o)) {
-                (Op::Junk(bytes), _) => r.chunk(raw(bytes), &mut out),
-                (_, Some(v)) => r.chunk(chunk(&v), &mut out),
+                (Op::Junk(bytes), _) => assert!(r.chunk(raw(bytes), &mut out).is_ok()),
+                (_, Some(v)) => assert!(r.chunk(chunk(&v), &mut out).is_ok()),
                 (_, None) => {}
             }
         }

@@ -232,8 +232,14 @@ fn an_error_mid_stream_fails_the_response_with_what_was_complete() {
     let (mut r, done) = renderer(head());
     let mut out = BytesMut::new();
     r.open(&mut out);
-    r.chunk(chunk(&delta(json!({"reasoning_content": "hm"}))), &mut out);
-    r.chunk(chunk(&delta(json!({"content": "Part"}))), &mut out);
+    assert!(
+        r.chunk(chunk(&delta(json!({"reasoning_content": "hm"}))), &mut out)
+            .is_ok()
+    );
+    assert!(
+        r.chunk(chunk(&delta(json!({"content": "Part"}))), &mut out)
+            .is_ok()
+    );
     let err = ApiError::Model(ModelError::StreamCut {
         upstream: "up".into(),
         detail: "the connection closed".into(),
@@ -258,7 +264,10 @@ fn an_error_mid_stream_fails_the_response_with_what_was_complete() {
     }
     // Whatever comes after the end writes nothing and stores nothing.
     let mut more = BytesMut::new();
-    r.chunk(chunk(&delta(json!({"content": "late"}))), &mut more);
+    assert!(
+        r.chunk(chunk(&delta(json!({"content": "late"}))), &mut more)
+            .is_ok()
+    );
     r.end(Totals::default(), &mut more);
     r.fail(&err, &mut more);
     assert!(more.is_empty());
@@ -270,20 +279,28 @@ fn an_error_mid_stream_fails_the_response_with_what_was_complete() {
 fn junk_and_loading_chunks_are_skipped_and_open_is_implied() {
     let (mut r, done) = renderer(head());
     let mut out = BytesMut::new();
-    r.chunk(raw(b"not json"), &mut out);
-    r.chunk(raw(b"[1,2]"), &mut out);
-    r.chunk(raw(br#"{"choices": "no"}"#), &mut out);
-    r.chunk(
-        raw(br#"{"choices": [{"index": 9, "delta": {"content": "past the choices read"}}]}"#),
-        &mut out,
+    assert!(r.chunk(raw(b"not json"), &mut out).is_ok());
+    assert!(r.chunk(raw(b"[1,2]"), &mut out).is_ok());
+    assert!(r.chunk(raw(br#"{"choices": "no"}"#), &mut out).is_ok());
+    assert!(
+        r.chunk(
+            raw(br#"{"choices": [{"index": 9, "delta": {"content": "past the choices read"}}]}"#),
+            &mut out,
+        )
+        .is_ok()
     );
     let mut banner =
         raw(br#"{"choices": [{"index": 0, "delta": {"reasoning_content": "loading model"}}]}"#);
     banner.loading = true;
-    r.chunk(banner, &mut out);
-    r.chunk(
-        raw(br#"{"choices": [{"delta": {"content": "ok", "tool_calls": [{"index": 99999}]}}]}"#),
-        &mut out,
+    assert!(r.chunk(banner, &mut out).is_ok());
+    assert!(
+        r.chunk(
+            raw(
+                br#"{"choices": [{"delta": {"content": "ok", "tool_calls": [{"index": 99999}]}}]}"#
+            ),
+            &mut out,
+        )
+        .is_ok()
     );
     r.end(Totals::default(), &mut out);
     let ev = events(&out);
