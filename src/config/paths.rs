@@ -17,10 +17,11 @@ use crate::mock::Behavior;
 /// folder) and reports the files that are not there.
 pub(crate) fn anchor(config: &mut Config, base: &Path, errs: &mut Errors) {
     let server = &mut config.server;
-    for path in [&mut server.event_log, &mut server.state_path] {
-        if let Some(p) = path {
-            *p = anchored(base, p);
-        }
+    for p in [&mut server.event_log, &mut server.state_path]
+        .into_iter()
+        .flatten()
+    {
+        *p = anchored(base, p);
     }
     for (name, u) in &mut config.upstreams {
         if let UpstreamKind::Mock { models, .. } = &mut u.kind {
