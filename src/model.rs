@@ -44,8 +44,9 @@ pub trait ChatModel: Send + Sync {
         }
     }
 
-    /// Whether a call now would be served: a concrete model whose
-    /// upstream is ejected is not (see `upstream::health`); a strategy is
+    /// Whether a call now would be served: a concrete model that is
+    /// ejected, or whose whole upstream is, is not (see
+    /// `upstream::health`); a strategy is
     /// while any member it needs is. Strategies skip a member that is not.
     fn availability(&self) -> Availability {
         Availability::Serving

@@ -103,15 +103,7 @@ impl Render for Native {
         out.put_slice(b"event: ");
         out.put_slice(kind.as_bytes());
         out.put_slice(b"\ndata: ");
-        // Data lines are joined by line breaks, which JSON allows only
-        // between tokens: as spaces, the data stays one line.
-        let at = out.len();
-        out.put_slice(&chunk.data);
-        for b in &mut out[at..] {
-            if *b == b'\n' || *b == b'\r' {
-                *b = b' ';
-            }
-        }
+        super::relay::put_data_line(out, &chunk.data);
         out.put_slice(b"\n\n");
         Ok(())
     }

@@ -50,6 +50,14 @@ pub(super) fn keys(
                 format!("duplicate key name \"{}\"", k.name),
             );
         }
+        // The caller of a gateway without keys: every tenant at once (its
+        // usage, its failures), so no key may take its name.
+        if k.name == "anonymous" {
+            errs.push(
+                format!("{path}.name"),
+                "\"anonymous\" is reserved for the caller of a gateway without [[keys]]",
+            );
+        }
         let limits = limits(&k, &path, errs);
         let (digest, secret) = match (&k.key_env, &k.key_sha256) {
             (Some(var), None) => match secret(env, var, &format!("{path}.key_env"), errs) {

@@ -377,3 +377,14 @@ fn an_eject_key_that_needs_error_rate_is_named_itself() {
     );
     assert!(errs.is_empty(), "{errs:?}");
 }
+
+#[test]
+fn no_key_may_be_named_anonymous() {
+    let text = GOOD.replace("name = \"team-a\"", "name = \"anonymous\"");
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with("keys[0].name: \"anonymous\" is reserved"),
+        "{errs:?}"
+    );
+}
