@@ -70,6 +70,26 @@ pub enum ModelError {
         retry_after: Option<String>,
     },
 
+    /// A 500 that is a request-validation error (llama-cpp-python's
+    /// pydantic dump, llama.cpp's JSON type error; see
+    /// `upstream::validation`): the client's 400, naming the field. Not
+    /// retried, not passed to a next tier, and never a failure of the
+    /// upstream's health. `message` (redacted, bounded) is the operator's.
+    #[error(
+        "upstream `{upstream}` rejected the request as invalid (HTTP {status}{}{}): {message}",
+        if .field.is_some() { ", " } else { "" },
+        .field.as_deref().map(|f| format!("{f}: {}", .problem)).unwrap_or_default()
+    )]
+    Rejected {
+        upstream: Arc<str>,
+        status: u16,
+        /// `messages[1].content`: field names and indexes only.
+        field: Option<String>,
+        /// `missing`, `wrong type`, …: a fixed text.
+        problem: &'static str,
+        message: String,
+    },
+
     /// The upstream's `rpm` has no room for the call before its deadline.
     #[error(
         "upstream `{upstream}` is at its limit of {limit} requests per minute, and its next free \
@@ -317,6 +337,20 @@ impl ModelError {
                 "upstream `{upstream}` rejected the request (HTTP {status}): {}",
                 without_traceback(message)
             ),
+            ModelError::Rejected {
+                upstream,
+                field,
+                problem,
+                ..
+            } => match field {
+                Some(f) => format!(
+                    "invalid request: `{f}` is {}; upstream `{upstream}` rejected it",
+                    problem_phrase(problem)
+                ),
+                None => format!(
+                    "invalid request: upstream `{upstream}` rejected it as invalid ({problem})"
+                ),
+            },
             ModelError::Reported {
                 upstream, streamed, ..
             } => format!(
@@ -407,6 +441,7 @@ impl ModelError {
             ModelError::Status { status: 429, .. } => "rate_limited",
             ModelError::Status { status, .. } if *status >= 500 => "status_5xx",
             ModelError::Status { .. } => "status_4xx",
+            ModelError::Rejected { .. } => "validation_error",
             ModelError::Invalid { .. } => "invalid_response",
             ModelError::StreamCut { .. } => "stream_cut",
             ModelError::FailoverUnavailable { .. } => "stream_cut",
@@ -431,7 +466,9 @@ impl ModelError {
                 status: 400 | 413 | 422,
                 ..
             } => self.refused_as_too_long(),
-            ModelError::BadRequest { .. } | ModelError::Encode(_) => false,
+            ModelError::BadRequest { .. } | ModelError::Rejected { .. } | ModelError::Encode(_) => {
+                false
+            }
             _ => true,
         }
     }
@@ -443,6 +480,16 @@ impl ModelError {
             ModelError::Status { status: 400 | 413 | 422, message, code, .. }
                 if is_context_length(code.as_deref(), message)
         )
+    }
+}
+
+/// `wrong type` as the end of "`messages[1].content` is …".
+fn problem_phrase(problem: &str) -> &str {
+    match problem {
+        "wrong type" => "of the wrong type",
+        "not allowed" => "not an allowed field",
+        "invalid JSON" => "not valid JSON",
+        p => p,
     }
 }
 

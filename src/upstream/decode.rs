@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio::time::{Instant, timeout_at};
 
 pub use super::relay::stream;
-use super::{BodyStream, RawResponse};
+use super::{BodyStream, RawResponse, validation};
 use crate::attempt::Attempt;
 use crate::error::{ModelError, TimeoutPhase, WITHHELD};
 use crate::model::Completion;
@@ -149,7 +149,9 @@ pub async fn small_body(body: BodyStream, limit: usize, by: Instant) -> Option<B
     read_body(body, limit, by).await.ok()
 }
 
-/// The error for a non-2xx answer, with the upstream's own message.
+/// The error for a non-2xx answer, with the upstream's own message: a
+/// [`ModelError::Rejected`] for a 500 that is a request-validation error
+/// ([`validation`]).
 pub async fn status_error(resp: RawResponse, x: &Exchange) -> ModelError {
     let body = read_body(resp.body, MAX_ERROR_BODY, x.total)
         .await
@@ -175,6 +177,16 @@ pub async fn status_error(resp: RawResponse, x: &Exchange) -> ModelError {
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     });
+    let text = String::from_utf8_lossy(&body);
+    if let Some(r) = validation::recognise(resp.status, parsed.as_ref(), &text) {
+        return ModelError::Rejected {
+            upstream: x.upstream.clone(),
+            status: resp.status,
+            field: r.field.map(|f| x.clean(&f)),
+            problem: r.problem,
+            message,
+        };
+    }
     ModelError::Status {
         upstream: x.upstream.clone(),
         status: resp.status,

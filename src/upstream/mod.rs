@@ -8,7 +8,8 @@
 //! [`crate::model::ChatModel`] and records every call as an attempt (a
 //! failed one sent again, as [`retry`] says, is a new attempt), after
 //! checking that the request fits the model's context window ([`fit`],
-//! with windows the server reports learned by [`window`]).
+//! with windows the server reports learned by [`window`]). A 500 that is
+//! a request-validation error is read by [`validation`] as the client's.
 
 pub mod anthropic;
 mod concrete;
@@ -27,6 +28,7 @@ mod relay;
 pub mod retry;
 pub mod sse;
 pub mod translate;
+pub mod validation;
 pub mod window;
 
 use std::collections::HashMap;

@@ -1,7 +1,8 @@
 //! How a model's error ([`ModelError`]) reads as an HTTP error: its
 //! status, OpenAI `type` and `code`, and what a strategy that ran out of
 //! members tells about its attempts. An ejected upstream (or a route
-//! whose members all are) is a 503 with `Retry-After`.
+//! whose members all are) is a 503 with `Retry-After`; a server's 500
+//! that is a request-validation error is the client's 400.
 
 use axum::http::StatusCode;
 use serde_json::Value;
@@ -73,6 +74,16 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
                 "upstream_auth_failed",
             ),
             _ => upstream_err(StatusCode::BAD_GATEWAY, "upstream_error", "upstream_error"),
+        },
+        // A server's 500 that is a request-validation error: the
+        // client's request, named by its field.
+        ModelError::Rejected { field, .. } => Shape {
+            param: field.clone(),
+            ..upstream_err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "upstream_rejected_request",
+            )
         },
         ModelError::Throttled { retry_after, .. } => Shape {
             retry_after: Some(retry_after.to_string()),

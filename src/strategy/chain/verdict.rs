@@ -3,8 +3,10 @@
 //! (`accept`, `acceptance`, `is_correct`, `passed`, …), the words small
 //! models use for yes and no, and a verdict that leads an answer cut off
 //! at `verifier_max_tokens` before the object closed. Also whether a
-//! feedback only repeats conclave's own prompt (a template copied back),
-//! which is then no feedback at all.
+//! feedback only repeats conclave's own prompt (a template copied back)
+//! or copies the prompt's example feedback with small edits (its
+//! specifics, absent from the conversation, carried over), which is then
+//! no feedback at all.
 
 use serde_json::{Map, Value};
 
@@ -296,9 +298,87 @@ pub fn echoes(feedback: &str, prompt: &[&str]) -> bool {
     found as f64 >= COPIED * total as f64
 }
 
+/// Share of a feedback's words found in an example above which, with
+/// [`SPECIFICS`] of its specifics, the feedback is the example edited.
+const FROM_EXAMPLE: f64 = 0.5;
+/// How many of an example's specifics (words absent from the
+/// conversation) a feedback must carry to be that example edited.
+const SPECIFICS: usize = 2;
+/// Words too common in feedback to mark it as the example's.
+const COMMON: &[&str] = &[
+    "about", "answer", "asked", "asks", "because", "gives", "instead", "question", "reply",
+    "should", "their", "there", "which", "would", "wrong",
+];
+
+/// Whether `feedback` is `example` (the prompt's example feedback) with
+/// small edits rather than the verifier's own words: most of its words
+/// are the example's, and it carries at least [`SPECIFICS`] of the
+/// example's specifics (numbers, and words of five letters or more)
+/// that none of `context` (the conversation and the candidate) has. A
+/// feedback about the example's very subject (a question about the
+/// tower) finds those words in the conversation, and is kept.
+pub fn copies_example(feedback: &str, example: &str, context: &[&str]) -> bool {
+    let fb = words(feedback);
+    if fb.is_empty() {
+        return false;
+    }
+    let ex: std::collections::HashSet<String> = words(example).into_iter().collect();
+    let shared = fb.iter().filter(|w| ex.contains(*w)).count();
+    if (shared as f64) < FROM_EXAMPLE * fb.len() as f64 {
+        return false;
+    }
+    let seen: std::collections::HashSet<String> = context.iter().flat_map(|c| words(c)).collect();
+    let specific = |w: &String| {
+        (w.chars().any(|c| c.is_ascii_digit()) || w.chars().count() >= 5)
+            && !COMMON.contains(&w.as_str())
+            && !seen.contains(w)
+    };
+    let carried: std::collections::HashSet<&String> = fb
+        .iter()
+        .filter(|w| ex.contains(*w) && specific(w))
+        .collect();
+    carried.len() >= SPECIFICS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_example_with_small_edits_is_a_copy_unless_the_conversation_is_its_subject() {
+        let example = "The reply gives the tower's year of opening, 1889, but the question \
+                       asked for its height: it is 330 metres.";
+        let conversation = ["[user] What is the capital of France?\nCandidate: Lyon."];
+        // Copies seen from a small verifier: the example with a word or
+        // a number changed, or its end swapped for the real subject.
+        for copy in [
+            "The reply gives the tower's year of opening, 1889, but the question asked for its height: 307 metres.",
+            "The reply gives the tower's year of opening, 1889, but the question asked for the capital.",
+            "the reply gives the year of opening 1889 but it is 330 metres",
+            "Reply gives tower's opening year 1889; height is 330 metres.",
+        ] {
+            assert!(copies_example(copy, example, &conversation), "{copy}");
+        }
+        // The verifier's own words, even in the example's manner.
+        for own in [
+            "The reply gives Lyon, but the capital of France is Paris.",
+            "The reply gives the year, but the question asked for the capital.",
+            "Wrong city: the capital is Paris.",
+            "",
+        ] {
+            assert!(!copies_example(own, example, &conversation), "{own}");
+        }
+        // On a question about the tower itself, the words are the
+        // conversation's, and the feedback is the verifier's own.
+        let tower = [
+            "[user] Give the Eiffel tower's year of opening and its height in metres.\nCandidate: Its year of opening is 1889.",
+        ];
+        assert!(!copies_example(
+            "The reply gives the year of opening, 1889, but not the height: it is 330 metres.",
+            example,
+            &tower
+        ));
+    }
 
     fn read(text: &str) -> Option<(bool, Option<String>)> {
         parse(text).map(|r| (r.accept, r.feedback))

@@ -20,7 +20,17 @@ use crate::labels::{Role, Verdict};
 use crate::model::{Call, ChatModel};
 use crate::wire::{AssistantOutput, ChatRequest};
 
-const SYSTEM: &str = "You are a strict reviewer. You see a conversation and a candidate reply \
+/// The example feedback the prompt shows (a literal, for `concat!`):
+/// feedback that copies it is no feedback ([`verdict::copies_example`]).
+macro_rules! example_feedback {
+    () => {
+        "The reply gives the tower's year of opening, 1889, but the question asked for its \
+         height: it is 330 metres."
+    };
+}
+
+const SYSTEM: &str = concat!(
+    "You are a strict reviewer. You see a conversation and a candidate reply \
 written by another model. Decide whether the candidate correctly and completely answers the \
 last request, following the original system prompt. Answer with one JSON object and nothing \
 else. Its key accept is true when the candidate is good enough and false when it is not. Its \
@@ -28,8 +38,13 @@ key feedback is empty when you accept; when you reject, it says in your own word
 mistake or omission you found in this candidate and how to fix it. Two examples of complete \
 answers, about other conversations:\n\
 {\"accept\": true, \"feedback\": \"\"}\n\
-{\"accept\": false, \"feedback\": \"The reply gives the tower's year of opening, 1889, but \
-the question asked for its height: it is 330 metres.\"}";
+{\"accept\": false, \"feedback\": \"",
+    example_feedback!(),
+    "\"}"
+);
+
+/// The example's feedback, as a verifier may copy it.
+const EXAMPLE: &str = example_feedback!();
 
 /// The question closing the verifier's user message.
 const QUESTION: &str = "Does the candidate reply correctly and completely answer the last \
@@ -45,6 +60,8 @@ const PROMPT: &[&str] = &[SYSTEM, QUESTION, CONVERSATION, CANDIDATE];
 
 /// What the event log records for feedback dropped as a copy.
 const ECHO: &str = "(feedback dropped: it only repeats the verifier's instructions)";
+/// What it records for feedback dropped as the example's, edited.
+const COPIED_EXAMPLE: &str = "(feedback dropped: it copies the verifier prompt's example)";
 
 pub struct Verifier {
     pub name: Arc<str>,
@@ -76,7 +93,9 @@ impl Verifier {
         original: &ChatRequest,
         output: &AssistantOutput,
     ) -> Decision {
-        let req = self.request(original, output);
+        // The conversation and the candidate, as the verifier reads them.
+        let context = render(original, output);
+        let req = self.request(context.clone());
         let call = call.with_role(Role::Verifier).with_timeout(self.timeout);
         let (call, _) = call.cancellable();
         let reply = match self.model.chat(call, Arc::new(req)).await {
@@ -95,6 +114,9 @@ impl Verifier {
             Some(read) => {
                 let (feedback, noted) = match read.feedback {
                     Some(f) if verdict::echoes(&f, PROMPT) => (None, Some(ECHO.to_owned())),
+                    Some(f) if verdict::copies_example(&f, EXAMPLE, &[&context]) => {
+                        (None, Some(COPIED_EXAMPLE.to_owned()))
+                    }
                     f => (f.clone(), f),
                 };
                 if read.accept {
@@ -115,13 +137,13 @@ impl Verifier {
         }
     }
 
-    fn request(&self, original: &ChatRequest, output: &AssistantOutput) -> ChatRequest {
+    fn request(&self, user: String) -> ChatRequest {
         let mut extra = Map::new();
         extra.insert("max_tokens".into(), json!(self.max_tokens));
         if self.json_mode {
             extra.insert("response_format".into(), json!({"type": "json_object"}));
         }
-        ChatRequest::internal(&self.name, SYSTEM, render(original, output), extra)
+        ChatRequest::internal(&self.name, SYSTEM, user, extra)
     }
 }
 

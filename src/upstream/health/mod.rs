@@ -15,8 +15,9 @@
 //! key's alone ([`tenant`]): they came from two keys or more, or from
 //! everyone (a gateway without keys; a transport failure or a check,
 //! which say nothing about whose request met them). One key whose
-//! requests a server rejects with 500s (llama-cpp-python answers a
-//! validation error so) thus never takes the member from the others.
+//! requests a server fails with 500s thus never takes the member from
+//! the others; a 500 that is a request-validation error (llama-cpp-python
+//! answers one so; `ModelError::Rejected`) is no failure at all.
 //! Ejected, every call is refused at once; once the cooldown is over
 //! exactly one call goes through as a trial (the others are still
 //! refused): its success serves the member again, its failure ejects it
@@ -237,7 +238,9 @@ impl Outcome {
             // retried after its Retry-After, and a balance moves on, but
             // it never turns the provider's limit into 503s for everyone.
             ModelError::Status { status: 429, .. } => Outcome::Neutral,
-            ModelError::Status { .. } => Outcome::Success,
+            // A request the server found invalid (a 4xx, or a 500 that
+            // is a validation error): the server works; the request was bad.
+            ModelError::Status { .. } | ModelError::Rejected { .. } => Outcome::Success,
             _ => Outcome::Neutral,
         }
     }
@@ -250,6 +253,7 @@ impl Outcome {
         match e {
             ModelError::Connect { .. } => Outcome::Failure(e.kind()),
             ModelError::Status { .. }
+            | ModelError::Rejected { .. }
             | ModelError::Invalid { .. }
             | ModelError::Reported { .. } => Outcome::Success,
             _ => Outcome::Neutral,
