@@ -83,7 +83,10 @@ fn assert_rejected(what: &str, text: &str, e: &Value) {
         "{what}: {message}"
     );
     for bit in INTERNALS {
-        assert!(!text.contains(bit), "{what}: {bit:?} reached the client: {text}");
+        assert!(
+            !text.contains(bit),
+            "{what}: {bit:?} reached the client: {text}"
+        );
     }
 }
 
@@ -125,7 +128,10 @@ async fn a_validation_500_is_the_clients_400_sent_once_and_never_ejects() {
     let failed: Vec<&Value> = attempts.iter().filter(|a| a["error"].is_string()).collect();
     assert_eq!(failed.len(), 20, "{attempts:#?}");
     let error = failed[0]["error"].as_str().unwrap();
-    assert!(error.contains("rejected the request as invalid (HTTP 500"), "{error}");
+    assert!(
+        error.contains("rejected the request as invalid (HTTP 500"),
+        "{error}"
+    );
     assert!(error.contains("validation error"), "{error}");
 }
 
