@@ -8,6 +8,9 @@
 //!   server's internals;
 //! - the upstream is called exactly once per request (no retry), and a
 //!   chain does not hand the request to its next tier;
+//! - likewise a `response_format` of type `json_schema`
+//!   (`quirks = ["rejects_json_schema"]`: pydantic's `literal_error`):
+//!   400 naming `response_format.type`;
 //! - however many such requests come, from a gateway without keys (one
 //!   tenant: any failure would count for everyone), the upstream is never
 //!   ejected: `/readyz` says serving, no ejection is counted, and a good
@@ -27,7 +30,7 @@ event_log = "{dir}/events.jsonl"
 
 [upstreams.llama]
 kind = "mock"
-quirks = ["rejects_null_content"]
+quirks = ["rejects_null_content", "rejects_json_schema"]
 retries = { max = 2, backoff = "10ms" }
 eject = { after = 3, cooldown = "60s" }
 
@@ -133,6 +136,31 @@ async fn a_validation_500_is_the_clients_400_sent_once_and_never_ejects() {
         "{error}"
     );
     assert!(error.contains("validation error"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn structured_outputs_on_llama_cpp_python_are_the_clients_400() {
+    let gw = Gw::start(CONFIG);
+    for stream in [false, true] {
+        let before = calls(&gw);
+        let body = json!({"model": "small", "stream": stream,
+            "messages": [{"role": "user", "content": "Give a JSON object."}],
+            "response_format": {"type": "json_schema",
+                "json_schema": {"name": "o", "schema": {"type": "object"}}}});
+        let r = gw.chat(&body).await;
+        assert_eq!(r.status, 400, "stream {stream}: {}", r.text);
+        let e = &r.json()["error"];
+        assert_eq!(e["type"], "invalid_request_error", "{}", r.text);
+        assert_eq!(e["param"], "response_format.type", "{}", r.text);
+        assert_eq!(
+            e["message"],
+            "invalid request: `response_format.type` is not an allowed value; upstream `llama` \
+             rejected it",
+            "{}",
+            r.text
+        );
+        assert_eq!(calls(&gw) - before, 1, "retried");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -20,6 +20,7 @@ mod behavior;
 pub mod context;
 mod continuation;
 mod embeddings;
+mod json_schema;
 mod loading;
 mod null_content;
 mod quirks;
@@ -309,7 +310,9 @@ impl Simulator {
             return guard.done(error_response(400, "mock: missing `model`", None));
         };
         self.record(&model, heard, &req);
-        if let Some(refused) = null_content::refusal(&self.quirks, &req) {
+        if let Some(refused) = null_content::refusal(&self.quirks, &req)
+            .or_else(|| json_schema::refusal(&self.quirks, &req))
+        {
             return guard.done(refused);
         }
         let call = self.count_call(&model);

@@ -89,7 +89,7 @@ pub(super) fn refusal(quirks: &Quirks, req: &Value) -> Option<MockResponse> {
 }
 
 /// A JSON value as Python's `repr` writes the dict pydantic quotes.
-fn py(v: &Value) -> String {
+pub(super) fn py(v: &Value) -> String {
     match v {
         Value::Null => "None".into(),
         Value::Bool(true) => "True".into(),

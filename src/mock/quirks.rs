@@ -25,6 +25,10 @@ pub enum Quirk {
     /// `tool_calls`) gets HTTP 500 with a Python traceback, as
     /// llama-cpp-python answers.
     RejectsNullContent,
+    /// A `response_format` whose `type` is neither `text` nor
+    /// `json_object` (OpenAI's `json_schema`) gets HTTP 500 with pydantic's
+    /// `literal_error` and a traceback, as llama-cpp-python answers.
+    RejectsJsonSchema,
     /// A streamed request with tools and `tool_choice` `"auto"`,
     /// `"required"` or none gets a 200 with an empty event stream, as
     /// llama-cpp-python's `chatml-function-calling` answers (its log says
@@ -42,9 +46,10 @@ pub enum Quirk {
 }
 
 impl Quirk {
-    pub const ALL: [Quirk; 6] = [
+    pub const ALL: [Quirk; 7] = [
         Quirk::GeneratesAfterDisconnect,
         Quirk::RejectsNullContent,
+        Quirk::RejectsJsonSchema,
         Quirk::NoStreamToolChoice,
         Quirk::IgnoresToolChoiceAuto,
         Quirk::NoStreamUsage,
@@ -55,6 +60,7 @@ impl Quirk {
         match self {
             Quirk::GeneratesAfterDisconnect => "generates_after_disconnect",
             Quirk::RejectsNullContent => "rejects_null_content",
+            Quirk::RejectsJsonSchema => "rejects_json_schema",
             Quirk::NoStreamToolChoice => "no_stream_tool_choice",
             Quirk::IgnoresToolChoiceAuto => "ignores_tool_choice_auto",
             Quirk::NoStreamUsage => "no_stream_usage",
