@@ -347,6 +347,9 @@ impl ModelError {
                     "invalid request: `{f}` is {}; upstream `{upstream}` rejected it",
                     problem_phrase(problem)
                 ),
+                None if *problem == "invalid" => {
+                    format!("invalid request: upstream `{upstream}` rejected it as invalid")
+                }
                 None => format!(
                     "invalid request: upstream `{upstream}` rejected it as invalid ({problem})"
                 ),

@@ -140,6 +140,15 @@ mod tests {
         let e = status(429, Some("5"));
         assert!(next(&cfg, &e, 0, Duration::from_secs(5), now).is_none());
         assert!(next(&cfg, &e, 0, Duration::from_millis(5001), now).is_some());
+        // A 500 that is a request-validation error is the client's.
+        let rejected = ModelError::Rejected {
+            upstream: "u".into(),
+            status: 500,
+            field: None,
+            problem: "invalid",
+            message: "m".into(),
+        };
+        assert!(next(&cfg, &rejected, 0, FAR, now).is_none());
         let off = Retries { max: 0, ..cfg };
         assert!(next(&off, &status(500, None), 0, FAR, now).is_none());
     }

@@ -194,6 +194,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_servers_validation_500_is_the_clients_400_naming_the_field() {
+        let e = ModelError::Rejected {
+            upstream: "local".into(),
+            status: 500,
+            field: Some("messages[1].content".into()),
+            problem: "wrong type",
+            message:
+                "7 validation errors: {'type': 'string_type', 'input': None} File \"/x/app.py\""
+                    .into(),
+        };
+        let s = model_shape(&e);
+        assert_eq!(s.status, StatusCode::BAD_REQUEST);
+        assert_eq!(s.kind, "invalid_request_error");
+        assert_eq!(s.code.as_deref(), Some("upstream_rejected_request"));
+        assert_eq!(s.param.as_deref(), Some("messages[1].content"));
+        assert_eq!(
+            s.message,
+            "invalid request: `messages[1].content` is of the wrong type; upstream `local` rejected it"
+        );
+        assert!(!e.is_failover() && e.retry_reason().is_none());
+        // The operator's log keeps what the server said.
+        assert!(e.to_string().contains("app.py"), "{e}");
+        let unnamed = |problem| ModelError::Rejected {
+            upstream: "local".into(),
+            status: 500,
+            field: None,
+            problem,
+            message: String::new(),
+        };
+        let s = model_shape(&unnamed("invalid"));
+        assert_eq!((s.status, s.param), (StatusCode::BAD_REQUEST, None));
+        assert_eq!(
+            s.message,
+            "invalid request: upstream `local` rejected it as invalid"
+        );
+        assert_eq!(
+            model_shape(&unnamed("wrong type")).message,
+            "invalid request: upstream `local` rejected it as invalid (wrong type)"
+        );
+    }
+
+    #[test]
     fn a_balance_with_no_member_to_call_is_a_503_or_a_429_with_retry_after() {
         let ejected = model_shape(&ModelError::NoHealthy {
             route: "r".into(),

@@ -198,6 +198,16 @@ fn outcomes_of_errors() {
     assert!(matches!(Outcome::of(&status(500)), Outcome::Failure(_)));
     assert!(matches!(Outcome::of(&status(429)), Outcome::Neutral));
     assert_eq!(Outcome::of(&status(400)), Outcome::Success);
+    // A 500 that is a request-validation error: the server worked.
+    let rejected = ModelError::Rejected {
+        upstream: "u".into(),
+        status: 500,
+        field: Some("messages[1].content".into()),
+        problem: "wrong type",
+        message: "7 validation errors".into(),
+    };
+    assert_eq!(Outcome::of(&rejected), Outcome::Success);
+    assert_eq!(Outcome::of_transport(&rejected), Outcome::Success);
     let timeout = |phase| ModelError::Timeout {
         upstream: "u".into(),
         phase,
