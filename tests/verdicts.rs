@@ -1,8 +1,9 @@
 //! The chain's verifier against the verdicts small local models really
 //! write (issue 23, item 4): keys other than `accept` (`acceptance`), a
 //! verdict cut at `verifier_max_tokens` before its object closed, and
-//! feedback that only copies the verifier's own instructions back, which
-//! must never reach the next tier. And the prompt itself: no placeholder a
+//! feedback that only copies the verifier's own instructions back, or
+//! its example feedback with small edits (issue 41), which must never
+//! reach the next tier. And the prompt itself: no placeholder a
 //! model could copy as its answer.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -10,6 +11,12 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
+
+/// The verifier prompt's example feedback with its end swapped for the
+/// question's subject, as a small verifier wrote it back in 11 of 51
+/// verdicts (issue 41); too changed to count as repeating the prompt.
+const COPIED_EXAMPLE: &str = "The reply gives the tower's year of opening, 1889, but the \
+question asked when it was built: in 1887.";
 
 /// Text of the verifier prompt, as a small model copies it back.
 const COPIED: &str = "Decide whether the candidate correctly and completely answers the last \
@@ -51,6 +58,13 @@ reply = {{ json = {{ accept = true, feedback = "" }} }}
 [[upstreams.sim.models.v-echo.rules]]
 when_contains = "DRAFT answer"
 then = {{ reply = {{ json = {{ accept = false, feedback = "{COPIED}" }} }} }}
+
+# Rejects with the prompt's example feedback, edited.
+[upstreams.sim.models.v-example]
+reply = {{ json = {{ accept = true, feedback = "" }} }}
+[[upstreams.sim.models.v-example.rules]]
+when_contains = "DRAFT answer"
+then = {{ reply = {{ json = {{ accept = false, feedback = "{COPIED_EXAMPLE}" }} }} }}
 "#
     )
 }
@@ -82,11 +96,20 @@ async fn verdicts_small_models_write_are_read_and_echoes_are_dropped() {
         ("v-acceptance", "acc"),
         ("v-cut", "cut"),
         ("v-echo", "echo"),
+        ("v-example", "ex"),
     ] {
         routes.push_str(&chain(&format!("{short}-draft"), "draft", v));
         routes.push_str(&chain(&format!("{short}-good"), "good", v));
     }
-    let names = ["draft", "good", "final", "v-acceptance", "v-cut", "v-echo"];
+    let names = [
+        "draft",
+        "good",
+        "final",
+        "v-acceptance",
+        "v-cut",
+        "v-echo",
+        "v-example",
+    ];
     let gw = Proc::gateway(&front_of(&mock.v1(), &names, &routes));
     let http = client();
 
@@ -98,6 +121,8 @@ async fn verdicts_small_models_write_are_read_and_echoes_are_dropped() {
         ("cut-draft", "final", Some("The answer forgets the…")),
         ("echo-good", "good", None),
         ("echo-draft", "final", None),
+        ("ex-good", "good", None),
+        ("ex-draft", "final", None),
     ];
     for stream in [false, true] {
         for (route, by, feedback) in cases {
@@ -141,6 +166,7 @@ async fn verdicts_small_models_write_are_read_and_echoes_are_dropped() {
                     None => {
                         assert!(!next.contains("previous attempt"), "{tag}: {next}");
                         assert!(!next.contains("Decide whether"), "{tag}: {next}");
+                        assert!(!next.contains("metres"), "{tag}: {next}");
                         assert_eq!(next, "When was the Eiffel Tower built?", "{tag}");
                     }
                 }
@@ -152,16 +178,22 @@ async fn verdicts_small_models_write_are_read_and_echoes_are_dropped() {
 
     // The event log: each verifier call's verdict, and why an echo has no
     // feedback.
-    let events = gw.events_of(&["attempt"], 24).await;
+    let events = gw.events_of(&["attempt"], 40).await;
     let verifier_attempts: Vec<&Value> =
         events.iter().filter(|e| e["role"] == "verifier").collect();
-    assert_eq!(verifier_attempts.len(), 12, "{verifier_attempts:#?}");
+    assert_eq!(verifier_attempts.len(), 16, "{verifier_attempts:#?}");
     for e in &verifier_attempts {
         let (model, verdict) = (e["model"].as_str().unwrap(), e["verdict"].as_str().unwrap());
         assert!(verdict == "accept" || verdict == "escalate", "{e}");
         if model == "v-echo" && verdict == "escalate" {
             assert_eq!(
                 e["feedback"], "(feedback dropped: it only repeats the verifier's instructions)",
+                "{e}"
+            );
+        }
+        if model == "v-example" && verdict == "escalate" {
+            assert_eq!(
+                e["feedback"], "(feedback dropped: it copies the verifier prompt's example)",
                 "{e}"
             );
         }

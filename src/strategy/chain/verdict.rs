@@ -356,9 +356,16 @@ mod tests {
             "The reply gives the tower's year of opening, 1889, but the question asked for the capital.",
             "the reply gives the year of opening 1889 but it is 330 metres",
             "Reply gives tower's opening year 1889; height is 330 metres.",
+            "The reply gives the tower's year of opening, 1889, but the question asked when it was built: in 1887.",
         ] {
             assert!(copies_example(copy, example, &conversation), "{copy}");
         }
+        // Too changed to count as repeating the prompt: only this check
+        // catches it.
+        assert!(!echoes(
+            "The reply gives the tower's year of opening, 1889, but the question asked when it was built: in 1887.",
+            &[example]
+        ));
         // The verifier's own words, even in the example's manner.
         for own in [
             "The reply gives Lyon, but the capital of France is Paris.",

@@ -7,8 +7,9 @@
 //! could copy as its answer. Each call is capped (`verifier_max_tokens`)
 //! and timed (`verifier_timeout`). A verifier that fails or says something
 //! unreadable counts as "escalate", the safe default, with no feedback;
-//! feedback that only repeats the verifier's own instructions is dropped:
-//! only a verifier's own words about the answer reach the next tier.
+//! feedback that only repeats the verifier's own instructions, or copies
+//! the prompt's example feedback with small edits, is dropped: only a
+//! verifier's own words about the answer reach the next tier.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -187,6 +188,7 @@ mod tests {
         assert_eq!(read.len(), 2);
         assert!(read[0].accept && read[0].feedback.is_none());
         assert!(!read[1].accept);
+        assert_eq!(read[1].feedback.as_deref(), Some(EXAMPLE));
         assert!(verdict::echoes(
             read[1].feedback.as_deref().unwrap(),
             PROMPT
