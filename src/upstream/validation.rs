@@ -184,6 +184,11 @@ fn python_dump(message: &str) -> Option<Rejection> {
 /// its message with `[type=…` on the next.
 fn pydantic_text(message: &str) -> Option<Rejection> {
     let at = message.find(" validation error")?;
+    let header = message[at..].lines().next().unwrap_or_default();
+    // The server's own answer failing its model is not the client's.
+    if header.contains("Response") {
+        return None;
+    }
     let mut lines = message[at..].lines().skip(1);
     let mut found = Vec::new();
     while let (Some(loc), Some(msg)) = (lines.next(), lines.next()) {
@@ -238,13 +243,20 @@ fn json_exception(message: &str) -> Option<Rejection> {
 /// did not match (a `literal_error` on its `role`, say) is not the one
 /// the client meant, so its errors are set aside when another is left.
 fn pick(found: &[Found]) -> Option<Rejection> {
+    // FastAPI checks a handler's answer too: an error located in the
+    // `response` is the server's own.
+    let found: Vec<&Found> = found
+        .iter()
+        .filter(|f| !matches!(f.loc.first(), Some(Seg::Name(n)) if n == "response"))
+        .collect();
     let parent = |f: &Found| f.loc[..f.loc.len().saturating_sub(1)].to_vec();
     let wrong: Vec<Vec<Seg>> = found
         .iter()
+        .copied()
         .filter(|f| f.kind == "literal_error" && f.loc.iter().any(|s| matches!(s, Seg::Tag(_))))
-        .map(parent)
+        .map(|f| parent(f))
         .collect();
-    let best = found
+    let best = *found
         .iter()
         .find(|f| !wrong.contains(&parent(f)))
         .or_else(|| found.first())?;
@@ -416,6 +428,10 @@ File \"/usr/lib/python3.11/site-packages/llama_cpp/server/app.py\", line 376, in
             "Internal Server Error",
             r#"{"error":{"code":500,"message":"[json.exception.parse_error.101] parse error at line 1","type":"server_error"}}"#,
             "",
+            // The server's own answer failing validation.
+            r#"{"detail": [{"type": "string_type", "loc": ["response", "choices", 0, "message", "content"], "msg": "x"}]}"#,
+            r#"{"error":{"message":"1 validation error:\n  {'type': 'missing', 'loc': ('response', 'id'), 'msg': 'Field required'}"}}"#,
+            r#"{"error":{"message":"1 validation error for ChatCompletionResponse\nchoices.0.message\n  Field required [type=missing, input_value={}, input_type=dict]"}}"#,
         ] {
             assert_eq!(read(500, body), None, "{body}");
         }
