@@ -254,7 +254,7 @@ fn pick(found: &[Found]) -> Option<Rejection> {
         .iter()
         .copied()
         .filter(|f| f.kind == "literal_error" && f.loc.iter().any(|s| matches!(s, Seg::Tag(_))))
-        .map(|f| parent(f))
+        .map(&parent)
         .collect();
     let best = *found
         .iter()
