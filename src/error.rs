@@ -237,6 +237,18 @@ pub struct AttemptSummary {
     /// Skipped as ejected: when it may serve again.
     #[serde(skip)]
     pub ejected: Option<Duration>,
+    /// Its server rejected the request as invalid (a validation 500).
+    #[serde(skip)]
+    pub invalid: Option<Invalid>,
+}
+
+/// What a [`ModelError::Rejected`] said, kept in an attempt trail.
+#[derive(Debug, Clone)]
+pub struct Invalid {
+    pub upstream: Arc<str>,
+    pub status: u16,
+    pub field: Option<String>,
+    pub problem: &'static str,
 }
 
 impl AttemptSummary {
@@ -252,6 +264,7 @@ impl AttemptSummary {
                 skipped: Some(*fit),
                 too_long: false,
                 ejected: None,
+                invalid: None,
             };
         }
         if let Some(wait) = e.ejected_for() {
@@ -263,6 +276,7 @@ impl AttemptSummary {
                 skipped: None,
                 too_long: false,
                 ejected: Some(wait),
+                invalid: None,
             };
         }
         AttemptSummary {
@@ -273,6 +287,21 @@ impl AttemptSummary {
             skipped: None,
             too_long: e.refused_as_too_long(),
             ejected: None,
+            invalid: match e {
+                ModelError::Rejected {
+                    upstream,
+                    status,
+                    field,
+                    problem,
+                    ..
+                } => Some(Invalid {
+                    upstream: upstream.clone(),
+                    status: *status,
+                    field: field.clone(),
+                    problem,
+                }),
+                _ => None,
+            },
         }
     }
 
@@ -286,6 +315,7 @@ impl AttemptSummary {
             skipped: None,
             too_long: false,
             ejected: None,
+            invalid: None,
         }
     }
 }
@@ -368,7 +398,8 @@ impl ModelError {
     }
 
     /// Every member of `strategy` route `route` failed or was turned
-    /// down: `Exhausted`, or `TooLong` when the request is too long for
+    /// down: `Exhausted`, or `Rejected` when each member's server found
+    /// the request invalid (the client's 400), or `TooLong` when the request is too long for
     /// each (skipped for its known window, or called and refused by its
     /// server as too long; at least one skipped), or `NoHealthy` when each
     /// was skipped as ejected.
@@ -389,6 +420,22 @@ impl ModelError {
                 route,
                 retry_after,
                 attempts,
+            };
+        }
+        // Every member's server found the request invalid: the client's
+        // 400, as the first said it.
+        let invalid = attempts
+            .iter()
+            .map(|a| a.invalid.as_ref())
+            .collect::<Option<Vec<&Invalid>>>()
+            .and_then(|all| all.first().map(|i| (*i).clone()));
+        if let Some(i) = invalid {
+            return ModelError::Rejected {
+                upstream: i.upstream,
+                status: i.status,
+                field: i.field,
+                problem: i.problem,
+                message: format!("every member of `{route}` rejected the request as invalid"),
             };
         }
         let all_too_long = attempts.iter().all(|a| a.skipped.is_some() || a.too_long);

@@ -11,6 +11,9 @@
 //! - likewise a `response_format` of type `json_schema`
 //!   (`quirks = ["rejects_json_schema"]`: pydantic's `literal_error`):
 //!   400 naming `response_format.type`;
+//! - a route each of whose members' servers rejected the request (a
+//!   verified chain, which tries its next tier, and a race) is the
+//!   client's 400 too, not `chain_exhausted` or `race_exhausted`;
 //! - however many such requests come, from a gateway without keys (one
 //!   tenant: any failure would count for everyone), the upstream is never
 //!   ejected: `/readyz` says serving, no ejection is counted, and a good
@@ -49,6 +52,16 @@ upstream = "llama"
 [routes.tiers]
 strategy = "chain"
 tiers = ["small", "big"]
+
+[routes.checked]
+strategy = "chain"
+tiers = ["small", "big"]
+verifier = "big"
+verify = ["small"]
+
+[routes.racing]
+strategy = "race"
+candidates = ["small", "big"]
 "#;
 
 /// Pieces of the server's answer a client must never read.
@@ -174,4 +187,19 @@ async fn a_chain_does_not_hand_a_rejected_request_to_its_next_tier() {
         assert_eq!(gw.asked("llama", "big").len(), before, "tier 2 was asked");
     }
     assert_eq!(gw.asked("llama", "small").len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_whose_every_member_rejected_the_request_is_the_clients_400() {
+    let gw = Gw::start(CONFIG);
+    for route in ["checked", "racing"] {
+        for stream in [false, true] {
+            let r = gw.chat(&null_content(route, stream)).await;
+            assert_eq!(r.status, 400, "{route} stream {stream}: {}", r.text);
+            assert_rejected(route, &r.text, &r.json()["error"]);
+        }
+    }
+    // Each member was asked once a request, and none was retried.
+    assert_eq!(gw.asked("llama", "small").len(), 4);
+    assert_eq!(gw.asked("llama", "big").len(), 4);
 }

@@ -70,3 +70,30 @@ fn failover_classes() {
         .is_failover()
     );
 }
+
+#[test]
+fn a_route_whose_every_member_rejected_the_request_as_invalid_is_the_clients_400() {
+    let rejected = |upstream: &str| ModelError::Rejected {
+        upstream: upstream.into(),
+        status: 500,
+        field: Some("messages[1].content".into()),
+        problem: "wrong type",
+        message: "7 validation errors".into(),
+    };
+    let trail = vec![
+        AttemptSummary::failed("small", &rejected("a")),
+        AttemptSummary::failed("big", &rejected("b")),
+    ];
+    let e = ModelError::exhausted("chain", "tiers", "r".into(), trail.clone());
+    assert!(
+        matches!(&e, ModelError::Rejected { upstream, field: Some(f), .. } if &**upstream == "a" && f == "messages[1].content"),
+        "{e:?}"
+    );
+    // One member failed otherwise: the route is exhausted, as before.
+    let mut mixed = trail;
+    mixed[1] = AttemptSummary::failed("big", &status(500, "CUDA error", None));
+    let e = ModelError::exhausted("chain", "tiers", "r".into(), mixed);
+    assert!(matches!(e, ModelError::Exhausted { .. }), "{e:?}");
+    let e = ModelError::exhausted("chain", "tiers", "r".into(), Vec::new());
+    assert!(matches!(e, ModelError::Exhausted { .. }), "{e:?}");
+}
