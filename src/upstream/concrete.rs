@@ -458,7 +458,7 @@ impl ChatModel for ConcreteModel {
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         // Estimated once: the window check and every try's usage estimate.
         let input = req.billable().input;
-        self.fits(&call, input).await?;
+        self.fits(&call, &req, input).await?;
         let tools = delivery::carries_tools(&req);
         let wire = Wire::plan(&req, &call, self.streams_tools.refused());
         let reply = match self.chat_as(&call, (&req, input), wire).await {

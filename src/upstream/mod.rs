@@ -95,6 +95,17 @@ pub trait Transport: Send + Sync {
         None
     }
 
+    /// `req`'s exact token count for `model` as the server counts it (see
+    /// [`window::count`]); `None` when it cannot say. The caller holds a
+    /// lane permit and bounds the wait.
+    async fn exact_tokens(
+        &self,
+        _model: &str,
+        _req: &crate::wire::ChatRequest,
+    ) -> Option<window::count::Tokens> {
+        None
+    }
+
     /// `Ok` when the server answers at all.
     async fn ready(&self) -> Result<(), String>;
 
@@ -147,6 +158,8 @@ pub struct Upstream {
     models: Vec<(String, Arc<str>)>,
     /// Windows its server stated in context-length errors.
     pub stated: window::Stated,
+    /// Exact token counts its server gave, by model and request.
+    pub counts: window::count::Counts,
     /// The instance's recorder.
     metrics: Metrics,
     /// Its `retries`: how its failed calls are sent again.
@@ -266,6 +279,7 @@ impl Upstream {
             probe,
             models,
             stated: window::Stated::default(),
+            counts: window::count::Counts::default(),
             retries: cfg.resilience.retries,
         })
     }

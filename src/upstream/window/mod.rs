@@ -8,9 +8,13 @@
 //!    `/props?model=NAME` so a llama-server in router mode answers for that
 //!    model; behind llama-swap (`llama_swap = URL`), `URL/upstream/NAME/props`
 //!    instead, and only while the model is loaded: asking a cold one would
-//!    load it.
+//!    load it;
+//! 3. for a model neither says anything about, Ollama's `POST /api/show`
+//!    (`{"model": NAME}`) at the same root (not behind llama-swap): the
+//!    `num_ctx` its `parameters` set, else its `model_info`'s
+//!    `<arch>.context_length` ([`parse::ollama_show`]).
 //!
-//! 3. A window a server states in its own context-length error ("This
+//! 4. A window a server states in its own context-length error ("This
 //!    model's maximum context length is 512 tokens", as llama-cpp-python,
 //!    vLLM and OpenAI word it; llama-server's "exceeds the available
 //!    context size (512 tokens)") is kept too ([`Stated`]): llama-cpp-python
@@ -26,7 +30,10 @@
 //! fetch in the background refreshes it. The caller ([`super::fit`])
 //! waits at most [`WAIT`]; a fetch it stops waiting for still finishes
 //! and is kept.
+//!
+//! Exact token counts, asked near a window, are [`count`]'s.
 
+pub mod count;
 pub mod parse;
 
 use std::collections::HashMap;
@@ -131,14 +138,46 @@ impl Learner {
             .clone();
         slot.get(|| {
             let get = self.props_url(model).map(|url| self.get_json(url));
+            let show = self.show(model);
             async move {
-                match get {
-                    Some(get) => get.await.map(|v| v.as_ref().and_then(parse::props)),
-                    None => Ok(None),
+                let props = match get {
+                    Some(get) => get.await?.as_ref().and_then(parse::props),
+                    None => None,
+                };
+                match (props, show) {
+                    (Some(w), _) => Ok(Some(w)),
+                    (None, Some(show)) => show.await.map(|v| v.as_ref().and_then(parse::ollama_show)),
+                    (None, None) => Ok(None),
                 }
             }
         })
         .await
+    }
+
+    /// Ollama's `POST /api/show` for `model` (a server of its own only,
+    /// not behind llama-swap), bounded as [`Self::get_json`].
+    fn show(
+        &self,
+        model: &str,
+    ) -> Option<impl Future<Output = Result<Option<Value>, ()>> + Send + 'static> {
+        let Props::Root(props) = &self.props else {
+            return None;
+        };
+        let url = props.join("api/show").ok()?;
+        let mut req = self
+            .client
+            .post(url)
+            .timeout(FETCH_TIMEOUT)
+            .json(&serde_json::json!({ "model": model }));
+        if let Some(a) = &self.auth {
+            req = req.header(AUTHORIZATION, a.clone());
+        }
+        let fetch = async move { read_json(req.send().await.map_err(drop)?, MAX_BODY).await };
+        Some(async move {
+            tokio::time::timeout(FETCH_TIMEOUT, fetch)
+                .await
+                .unwrap_or(Err(()))
+        })
     }
 
     /// Where `model`'s `/props` is.
@@ -173,32 +212,37 @@ impl Learner {
         if let Some(a) = &self.auth {
             req = req.header(AUTHORIZATION, a.clone());
         }
-        let fetch = async move {
-            let resp = req.send().await.map_err(drop)?;
-            let status = resp.status();
-            if status.is_server_error() || status.as_u16() == 429 {
-                return Err(());
-            }
-            if !status.is_success() {
-                return Ok(None);
-            }
-            let mut body = Vec::new();
-            let mut parts = resp.bytes_stream();
-            while let Some(part) = parts.next().await {
-                let part = part.map_err(drop)?;
-                if body.len() + part.len() > MAX_BODY {
-                    return Ok(None);
-                }
-                body.extend_from_slice(&part);
-            }
-            Ok(serde_json::from_slice(&body).ok())
-        };
+        let fetch = async move { read_json(req.send().await.map_err(drop)?, MAX_BODY).await };
         async move {
             tokio::time::timeout(FETCH_TIMEOUT, fetch)
                 .await
                 .unwrap_or(Err(()))
         }
     }
+}
+
+/// A server's answer as JSON: `Ok(None)` when it answered, but not with
+/// a 2xx JSON body of at most `max` bytes (a 404 from a server without
+/// the endpoint); `Err` when its answer is worth nothing to keep (5xx,
+/// 429, a body cut off). The caller bounds the time.
+pub(super) async fn read_json(resp: reqwest::Response, max: usize) -> Result<Option<Value>, ()> {
+    let status = resp.status();
+    if status.is_server_error() || status.as_u16() == 429 {
+        return Err(());
+    }
+    if !status.is_success() {
+        return Ok(None);
+    }
+    let mut body = Vec::new();
+    let mut parts = resp.bytes_stream();
+    while let Some(part) = parts.next().await {
+        let part = part.map_err(drop)?;
+        if body.len() + part.len() > max {
+            return Ok(None);
+        }
+        body.extend_from_slice(&part);
+    }
+    Ok(serde_json::from_slice(&body).ok())
 }
 
 /// Windows servers stated in their context-length errors, by model (the
