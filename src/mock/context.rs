@@ -223,7 +223,7 @@ mod tests {
         assert_eq!(text_tokens("|---|---|"), 9);
         assert_eq!(text_tokens("<|im_start|>user\nhi<|im_end|>"), 4);
         assert_eq!(text_tokens("<| not special |>"), 6);
-        assert_eq!(text_tokens("héllo wörld, 42!"), 4);
+        assert_eq!(text_tokens("héllo wörld, 42!"), 5);
         assert_eq!(text_tokens(""), 0);
         let one = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]});
         assert_eq!(prompt_tokens(&one), 22);
@@ -247,7 +247,7 @@ mod tests {
     #[test]
     fn overflow_is_a_400_or_an_empty_stream() {
         let long = json!({"model": "m", "max_tokens": 16,
-                          "messages": [{"role": "user", "content": "x".repeat(4000)}]});
+                          "messages": [{"role": "user", "content": "x ".repeat(4000)}]});
         let q = Quirks::new(&[Quirk::EmptyStreamOnOverflow]);
         assert!(overflow(None, &long, false, &q).is_none());
         assert!(overflow(Some(100_000), &long, false, &q).is_none());
