@@ -174,7 +174,7 @@ impl ConcreteModel {
                 Some(p) => p.warm(model).await,
                 None => Warm::Unknown,
             };
-            up.transport.context_window(model, warm).await
+            up.transport.context_window(model, warm, &up.gate).await
         };
         timeout_at(by, ask).await.ok().flatten()
     }

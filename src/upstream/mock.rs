@@ -9,6 +9,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use indexmap::IndexMap;
 
+use super::lane::Gate;
 use super::window::count::Tokens;
 use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use crate::labels::Warm;
@@ -57,7 +58,7 @@ impl Transport for MockTransport {
         })
     }
 
-    async fn context_window(&self, model: &str, _warm: Warm) -> Option<u64> {
+    async fn context_window(&self, model: &str, _warm: Warm, _lane: &Arc<Gate>) -> Option<u64> {
         self.sim.context_window(model)
     }
 

@@ -90,8 +90,10 @@ pub trait Transport: Send + Sync {
 
     /// `model`'s context window as the server reports it (see [`window`]);
     /// `None` when it says nothing, cannot be asked now, or this transport
-    /// does not ask. `warm`: whether llama-swap has the model loaded.
-    async fn context_window(&self, _model: &str, _warm: Warm) -> Option<u64> {
+    /// does not ask. `warm`: whether llama-swap has the model loaded;
+    /// `lane`: the upstream's, which a fetch from the server goes through
+    /// (llama-cpp-python answers `/v1/models` under its generation lock).
+    async fn context_window(&self, _model: &str, _warm: Warm, _lane: &Arc<Gate>) -> Option<u64> {
         None
     }
 

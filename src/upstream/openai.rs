@@ -14,6 +14,7 @@ use super::direct::Direct;
 use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use std::sync::Arc;
 
+use super::lane::Gate;
 use super::llama_swap::{ProbeSettings, WarmProbe};
 use super::window::Learner;
 use super::window::count::{Counter, Tokens};
@@ -193,8 +194,8 @@ impl Transport for OpenAiTransport {
         Ok(raw(resp, retry_after))
     }
 
-    async fn context_window(&self, model: &str, warm: Warm) -> Option<u64> {
-        self.windows.as_ref()?.window(model, warm).await
+    async fn context_window(&self, model: &str, warm: Warm, lane: &Arc<Gate>) -> Option<u64> {
+        self.windows.as_ref()?.window(model, warm, lane).await
     }
 
     async fn exact_tokens(&self, model: &str, req: &crate::wire::ChatRequest) -> Option<Tokens> {

@@ -21,6 +21,10 @@
 //!    reports its window nowhere else, so after one too-long whole request
 //!    the next one is checked before it is sent, streamed ones included.
 //!
+//! Every fetch goes through the upstream's lane, as a call of the model
+//! it is for (llama-cpp-python answers `/v1/models` under the lock it
+//! generates under: a fetch beside a stream would cut it).
+//!
 //! Lazy and bounded: asked on a model's first call, one fetch at a time
 //! per list or model (calls that need it meanwhile wait for that one), each
 //! fetch over within [`FETCH_TIMEOUT`] and reading at most [`MAX_BODY`]
@@ -46,6 +50,7 @@ use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::lane::Gate;
 use crate::labels::Warm;
 
 /// Longest a fetch may take, body included.
@@ -112,11 +117,11 @@ impl Learner {
     /// `model`'s window as its server reports it (`warm`: whether
     /// llama-swap has it loaded). Nothing is built for a fetch unless one
     /// is made: this runs before every call of a model without a window.
-    pub async fn window(&self, model: &str, warm: Warm) -> Option<u64> {
+    pub async fn window(&self, model: &str, warm: Warm, lane: &Arc<Gate>) -> Option<u64> {
         let listing = self
             .listing
             .get(|| {
-                let get = self.get_json(self.models_url.clone());
+                let get = laned(lane, model, self.get_json(self.models_url.clone()));
                 async move {
                     get.await
                         .map(|v| Arc::new(v.map(|v| parse::models(&v)).unwrap_or_default()))
@@ -137,8 +142,10 @@ impl Learner {
             .or_default()
             .clone();
         slot.get(|| {
-            let get = self.props_url(model).map(|url| self.get_json(url));
-            let show = self.show(model);
+            let get = self
+                .props_url(model)
+                .map(|url| laned(lane, model, self.get_json(url)));
+            let show = self.show(model).map(|show| laned(lane, model, show));
             async move {
                 let props = match get {
                     Some(get) => get.await?.as_ref().and_then(parse::props),
@@ -218,6 +225,22 @@ impl Learner {
                 .await
                 .unwrap_or(Err(()))
         }
+    }
+}
+
+/// `fetch`, once `lane` lets a call of `model` through (waited for at
+/// most [`FETCH_TIMEOUT`]; its permit held until the fetch ends), as any
+/// other call to the server.
+fn laned<T>(
+    lane: &Arc<Gate>,
+    model: &str,
+    fetch: impl Future<Output = Result<T, ()>> + Send + 'static,
+) -> impl Future<Output = Result<T, ()>> + Send + 'static {
+    let (lane, model) = (lane.clone(), model.to_owned());
+    async move {
+        let by = Instant::now() + FETCH_TIMEOUT;
+        let _admitted = lane.admit(&model, by).await.map_err(drop)?;
+        fetch.await
     }
 }
 
@@ -383,6 +406,39 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(slot.get(|| fetch(Ok(Some(8)))).await, Some(7));
         assert_eq!(fetches.load(Ordering::SeqCst), 3);
+    }
+
+    /// A local lane of one call at a time.
+    fn one_at_a_time() -> Arc<Gate> {
+        let limits = crate::config::LaneLimits {
+            max_concurrency: Some(1),
+            max_models: 1,
+            max_wait_swap: Duration::from_secs(30),
+        };
+        let metrics = crate::sink::Metrics::noop();
+        Arc::new(Gate::new(true, &Arc::from("local"), limits, None, metrics))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_waits_for_the_lane_and_gives_up_at_its_timeout() {
+        let lane = one_at_a_time();
+        let held = lane.admit("m", Instant::now()).await.unwrap();
+        let fetched = Arc::new(AtomicU32::new(0));
+        let fetch = |n: Arc<AtomicU32>| async move {
+            n.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ()>(7)
+        };
+        let f = tokio::spawn(laned(&lane, "m", fetch(fetched.clone())));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(fetched.load(Ordering::SeqCst), 0, "not beside a call");
+        drop(held);
+        assert_eq!(f.await.unwrap(), Ok(7));
+        assert_eq!(fetched.load(Ordering::SeqCst), 1);
+        // A lane held past FETCH_TIMEOUT: no fetch at all.
+        let _held = lane.admit("m", Instant::now()).await.unwrap();
+        let r = laned(&lane, "m", fetch(fetched.clone())).await;
+        assert_eq!(r, Err(()));
+        assert_eq!(fetched.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test(start_paused = true)]
