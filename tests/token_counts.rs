@@ -30,7 +30,8 @@ const WINDOW: u64 = 2048;
 async fn server(tok: Tokenizer) -> (String, Arc<Simulator>) {
     let small: Behavior = serde_json::from_value(json!({"context_window": WINDOW})).unwrap();
     let models: IndexMap<String, Behavior> = [("small".to_owned(), small)].into_iter().collect();
-    let sim = Simulator::new(models, SwapSim::default(), Quirks::default(), false).with_tokenizer(tok);
+    let sim =
+        Simulator::new(models, SwapSim::default(), Quirks::default(), false).with_tokenizer(tok);
     let sim = Arc::new(sim);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -117,7 +118,12 @@ fn chats(sim: &Simulator) -> usize {
 
 fn assert_too_long(r: &Resp) {
     assert_eq!(r.status, 400, "{}", r.text);
-    assert_eq!(r.json()["error"]["code"], "context_length_exceeded", "{}", r.text);
+    assert_eq!(
+        r.json()["error"]["code"],
+        "context_length_exceeded",
+        "{}",
+        r.text
+    );
 }
 
 /// The three answers every counting server gives: prose through, a table

@@ -21,7 +21,8 @@ use super::{MockResponse, Quirk, Quirks, Simulator, once};
 use crate::wire::content_text;
 
 /// SmolLM2's default system prompt, added when a request has none.
-pub const DEFAULT_SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+pub const DEFAULT_SYSTEM: &str =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
 /// The token-counting endpoints a simulated server serves (all by
 /// default; a test picks one server's to play it).
@@ -233,15 +234,29 @@ mod tests {
         };
         // Prose: the estimate is well over the count.
         let prose = json!({"model": "m", "messages": [{"role": "user", "content": "alpha bravo ".repeat(700)}]});
-        assert!(estimate(&prose) * 10 > prompt_tokens(&prose) * 14, "{} {}", estimate(&prose), prompt_tokens(&prose));
+        assert!(
+            estimate(&prose) * 10 > prompt_tokens(&prose) * 14,
+            "{} {}",
+            estimate(&prose),
+            prompt_tokens(&prose)
+        );
         // A markdown table: under it.
-        let table = json!({"model": "m", "messages": [{"role": "user", "content": "|-|-|\n".repeat(700)}]});
-        assert!(estimate(&table) * 10 < prompt_tokens(&table) * 7, "{} {}", estimate(&table), prompt_tokens(&table));
+        let table =
+            json!({"model": "m", "messages": [{"role": "user", "content": "|-|-|\n".repeat(700)}]});
+        assert!(
+            estimate(&table) * 10 < prompt_tokens(&table) * 7,
+            "{} {}",
+            estimate(&table),
+            prompt_tokens(&table)
+        );
         // The rendered prompt is what is counted.
         assert_eq!(prompt_tokens(&prose), text_tokens(&render(&prose)));
         let sys = json!({"model": "m", "messages": [{"role": "system", "content": "be brief"},
                          {"role": "user", "content": [{"type": "text", "text": "a b"}]}]});
-        assert_eq!(render(&sys), "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\na b<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(
+            render(&sys),
+            "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\na b<|im_end|>\n<|im_start|>assistant\n"
+        );
     }
 
     #[test]

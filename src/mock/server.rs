@@ -196,17 +196,30 @@ async fn props(
     }
 }
 
-/// A JSON object body, or a 400.
-fn object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, Response> {
+/// A JSON object body.
+fn object(body: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
     match serde_json::from_slice(body) {
-        Ok(serde_json::Value::Object(o)) => Ok(o),
-        _ => Err((StatusCode::BAD_REQUEST, "mock: a JSON object body is expected").into_response()),
+        Ok(serde_json::Value::Object(o)) => Some(o),
+        _ => None,
     }
+}
+
+/// The answer to a body that is not a JSON object.
+fn not_an_object() -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        "mock: a JSON object body is expected",
+    )
+        .into_response()
 }
 
 /// What a server without the endpoint answers (FastAPI's words).
 fn not_here() -> Response {
-    (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"}))).into_response()
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({"detail": "Not Found"})),
+    )
+        .into_response()
 }
 
 /// `n` token ids, as a list.
@@ -220,35 +233,42 @@ async fn apply_template(State(sim): State<Arc<Simulator>>, body: Bytes) -> Respo
         return not_here();
     }
     match object(&body) {
-        Ok(o) => axum::Json(json!({"prompt": context::render(&serde_json::Value::Object(o))}))
+        Some(o) => axum::Json(json!({"prompt": context::render(&serde_json::Value::Object(o))}))
             .into_response(),
-        Err(r) => r,
+        None => not_an_object(),
     }
 }
 
 /// `POST /tokenize`: vLLM's for a chat (`messages` → `count` and
 /// `max_model_len`), llama.cpp's for text (`content` → `tokens`).
 async fn tokenize(State(sim): State<Arc<Simulator>>, body: Bytes) -> Response {
-    let o = match object(&body) {
-        Ok(o) => o,
-        Err(r) => return r,
+    let Some(o) = object(&body) else {
+        return not_an_object();
     };
     let vllm = sim.counts_as(context::Tokenizer::Vllm);
     let llama = sim.counts_as(context::Tokenizer::LlamaCpp);
     if vllm && o.contains_key("messages") {
-        let model = o.get("model").and_then(serde_json::Value::as_str).unwrap_or_default();
+        let model = o
+            .get("model")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
         let window = sim.context_window(model).unwrap_or(4096);
         let Some(n) = sim.count_prompt(&serde_json::Value::Object(o)) else {
             return not_here();
         };
-        return axum::Json(json!({"count": n, "max_model_len": window, "tokens": ids(n), "token_strs": null}))
-            .into_response();
+        return axum::Json(
+            json!({"count": n, "max_model_len": window, "tokens": ids(n), "token_strs": null}),
+        )
+        .into_response();
     }
     if !llama {
         return not_here();
     }
     // llama.cpp reads `content` only (a chat body counts as nothing).
-    let text = o.get("content").and_then(serde_json::Value::as_str).unwrap_or_default();
+    let text = o
+        .get("content")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
     sim.stats.counts.fetch_add(1, Ordering::Relaxed);
     axum::Json(json!({"tokens": ids(context::text_tokens(text))})).into_response()
 }
@@ -263,9 +283,8 @@ async fn extras_tokenize(
     if !sim.counts_as(context::Tokenizer::LlamaCppPython) {
         return not_here();
     }
-    let o = match object(&body) {
-        Ok(o) => o,
-        Err(r) => return r,
+    let Some(o) = object(&body) else {
+        return not_an_object();
     };
     let Some(input) = o.get("input").and_then(serde_json::Value::as_str) else {
         let detail = json!({"detail": [{"type": "missing", "loc": ["body", "input"], "msg": "Field required"}]});

@@ -8,7 +8,8 @@
 //! [`crate::model::ChatModel`] and records every call as an attempt (a
 //! failed one sent again, as [`retry`] says, is a new attempt), after
 //! checking that the request fits the model's context window ([`fit`],
-//! with windows the server reports learned by [`window`]).
+//! with windows the server reports learned by [`window`], and exact token
+//! counts asked of it near the window by [`window::count`]).
 
 pub mod anthropic;
 mod concrete;

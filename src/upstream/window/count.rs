@@ -144,9 +144,8 @@ impl Counter {
                 };
                 let body = json!({"content": prompt, "add_special": true, "parse_special": true});
                 match self.post(model, "tokenize", &body, max).await {
-                    Ok(Some(v)) => parse::llama_cpp(&v).map_or(Asked::Absent, |n| {
-                        Asked::Counted(Tokens::Prompt(n))
-                    }),
+                    Ok(Some(v)) => parse::llama_cpp(&v)
+                        .map_or(Asked::Absent, |n| Asked::Counted(Tokens::Prompt(n))),
                     Ok(None) => Asked::Absent,
                     Err(()) => Asked::Failed,
                 }
@@ -188,7 +187,13 @@ impl Counter {
 
     /// `POST {root}/{path}` with `body`, its JSON answer read within
     /// [`FETCH_TIMEOUT`] and `max` bytes (as [`read_json`] says).
-    async fn post(&self, model: &str, path: &str, body: &Value, max: usize) -> Result<Option<Value>, ()> {
+    async fn post(
+        &self,
+        model: &str,
+        path: &str,
+        body: &Value,
+        max: usize,
+    ) -> Result<Option<Value>, ()> {
         let url = self.url(model, path).ok_or(())?;
         let mut req = self.client.post(url).timeout(FETCH_TIMEOUT).json(body);
         if let Some(a) = &self.auth {
@@ -333,7 +338,10 @@ mod tests {
     fn each_servers_answer() {
         // llama.cpp's server.
         let t = json!({"prompt": "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"});
-        assert_eq!(rendered(&t).as_deref(), Some("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"));
+        assert_eq!(
+            rendered(&t).as_deref(),
+            Some("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+        );
         assert_eq!(rendered(&json!({"prompt": 3})), None);
         assert_eq!(llama_cpp(&json!({"tokens": [1, 9906, 2]})), Some(3));
         assert_eq!(
@@ -358,12 +366,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn counts_are_kept_bounded_and_expire() {
         let c = Counts::default();
-        let req: ChatRequest =
-            serde_json::from_value(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-                .unwrap();
-        let other: ChatRequest =
-            serde_json::from_value(json!({"model": "m", "messages": [{"role": "user", "content": "ho"}]}))
-                .unwrap();
+        let req: ChatRequest = serde_json::from_value(
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .unwrap();
+        let other: ChatRequest = serde_json::from_value(
+            json!({"model": "m", "messages": [{"role": "user", "content": "ho"}]}),
+        )
+        .unwrap();
         let k = Counts::key("m", &req);
         assert_ne!(k, Counts::key("m", &other));
         assert_ne!(k, Counts::key("n", &req));

@@ -153,7 +153,9 @@ impl Learner {
                 };
                 match (props, show) {
                     (Some(w), _) => Ok(Some(w)),
-                    (None, Some(show)) => show.await.map(|v| v.as_ref().and_then(parse::ollama_show)),
+                    (None, Some(show)) => {
+                        show.await.map(|v| v.as_ref().and_then(parse::ollama_show))
+                    }
                     (None, None) => Ok(None),
                 }
             }

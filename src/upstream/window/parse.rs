@@ -148,7 +148,10 @@ mod tests {
         let v = json!({"parameters": "stop \"<|eot_id|>\"", "model_info": {"general.architecture": "qwen2",
                        "qwen2.context_length": 32768, "qwen2.block_count": 28}});
         assert_eq!(ollama_show(&v), Some(32768));
-        assert_eq!(ollama_show(&json!({"model_info": {"general.architecture": "x"}})), None);
+        assert_eq!(
+            ollama_show(&json!({"model_info": {"general.architecture": "x"}})),
+            None
+        );
         for bad in [
             json!({"parameters": "num_ctx 0"}),
             json!({"parameters": "num_ctx lots"}),
