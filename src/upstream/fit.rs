@@ -120,7 +120,8 @@ impl ConcreteModel {
 
     /// `req`'s tokens as this model's server counts them: kept from an
     /// earlier count, else asked through the lane (one count at a time
-    /// per server) within the call's deadline and [`COUNT_WAIT`].
+    /// per server; the lane waited for as the call would, until its
+    /// deadline or its first token's), within [`COUNT_WAIT`].
     async fn exact(&self, call: &Call, req: &ChatRequest) -> Option<Tokens> {
         let up = &self.upstream;
         let model = &self.info.upstream_model;
@@ -133,7 +134,13 @@ impl ConcreteModel {
         if let Some(t) = up.counts.get(&key) {
             return Some(t);
         }
-        let admitted = up.gate.admit(model, by).await.ok()?;
+        // As long as the call itself would wait for the lane: no later
+        // than its first token is due.
+        let lane_by = match call.ttft_timeout {
+            Some(t) => by.min(Instant::now() + t),
+            None => by,
+        };
+        let admitted = up.gate.admit(model, lane_by).await.ok()?;
         let counted = timeout_at(
             by.min(Instant::now() + COUNT_WAIT),
             up.transport.exact_tokens(model, req),
