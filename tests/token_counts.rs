@@ -252,3 +252,141 @@ upstream = "local"
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(counts(&sim), 1);
 }
+
+/// Requests a fake server got, by path.
+type Hits = Arc<parking_lot::Mutex<std::collections::HashMap<String, usize>>>;
+
+/// A fake server with no `/props`, a `/v1/models` without windows and
+/// chat answers of 200, that answers `counts` (path → answer) and
+/// Ollama's `/api/show` (`show`, else 404); every request counted by path.
+async fn fake(counts: Vec<(&'static str, u16, Value)>, show: Option<Value>) -> (String, Hits) {
+    use axum::extract::State;
+    use axum::http::{StatusCode, Uri};
+    use axum::response::IntoResponse;
+    let hits: Hits = Arc::default();
+    let app = axum::Router::new()
+        .fallback(move |State(hits): State<Hits>, uri: Uri| {
+            let (counts, show) = (counts.clone(), show.clone());
+            async move {
+                let path = uri.path().to_owned();
+                *hits.lock().entry(path.clone()).or_default() += 1;
+                if path == "/v1/chat/completions" {
+                    let done = json!({"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}});
+                    return axum::Json(done).into_response();
+                }
+                if path == "/v1/models" {
+                    let list = json!({"object": "list", "data": [{"id": "small", "object": "model", "owned_by": "library"}]});
+                    return axum::Json(list).into_response();
+                }
+                if path == "/api/show"
+                    && let Some(s) = show
+                {
+                    return axum::Json(s).into_response();
+                }
+                match counts.iter().find(|(p, _, _)| *p == path) {
+                    Some((_, status, body)) => {
+                        (StatusCode::from_u16(*status).unwrap(), axum::Json(body.clone())).into_response()
+                    }
+                    None => (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"}))).into_response(),
+                }
+            }
+        })
+        .with_state(hits.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/v1"), hits)
+}
+
+fn hits(h: &Hits, path: &str) -> usize {
+    h.lock().get(path).copied().unwrap_or_default()
+}
+
+/// Prose like [`prose`], made different by `n`.
+fn prose_n(model: &str, n: usize) -> Value {
+    let mut body = prose(model);
+    body["messages"][0]["content"] = json!(format!(
+        "{n} {}",
+        body["messages"][0]["content"].as_str().unwrap()
+    ));
+    body
+}
+
+#[tokio::test]
+async fn the_server_kind_that_counted_is_asked_straight_away_and_one_without_counts_is_left_alone()
+{
+    // llama-cpp-python: only `/extras/tokenize/count`, counting 1,000.
+    let (v1, h) = fake(
+        vec![("/extras/tokenize/count", 200, json!({"count": 1000}))],
+        None,
+    )
+    .await;
+    let gw = gateway(&v1, &format!("context_window = {WINDOW}"));
+    for n in 0..3 {
+        let r = gw.chat(&prose_n("small", n)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    assert_eq!(hits(&h, "/extras/tokenize/count"), 3);
+    assert_eq!(
+        hits(&h, "/apply-template"),
+        1,
+        "tried once, then left alone"
+    );
+    assert_eq!(hits(&h, "/tokenize"), 1);
+    assert_eq!(hits(&h, "/v1/chat/completions"), 3);
+
+    // A server with no count at all (Ollama, a cloud API): asked once in
+    // ten minutes, its requests let through.
+    let (v1, h) = fake(Vec::new(), None).await;
+    let gw = gateway(&v1, &format!("context_window = {WINDOW}"));
+    for n in 0..3 {
+        let r = gw.chat(&prose_n("small", n)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    assert_eq!(hits(&h, "/apply-template"), 1);
+    assert_eq!(hits(&h, "/extras/tokenize/count"), 1);
+    assert_eq!(hits(&h, "/v1/chat/completions"), 3);
+}
+
+#[tokio::test]
+async fn absurd_or_failed_counts_refuse_nothing() {
+    for counts in [
+        // A count beyond any window: no count.
+        vec![(
+            "/tokenize",
+            200,
+            json!({"count": 1_000_000_000_000u64, "max_model_len": 2048}),
+        )],
+        // A failing server: no count, asked again next time.
+        vec![("/apply-template", 500, json!({"error": "boom"}))],
+        // llama.cpp's answer to a chat body it cannot read: no count.
+        vec![("/tokenize", 200, json!({"tokens": []}))],
+    ] {
+        let (v1, h) = fake(counts, None).await;
+        let gw = gateway(&v1, &format!("context_window = {WINDOW}"));
+        let r = gw.chat(&table("small")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(hits(&h, "/v1/chat/completions"), 1);
+    }
+}
+
+#[tokio::test]
+async fn ollamas_window_is_read_from_api_show() {
+    let show = json!({"parameters": "num_ctx                        2048\nstop \"<|im_end|>\"",
+                      "model_info": {"general.architecture": "qwen2", "qwen2.context_length": 32768}});
+    let (v1, h) = fake(Vec::new(), Some(show)).await;
+    let gw = gateway(&v1, "");
+    let r = gw.chat(&huge("small")).await;
+    assert_too_long(&r);
+    assert_eq!(hits(&h, "/api/show"), 1);
+    assert_eq!(hits(&h, "/v1/chat/completions"), 0);
+    let ev = gw.events(&["context_window_exceeded"]).await;
+    assert_eq!(ev[0]["context_window"], WINDOW);
+    assert_eq!(ev[0]["window_source"], "server");
+    // Kept: not asked again.
+    let r = gw.chat(&chat("small", "hello")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(hits(&h, "/api/show"), 1);
+}
