@@ -422,7 +422,7 @@ impl ConcreteModel {
 }
 
 /// The `lane_swap` event: the local lane changed the model it serves.
-fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
+pub(super) fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
     if !ctx.events_enabled() {
         return;
     }

@@ -141,6 +141,9 @@ impl ConcreteModel {
             None => by,
         };
         let admitted = up.gate.admit(model, lane_by).await.ok()?;
+        if let Some(from) = &admitted.swapped_from {
+            super::concrete::lane_swap(&call.ctx, &up.name, from, model);
+        }
         let counted = timeout_at(
             by.min(Instant::now() + COUNT_WAIT),
             up.transport.exact_tokens(model, req),
