@@ -15,8 +15,8 @@
 //! `/extras/tokenize/count`), see [`context::Tokenizer`], plus two test
 //! hooks:
 //! `GET /mock/requests` (what it received) and `GET /mock/stats`
-//! (answers completed, abandoned by a client that went away, and models
-//! loaded).
+//! (answers completed, abandoned by a client that went away, models
+//! loaded, and token counts asked).
 
 use std::future::Future;
 use std::sync::Arc;
