@@ -2,9 +2,10 @@
 //! latency) against its accuracy with the 95 % interval, the Pareto front
 //! joined, tick values on both axes and a legend. Every label is placed
 //! where its box overlaps no other label, point or interval and stays
-//! inside the plot; a name that finds no such place is drawn as a number
-//! and listed under the picture. Text widths are reckoned at 0.6 em a
-//! character, wider than a sans-serif font draws them, so the boxes hold.
+//! inside the plot (or the gap just above it); a name that finds no such
+//! place is drawn as a number and listed under the picture. Text widths
+//! are reckoned at 0.6 em a character, wider than a sans-serif font draws
+//! them, so the boxes hold.
 
 use std::fmt::Write;
 
@@ -199,14 +200,16 @@ pub fn svg(rows: &[RouteRow], axis: CostAxis) -> String {
     }
 
     // The plot.
-    let top = ly + 24.0;
+    let top = ly + 32.0;
     let bottom = top + PLOT_H;
     let right = W - RIGHT;
-    let plot = Bounds {
-        x0: LEFT,
-        y0: top,
-        x1: right,
-        y1: bottom,
+    // Where a route's name may go: the plot, the gap above it (a point at
+    // 100 % is named there) and the right margin.
+    let room = Bounds {
+        x0: LEFT + 1.0,
+        y0: top - 22.0,
+        x1: W - 4.0,
+        y1: bottom - 1.0,
     };
     let max_cost = rows.iter().map(|r| cost(r)).fold(0.0_f64, f64::max);
     let (xticks, decimals) = ticks(max_cost * 1.05);
@@ -318,7 +321,7 @@ pub fn svg(rows: &[RouteRow], axis: CostAxis) -> String {
     let mut placed: Vec<Bounds> = Vec::new();
     let mut listed: Vec<String> = Vec::new();
     let fits = |b: &Bounds, placed: &[Bounds], strict: bool| {
-        b.inside(&plot)
+        b.inside(&room)
             && !placed.iter().any(|p| p.intersects(b))
             && !points.iter().any(|p| p.intersects(b))
             && !(strict && bars.iter().any(|p| p.intersects(b)))
