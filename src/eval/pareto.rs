@@ -119,7 +119,7 @@ fn spots() -> Vec<(f64, f64, &'static str)> {
     for dy in [-6.0, 16.0, -20.0, 30.0, -34.0, 44.0] {
         v.push((9.0, dy, "start"));
         v.push((-9.0, dy, "end"));
-        if dy < -10.0 || dy > 20.0 {
+        if !(-10.0..=20.0).contains(&dy) {
             v.push((0.0, dy, "middle"));
         }
     }
@@ -321,10 +321,9 @@ pub fn svg(rows: &[RouteRow], axis: CostAxis) -> String {
     let mut placed: Vec<Bounds> = Vec::new();
     let mut listed: Vec<String> = Vec::new();
     let fits = |b: &Bounds, placed: &[Bounds], strict: bool| {
-        b.inside(&room)
-            && !placed.iter().any(|p| p.intersects(b))
-            && !points.iter().any(|p| p.intersects(b))
-            && !(strict && bars.iter().any(|p| p.intersects(b)))
+        let hit = |boxes: &[Bounds]| boxes.iter().any(|p| p.intersects(b));
+        let over = hit(placed) || hit(&points) || (strict && hit(&bars));
+        b.inside(&room) && !over
     };
     for r in &rows {
         let (cx, cy) = (x(cost(r)), y(r.accuracy));
