@@ -10,8 +10,10 @@
 //! assistant message holding the partial text, as a prefill where the
 //! member continues one natively ([`ChatModel::continues_prefill`]:
 //! Anthropic and mock upstreams), else followed by a user message with
-//! [`CONTINUE_INSTRUCTION`]. The continuation is spliced at the seam (the
-//! words the model repeats are trimmed, see [`seam`]) and rewritten as
+//! [`CONTINUE_INSTRUCTION`]. The continuation is spliced at the seam (what
+//! the model repeats, or its start over of the answer, is trimmed: see
+//! [`seam`]; its first words are held back until that is known) and
+//! rewritten as
 //! the first stream's chunks (its `id`, `model`, `created`; no second role
 //! delta; choice 0); its usage chunk counts every attempt. Each
 //! continuation takes from the route's retry budget (reason `midstream`)
@@ -409,13 +411,15 @@ fn spliced(first: ChunkStream, attempt: Attempt, f: Failover) -> ChunkStream {
     })
 }
 
-/// Writes a leg's `midstream_failover` event once (with the overlap
-/// trimmed, or null when the continuation broke before it was known).
+/// Writes a leg's `midstream_failover` event once (with the text trimmed
+/// and how the seam was found, or nulls when the continuation broke
+/// before it was known).
 fn emit(f: &Failover, l: &mut Leg) {
     let Some(mut event) = l.event.take() else {
         return;
     };
     event.insert("overlap_trimmed".into(), json!(l.seam.trimmed()));
+    event.insert("seam".into(), json!(l.seam.join().map(seam::Join::as_str)));
     crate::strategy::event(&f.call.ctx, "midstream_failover", event);
 }
 
