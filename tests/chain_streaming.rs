@@ -33,7 +33,10 @@ fn replayed(resp: &Resp, direct: &Resp) {
         if let (Some(gu), Some(wu)) = (g.remove("usage"), w.remove("usage")) {
             if wu.is_object() {
                 let n = |u: &Value, k: &str| u[k].as_u64().unwrap();
-                assert!(n(&gu, "prompt_tokens") > n(&wu, "prompt_tokens"), "{gu} {wu}");
+                assert!(
+                    n(&gu, "prompt_tokens") > n(&wu, "prompt_tokens"),
+                    "{gu} {wu}"
+                );
                 assert!(n(&gu, "completion_tokens") > n(&wu, "completion_tokens"));
             } else {
                 assert_eq!(gu, wu);

@@ -330,7 +330,11 @@ async fn a_continuation_that_starts_over_is_cut_after_the_repeated_answer() {
         let resp = post(&gw.base, &ask(route, &format!("[rome {n}]"))).await;
         assert_eq!(resp.status, 200, "{}", resp.text);
         one_stream(&resp);
-        assert_eq!(streamed_text(&resp.data_events()), ROME, "{route} cut at {n}");
+        assert_eq!(
+            streamed_text(&resp.data_events()),
+            ROME,
+            "{route} cut at {n}"
+        );
         let events = gw.events_of(&["midstream_failover"], i + 1).await;
         let ev = &events[i];
         assert_eq!(ev["chars_before"], n, "{ev}");

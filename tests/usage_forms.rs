@@ -123,8 +123,15 @@ async fn usage_of(gw: &Proc, route: &str, stream: bool) -> (u64, u64) {
     } else {
         resp.json()["usage"].clone()
     };
-    let n = |k: &str| usage[k].as_u64().unwrap_or_else(|| panic!("{route}: {usage}"));
-    assert_eq!(n("total_tokens"), n("prompt_tokens") + n("completion_tokens"));
+    let n = |k: &str| {
+        usage[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{route}: {usage}"))
+    };
+    assert_eq!(
+        n("total_tokens"),
+        n("prompt_tokens") + n("completion_tokens")
+    );
     (n("prompt_tokens"), n("completion_tokens"))
 }
 

@@ -354,12 +354,10 @@ impl Seam {
             return None;
         }
         let ws = &ws[..ws.len().min(WINDOW_WORDS)];
-        ks.filter(|&k| k <= self.tail.len())
-            .rev()
-            .find_map(|k| {
-                let pat = &self.tail[self.tail.len() - k..];
-                occurrences(pat, ws, self.mid_word()).first().map(|o| o.1)
-            })
+        ks.filter(|&k| k <= self.tail.len()).rev().find_map(|k| {
+            let pat = &self.tail[self.tail.len() - k..];
+            occurrences(pat, ws, self.mid_word()).first().map(|o| o.1)
+        })
     }
 
     /// Where a continuation that starts the answer over is cut (rule 2);
@@ -518,7 +516,11 @@ mod tests {
             ),
         ];
         for (cont, want) in cases {
-            assert_eq!(spliced(ROME, cont), (want.to_owned(), Join::Tail), "{cont:?}");
+            assert_eq!(
+                spliced(ROME, cont),
+                (want.to_owned(), Join::Tail),
+                "{cont:?}"
+            );
         }
         // A cut inside the last word: its start is found in the window.
         let (out, join) = spliced(
@@ -582,7 +584,10 @@ mod tests {
         assert_eq!(s.push("has a rich and storied history that"), "");
         assert_eq!(s.join(), None, "seven words of the tail: more may come");
         let mut s = Seam::new(ROME.to_owned());
-        assert_eq!(s.push("Sure: city, has a rich and storied history that"), "");
+        assert_eq!(
+            s.push("Sure: city, has a rich and storied history that"),
+            ""
+        );
         assert_eq!(s.join(), Some(Join::Tail));
 
         // A full window is decided without the continuation's end.
