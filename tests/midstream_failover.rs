@@ -340,6 +340,14 @@ async fn a_continuation_that_starts_over_is_cut_after_the_repeated_answer() {
         assert_eq!(ev["chars_before"], n, "{ev}");
         assert_eq!(ev["seam"], seam, "{ev}");
         assert_eq!(ev["overlap_trimmed"], dropped, "{ev}");
+        // The stream's headers went out before: it says so at its end.
+        assert!(
+            resp.text
+                .contains(&format!(": x-conclave-midstream-failover: {seam}\n")),
+            "{}",
+            resp.text
+        );
+        assert!(resp.header("x-conclave-midstream-failover").is_none());
     }
 }
 
@@ -363,6 +371,14 @@ async fn a_failing_continuation_moves_on_and_the_last_one_ends_cleanly() {
     let resp = post(&gw.base, &ask("twice", "[cut 13]")).await;
     one_stream(&resp);
     assert_eq!(streamed_text(&resp.data_events()), TEXT);
+    // One value per continuation: broken's broke before its seam was
+    // known.
+    assert!(
+        resp.text
+            .contains(": x-conclave-midstream-failover: unknown, restart\n"),
+        "{}",
+        resp.text
+    );
     let events = gw.events_of(&["midstream_failover"], 2).await;
     assert_eq!(events[0]["to"], "broken");
     assert_eq!(events[1]["from"], "broken");

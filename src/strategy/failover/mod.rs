@@ -18,7 +18,10 @@
 //! delta; choice 0); its usage chunk counts every attempt. Each
 //! continuation takes from the route's retry budget (reason `midstream`)
 //! and is an attempt of its own; a `midstream_failover` event says who
-//! continued whom.
+//! continued whom and how the seam was found, and so does the
+//! [`FAILOVER_HEADER`] the stream ends with (an SSE comment: its headers
+//! went out before; a whole answer made of such a stream carries it as a
+//! header).
 //!
 //! A chain uses it with `midstream_failover = true` (its later tiers); any
 //! strategy that streams one member's answer live can (a balance: its
@@ -50,6 +53,12 @@ use seam::Seam;
 pub const CONTINUE_INSTRUCTION: &str = "Your previous message was cut off. Continue it \
 exactly where it stopped, even in the middle of a word: do not repeat any of it, and add \
 no preamble.";
+
+/// The response header (on a stream: the SSE comment before its end)
+/// that lists how each continuation was joined, in order: `tail`,
+/// `restart`, `overlap`, `none`, or `unknown` when it broke before that
+/// was known.
+pub const FAILOVER_HEADER: &str = "x-conclave-midstream-failover";
 
 /// A member that may continue a broken stream.
 #[derive(Clone)]
@@ -418,8 +427,12 @@ fn emit(f: &Failover, l: &mut Leg) {
     let Some(mut event) = l.event.take() else {
         return;
     };
+    let join = l.seam.join().map(seam::Join::as_str);
     event.insert("overlap_trimmed".into(), json!(l.seam.trimmed()));
-    event.insert("seam".into(), json!(l.seam.join().map(seam::Join::as_str)));
+    event.insert("seam".into(), json!(join));
+    f.call
+        .ctx
+        .add_late_header(FAILOVER_HEADER, join.unwrap_or("unknown"));
     crate::strategy::event(&f.call.ctx, "midstream_failover", event);
 }
 
