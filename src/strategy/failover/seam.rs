@@ -369,9 +369,9 @@ impl Seam {
             return None;
         }
         let mut end = 0;
-        for i in 0..need {
+        for (i, (p, w)) in self.head.iter().zip(ws).take(need).enumerate() {
             let last = i + 1 == self.count;
-            end = word_match(&self.head[i], &ws[i], last, last && self.mid_word())?;
+            end = word_match(p, w, last, last && self.mid_word())?;
         }
         if need == self.count {
             // The whole partial is repeated at the start.
