@@ -205,6 +205,9 @@ impl ConcreteModel {
                 Err(e) => return Err(prev.map_or(e, |(_, last)| last)),
             };
             let attempt = Attempt::start(&call.ctx, &self.info, call.role, call.span);
+            if let Some(tally) = &call.cancellable {
+                tally.watch(&attempt);
+            }
             if let Some((reason, _)) = prev {
                 attempt.set_retry(reason);
             }
