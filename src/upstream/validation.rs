@@ -13,6 +13,9 @@
 //! - llama.cpp's server: `{"error": {"code": 500, "message":
 //!   "[json.exception.type_error.302] type must be string, but is null",
 //!   "type": "server_error"}}` (a JSON type error reading the request);
+//! - Go's JSON decoder (Ollama's server): `json: cannot unmarshal
+//!   string into Go struct field ChatRequest.messages.content of type
+//!   []api.Part`;
 //! - a body that says it is a client error under a 500 status: an error
 //!   `type` of `invalid_request_error` or `BadRequestError` (vLLM's), or
 //!   a `code` of 400 or 422.
@@ -61,6 +64,7 @@ pub fn recognise(status: u16, body: Option<&Value>, text: &str) -> Option<Reject
     if let Some(r) = python_dump(message)
         .or_else(|| pydantic_text(message))
         .or_else(|| json_exception(message))
+        .or_else(|| go_unmarshal(message))
     {
         return Some(r);
     }
@@ -238,6 +242,25 @@ fn json_exception(message: &str) -> Option<Rejection> {
     Some(Rejection { field, problem })
 }
 
+/// Go's `encoding/json` reading the request into the server's struct:
+/// the field's path follows the struct's name (`ChatRequest.messages.
+/// content`), as JSON names, without indexes.
+fn go_unmarshal(message: &str) -> Option<Rejection> {
+    let at = message.find("json: cannot unmarshal ")?;
+    let rest = &message[at..];
+    let field = rest
+        .split_once(" into Go struct field ")
+        .and_then(|(_, f)| f.split_once(" of type"))
+        .and_then(|(f, _)| {
+            let segs: Vec<Seg> = f.split('.').skip(1).map(Seg::of).collect();
+            path(&segs)
+        });
+    Some(Rejection {
+        field,
+        problem: "wrong type",
+    })
+}
+
 /// The error that says what is wrong. A union (each message may be one
 /// of several classes) fails once per branch; a branch whose own tag
 /// did not match (a `literal_error` on its `role`, say) is not the one
@@ -403,6 +426,20 @@ File \"/usr/lib/python3.11/site-packages/llama_cpp/server/app.py\", line 376, in
         assert_eq!(read(500, body), said("messages[1].content", "wrong type"));
         let body = r#"{"error":{"code":500,"message":"[json.exception.out_of_range.403] key 'role' not found","type":"server_error"}}"#;
         assert_eq!(read(500, body).unwrap().problem, "missing");
+    }
+
+    #[test]
+    fn gos_json_decoder_as_ollama_answers() {
+        let body = r#"{"error":"json: cannot unmarshal number into Go struct field ChatRequest.messages.content of type string"}"#;
+        assert_eq!(read(500, body), said("messages.content", "wrong type"));
+        let body = r#"{"error":{"message":"json: cannot unmarshal array into Go value of type api.ChatRequest","type":"api_error"}}"#;
+        assert_eq!(
+            read(500, body),
+            Some(Rejection {
+                field: None,
+                problem: "wrong type"
+            })
+        );
     }
 
     #[test]
