@@ -15,6 +15,7 @@ use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use std::sync::Arc;
 
 use super::llama_swap::{ProbeSettings, WarmProbe};
+use super::server_kind::{self, ServerKind};
 use super::window::Learner;
 use crate::config::{LlamaSwap, Secret};
 use crate::labels::Warm;
@@ -85,6 +86,32 @@ impl OpenAiTransport {
 }
 
 impl OpenAiTransport {
+    /// GETs `url` for [`Transport::server_kind`]: its status, `server`
+    /// header and body, within [`server_kind::PROBE_TIMEOUT`] and
+    /// [`server_kind::MAX_PROBE_BODY`].
+    async fn probe_get(&self, url: reqwest::Url) -> Option<(u16, Option<String>, Bytes)> {
+        let mut req = self.client.get(url).timeout(server_kind::PROBE_TIMEOUT);
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let resp = req.send().await.ok()?;
+        let status = resp.status().as_u16();
+        let server = resp
+            .headers()
+            .get(reqwest::header::SERVER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut body = bytes::BytesMut::new();
+        let mut parts = resp.bytes_stream();
+        while let Some(part) = parts.try_next().await.ok()? {
+            if body.len() + part.len() > server_kind::MAX_PROBE_BODY {
+                return None;
+            }
+            body.extend_from_slice(&part);
+        }
+        Some((status, server, body.freeze()))
+    }
+
     /// A warm-state probe of the llama-swap at `settings.url`, over this
     /// upstream's connection pool and with its API key.
     pub fn probe(
@@ -190,6 +217,21 @@ impl Transport for OpenAiTransport {
 
     async fn context_window(&self, model: &str, warm: Warm) -> Option<u64> {
         self.windows.as_ref()?.window(model, warm).await
+    }
+
+    async fn server_kind(&self) -> ServerKind {
+        let root = self.base_url.trim_end_matches('/');
+        let root = root.strip_suffix("/v1").unwrap_or(root);
+        if let Ok(url) = parse_url(&format!("{root}/props"))
+            && let Some((status, _, body)) = self.probe_get(url).await
+            && let Some(kind) = server_kind::from_props(status, &body)
+        {
+            return kind;
+        }
+        match self.probe_get(self.models_url.clone()).await {
+            Some((_, server, body)) => server_kind::from_models(server.as_deref(), &body),
+            None => ServerKind::Unknown,
+        }
     }
 
     async fn ready(&self) -> Result<(), String> {
