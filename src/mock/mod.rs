@@ -301,7 +301,7 @@ impl Simulator {
         heard: Heard,
     ) -> MockResponse {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        self.arrivals.fetch_add(1, Ordering::AcqRel);
+        let arrival = self.arrivals.fetch_add(1, Ordering::AcqRel) + 1;
         let guard = Finish::new(self.stats.clone());
         if self.api == Api::Anthropic {
             return anthropic::respond(self, endpoint, body, heard, guard).await;
@@ -398,7 +398,7 @@ impl Simulator {
                 let interrupt = self
                     .quirks
                     .has(Quirk::InterruptsOnNewRequest)
-                    .then(|| Interrupt::from_now(&self.arrivals));
+                    .then(|| Interrupt::after(&self.arrivals, arrival));
                 let how = answer::How {
                     legacy,
                     stream,

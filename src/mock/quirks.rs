@@ -130,10 +130,10 @@ pub struct Interrupt {
 }
 
 impl Interrupt {
-    /// Watches `arrivals` from its count now.
-    pub fn from_now(arrivals: &Arc<AtomicU64>) -> Self {
+    /// Watches `arrivals` for requests after the `at`-th, its own.
+    pub fn after(arrivals: &Arc<AtomicU64>, at: u64) -> Self {
         Interrupt {
-            at: arrivals.load(Ordering::Acquire),
+            at,
             arrivals: arrivals.clone(),
         }
     }
