@@ -54,11 +54,9 @@ async fn upstream() -> (String, Arc<AtomicUsize>) {
                     "choices": [{"index": 0, "message": message}]}))
                 .into_response(),
                 "role-then-done" => sse(chunk(json!({"role": "assistant", "content": ""})) + DONE),
-                _ => sse(
-                    chunk(json!({"role": "assistant", "content": ""}))
-                        + &chunk(json!({"content": "Le Marais is the capital of"}))
-                        + DONE,
-                ),
+                _ => sse(chunk(json!({"role": "assistant", "content": ""}))
+                    + &chunk(json!({"content": "Le Marais is the capital of"}))
+                    + DONE),
             }
         }
     };
@@ -108,7 +106,12 @@ fn gateway(base: &str) -> Gw {
         "[upstreams.oai]\nkind = \"openai\"\nbase_url = \"{base}/v1\"\napi_key_env = \"OAI_KEY\"\nresponses = true\n\
          [upstreams.ant]\nkind = \"anthropic\"\nbase_url = \"{base}\"\napi_key_env = \"ANT_KEY\"\n\
          [models.ant-early]\nupstream = \"ant\"\nmodel = \"early\"\n\
-         [server]\nevent_log = \"{{dir}}/events.jsonl\"\n"
+         [server]\nevent_log = \"{{dir}}/events.jsonl\"\n\
+         [upstreams.steady]\nkind = \"mock\"\n\
+         [upstreams.steady.models.heir]\nreply = {{ text = \"Paris.\" }}\n\
+         [models.heir]\nupstream = \"steady\"\n\
+         [routes.story]\nstrategy = \"chain\"\ntiers = [\"oai-text-then-done\", \"heir\"]\n\
+         midstream_failover = true\nretry_budget = {{ ratio = 1.0, min = 20 }}\n"
     );
     for m in [
         "null-finish",
@@ -153,8 +156,17 @@ async fn answers_without_a_finish_reason_are_cuts_retried_before_they_begin() {
         };
         let r = gw.chat(&body).await;
         assert_eq!(r.status, 502, "{m}: {}", r.text);
-        assert_eq!(r.json()["error"]["code"], "upstream_stream_cut", "{m}: {}", r.text);
-        assert_eq!(calls.load(Ordering::SeqCst) - before, 2, "{m}: retried once");
+        assert_eq!(
+            r.json()["error"]["code"],
+            "upstream_stream_cut",
+            "{m}: {}",
+            r.text
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst) - before,
+            2,
+            "{m}: retried once"
+        );
     }
     // Text went out, then `[DONE]` without a finish_reason: the client's
     // stream ends with an error event, never `[DONE]`.
@@ -170,6 +182,27 @@ async fn answers_without_a_finish_reason_are_cuts_retried_before_they_begin() {
     for a in &attempts {
         assert_eq!(a["verdict"], "error", "{a}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_after_its_first_token_fails_over_mid_stream() {
+    let (base, _) = upstream().await;
+    let gw = gateway(&base);
+    let r = gw.chat(&chat_stream("story", "hi")).await;
+    assert!(whole(&r), "{} {}", r.status, r.text);
+    assert!(r.text.contains("Le Marais is the capital of"), "{}", r.text);
+    assert!(r.text.contains("Paris."), "{}", r.text);
+    let events = gw.events(&["midstream_failover", "attempt"]).await;
+    assert!(
+        events.iter().any(|e| e["event"] == "midstream_failover"),
+        "{events:?}"
+    );
+    let cut = events
+        .iter()
+        .find(|e| e["event"] == "attempt" && e["model"] == "oai-text-then-done")
+        .unwrap();
+    assert_ne!(cut["verdict"], "ok", "{cut}");
+    assert_ne!(cut["verdict"], "accept", "{cut}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,8 +293,14 @@ async fn a_cut_stream_is_never_a_clean_answer_when_calls_overlap() {
     let gw = Gw::start(&in_gateway(&interrupting("max_concurrency = 4")));
     let rs = four_at_once(&gw).await;
     for r in &rs {
-        let cut = r.status == 502 || (r.status == 200 && last_error(r)["code"] == "upstream_stream_cut");
-        assert!(whole(r) || cut, "neither whole nor a cut: {} {}", r.status, r.text);
+        let cut =
+            r.status == 502 || (r.status == 200 && last_error(r)["code"] == "upstream_stream_cut");
+        assert!(
+            whole(r) || cut,
+            "neither whole nor a cut: {} {}",
+            r.status,
+            r.text
+        );
         if r.status == 200 && !whole(r) {
             assert!(!r.text.contains("[DONE]"), "{}", r.text);
         }
@@ -284,7 +323,10 @@ async fn a_llama_cpp_python_lane_takes_one_call_at_a_time_by_default() {
     }
     let attempts = gw.events(&["attempt"]).await;
     assert_eq!(attempts.len(), 4, "{attempts:?}");
-    assert!(attempts.iter().all(|a| a["verdict"] == "ok"), "{attempts:?}");
+    assert!(
+        attempts.iter().all(|a| a["verdict"] == "ok"),
+        "{attempts:?}"
+    );
     // Serialized: every call after the first waited for the lane.
     let waited = attempts
         .iter()

@@ -12,8 +12,8 @@ use crate::wire::content_text;
 use super::continuation::continued;
 
 use super::{
-    CUT_GRACE, Interrupt, FailMode, Finish, MockBody, MockCut, MockResponse, ReplySpec, Resolved, UsageSpec,
-    error_response, once, pause,
+    CUT_GRACE, FailMode, Finish, Interrupt, MockBody, MockCut, MockResponse, ReplySpec, Resolved,
+    UsageSpec, error_response, once, pause,
 };
 
 /// How an answer is written: legacy `text` choices, streamed, with a

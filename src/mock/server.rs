@@ -158,8 +158,7 @@ async fn models(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
         .model_names()
         .into_iter()
         .map(|id| {
-            let mut m =
-                json!({"id": id, "object": "model", "created": 0, "owned_by": sim.owner()});
+            let mut m = json!({"id": id, "object": "model", "created": 0, "owned_by": sim.owner()});
             // As older llama-server builds: the training length only, not
             // the served window (newer ones add `meta.n_ctx`), so `/props`
             // is where a client learns it.

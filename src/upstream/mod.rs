@@ -304,10 +304,7 @@ impl Upstream {
         if !self.gate.follows_server() {
             return;
         }
-        let kind = *self
-            .kind
-            .get_or_init(|| self.transport.server_kind())
-            .await;
+        let kind = *self.kind.get_or_init(|| self.transport.server_kind()).await;
         if self.gate.follow(kind.concurrency()) {
             tracing::info!(upstream = %self.name, server = kind.as_str(), concurrency = kind.concurrency(), "local lane follows its server");
         }

@@ -37,7 +37,9 @@ pub const MAX_PROBE_BODY: usize = 256 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerKind {
     /// llama.cpp's `llama-server`, with its `total_slots` when it said.
-    LlamaCpp { slots: Option<usize> },
+    LlamaCpp {
+        slots: Option<usize>,
+    },
     LlamaCppPython,
     Vllm,
     Mock,
@@ -118,7 +120,10 @@ mod tests {
 
     #[test]
     fn llama_cpp_says_its_slots() {
-        let k = from_props(200, br#"{"total_slots": 3, "default_generation_settings": {}}"#);
+        let k = from_props(
+            200,
+            br#"{"total_slots": 3, "default_generation_settings": {}}"#,
+        );
         assert_eq!(k, Some(ServerKind::LlamaCpp { slots: Some(3) }));
         assert_eq!(k.map(ServerKind::concurrency), Some(3));
         let old = from_props(200, br#"{"default_generation_settings": {"n_ctx": 512}}"#);
