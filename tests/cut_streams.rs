@@ -356,3 +356,73 @@ async fn a_recognised_llama_cpp_python_over_http_is_served_one_at_a_time() {
     let stats = mock.stats().await;
     assert_eq!(stats["completed"], 3, "{stats}");
 }
+
+/// A server that holds each chat call 150 ms and records how many were in
+/// flight at most; `/props` says `total_slots` when `slots` is given (a
+/// llama.cpp server), else 404 and an unknown `/v1/models` owner.
+async fn slotted(slots: Option<u64>) -> (String, Arc<AtomicUsize>) {
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let seen = most.clone();
+    let chat = move || {
+        let (now, most) = (now.clone(), most.clone());
+        async move {
+            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            axum::Json(
+                json!({"id": "c", "object": "chat.completion", "choices": [{"index": 0,
+                "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}),
+            )
+        }
+    };
+    let props = move || async move {
+        match slots {
+            Some(n) => axum::Json(
+                json!({"total_slots": n, "default_generation_settings": {"n_ctx": 4096}}),
+            )
+            .into_response(),
+            None => (axum::http::StatusCode::NOT_FOUND, "Not Found").into_response(),
+        }
+    };
+    let models = || async {
+        axum::Json(
+            json!({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "someone"}]}),
+        )
+    };
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(chat))
+        .route("/props", axum::routing::get(props))
+        .route("/v1/models", axum::routing::get(models));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_lane_takes_the_slots_its_server_says_else_one() {
+    for (slots, extra, want) in [
+        (Some(2), "", 2),
+        (None, "", 1),
+        // Set in the config, it wins over the server.
+        (Some(2), "max_concurrency = 3\n", 3),
+    ] {
+        let (base, most) = slotted(slots).await;
+        let gw = Gw::start_with(
+            &format!(
+                "[upstreams.box]\nkind = \"openai\"\nbase_url = \"{base}/v1\"\nlane = \"local\"\n{extra}\
+                 [models.m]\nupstream = \"box\"\n"
+            ),
+            &[],
+            std::time::SystemTime::now(),
+        );
+        let body = chat("m", "hi");
+        let one = || gw.chat(&body);
+        let rs = tokio::join!(one(), one(), one(), one(), one(), one());
+        for r in [rs.0, rs.1, rs.2, rs.3, rs.4, rs.5] {
+            assert_eq!(r.status, 200, "{}", r.text);
+        }
+        assert_eq!(most.load(Ordering::SeqCst), want, "slots {slots:?} {extra}");
+    }
+}
