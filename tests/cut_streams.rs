@@ -359,8 +359,9 @@ async fn a_recognised_llama_cpp_python_over_http_is_served_one_at_a_time() {
 
 /// A server that holds each chat call 150 ms and records how many were in
 /// flight at most; `/props` says `total_slots` when `slots` is given (a
-/// llama.cpp server), else 404 and an unknown `/v1/models` owner.
-async fn slotted(slots: Option<u64>) -> (String, Arc<AtomicUsize>) {
+/// llama.cpp server; with `listed`, only `/slots` counts them), else 404
+/// and an unknown `/v1/models` owner.
+async fn slotted(slots: Option<u64>, listed: bool) -> (String, Arc<AtomicUsize>) {
     let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let seen = most.clone();
     let chat = move || {
@@ -378,6 +379,9 @@ async fn slotted(slots: Option<u64>) -> (String, Arc<AtomicUsize>) {
     };
     let props = move || async move {
         match slots {
+            Some(_) if listed => {
+                axum::Json(json!({"default_generation_settings": {"n_ctx": 4096}})).into_response()
+            }
             Some(n) => axum::Json(
                 json!({"total_slots": n, "default_generation_settings": {"n_ctx": 4096}}),
             )
@@ -390,9 +394,14 @@ async fn slotted(slots: Option<u64>) -> (String, Arc<AtomicUsize>) {
             json!({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "someone"}]}),
         )
     };
+    let list = move || async move {
+        let n = slots.unwrap_or(0);
+        axum::Json(Value::Array((0..n).map(|id| json!({"id": id})).collect()))
+    };
     let app = axum::Router::new()
         .route("/v1/chat/completions", axum::routing::post(chat))
         .route("/props", axum::routing::get(props))
+        .route("/slots", axum::routing::get(list))
         .route("/v1/models", axum::routing::get(models));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -402,13 +411,14 @@ async fn slotted(slots: Option<u64>) -> (String, Arc<AtomicUsize>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_lane_takes_the_slots_its_server_says_else_one() {
-    for (slots, extra, want) in [
-        (Some(2), "", 2),
-        (None, "", 1),
+    for (slots, listed, extra, want) in [
+        (Some(2), false, "", 2),
+        (Some(3), true, "", 3),
+        (None, false, "", 1),
         // Set in the config, it wins over the server.
-        (Some(2), "max_concurrency = 3\n", 3),
+        (Some(2), false, "max_concurrency = 3\n", 3),
     ] {
-        let (base, most) = slotted(slots).await;
+        let (base, most) = slotted(slots, listed).await;
         let gw = Gw::start_with(
             &format!(
                 "[upstreams.box]\nkind = \"openai\"\nbase_url = \"{base}/v1\"\nlane = \"local\"\n{extra}\

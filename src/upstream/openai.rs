@@ -226,7 +226,16 @@ impl Transport for OpenAiTransport {
             && let Some((status, _, body)) = self.probe_get(url).await
             && let Some(kind) = server_kind::from_props(status, &body)
         {
-            return kind;
+            if kind != (ServerKind::LlamaCpp { slots: None }) {
+                return kind;
+            }
+            // A build whose `/props` does not count them: `/slots` lists them.
+            let slots = match parse_url(&format!("{root}/slots")) {
+                Ok(url) => self.probe_get(url).await,
+                Err(_) => None,
+            };
+            let slots = slots.and_then(|(status, _, body)| server_kind::from_slots(status, &body));
+            return ServerKind::LlamaCpp { slots };
         }
         match self.probe_get(self.models_url.clone()).await {
             Some((_, server, body)) => server_kind::from_models(server.as_deref(), &body),

@@ -3,7 +3,8 @@
 //!
 //! Recognised, in this order, from what the server says about itself:
 //! - llama.cpp's server: `GET /props` answers with `total_slots` (its
-//!   `--parallel`): that many calls at once.
+//!   `--parallel`): that many calls at once; a build whose `/props` lacks
+//!   it is asked `GET /slots` (one entry a slot), else one call.
 //! - llama-cpp-python: no `/props`, and `/v1/models` lists models
 //!   `owned_by` `"me"` or answers with `server: uvicorn`. It serves one
 //!   request at a time and, with `interrupt_requests` on (its default),
@@ -87,6 +88,18 @@ pub fn from_props(status: u16, body: &[u8]) -> Option<ServerKind> {
         .then_some(ServerKind::LlamaCpp { slots })
 }
 
+/// How many slots llama.cpp's `GET /slots` lists (a JSON array, one
+/// object a slot); `None` when it does not answer so (older builds, or
+/// `--no-slots`).
+pub fn from_slots(status: u16, body: &[u8]) -> Option<usize> {
+    if !(200..300).contains(&status) {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let n = v.as_array()?.iter().filter(|s| s.is_object()).count();
+    (n >= 1).then_some(n)
+}
+
 /// What `/v1/models` (its `server` header and body) says.
 pub fn from_models(server: Option<&str>, body: &[u8]) -> ServerKind {
     let owners: Vec<String> = serde_json::from_slice::<Value>(body)
@@ -134,6 +147,12 @@ mod tests {
         assert_eq!(from_props(404, br#"{"detail": "Not Found"}"#), None);
         assert_eq!(from_props(200, b"<html>"), None);
         assert_eq!(from_props(200, br#"{"total_slots": 0}"#), None);
+        assert_eq!(
+            from_slots(200, br#"[{"id": 0}, {"id": 1}, {"id": 2}]"#),
+            Some(3)
+        );
+        assert_eq!(from_slots(200, b"[]"), None);
+        assert_eq!(from_slots(501, br#"{"error": "slots disabled"}"#), None);
     }
 
     #[test]
