@@ -194,6 +194,11 @@ impl Attempt {
         );
     }
 
+    /// The output cap of this call's model (its `max_tokens`).
+    pub fn model_max_tokens(&self) -> u64 {
+        self.0.model.max_tokens
+    }
+
     /// Whether the upstream (or an estimate) gave this call's usage.
     pub fn has_usage(&self) -> bool {
         self.0.state.lock().usage.is_some()

@@ -85,7 +85,15 @@ pub struct RequestCtx {
     /// Its route's retry budget, shared by the route's requests (`None`,
     /// outside a gateway: retries only as each upstream's `retries` say).
     pub retry_budget: Option<Arc<dyn RetryGate>>,
+    /// Response headers learned while the answer was being made (a
+    /// mid-stream failover's `x-conclave-midstream-failover`), each with
+    /// its values in order: a whole answer carries them, a stream, whose
+    /// headers went out before, ends with them as SSE comments.
+    late_headers: Mutex<Vec<(&'static str, Vec<&'static str>)>>,
 }
+
+/// Most values one late header collects.
+const MAX_LATE_VALUES: usize = 8;
 
 impl RequestCtx {
     pub fn new(
@@ -123,6 +131,7 @@ impl RequestCtx {
             first_token: OnceLock::new(),
             trace: None,
             retry_budget: None,
+            late_headers: Mutex::new(Vec::new()),
         }
     }
 
@@ -223,6 +232,26 @@ impl RequestCtx {
     /// Tokens and cost of every attempt so far.
     pub fn totals(&self) -> Totals {
         *self.totals.lock()
+    }
+
+    /// Adds `value` to the late response header `name` (see
+    /// `late_headers`; at most [`MAX_LATE_VALUES`] values, comma-joined).
+    pub fn add_late_header(&self, name: &'static str, value: &'static str) {
+        let mut h = self.late_headers.lock();
+        match h.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, values)) if values.len() < MAX_LATE_VALUES => values.push(value),
+            Some(_) => {}
+            None => h.push((name, vec![value])),
+        }
+    }
+
+    /// The late response headers so far, their values comma-joined.
+    pub fn late_headers(&self) -> Vec<(&'static str, String)> {
+        self.late_headers
+            .lock()
+            .iter()
+            .map(|(n, v)| (*n, v.join(", ")))
+            .collect()
     }
 
     /// Numbers a new attempt (1-based) and opens its wait interval.

@@ -183,17 +183,59 @@ pub struct Call {
     pub retry_elsewhere: bool,
 }
 
-/// Calls dropped while their server went on generating for nobody.
-#[derive(Debug, Default)]
-pub struct Unstopped(AtomicU32);
+/// Most upstream calls a cancellable call's tally keeps track of.
+const MAX_WATCHED: usize = 64;
+
+/// What became of a cancellable call's upstream calls: those dropped
+/// while their server went on generating for nobody (a whole answer in
+/// flight), and the attempts it made, to tell what they had generated
+/// when it was dropped. A tally made under another one (a verifier
+/// inside a race candidate) reports to it too.
+#[derive(Default)]
+pub struct Unstopped {
+    unstopped: AtomicU32,
+    attempts: parking_lot::Mutex<Vec<Attempt>>,
+    parent: Option<Arc<Unstopped>>,
+}
+
+impl std::fmt::Debug for Unstopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unstopped")
+            .field("unstopped", &self.count())
+            .finish_non_exhaustive()
+    }
+}
 
 impl Unstopped {
+    /// Calls dropped while their server went on generating.
     pub fn count(&self) -> u32 {
-        self.0.load(Ordering::Acquire)
+        self.unstopped.load(Ordering::Acquire)
     }
 
     pub fn add(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.unstopped.fetch_add(1, Ordering::AcqRel);
+        if let Some(p) = &self.parent {
+            p.add();
+        }
+    }
+
+    /// An upstream call made under this tally.
+    pub fn watch(&self, attempt: &Attempt) {
+        {
+            let mut a = self.attempts.lock();
+            if a.len() < MAX_WATCHED {
+                a.push(attempt.clone());
+            }
+        }
+        if let Some(p) = &self.parent {
+            p.watch(attempt);
+        }
+    }
+
+    /// The latest upstream call made under this tally (the one in flight
+    /// when it was dropped), if any.
+    pub fn latest(&self) -> Option<Attempt> {
+        self.attempts.lock().last().cloned()
     }
 }
 
@@ -216,9 +258,13 @@ impl Call {
     }
 
     /// This call, marked as one the caller may drop before it ends; the
-    /// tally counts the upstream calls that kept generating when it was.
+    /// tally counts the upstream calls that kept generating when it was
+    /// (and so does the tally of a cancellable call this one is made in).
     pub fn cancellable(&self) -> (Call, Arc<Unstopped>) {
-        let tally = Arc::new(Unstopped::default());
+        let tally = Arc::new(Unstopped {
+            parent: self.cancellable.clone(),
+            ..Unstopped::default()
+        });
         let call = Call {
             cancellable: Some(tally.clone()),
             ..self.clone()
@@ -429,5 +475,26 @@ fn unreadable(who: &Arc<str>, e: &NotAnAnswer) -> ModelError {
     ModelError::Invalid {
         upstream: who.clone(),
         detail: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tally_tests {
+    use super::*;
+
+    /// A call left generating inside a cancellable call made in another
+    /// (a verifier inside a race candidate) counts for both: the outer
+    /// one may not claim its server stopped.
+    #[test]
+    fn a_nested_cancellable_call_reports_to_the_outer_tally() {
+        let call = Call::new(Arc::new(crate::context::test_ctx()));
+        let (candidate, outer) = call.cancellable();
+        let (verifier, inner) = candidate.cancellable();
+        assert!(verifier.cancellable.is_some());
+        inner.add();
+        assert_eq!((inner.count(), outer.count()), (1, 1));
+        // A sibling's tally is its own.
+        let (_, other) = call.cancellable();
+        assert_eq!(other.count(), 0);
     }
 }

@@ -41,6 +41,9 @@ pub struct ModelInfo {
     pub image_tokens: u64,
     /// The context window the config gives (it wins over the server's).
     pub context_window: Option<u64>,
+    /// The model's `max_tokens` (what a request that sets no cap is
+    /// taken to be answered with at most).
+    pub max_tokens: u64,
     /// The config's secrets, kept out of everything this model's upstream
     /// says (errors are redacted where they are made, summaries here).
     pub redactor: Arc<Redactor>,
@@ -308,6 +311,7 @@ mod tests {
             cache_write_per_mtok: 3.75,
             image_tokens: 0,
             context_window: None,
+            max_tokens: 4096,
             redactor: Arc::new(Redactor::default()),
         };
         let usage = Usage {

@@ -1,5 +1,5 @@
 //! `strategy = "chain"`, streamed: keep-alives while a tier is verified,
-//! then a verbatim replay; self-certified tiers stream live; ttft timeouts.
+//! then a verbatim replay (its usage counting every call); self-certified tiers stream live; ttft timeouts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -13,6 +13,38 @@ use tokio::time::Instant;
 // ---------------------------------------------------------------------------
 // Streaming a verified chain: keep-alives, then a verbatim replay.
 // ---------------------------------------------------------------------------
+
+/// `resp` is `direct` (the tier's own stream) event for event, but for its
+/// usage, which counts every call of the request (the verifier's too):
+/// more than the tier's own.
+fn replayed(resp: &Resp, direct: &Resp) {
+    let parse = |r: &Resp| -> Vec<Value> {
+        r.data_events()
+            .iter()
+            .map(|e| serde_json::from_str(e).unwrap_or_else(|_| Value::String(e.clone())))
+            .collect()
+    };
+    let (mut got, mut want) = (parse(resp), parse(direct));
+    assert_eq!(got.len(), want.len(), "{}", resp.text);
+    for (g, w) in got.iter_mut().zip(want.iter_mut()) {
+        let (Some(g), Some(w)) = (g.as_object_mut(), w.as_object_mut()) else {
+            continue;
+        };
+        if let (Some(gu), Some(wu)) = (g.remove("usage"), w.remove("usage")) {
+            if wu.is_object() {
+                let n = |u: &Value, k: &str| u[k].as_u64().unwrap();
+                assert!(
+                    n(&gu, "prompt_tokens") > n(&wu, "prompt_tokens"),
+                    "{gu} {wu}"
+                );
+                assert!(n(&gu, "completion_tokens") > n(&wu, "completion_tokens"));
+            } else {
+                assert_eq!(gu, wu);
+            }
+        }
+    }
+    assert_eq!(got, want, "{}", resp.text);
+}
 
 /// The keep-alive comments before the first `data:` event, and whether any
 /// come after it.
@@ -67,7 +99,7 @@ async fn streamed_verified_answer_is_replayed_verbatim_after_keepalives() {
             tier_req.as_object_mut().unwrap().remove("stream_options");
         }
         let direct = w.direct(&tier_req).await;
-        assert_eq!(resp.data_events(), direct.data_events());
+        replayed(&resp, &direct);
         assert!(resp.data_events().len() >= 5, "{}", resp.text);
         assert_eq!(
             streamed_text(&resp.data_events()),
@@ -97,7 +129,7 @@ async fn streamed_verified_answer_is_replayed_verbatim_after_keepalives() {
     assert_eq!(w.calls().await, ["l-bad", "v-slow", "c-good"]);
     let tier_req = w.received().await[2]["body"].clone();
     let direct = w.direct(&tier_req).await;
-    assert_eq!(resp.data_events(), direct.data_events());
+    replayed(&resp, &direct);
     assert!(!resp.text.contains(NEEDS), "{}", resp.text);
 }
 
@@ -131,7 +163,7 @@ async fn streamed_chain_exhausted_after_keepalives_ends_in_one_error_event() {
     assert!(keepalives(&resp.text).0 >= 2, "{}", resp.text);
     let tier_req = w.received().await[0]["body"].clone();
     let direct = w.direct(&tier_req).await;
-    assert_eq!(resp.data_events(), direct.data_events());
+    replayed(&resp, &direct);
     assert!(
         resp.text.contains(": x-conclave-exhausted: true\n"),
         "{}",

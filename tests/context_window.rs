@@ -4,7 +4,9 @@
 //! from llama.cpp's `/props`, llama-swap's `/upstream/<model>/props` and
 //! vLLM's `/v1/models`. A request that does not fit is refused before any
 //! call (passthrough) or the member is skipped with its reason (chain,
-//! race, hedge, judge panel), and the estimate covers the chat template.
+//! race, hedge, judge panel); near the window the server's own count
+//! decides (the mock counts as its tokenizer would, not as conclave
+//! estimates).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -270,8 +272,10 @@ async fn races_hedges_and_panels_skip_members_too_small() {
 #[tokio::test]
 async fn the_config_window_wins_over_the_servers() {
     let w = world();
-    // `capped` is `big` (no window the server reports) capped at 300.
-    let r = post(&w.gw.base, &chat("capped", &mid())).await;
+    // `capped` is `big` (no window the server reports) capped at 300: a
+    // markdown table estimated under 300 that the server counts at more.
+    let table = "| alpha | b |\n".repeat(70);
+    let r = post(&w.gw.base, &chat("capped", &table)).await;
     assert_too_long(&r, 300);
     assert_eq!(w.asked("big").await, 0);
     // `roomy` is `small` (512 on the server) said to hold 100,000: the
@@ -285,12 +289,12 @@ async fn the_config_window_wins_over_the_servers() {
     assert_eq!(ev[0]["window_source"], "config");
 }
 
-/// Requests around the window, in several shapes: whatever the gateway
-/// lets through, the server (counting the chat template as SmolLM2's
-/// does) never refuses as too long, because the estimate is never below
-/// its count.
+/// Requests around the window, in several shapes, counted by the mock as
+/// its template and tokenizer do (not as conclave estimates): the gateway
+/// refuses exactly what the server would refuse (on the server's own
+/// count) and sends everything else, which the server answers.
 #[tokio::test]
-async fn the_estimate_never_undercounts_the_servers_template() {
+async fn near_the_window_the_gateway_refuses_what_the_server_would() {
     let w = world();
     let shapes = |text: &str| -> Vec<Value> {
         vec![
@@ -303,16 +307,21 @@ async fn the_estimate_never_undercounts_the_servers_template() {
         ]
     };
     let (mut refused, mut answered) = (0, 0);
-    for len in (1700..2100).step_by(16) {
-        let text = "x".repeat(len);
+    for k in (140..185).step_by(3) {
+        // Estimated a third over what the server counts, as English is.
+        let text = "alpha bravo cat ".repeat(k);
         for messages in shapes(&text) {
+            let body = json!({"model": "small", "messages": messages});
+            let fits = conclave::mock::context::prompt_tokens(&body) < 512;
             let before = w.mock.received().await.len();
-            let r = post(&w.gw.base, &json!({"model": "small", "messages": messages})).await;
+            let r = post(&w.gw.base, &body).await;
             let sent = w.mock.received().await.len() > before;
-            match (r.status, sent) {
-                (200, true) => answered += 1,
-                (400, false) => refused += 1,
-                (s, sent) => panic!("len {len}: status {s}, sent {sent}: {}", r.text),
+            match (r.status, sent, fits) {
+                (200, true, true) => answered += 1,
+                (400, false, false) => refused += 1,
+                (s, sent, fits) => {
+                    panic!("k {k}: status {s}, sent {sent}, fits {fits}: {}", r.text)
+                }
             }
         }
     }

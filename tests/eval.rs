@@ -553,12 +553,26 @@ fn every_check_kind_grades_right_wrong_and_malformed_answers() {
     for r in &results {
         let want = r["route"] == "right";
         assert_eq!(r["correct"], want, "{r}");
-        assert_eq!(r["failed"], false, "{r}");
+        // An empty answer is no answer: it fails (and counts as wrong);
+        // any other malformed one is graded wrong.
+        let empty = r["answer"] == "";
+        assert_eq!(r["failed"], empty, "{r}");
+        if empty {
+            assert!(
+                r["detail"].as_str().unwrap().contains("empty answer"),
+                "{r}"
+            );
+        }
         assert!(!r["detail"].as_str().unwrap().is_empty(), "{r}");
     }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("| right | 8 | 100.0 % ("), "{report}");
     assert!(report.contains("| wrong | 8 | 0.0 % ("), "{report}");
+    // The three empty answers (exact, contains, judge) are its errors.
+    assert!(
+        report.contains("- **malformed**: answered by malformed 100 %; 3 of 8 answers failed"),
+        "{report}"
+    );
     // Without `meta.group`, each check kind is its own group.
     assert!(report.contains("## Accuracy by group"), "{report}");
     assert!(
@@ -600,4 +614,296 @@ fn a_config_named_from_another_folder_reads_its_own_files() {
             .contains("cannot read the task file")),
         "{results:?}"
     );
+}
+
+/// What a route answered, as `conclave mock` plays it over HTTP, for the
+/// answers that are not answers (issue 41).
+const BROKEN_MOCK: &str = r#"
+[upstreams.sim]
+kind = "mock"
+
+[upstreams.sim.models.good]
+reply = { text = "42" }
+
+[upstreams.sim.models.empty]
+reply = { text = "" }
+
+[upstreams.sim.models.broken]
+reply = { text = "forty-two, and then some" }
+fail = "error_event"
+fail_after_chars = 5
+
+[upstreams.sim.models.cut]
+reply = { text = "forty-two, and then some" }
+fail = "cut"
+fail_after_chars = 5
+
+[upstreams.sim.models.capped]
+reply = { text = "42" }
+finish_reason = "length"
+
+[upstreams.sim.models.best]
+reply = { text = "42" }
+
+[upstreams.sim.models.best-sample-2]
+reply = { text = "42" }
+
+[upstreams.sim.models.best-sample-3]
+status = 500
+error_message = "the third sample's server is down"
+
+[upstreams.sim.models.scorer]
+reply = { json = { score = 8, reason = "fine" } }
+
+[upstreams.sim.models.grader]
+reply = { json = { accept = true, feedback = "it says 42" } }
+"#;
+
+/// The eval's config in front of that mock: every model on one OpenAI
+/// upstream that does not retry, a race whose strongest member is `best`.
+fn broken_config(mock_v1: &str) -> String {
+    let mut t = format!(
+        "[upstreams.up]\nkind = \"openai\"\nbase_url = \"{mock_v1}\"\ntimeout = \"5s\"\nretries = {{ max = 0 }}\n\n"
+    );
+    for m in [
+        "good", "empty", "broken", "cut", "capped", "scorer", "grader",
+    ] {
+        t.push_str(&format!(
+            "[models.{m}]\nupstream = \"up\"\nprice = {{ input_per_mtok = 1, output_per_mtok = 1 }}\n\n"
+        ));
+    }
+    t.push_str(
+        "[models.best]\nupstream = \"up\"\nprice = { input_per_mtok = 5, output_per_mtok = 20 }\n\n\
+         [routes.duo]\nstrategy = \"race\"\ncandidates = [\"good\", \"best\"]\njudge = \"scorer\"\n\
+         rubric = { judge = 0.8, finish = 0.2 }\nbaseline_tokens_per_run = 200\n",
+    );
+    t
+}
+
+/// Issue 41: empty, cut and broken answers are errors (not wrong answers
+/// nobody noticed), such a route is off the Pareto front, a Self-MoA
+/// baseline whose third sample failed is degraded, an answer capped at
+/// `max_tokens` is graded and noted, and every request the eval made
+/// (the judge's too) carried its temperature, seed and max_tokens, as the
+/// upstream's recorded bodies show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_are_not_answers_are_errors_and_sampling_is_sent() {
+    let mock = common::Proc::mock(BROKEN_MOCK);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("conclave.toml");
+    std::fs::write(&config, broken_config(&mock.v1())).unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    let mut text = String::new();
+    for i in 0..4 {
+        text.push_str(&format!(
+            "{{\"id\": \"n{i}\", \"input\": \"Task {i}: what is 6 times 7?\", \"check\": {{\"kind\": \"number\", \"expected\": 42}}}}\n"
+        ));
+    }
+    text.push_str(
+        "{\"id\": \"j\", \"input\": \"Say what 6 times 7 is.\", \"check\": {\"kind\": \"judge\", \"route\": \"grader\", \"rubric\": \"Says 42.\"}}\n",
+    );
+    std::fs::write(&tasks, text).unwrap();
+    let out = dir.path().join("out");
+    let args = |routes: &str, extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "--config",
+            config.to_str().unwrap(),
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--routes",
+            routes,
+            "--seed",
+            "7",
+            "--max-tokens",
+            "64",
+            "--concurrency",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+        ]
+        .map(str::to_string)
+        .to_vec();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let all = "good,empty,broken,cut,capped,duo";
+    let run = |routes: &str, extra: &[&str]| {
+        let a = args(routes, extra);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        eval_with(&a, &[])
+    };
+    let o = tokio::task::block_in_place(|| run(all, &["--baselines"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let results = lines(&out.join("results.jsonl"));
+    // 6 routes and the 2 baselines (`best`, `self-moa-best`), 5 tasks.
+    assert_eq!(results.len(), 40);
+    for r in &results {
+        assert_eq!(
+            r["sampling"],
+            serde_json::json!({"temperature": 0.0, "seed": 7, "max_tokens": 64}),
+            "{r}"
+        );
+        let route = r["route"].as_str().unwrap();
+        let failed = r["failed"] == true;
+        match route {
+            "empty" | "broken" | "cut" => {
+                assert!(failed && r["correct"] == false, "{r}");
+            }
+            _ => assert!(!failed, "{r}"),
+        }
+        if route == "empty" {
+            assert!(
+                r["detail"].as_str().unwrap().contains("empty answer"),
+                "{r}"
+            );
+        }
+        if route == "capped" {
+            assert_eq!(r["finish_reason"], "length", "{r}");
+            assert_eq!(r["correct"], true, "{r}");
+        }
+        if route == "self-moa-best" {
+            assert_eq!(
+                (r["samples"].as_u64(), r["failed_samples"].as_u64()),
+                (Some(3), Some(1)),
+                "{r}"
+            );
+        }
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let row = |route: &str| {
+        report
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("| {route} |")) || l.starts_with(&format!("| {route} ("))
+            })
+            .unwrap_or_else(|| panic!("no row for {route}: {report}"))
+            .to_string()
+    };
+    for route in ["empty", "broken", "cut"] {
+        let r = row(route);
+        assert!(r.contains("| 0.0 % (") && r.contains("| 5 | "), "{r}");
+        assert!(
+            r.contains("excluded (100 % failed or degraded)") && !r.contains('★'),
+            "{r}"
+        );
+    }
+    assert!(
+        row("good").ends_with("| 0 | 0 of 5 | ★ |"),
+        "{}",
+        row("good")
+    );
+    assert!(
+        report.contains("Sampling: temperature 0, seed 7, max_tokens 64"),
+        "{report}"
+    );
+    assert!(
+        report.contains("5 answers capped at max_tokens"),
+        "{report}"
+    );
+    let moa = row("self-moa-best");
+    assert!(moa.starts_with("| self-moa-best (degraded) | 5 |"), "{moa}");
+    assert!(moa.contains("excluded (100 % failed or degraded)"), "{moa}");
+    assert!(
+        report.contains(
+            "5 of 15 samples failed; **degraded**: 5 of 5 answers made of fewer samples than asked"
+        ),
+        "{report}"
+    );
+    // The failed sample is a failed call of the gateway's.
+    assert!(moa.contains("| 5 of "), "{moa}");
+
+    // Every request the upstream got from the eval (the judge's too)
+    // carried the run's sampling settings.
+    let got = mock.received().await;
+    for model in ["good", "empty", "broken", "cut", "capped", "grader", "best"] {
+        let bodies: Vec<&Value> = got
+            .iter()
+            .filter(|q| q["model"] == model)
+            .map(|q| &q["body"])
+            .collect();
+        assert!(!bodies.is_empty(), "{model} was not asked");
+        for b in bodies {
+            assert_eq!(b["temperature"], 0.0, "{model}: {b}");
+            assert_eq!(b["seed"], 7, "{model}: {b}");
+            assert_eq!(b["max_tokens"], 64, "{model}: {b}");
+        }
+    }
+
+    // The picture: the failed routes hollow, ticks, a legend.
+    let svg = std::fs::read_to_string(out.join("pareto.svg")).unwrap();
+    assert!(
+        svg.contains("excluded: over 5 % failed or degraded"),
+        "{svg}"
+    );
+    assert!(svg.contains("cost per task (USD)"), "{svg}");
+    assert!(svg.contains(r##"fill="white" stroke="#999""##), "{svg}");
+
+    // The same settings again: every result is taken from the first run.
+    let o = tokio::task::block_in_place(|| run(all, &["--baselines"]));
+    assert!(o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("(40 results taken from the earlier run)"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // Another temperature is another plan: all of it runs again, the
+    // first run's results stay in the file, the report is of this one.
+    let o = tokio::task::block_in_place(|| run("good", &["--temperature", "0.5"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("taken from the earlier run"));
+    let all = lines(&out.join("results.jsonl"));
+    assert_eq!(all.len(), 45);
+    assert_eq!(
+        all.iter()
+            .filter(|r| r["sampling"]["temperature"] == 0.5)
+            .count(),
+        5
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("Sampling: temperature 0.5, seed 7"),
+        "{report}"
+    );
+    assert!(!report.contains("| empty |"), "{report}");
+}
+
+/// `--cost latency` weighs the median latency, known without prices.
+#[test]
+fn the_latency_axis_needs_no_price() {
+    let out = tempfile::tempdir().unwrap();
+    let o = eval(&[
+        "--tasks",
+        "eval/smoke.jsonl",
+        "--routes",
+        "small,large",
+        "--cost",
+        "latency",
+        "--temperature",
+        "server",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(report.contains("| Pareto (latency) |"), "{report}");
+    assert!(
+        report.contains("temperature not sent (the server's default)"),
+        "{report}"
+    );
+    let svg = std::fs::read_to_string(out.path().join("pareto.svg")).unwrap();
+    assert!(svg.contains("median latency per task (ms)"), "{svg}");
+    for r in lines(&out.path().join("results.jsonl")) {
+        assert!(r["sampling"]["temperature"].is_null(), "{r}");
+    }
+    // A temperature out of range is refused.
+    let o = eval(&[
+        "--tasks",
+        "eval/smoke.jsonl",
+        "--routes",
+        "small",
+        "--temperature",
+        "3",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("from 0 to 2"));
 }

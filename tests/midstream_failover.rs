@@ -14,6 +14,10 @@ use serde_json::{Value, json};
 
 const TEXT: &str =
     "The quick brown fox jumps over the lazy dog. Then it naps, dreaming of rabbits.";
+/// An answer the continuing models below start over (as a small real
+/// model did): `restarter` word for word, `paraphraser` in other words.
+const ROME: &str = "Rome, Italy's capital city, has a rich and storied history that dates back more than two and a half thousand years.";
+const PARAPHRASE: &str = "Rome, Italy's capital city, has a storied history that dates back more than two and a half thousand years.";
 
 /// The HTTP mock behind the `far` upstream (an OpenAI-compatible server:
 /// no prefill, so its continuations are asked with an instruction).
@@ -35,6 +39,17 @@ continue_repeats = 1
 reply = {{ text = "{TEXT}" }}
 continue_repeats = 1
 fail_after_chars = 8
+
+[upstreams.far.models.roman]
+reply = {{ text = "{ROME}" }}
+
+[[upstreams.far.models.roman.rules]]
+when_contains = "[rome 63]"
+then = {{ fail_after_chars = 63 }}
+
+[[upstreams.far.models.roman.rules]]
+when_contains = "[rome 55]"
+then = {{ fail_after_chars = 55 }}
 
 [upstreams.far.models.down]
 status = 503
@@ -75,6 +90,13 @@ kind = "mock"
 reply = {{ text = "{TEXT}" }}
 continue_repeats = 2
 
+# No `continue_repeats`: asked to continue, they answer from the top.
+[upstreams.near.models.restarter]
+reply = {{ text = "{ROME}" }}
+
+[upstreams.near.models.paraphraser]
+reply = {{ text = "{PARAPHRASE}" }}
+
 [upstreams.claude]
 kind = "mock"
 api = "anthropic"
@@ -89,6 +111,12 @@ upstream = "near"
 upstream = "claude"
 [models.writer]
 upstream = "far"
+[models.roman]
+upstream = "far"
+[models.restarter]
+upstream = "near"
+[models.paraphraser]
+upstream = "near"
 [models.scribe]
 upstream = "far"
 [models.broken]
@@ -132,6 +160,18 @@ midstream_failover = true
 [routes.tools]
 strategy = "chain"
 tiers = ["tooler", "heir"]
+midstream_failover = true
+
+[routes.restarted]
+strategy = "chain"
+retry_budget = {{ ratio = 1.0, min = 20 }}
+tiers = ["roman", "restarter"]
+midstream_failover = true
+
+[routes.paraphrased]
+strategy = "chain"
+retry_budget = {{ ratio = 1.0, min = 20 }}
+tiers = ["roman", "paraphraser"]
 midstream_failover = true
 
 [routes.plain]
@@ -268,6 +308,49 @@ async fn a_cut_stream_is_continued_without_repeated_or_lost_words() {
     );
 }
 
+/// A continuation that starts the answer over, word for word or in other
+/// words, is cut after the repeated answer: the client reads the answer
+/// once, and the event says how the seam was found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuation_that_starts_over_is_cut_after_the_repeated_answer() {
+    let far = far_mock();
+    let gw = gateway(&far);
+    // (route, cut after, the seam, characters dropped)
+    let cases = [
+        // The tail "…storied history that" found in the restart.
+        ("restarted", 63, "tail", 63),
+        // Cut inside "hist": its start is found in the restart too.
+        ("restarted", 55, "tail", 55),
+        // "rich and" is not in the paraphrase: a restart, cut after
+        // "storied history that".
+        ("paraphrased", 63, "restart", 54),
+        ("paraphrased", 55, "restart", 46),
+    ];
+    for (i, (route, n, seam, dropped)) in cases.into_iter().enumerate() {
+        let resp = post(&gw.base, &ask(route, &format!("[rome {n}]"))).await;
+        assert_eq!(resp.status, 200, "{}", resp.text);
+        one_stream(&resp);
+        assert_eq!(
+            streamed_text(&resp.data_events()),
+            ROME,
+            "{route} cut at {n}"
+        );
+        let events = gw.events_of(&["midstream_failover"], i + 1).await;
+        let ev = &events[i];
+        assert_eq!(ev["chars_before"], n, "{ev}");
+        assert_eq!(ev["seam"], seam, "{ev}");
+        assert_eq!(ev["overlap_trimmed"], dropped, "{ev}");
+        // The stream's headers went out before: it says so at its end.
+        assert!(
+            resp.text
+                .contains(&format!(": x-conclave-midstream-failover: {seam}\n")),
+            "{}",
+            resp.text
+        );
+        assert!(resp.header("x-conclave-midstream-failover").is_none());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_or_an_error_event_fails_over_too() {
     let far = far_mock();
@@ -288,6 +371,14 @@ async fn a_failing_continuation_moves_on_and_the_last_one_ends_cleanly() {
     let resp = post(&gw.base, &ask("twice", "[cut 13]")).await;
     one_stream(&resp);
     assert_eq!(streamed_text(&resp.data_events()), TEXT);
+    // One value per continuation: broken's broke before its seam was
+    // known.
+    assert!(
+        resp.text
+            .contains(": x-conclave-midstream-failover: unknown, restart\n"),
+        "{}",
+        resp.text
+    );
     let events = gw.events_of(&["midstream_failover"], 2).await;
     assert_eq!(events[0]["to"], "broken");
     assert_eq!(events[1]["from"], "broken");

@@ -31,6 +31,15 @@ ttft = "10ms"
 reply = { text = "{\"n\": 4, \"note\": \"slowly\"}" }
 ttft = "1500ms"
 
+[upstreams.sim.models.long-json]
+reply = { text = "{\"n\": 4, \"why\": \"two and two make four, as anyone who counts on the fingers of one hand can see for themselves\"}" }
+ttft = "50ms"
+
+[upstreams.sim.models.dawdler]
+reply = { text = "{\"n\": 4, \"why\": \"well, let me think about it for a long while before I say anything at all about sums\"}" }
+ttft = "10ms"
+tokens_per_second = 100
+
 [upstreams.sim.models.cut]
 reply = { text = "The answer is" }
 finish_reason = "length"
@@ -74,6 +83,8 @@ reply = { text = "I like it a lot" }
 
 const MODELS: &[&str] = &[
     "fast-json",
+    "long-json",
+    "dawdler",
     "bad-json",
     "slow-json",
     "cut",
@@ -370,6 +381,55 @@ async fn a_perfect_candidate_cancels_the_slower_ones() {
     assert_eq!(of("attempt")["verdict"], "cancelled");
     assert_eq!(of("race_candidate")["verdict"], "cancelled");
     assert_eq!(of("race_candidate")["generation_stopped"], true);
+}
+
+/// A cancelled candidate is credited only what it would still have
+/// generated: the median finished answer's length, within its cap (the
+/// request's, else its model's `max_tokens`), less what it had made.
+#[tokio::test(start_paused = true)]
+async fn tokens_saved_count_only_what_a_cancelled_candidate_had_left() {
+    for cap in [None, Some(6)] {
+        let gw = world_in(&race(
+            "saving",
+            &["long-json", "dawdler"],
+            "rubric = { format = 1 }",
+        ));
+        let mut body = json_request("saving");
+        if let Some(cap) = cap {
+            body["max_tokens"] = json!(cap);
+        }
+        let r = gw.chat(&body).await;
+        assert_eq!(
+            r.header("x-conclave-served-by"),
+            Some("long-json"),
+            "{}",
+            r.text
+        );
+        let ev = gw.events(&["race_finished", "race_candidate"]).await;
+        let of = |model: &str| {
+            ev.iter()
+                .rev()
+                .find(|e| e["event"] == "race_candidate" && e["model"] == model)
+                .unwrap()
+        };
+        let (winner, loser) = (of("long-json"), of("dawdler"));
+        assert_eq!(loser["verdict"], "cancelled");
+        assert_eq!(loser["generation_stopped"], true);
+        let median = winner["output_tokens"].as_u64().unwrap();
+        // 40 ms of streaming at 100 tokens a second.
+        let made = loser["output_tokens"].as_u64().unwrap();
+        assert!(made > 0 && made < median, "{loser}");
+        let fin = ev
+            .iter()
+            .rev()
+            .find(|e| e["event"] == "race_finished")
+            .unwrap();
+        let saved = fin["tokens_saved_estimate"].as_u64().unwrap();
+        let want =
+            median.min(cap.unwrap_or(u64::MAX)) - made.min(median.min(cap.unwrap_or(u64::MAX)));
+        assert_eq!(saved, want, "cap {cap:?}: {fin} {loser}");
+        assert!(saved < median, "never the whole median: {fin}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -3,7 +3,9 @@
 //! render's ending; an error after the first byte (the upstream's, or a
 //! chunk the render cannot write) becomes the render's error event and
 //! ends the stream, as does the end of shutdown's grace period. Meta the response headers could not carry (the stream was
-//! committed by keep-alives) goes out as SSE comments before the end.
+//! committed by keep-alives, or a header was learned after they went out,
+//! such as `x-conclave-midstream-failover`) goes out as SSE comments
+//! before the end.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -17,7 +19,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 use super::error::ApiError;
 use super::guard::RequestGuard;
 use super::render::Render;
-use super::respond::meta_headers;
+use super::respond::{late_headers, meta_headers};
 use crate::model::{ChunkStream, Meta};
 
 pub const KEEPALIVE: &[u8] = b": keep-alive\n\n";
@@ -116,11 +118,16 @@ impl ClientStream {
         self
     }
 
-    /// What follows the upstream's last chunk: the trailer, then the
-    /// render's ending.
+    /// What follows the upstream's last chunk: the trailer (or, when the
+    /// headers went out with the answer's meta, the headers learned since),
+    /// then the render's ending.
     fn end(&mut self) {
-        if let Some(meta) = self.trailer.take() {
-            for (name, value) in meta_headers(&meta, self.guard.ctx()) {
+        let trailer = match self.trailer.take() {
+            Some(meta) => meta_headers(&meta, self.guard.ctx()),
+            None => late_headers(self.guard.ctx()),
+        };
+        if !trailer.is_empty() {
+            for (name, value) in trailer {
                 for part in [
                     b": ",
                     name.as_str().as_bytes(),

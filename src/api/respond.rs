@@ -2,7 +2,8 @@
 //! request's [`Render`] writes: a whole JSON body; a stream of events
 //! (relayed by [`relay`](super::relay)); the error response of a request
 //! that reached its route; and the `x-conclave-*` headers, written from
-//! whatever the reply's meta holds (no strategy-specific code here).
+//! whatever the reply's meta and the request's late headers hold (no
+//! strategy-specific code here).
 //!
 //! While a model works on its first chunk, keep-alive comments may be sent
 //! (`server.sse_keepalive`, or a chain that verifies); the first one commits
@@ -132,7 +133,23 @@ pub fn meta_headers(meta: &Meta, ctx: &RequestCtx) -> Vec<(HeaderName, HeaderVal
     }
     out.push((ATTEMPTS, HeaderValue::from(ctx.attempts())));
     out.extend(meta.headers.iter().cloned());
+    out.extend(late_headers(ctx));
     out
+}
+
+/// The headers learned while the answer was made
+/// ([`RequestCtx::add_late_header`]): a whole answer's, or a stream's
+/// closing comments.
+pub fn late_headers(ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
+    ctx.late_headers()
+        .into_iter()
+        .filter_map(|(name, value)| {
+            Some((
+                HeaderName::from_static(name),
+                HeaderValue::from_str(&value).ok()?,
+            ))
+        })
+        .collect()
 }
 
 /// The stream of a streamed request's reply: a strategy that worked on a

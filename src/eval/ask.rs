@@ -2,6 +2,14 @@
 //! in-process through its router, or over HTTP to a running gateway
 //! (`--url`). Both read the same SSE stream with the gateway's own
 //! bounded parser, so what an answer is does not depend on the target.
+//!
+//! What counts as an answer is decided here, once, for the graded answer
+//! and a judge's verdict alike: a stream that ends without a
+//! `finish_reason` was cut (a server that interrupts one request for the
+//! next ends it with `[DONE]` and no reason), and an answer with no text
+//! is no answer; both are errors. An answer capped at `max_tokens`
+//! (`finish_reason` `length`) is a real answer and is graded as it is;
+//! its reason is kept so the report can say how many were capped.
 
 use std::time::Duration;
 
@@ -15,6 +23,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+use super::Sampling;
 use crate::upstream::sse::SseParser;
 
 /// The most of an answer kept (and graded), and of one stream event.
@@ -39,14 +48,14 @@ pub enum Target {
 }
 
 /// How every request is sent: the API key (as `Authorization: Bearer`),
-/// the longest a request may take, end to end, and the answer's cap in
-/// tokens (`max_tokens`, when set).
+/// the longest a request may take, end to end, and the sampling settings
+/// (`temperature`, `seed`, `max_tokens`) every body carries.
 #[derive(Clone)]
 pub struct Sender {
     pub target: Target,
     pub key: Option<String>,
     pub timeout: Duration,
-    pub max_tokens: Option<u32>,
+    pub sampling: Sampling,
 }
 
 /// What one streamed request got.
@@ -62,6 +71,9 @@ pub struct Asked {
     pub ttft_ms: Option<f64>,
     /// The stream's usage chunk: prompt and completion tokens.
     pub usage: Option<(u64, u64)>,
+    /// The answer's `finish_reason` (`stop`, `length`, …): none when the
+    /// stream was cut.
+    pub finish_reason: Option<String>,
 }
 
 type Chunks = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
@@ -95,12 +107,7 @@ impl Sender {
         started: Instant,
         asked: &mut Asked,
     ) {
-        let mut body = json!({"model": route, "messages": messages, "stream": true,
-            "stream_options": {"include_usage": true}, "user": user});
-        if let Some(n) = self.max_tokens {
-            body["max_tokens"] = json!(n);
-        }
-        let body = body.to_string();
+        let body = self.body(route, messages, user).to_string();
         let (status, headers, mut chunks) = match self.send(body).await {
             Ok(r) => r,
             Err(e) => {
@@ -156,7 +163,27 @@ impl Sender {
             asked.error = Some(format!("HTTP {status}: {message}"));
         } else if events == 0 && asked.error.is_none() {
             asked.error = Some("the answer was not an event stream".into());
+        } else if asked.error.is_none() {
+            asked.error = unanswered(asked);
         }
+    }
+
+    /// A streamed chat body: the route, the messages, the run's `user` and
+    /// its sampling settings.
+    fn body(&self, route: &str, messages: &[Value], user: &str) -> Value {
+        let mut body = json!({"model": route, "messages": messages, "stream": true,
+            "stream_options": {"include_usage": true}, "user": user});
+        let s = &self.sampling;
+        if let Some(t) = s.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(seed) = s.seed {
+            body["seed"] = json!(seed);
+        }
+        if let Some(n) = s.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
+        body
     }
 
     /// The `Authorization` value, marked sensitive so no debug output of
@@ -267,8 +294,26 @@ fn describe(e: reqwest::Error) -> String {
     s
 }
 
+/// Why a whole, error-free stream is still no answer: it ended without a
+/// `finish_reason` (cut), or it has no text.
+fn unanswered(asked: &Asked) -> Option<String> {
+    match &asked.finish_reason {
+        None if asked.answer.is_empty() => {
+            Some("the answer was cut: the stream ended with no text and no finish_reason".into())
+        }
+        None => Some(format!(
+            "the answer was cut after {} bytes: the stream ended without a finish_reason",
+            asked.answer.len()
+        )),
+        Some(why) if asked.answer.trim().is_empty() => {
+            Some(format!("an empty answer (finish_reason {why})"))
+        }
+        Some(_) => None,
+    }
+}
+
 /// One `data:` event of the gateway's stream: its content delta, its
-/// usage, or its error.
+/// finish reason, its usage, or its error.
 fn read_event(data: &[u8], started: Instant, asked: &mut Asked) {
     let Ok(v) = serde_json::from_slice::<Value>(data) else {
         return; // `[DONE]`, or what is not a chunk
@@ -281,11 +326,18 @@ fn read_event(data: &[u8], started: Instant, asked: &mut Asked) {
         let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
         asked.usage = Some((n("prompt_tokens"), n("completion_tokens")));
     }
-    let text = v
+    let choice = v
         .get("choices")
         .and_then(Value::as_array)
-        .and_then(|c| c.first())
-        .and_then(|c| c.get("delta")?.get("content")?.as_str());
+        .and_then(|c| c.first());
+    if let Some(why) = choice
+        .and_then(|c| c.get("finish_reason")?.as_str())
+        .filter(|w| !w.is_empty())
+    {
+        // Bounded: a reason is a word, not an answer.
+        asked.finish_reason = Some(why.chars().take(40).collect());
+    }
+    let text = choice.and_then(|c| c.get("delta")?.get("content")?.as_str());
     if let Some(text) = text.filter(|t| !t.is_empty()) {
         asked
             .ttft_ms
@@ -299,3 +351,6 @@ fn read_event(data: &[u8], started: Instant, asked: &mut Asked) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::{EvalError, Gateway, Plan};
+use super::{CostAxis, EvalError, Gateway, Plan, Sampling};
 use crate::config::Config;
 
 /// No `Debug`: it holds the API key.
@@ -34,6 +34,18 @@ pub struct EvalArgs {
     /// Cap every answer (and judge verdict) at this many tokens.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_tokens: Option<u32>,
+    /// The temperature every request (and judge verdict) is asked with,
+    /// 0 to 2; `server` sends none, so each server's default applies.
+    #[arg(long, default_value = "0", value_parser = temperature)]
+    temperature: Temperature,
+    /// The seed every request (and judge verdict) carries.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// What accuracy is weighed against on the Pareto front and picture:
+    /// the recorded cost per task, or the median latency (for local
+    /// models, whose price is zero).
+    #[arg(long, value_enum, default_value_t = CostAxis::Usd)]
+    cost: CostAxis,
     /// The task file: one JSON object a line (see eval/README.md).
     #[arg(long)]
     tasks: PathBuf,
@@ -85,7 +97,12 @@ pub async fn command(args: EvalArgs, default_config: &Path) -> ExitCode {
         notes,
         key: args.key,
         timeout: args.timeout,
-        max_tokens: args.max_tokens,
+        sampling: Sampling {
+            temperature: args.temperature.0,
+            seed: args.seed,
+            max_tokens: args.max_tokens,
+        },
+        cost: args.cost,
     };
     let stop = async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -125,6 +142,21 @@ pub async fn command(args: EvalArgs, default_config: &Path) -> ExitCode {
             eprintln!("{e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--temperature`: a number, or none sent (`server`).
+#[derive(Debug, Clone, Copy)]
+struct Temperature(Option<f64>);
+
+/// A temperature from 0 to 2, or `server` (none sent).
+fn temperature(text: &str) -> Result<Temperature, String> {
+    if text == "server" {
+        return Ok(Temperature(None));
+    }
+    match text.parse::<f64>() {
+        Ok(t) if (0.0..=2.0).contains(&t) => Ok(Temperature(Some(t))),
+        _ => Err("a number from 0 to 2, or `server` to send none".into()),
     }
 }
 

@@ -4,8 +4,15 @@
 //! ranked model, a race's winner), and which model wrote the answer when
 //! the response's headers could not say. The report's cost and attempts
 //! come from here, so they are the numbers the gateway itself recorded.
+//!
+//! It also says which of the request's calls failed (`attempt` verdict
+//! `error`), and how many of the strategy's samples (a race's candidates
+//! from `race_candidate`, a judge's panellists from their `attempt`s and
+//! `context_window_exceeded`) gave no answer: an answer made with fewer
+//! samples than asked is degraded, and one made with none of them (a
+//! judge's default answering alone) counts as failed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde_json::{Map, Value, json};
@@ -55,6 +62,12 @@ struct Found {
     top_ranked: Option<String>,
     race_winner: Option<String>,
     answered: Option<String>,
+    /// Calls recorded with verdict `error`.
+    failed_calls: u64,
+    /// A race's candidates: whether each gave an answer.
+    candidates: Vec<bool>,
+    /// A judge's panellists by name: whether any try of theirs answered.
+    panel: BTreeMap<String, bool>,
 }
 
 impl Found {
@@ -67,6 +80,14 @@ impl Found {
                 let role = field("role").and_then(Value::as_str);
                 if verdict == Some("escalate") {
                     self.escalations += 1;
+                }
+                if verdict == Some("error") {
+                    self.failed_calls += 1;
+                }
+                if role == Some("panel") {
+                    let model = field("model").and_then(Value::as_str).unwrap_or_default();
+                    let ok = !matches!(verdict, Some("error" | "cancelled") | None);
+                    *self.panel.entry(model.to_string()).or_default() |= ok;
                 }
                 // The call whose answer the client got: the last one a
                 // strategy kept that is not a helper's (verifier, judge).
@@ -87,6 +108,15 @@ impl Found {
                     .and_then(|x| x.get("model")?.as_str())
                     .map(str::to_string);
             }
+            Some("race_candidate") => {
+                let verdict = field("verdict").and_then(Value::as_str);
+                let ok = !matches!(verdict, Some("error" | "skipped") | None);
+                self.candidates.push(ok);
+            }
+            Some("context_window_exceeded") if field("role") == Some(&json!("panel")) => {
+                let model = field("model").and_then(Value::as_str).unwrap_or_default();
+                self.panel.entry(model.to_string()).or_default();
+            }
             Some("race_finished") => {
                 self.race_winner = field("winner").and_then(Value::as_str).map(str::to_string);
             }
@@ -102,6 +132,24 @@ impl Found {
             o.input_tokens = num("input_tokens") as u64;
             o.output_tokens = num("output_tokens") as u64;
             o.attempts = num("attempts") as u64;
+        }
+        o.failed_calls = self.failed_calls;
+        let (samples, failed) = if self.candidates.is_empty() {
+            let answered = self.panel.values().filter(|ok| **ok).count();
+            (self.panel.len(), self.panel.len() - answered)
+        } else {
+            let answered = self.candidates.iter().filter(|ok| **ok).count();
+            (self.candidates.len(), self.candidates.len() - answered)
+        };
+        o.samples = samples as u64;
+        o.failed_samples = failed as u64;
+        // What answered was not the strategy: none of its samples did.
+        if samples > 0 && failed == samples && !o.failed {
+            o.failed = true;
+            o.correct = false;
+            o.detail = format!(
+                "every one of the strategy's {samples} samples failed; a fallback answered"
+            );
         }
         // A streamed chain or race names its answer's model only in the
         // event log (its headers went out before it was known).
@@ -123,3 +171,6 @@ impl Found {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,7 +11,8 @@
 //! - [`ask`]: one request, in-process or to a running gateway (`--url`);
 //! - [`events`]: the gateway's event log read back per request;
 //! - [`jsonl`]: bounded line reading of files being written or cut;
-//! - [`report`]: `report.md` and `pareto.svg`;
+//! - [`report`]: `report.md`: each route's figures, the pairs' tests;
+//! - [`pareto`]: `pareto.svg`: cost or latency against accuracy;
 //! - [`cli`]: the command's arguments, config, output and exit status.
 
 pub mod ask;
@@ -20,6 +21,7 @@ pub mod check;
 pub mod cli;
 pub mod events;
 pub mod jsonl;
+pub mod pareto;
 pub mod report;
 pub mod run;
 pub mod stats;
@@ -78,8 +80,63 @@ pub struct Plan {
     pub key: Option<String>,
     /// The longest one request may take.
     pub timeout: Duration,
-    /// `max_tokens` on every request (the judge's too).
+    /// The sampling settings every request carries (the judge's too).
+    pub sampling: Sampling,
+    /// What the Pareto front and picture weigh accuracy against.
+    pub cost: CostAxis,
+}
+
+/// The sampling settings every request of a run carries, the judge's
+/// too, recorded on every result. Results of other settings are another
+/// plan's: a run resumes only the results of its own settings.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Sampling {
+    /// `temperature`; `None`: none is sent, so the server's default
+    /// applies (0.8 on llama-cpp-python, 1 on OpenAI's).
+    pub temperature: Option<f64>,
+    /// `seed`, when set.
+    pub seed: Option<u64>,
+    /// `max_tokens`, when set.
     pub max_tokens: Option<u32>,
+}
+
+impl Default for Sampling {
+    /// Greedy: temperature 0, no seed, no cap.
+    fn default() -> Self {
+        Sampling {
+            temperature: Some(0.0),
+            seed: None,
+            max_tokens: None,
+        }
+    }
+}
+
+impl std::fmt::Display for Sampling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.temperature {
+            Some(t) => write!(f, "temperature {t}")?,
+            None => write!(f, "temperature not sent (the server's default)")?,
+        }
+        match self.seed {
+            Some(s) => write!(f, ", seed {s}")?,
+            None => write!(f, ", no seed")?,
+        }
+        match self.max_tokens {
+            Some(n) => write!(f, ", max_tokens {n}"),
+            None => write!(f, ", no max_tokens"),
+        }
+    }
+}
+
+/// What accuracy is weighed against on the Pareto front (`--cost`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum CostAxis {
+    /// The gateway's recorded cost per task, in USD.
+    #[default]
+    Usd,
+    /// The median latency per task, in milliseconds, as the eval saw it:
+    /// for local models, whose price is zero.
+    Latency,
 }
 
 /// What a run ends with.
@@ -117,7 +174,10 @@ pub async fn run(
     // in `results.jsonl`; the report is of this plan's.
     let ids: HashSet<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
     let in_plan = |o: &run::Outcome| {
-        ids.contains(o.id.as_str()) && plan.routes.contains(&o.route) && o.repeat < plan.repeat
+        ids.contains(o.id.as_str())
+            && plan.routes.contains(&o.route)
+            && o.repeat < plan.repeat
+            && o.sampling.as_ref() == Some(&plan.sampling)
     };
     let mut warnings = Vec::new();
     let ran = match gateway {
@@ -147,15 +207,22 @@ pub async fn run(
     std::fs::rename(&fresh_file, &results).map_err(|e| io_error(&results, e))?;
     let this: Vec<run::Outcome> = all.into_iter().filter(|o| in_plan(o)).collect();
 
-    let rows = report::routes(&this, &plan.routes);
+    let rows = report::routes(&this, &plan.routes, plan.cost);
     let pairs = report::pairs(&this, &plan.routes);
     let groups = report::groups(&this, &plan.routes, &tasks);
-    let title = plan.tasks.display().to_string();
-    let md = report::markdown(&title, &plan.notes, &rows, &groups, &pairs, partial);
+    let head = report::Head {
+        title: plan.tasks.display().to_string(),
+        notes: plan.notes.clone(),
+        sampling: plan.sampling.clone(),
+        cost: plan.cost,
+        partial,
+    };
+    let md = report::markdown(&head, &rows, &groups, &pairs);
     let md_path = plan.out.join("report.md");
     std::fs::write(&md_path, md).map_err(|e| io_error(&md_path, e))?;
     let svg_path = plan.out.join("pareto.svg");
-    std::fs::write(&svg_path, report::svg(&rows)).map_err(|e| io_error(&svg_path, e))?;
+    let svg = pareto::svg(&rows, plan.cost);
+    std::fs::write(&svg_path, svg).map_err(|e| io_error(&svg_path, e))?;
     Ok(Summary {
         rows,
         pairs,
@@ -181,7 +248,7 @@ fn sender(plan: &Plan, target: ask::Target) -> ask::Sender {
         target,
         key: plan.key.clone(),
         timeout: plan.timeout,
-        max_tokens: plan.max_tokens,
+        sampling: plan.sampling.clone(),
     }
 }
 

@@ -1,9 +1,11 @@
 //! The report of a run: per route, accuracy with its 95 % Wilson
-//! interval, cost, tokens, latency and TTFT percentiles and what the
-//! strategy did; accuracy per group of tasks; every pair of routes
-//! compared on the same tasks with McNemar's exact test; `report.md` and
-//! `pareto.svg` (cost against accuracy from a tenth below the lowest
-//! interval, the Pareto front marked).
+//! interval, cost, tokens, latency and TTFT percentiles, failed answers,
+//! failed calls and samples, and what the strategy did; accuracy per
+//! group of tasks; every pair of routes compared on the same tasks with
+//! McNemar's exact test; which routes are on the Pareto front of the cost
+//! axis the run weighs (a route with more than [`FAIR_SHARE`] of its
+//! answers failed or degraded is on none); `report.md`. The picture is
+//! [`super::pareto`]'s.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -11,6 +13,13 @@ use std::fmt::Write;
 use super::run::Outcome;
 use super::stats::{mcnemar, percentile, wilson};
 use super::task::Task;
+use super::{CostAxis, Sampling};
+
+/// The most of a route's answers that may have failed or be degraded for
+/// it to stand on the Pareto front: past it, its cost and accuracy are not
+/// the strategy's (what it did not answer looks cheap and fast), so it is
+/// drawn hollow and marked excluded instead.
+pub const FAIR_SHARE: f64 = 0.05;
 
 /// One route's figures.
 #[derive(Debug, Clone)]
@@ -20,10 +29,25 @@ pub struct RouteRow {
     pub correct: u64,
     pub accuracy: f64,
     pub interval: (f64, f64),
+    /// Answers that failed: no answer, an error, a cut or empty answer,
+    /// every sample of the strategy failed, the judge failed.
     pub errors: u64,
-    /// Answers whose request record the event log had: cost and attempts
-    /// are known for these only.
+    /// Answers capped at `max_tokens` (`finish_reason` `length`), graded
+    /// as they are.
+    pub capped: u64,
+    /// Answers whose request record the event log had: cost, attempts and
+    /// samples are known for these only.
     pub recorded: u64,
+    /// The upstream calls of the recorded answers, and how many failed.
+    pub calls: u64,
+    pub failed_calls: u64,
+    /// The strategy's samples (race candidates, judge panellists) over the
+    /// recorded answers, and how many gave no answer.
+    pub samples: u64,
+    pub failed_samples: u64,
+    /// Answers made of fewer samples than the strategy asked for (some,
+    /// not all, failed).
+    pub degraded: u64,
     /// Total cost of the route's answers, and per task (mean).
     pub cost_usd: f64,
     pub cost_per_task: f64,
@@ -38,7 +62,23 @@ pub struct RouteRow {
     /// Strategy facts: escalation rate, consults per task, race winners,
     /// panels' first ranked.
     pub strategy: Vec<String>,
+    /// Its place on the cost axis the run weighs (cost per task in USD, or
+    /// the median latency in ms); none when unknown (no answer recorded).
+    pub cost: Option<f64>,
+    /// Few enough answers failed or were degraded ([`FAIR_SHARE`]) for it
+    /// to be a fair point on the Pareto front.
+    pub fair: bool,
     pub on_front: bool,
+}
+
+impl RouteRow {
+    /// The share of its answers that failed or were degraded.
+    pub fn unfair_share(&self) -> f64 {
+        if self.n == 0 {
+            return 1.0;
+        }
+        (self.errors + self.degraded) as f64 / self.n as f64
+    }
 }
 
 /// Two routes on the same tasks.
@@ -52,22 +92,23 @@ pub struct PairRow {
     pub p_value: f64,
 }
 
-/// Figures per route, in the order of `routes`.
-pub fn routes(outcomes: &[Outcome], routes: &[String]) -> Vec<RouteRow> {
+/// Figures per route, in the order of `routes`, the front weighed on
+/// `axis`.
+pub fn routes(outcomes: &[Outcome], routes: &[String], axis: CostAxis) -> Vec<RouteRow> {
     let mut rows: Vec<RouteRow> = routes
         .iter()
-        .map(|r| row(r, outcomes.iter().filter(|o| &o.route == r)))
+        .map(|r| row(r, outcomes.iter().filter(|o| &o.route == r), axis))
         .collect();
     mark_front(&mut rows);
     rows
 }
 
-fn row<'a>(route: &str, it: impl Iterator<Item = &'a Outcome>) -> RouteRow {
+fn row<'a>(route: &str, it: impl Iterator<Item = &'a Outcome>, axis: CostAxis) -> RouteRow {
     let os: Vec<&Outcome> = it.collect();
     let n = os.len() as u64;
     let correct = os.iter().filter(|o| o.correct).count() as u64;
     let cost: f64 = os.iter().map(|o| o.cost_usd).sum();
-    let recorded = os.iter().filter(|o| o.recorded).count() as u64;
+    let recorded: Vec<&&Outcome> = os.iter().filter(|o| o.recorded).collect();
     let mut lat: Vec<f64> = os.iter().map(|o| o.latency_ms).collect();
     let mut ttft: Vec<f64> = os.iter().filter_map(|o| o.ttft_ms).collect();
     let mut served: BTreeMap<String, u64> = BTreeMap::new();
@@ -115,42 +156,66 @@ fn row<'a>(route: &str, it: impl Iterator<Item = &'a Outcome>) -> RouteRow {
             strategy.push(format!("{what} {}", list.join(", ")));
         }
     }
-    RouteRow {
+    let errors = os
+        .iter()
+        .filter(|o| o.failed || !(200..300).contains(&o.status))
+        .count() as u64;
+    let degraded = os
+        .iter()
+        .filter(|o| !o.failed && o.failed_samples > 0)
+        .count() as u64;
+    let cost_per_task = if recorded.is_empty() {
+        0.0
+    } else {
+        cost / recorded.len() as f64
+    };
+    let latency_p50 = percentile(&mut lat, 50.0);
+    let mut r = RouteRow {
         route: route.to_string(),
         n,
         correct,
         accuracy: share(correct),
         interval: wilson(correct, n),
-        errors: os
+        errors,
+        capped: os
             .iter()
-            .filter(|o| o.failed || !(200..300).contains(&o.status))
+            .filter(|o| !o.failed && o.finish_reason.as_deref() == Some("length"))
             .count() as u64,
-        recorded,
+        recorded: recorded.len() as u64,
+        calls: recorded.iter().map(|o| o.attempts).sum(),
+        failed_calls: recorded.iter().map(|o| o.failed_calls).sum(),
+        samples: recorded.iter().map(|o| o.samples).sum(),
+        failed_samples: recorded.iter().map(|o| o.failed_samples).sum(),
+        degraded,
         cost_usd: cost,
-        cost_per_task: if recorded == 0 {
-            0.0
-        } else {
-            cost / recorded as f64
-        },
+        cost_per_task,
         input_tokens: os.iter().map(|o| o.input_tokens).sum(),
         output_tokens: os.iter().map(|o| o.output_tokens).sum(),
-        latency_p50: percentile(&mut lat, 50.0),
+        latency_p50,
         latency_p95: percentile(&mut lat, 95.0),
         ttft_p50: percentile(&mut ttft, 50.0),
         ttft_p95: percentile(&mut ttft, 95.0),
         served_by,
         strategy,
+        cost: match axis {
+            CostAxis::Usd => (!recorded.is_empty()).then_some(cost_per_task),
+            CostAxis::Latency => latency_p50,
+        },
+        fair: false,
         on_front: false,
-    }
+    };
+    r.fair = n > 0 && r.unfair_share() <= FAIR_SHARE;
+    r
 }
 
 /// A route is on the Pareto front when no other is at least as accurate
-/// and at most as costly, and better in one of the two. A route whose
-/// cost is unknown (no answer recorded) is on no front.
+/// and at most as costly, and better in one of the two. Only fair routes
+/// ([`FAIR_SHARE`]) whose cost is known take part: a route whose answers
+/// failed is on no front, and does not push a fair one off it.
 fn mark_front(rows: &mut [RouteRow]) {
     let points: Vec<Option<(f64, f64)>> = rows
         .iter()
-        .map(|r| (r.recorded > 0).then_some((r.cost_per_task, r.accuracy)))
+        .map(|r| r.cost.filter(|_| r.fair).map(|c| (c, r.accuracy)))
         .collect();
     for (i, r) in rows.iter_mut().enumerate() {
         let Some((c, a)) = points[i] else {
@@ -259,40 +324,88 @@ fn ms(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format!("{v:.0}"))
 }
 
+/// What the report says before its figures: the task file, the added
+/// baselines, the sampling settings, the cost axis, and whether the run
+/// was cut short.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub title: String,
+    pub notes: Vec<String>,
+    pub sampling: Sampling,
+    pub cost: CostAxis,
+    pub partial: bool,
+}
+
+/// What a route's Pareto cell says: on the front, excluded for its
+/// failed or degraded answers, or nothing.
+fn front_cell(r: &RouteRow) -> String {
+    if r.on_front {
+        "★".into()
+    } else if !r.fair && r.n > 0 {
+        format!(
+            "excluded ({:.0} % failed or degraded)",
+            100.0 * r.unfair_share()
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// The route's name, marked when some answers were made of fewer samples
+/// than its strategy asks for.
+fn route_cell(r: &RouteRow) -> String {
+    if r.degraded > 0 {
+        format!("{} (degraded)", r.route)
+    } else {
+        r.route.clone()
+    }
+}
+
+/// `k of N`, or a dash when nothing is recorded.
+fn of(k: u64, n: u64, recorded: u64) -> String {
+    if recorded == 0 {
+        "–".into()
+    } else {
+        format!("{k} of {n}")
+    }
+}
+
 /// `report.md`.
-pub fn markdown(
-    title: &str,
-    notes: &[String],
-    rows: &[RouteRow],
-    groups: &[GroupRow],
-    pairs: &[PairRow],
-    partial: bool,
-) -> String {
+pub fn markdown(head: &Head, rows: &[RouteRow], groups: &[GroupRow], pairs: &[PairRow]) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "# conclave eval: {title}\n");
-    if !notes.is_empty() {
+    let _ = writeln!(s, "# conclave eval: {}\n", head.title);
+    if !head.notes.is_empty() {
         let _ = writeln!(s, "Baselines added:\n");
-        for n in notes {
+        for n in &head.notes {
             let _ = writeln!(s, "- {n}");
         }
         let _ = writeln!(s);
     }
-    if partial {
+    let _ = writeln!(
+        s,
+        "Sampling: {} on every request (the judge's too).\n",
+        head.sampling
+    );
+    if head.partial {
         let _ = writeln!(
             s,
             "**Partial:** the run was interrupted; run it again to resume.\n"
         );
     }
+    let axis = match head.cost {
+        CostAxis::Usd => "cost",
+        CostAxis::Latency => "latency",
+    };
     let _ = writeln!(
         s,
-        "| route | tasks | accuracy (95 % CI) | cost USD (per task) | tokens in / out | latency p50 / p95 ms | TTFT p50 / p95 ms | errors | Pareto |"
+        "| route | tasks | accuracy (95 % CI) | cost USD (per task) | tokens in / out | latency p50 / p95 ms | TTFT p50 / p95 ms | errors | failed calls | Pareto ({axis}) |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} % ({:.1}–{:.1}) | {} | {} / {} | {} / {} | {} / {} | {} | {} |",
-            r.route,
+            "| {} | {} | {:.1} % ({:.1}–{:.1}) | {} | {} / {} | {} / {} | {} / {} | {} | {} | {} |",
+            route_cell(r),
             r.n,
             100.0 * r.accuracy,
             100.0 * r.interval.0,
@@ -305,7 +418,8 @@ pub fn markdown(
             ms(r.ttft_p50),
             ms(r.ttft_p95),
             r.errors,
-            if r.on_front { "★" } else { "" }
+            of(r.failed_calls, r.calls, r.recorded),
+            front_cell(r),
         );
     }
     let _ = writeln!(s, "\n## What each route did\n");
@@ -318,6 +432,26 @@ pub fn markdown(
         let _ = write!(s, "- **{}**: answered by {}", r.route, served.join(", "));
         for f in &r.strategy {
             let _ = write!(s, "; {f}");
+        }
+        if r.errors > 0 {
+            let _ = write!(s, "; {} of {} answers failed", r.errors, r.n);
+        }
+        if r.samples > 0 {
+            let _ = write!(s, "; {} of {} samples failed", r.failed_samples, r.samples);
+        }
+        if r.degraded > 0 {
+            let _ = write!(
+                s,
+                "; **degraded**: {} of {} answers made of fewer samples than asked",
+                r.degraded, r.n
+            );
+        }
+        if r.capped > 0 {
+            let _ = write!(
+                s,
+                "; {} answers capped at max_tokens (finish_reason `length`), graded as they are",
+                r.capped
+            );
         }
         let _ = writeln!(s);
     }
@@ -362,95 +496,25 @@ pub fn markdown(
     }
     let _ = writeln!(
         s,
-        "\nCost and tokens are the gateway's own records (its event log); a judge's grading is not counted. ![cost against accuracy](pareto.svg)"
+        "\nCost and tokens are the gateway's own records (its event log); a judge's grading is not counted. ![{} against accuracy](pareto.svg)",
+        match head.cost {
+            CostAxis::Usd => "cost per task",
+            CostAxis::Latency => "median latency",
+        }
+    );
+    let _ = writeln!(
+        s,
+        "\n`errors`: answers that failed (an error, a cut or empty answer, every sample of the strategy failed, the judge failed); they count as wrong. `failed calls`: the upstream calls the gateway recorded with verdict `error`, of all it made. A route with more than {:.0} % of its answers failed or degraded is excluded from the Pareto front.",
+        100.0 * FAIR_SHARE
     );
     if rows.iter().any(|r| r.recorded < r.n) {
         let _ = writeln!(
             s,
-            "\nSome answers have no record in the event log (a running gateway evaluated without `--events`, or a record it had not written): their cost is unknown (–, or counted over the recorded answers only) and their tokens are the stream's usage chunk."
+            "\nSome answers have no record in the event log (a running gateway evaluated without `--events`, or a record it had not written): their cost is unknown (–, or counted over the recorded answers only) and their tokens are the stream's usage chunk; their failed calls and samples are unknown."
         );
     }
     s
 }
 
-/// `pareto.svg`: one point per route, cost per task (x) against accuracy
-/// (y) with its interval, the Pareto front joined.
-pub fn svg(rows: &[RouteRow]) -> String {
-    let (w, h, pad) = (640.0, 420.0, 60.0);
-    // A route whose cost is unknown has no place on the cost axis.
-    let rows: Vec<&RouteRow> = rows.iter().filter(|r| r.recorded > 0).collect();
-    let max_cost = rows
-        .iter()
-        .map(|r| r.cost_per_task)
-        .fold(0.0_f64, f64::max)
-        .max(1e-9)
-        * 1.1;
-    // Accuracy from the lowest interval (to a tenth below) up to 100 %.
-    let floor = rows.iter().map(|r| r.interval.0).fold(1.0_f64, f64::min);
-    let lo = ((floor * 10.0).floor() / 10.0).clamp(0.0, 0.9);
-    let x = |c: f64| pad + (w - 2.0 * pad) * c / max_cost;
-    let y = |a: f64| h - pad - (h - 2.0 * pad) * (a - lo) / (1.0 - lo);
-    let mut s = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="black"/>
-<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{}" stroke="black"/>
-<text x="{}" y="{}" text-anchor="middle">cost per task (USD, up to {max_cost:.6})</text>
-<text x="15" y="{}" transform="rotate(-90 15 {})" text-anchor="middle">accuracy</text>
-"##,
-        h - pad,
-        w - pad,
-        h - pad,
-        h - pad,
-        w / 2.0,
-        h - 15.0,
-        h / 2.0,
-        h / 2.0
-    );
-    for a in (0..=4).map(|i| lo + (1.0 - lo) * f64::from(i) / 4.0) {
-        let _ = writeln!(
-            s,
-            r##"<text x="{}" y="{:.1}" text-anchor="end">{:.0} %</text><line x1="{pad}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="#ddd"/>"##,
-            pad - 5.0,
-            y(a) + 4.0,
-            a * 100.0,
-            y(a),
-            w - pad,
-            y(a)
-        );
-    }
-    let mut front: Vec<&RouteRow> = rows.iter().copied().filter(|r| r.on_front).collect();
-    front.sort_by(|a, b| a.cost_per_task.total_cmp(&b.cost_per_task));
-    let path: Vec<String> = front
-        .iter()
-        .map(|r| format!("{:.1},{:.1}", x(r.cost_per_task), y(r.accuracy)))
-        .collect();
-    if path.len() > 1 {
-        let _ = writeln!(
-            s,
-            r##"<polyline points="{}" fill="none" stroke="#c33" stroke-dasharray="5,3"/>"##,
-            path.join(" ")
-        );
-    }
-    for r in &rows {
-        let (cx, cy) = (x(r.cost_per_task), y(r.accuracy));
-        let color = if r.on_front { "#c33" } else { "#336" };
-        let _ = writeln!(
-            s,
-            r##"<line x1="{cx:.1}" y1="{:.1}" x2="{cx:.1}" y2="{:.1}" stroke="{color}"/><circle cx="{cx:.1}" cy="{cy:.1}" r="5" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"##,
-            y(r.interval.0),
-            y(r.interval.1),
-            cx + 8.0,
-            cy - 6.0,
-            escape(&r.route)
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
+#[cfg(test)]
+mod tests;

@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::EvalError;
 use super::ask::{MAX_ANSWER, Sender};
 use super::task::{Check, Task};
+use super::{EvalError, Sampling};
 
 /// The longest line of `results.jsonl` read back: an answer (at most
 /// `MAX_ANSWER`, escaped) and its figures.
@@ -33,10 +33,19 @@ pub struct Outcome {
     /// Why the checker said so, or what failed.
     pub detail: String,
     /// No answer to grade: an error status, an error event in the stream,
-    /// no connection, a timeout, a cut-off answer, or the judge failed
-    /// (`detail` says what).
+    /// no connection, a timeout, a cut answer (no `finish_reason`), an
+    /// empty answer, a strategy every one of whose samples failed, or the
+    /// judge failed (`detail` says what).
     #[serde(default)]
     pub failed: bool,
+    /// The answer's `finish_reason`: `length` is an answer capped at
+    /// `max_tokens`, graded as it is.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    /// The sampling settings it was asked with (none: an earlier version's
+    /// result, whose settings are unknown).
+    #[serde(default)]
+    pub sampling: Option<Sampling>,
     pub answer: String,
     /// The HTTP status of the gateway's answer.
     pub status: u16,
@@ -61,6 +70,16 @@ pub struct Outcome {
     pub output_tokens: u64,
     #[serde(default)]
     pub attempts: u64,
+    /// Of `attempts`, the calls the gateway recorded with verdict `error`.
+    #[serde(default)]
+    pub failed_calls: u64,
+    /// The strategy's samples (a race's candidates, a judge's panel), and
+    /// how many of them failed or were skipped: an answer made of fewer
+    /// samples than asked is degraded.
+    #[serde(default)]
+    pub samples: u64,
+    #[serde(default)]
+    pub failed_samples: u64,
     /// What the strategy did, from the event log: `escalations`,
     /// `consults`, `top_ranked` (a panel's first), `race_winner`.
     #[serde(default)]
@@ -196,6 +215,8 @@ async fn one(sender: &Sender, task: &Task, route: &str, repeat: u32) -> Outcome 
         correct,
         detail,
         failed,
+        finish_reason: asked.finish_reason,
+        sampling: Some(sender.sampling.clone()),
         answer: asked.answer,
         status: asked.status,
         request_id: asked.request_id,
@@ -207,6 +228,9 @@ async fn one(sender: &Sender, task: &Task, route: &str, repeat: u32) -> Outcome 
         input_tokens,
         output_tokens,
         attempts: 0,
+        failed_calls: 0,
+        samples: 0,
+        failed_samples: 0,
         strategy: serde_json::Map::new(),
     }
 }

@@ -128,6 +128,7 @@ impl Graph {
                 cache_write_per_mtok: m.price.cache_write(),
                 image_tokens: m.image_tokens,
                 context_window: m.context_window,
+                max_tokens: u64::from(m.max_tokens),
                 redactor: redactor.clone(),
             });
             let concrete = Arc::new(ConcreteModel::new(info, upstream));

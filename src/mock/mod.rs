@@ -130,6 +130,8 @@ pub struct Stats {
     pub completed: AtomicU64,
     pub cancelled: AtomicU64,
     pub loads: AtomicU64,
+    /// Token counts asked (`/tokenize`, `/extras/tokenize…`, in-process).
+    pub counts: AtomicU64,
     /// Tokens of whole answers generated after their client left (quirk
     /// `generates_after_disconnect`): work the server did for nobody.
     pub tokens_generated_after_disconnect: Arc<AtomicU64>,
@@ -157,6 +159,8 @@ pub struct Simulator {
     models: IndexMap<String, Behavior>,
     swap: SwapSim,
     quirks: Quirks,
+    /// The token-counting endpoints it serves.
+    tokenizer: context::Tokenizer,
     /// Answer models it does not list (echo) instead of 404.
     echo_unknown: bool,
     /// Serve `POST /v1/responses` too.
@@ -194,6 +198,7 @@ impl Simulator {
             models,
             swap,
             quirks,
+            tokenizer: context::Tokenizer::default(),
             echo_unknown,
             responses: false,
             api: Api::OpenAi,

@@ -9,10 +9,14 @@
 //! It also answers
 //! `GET /upstream/<model>/props` (which loads the model, as llama-swap's
 //! passthrough does) and llama.cpp's `GET /props` (`?model=` picks the
-//! model, as in router mode), plus two test hooks:
+//! model, as in router mode), the token-counting endpoints of llama.cpp
+//! (`POST /apply-template`, `/tokenize`), vLLM (`POST /tokenize` with
+//! `messages`) and llama-cpp-python (`POST /extras/tokenize`,
+//! `/extras/tokenize/count`), see [`context::Tokenizer`], plus two test
+//! hooks:
 //! `GET /mock/requests` (what it received) and `GET /mock/stats`
-//! (answers completed, abandoned by a client that went away, and models
-//! loaded).
+//! (answers completed, abandoned by a client that went away, models
+//! loaded, and token counts asked).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -49,6 +53,10 @@ pub fn router(sim: Arc<Simulator>) -> Router {
         .route("/v1/models", get(models))
         .route("/running", get(running))
         .route("/props", get(props))
+        .route("/apply-template", post(apply_template))
+        .route("/tokenize", post(tokenize))
+        .route("/extras/tokenize", post(extras_tokenize))
+        .route("/extras/tokenize/count", post(extras_tokenize))
         .route("/upstream/{model}/props", get(upstream_props))
         .route("/health", get(|| async { "OK" }))
         .route("/mock/requests", get(requests).delete(clear))
@@ -191,6 +199,108 @@ async fn props(
     }
 }
 
+/// A JSON object body.
+fn object(body: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_slice(body) {
+        Ok(serde_json::Value::Object(o)) => Some(o),
+        _ => None,
+    }
+}
+
+/// The answer to a body that is not a JSON object.
+fn not_an_object() -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        "mock: a JSON object body is expected",
+    )
+        .into_response()
+}
+
+/// What a server without the endpoint answers (FastAPI's words).
+fn not_here() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({"detail": "Not Found"})),
+    )
+        .into_response()
+}
+
+/// `n` token ids, as a list.
+fn ids(n: u64) -> Vec<u64> {
+    (0..n).map(|i| 1 + i % 49_151).collect()
+}
+
+/// llama.cpp's `POST /apply-template`: the chat's rendered prompt.
+async fn apply_template(State(sim): State<Arc<Simulator>>, body: Bytes) -> Response {
+    if !sim.counts_as(context::Tokenizer::LlamaCpp) {
+        return not_here();
+    }
+    match object(&body) {
+        Some(o) => axum::Json(json!({"prompt": context::render(&serde_json::Value::Object(o))}))
+            .into_response(),
+        None => not_an_object(),
+    }
+}
+
+/// `POST /tokenize`: vLLM's for a chat (`messages` → `count` and
+/// `max_model_len`), llama.cpp's for text (`content` → `tokens`).
+async fn tokenize(State(sim): State<Arc<Simulator>>, body: Bytes) -> Response {
+    let Some(o) = object(&body) else {
+        return not_an_object();
+    };
+    let vllm = sim.counts_as(context::Tokenizer::Vllm);
+    let llama = sim.counts_as(context::Tokenizer::LlamaCpp);
+    if vllm && o.contains_key("messages") {
+        let model = o
+            .get("model")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        let window = sim.context_window(model).unwrap_or(4096);
+        let Some(n) = sim.count_prompt(&serde_json::Value::Object(o)) else {
+            return not_here();
+        };
+        return axum::Json(
+            json!({"count": n, "max_model_len": window, "tokens": ids(n), "token_strs": null}),
+        )
+        .into_response();
+    }
+    if !llama {
+        return not_here();
+    }
+    // llama.cpp reads `content` only (a chat body counts as nothing).
+    let text = o
+        .get("content")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    sim.stats.counts.fetch_add(1, Ordering::Relaxed);
+    axum::Json(json!({"tokens": ids(context::text_tokens(text))})).into_response()
+}
+
+/// llama-cpp-python's `POST /extras/tokenize` (`tokens`) and
+/// `/extras/tokenize/count` (`count`) of `input`.
+async fn extras_tokenize(
+    State(sim): State<Arc<Simulator>>,
+    uri: axum::http::Uri,
+    body: Bytes,
+) -> Response {
+    if !sim.counts_as(context::Tokenizer::LlamaCppPython) {
+        return not_here();
+    }
+    let Some(o) = object(&body) else {
+        return not_an_object();
+    };
+    let Some(input) = o.get("input").and_then(serde_json::Value::as_str) else {
+        let detail = json!({"detail": [{"type": "missing", "loc": ["body", "input"], "msg": "Field required"}]});
+        return (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(detail)).into_response();
+    };
+    let n = sim.count_text(input).unwrap_or_default();
+    if uri.path().ends_with("/count") {
+        axum::Json(json!({"count": n})).into_response()
+    } else {
+        axum::Json(json!({"tokens": ids(n)})).into_response()
+    }
+}
+
 /// llama-swap's passthrough to a model's server: loads the model first.
 async fn upstream_props(State(sim): State<Arc<Simulator>>, Path(model): Path<String>) -> Response {
     let Some(w) = sim.context_window(&model) else {
@@ -230,6 +340,7 @@ async fn stats(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
         "completed": s.completed.load(Ordering::Relaxed),
         "cancelled": s.cancelled.load(Ordering::Relaxed),
         "loads": s.loads.load(Ordering::Relaxed),
+        "counts": s.counts.load(Ordering::Relaxed),
         "tokens_generated_after_disconnect": s.tokens_generated_after_disconnect.load(Ordering::Relaxed),
     }))
 }

@@ -205,6 +205,9 @@ impl ConcreteModel {
                 Err(e) => return Err(prev.map_or(e, |(_, last)| last)),
             };
             let attempt = Attempt::start(&call.ctx, &self.info, call.role, call.span);
+            if let Some(tally) = &call.cancellable {
+                tally.watch(&attempt);
+            }
             if let Some((reason, _)) = prev {
                 attempt.set_retry(reason);
             }
@@ -424,7 +427,7 @@ impl ConcreteModel {
 }
 
 /// The `lane_swap` event: the local lane changed the model it serves.
-fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
+pub(super) fn lane_swap(ctx: &RequestCtx, upstream: &Arc<str>, from: &str, to: &str) {
     if !ctx.events_enabled() {
         return;
     }
@@ -460,7 +463,7 @@ impl ChatModel for ConcreteModel {
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         // Estimated once: the window check and every try's usage estimate.
         let input = req.billable().input;
-        self.fits(&call, input).await?;
+        self.fits(&call, &req, input).await?;
         let tools = delivery::carries_tools(&req);
         let wire = Wire::plan(&req, &call, self.streams_tools.refused());
         let reply = match self.chat_as(&call, (&req, input), wire).await {

@@ -9,6 +9,8 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use indexmap::IndexMap;
 
+use super::lane::Gate;
+use super::window::count::Tokens;
 use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use crate::labels::Warm;
 use crate::mock::{Api, Behavior, Heard, Quirk, Quirks, Simulator, SwapSim};
@@ -66,8 +68,19 @@ impl Transport for MockTransport {
         }
     }
 
-    async fn context_window(&self, model: &str, _warm: Warm) -> Option<u64> {
+    async fn context_window(&self, model: &str, _warm: Warm, _lane: &Arc<Gate>) -> Option<u64> {
         self.sim.context_window(model)
+    }
+
+    /// As the simulated server counts (see [`crate::mock::context`]): a
+    /// chat's whole prompt where it plays llama.cpp or vLLM, the messages'
+    /// text where it plays llama-cpp-python.
+    async fn exact_tokens(&self, _model: &str, req: &crate::wire::ChatRequest) -> Option<Tokens> {
+        let v = serde_json::to_value(req).ok()?;
+        if let Some(n) = self.sim.count_prompt(&v) {
+            return Some(Tokens::Prompt(n));
+        }
+        self.sim.count_text(&req.prompt_text()).map(Tokens::Text)
     }
 
     fn loaded(&self) -> Option<Vec<String>> {

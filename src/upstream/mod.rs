@@ -8,7 +8,8 @@
 //! [`crate::model::ChatModel`] and records every call as an attempt (a
 //! failed one sent again, as [`retry`] says, is a new attempt), after
 //! checking that the request fits the model's context window ([`fit`],
-//! with windows the server reports learned by [`window`]). A local lane
+//! with windows the server reports learned by [`window`], and exact token
+//! counts asked of it near the window by [`window::count`]). A local lane
 //! without `max_concurrency` lets through as many calls as its server
 //! takes ([`server_kind`], asked before its first call).
 
@@ -93,8 +94,21 @@ pub trait Transport: Send + Sync {
 
     /// `model`'s context window as the server reports it (see [`window`]);
     /// `None` when it says nothing, cannot be asked now, or this transport
-    /// does not ask. `warm`: whether llama-swap has the model loaded.
-    async fn context_window(&self, _model: &str, _warm: Warm) -> Option<u64> {
+    /// does not ask. `warm`: whether llama-swap has the model loaded;
+    /// `lane`: the upstream's, which a fetch from the server goes through
+    /// (llama-cpp-python answers `/v1/models` under its generation lock).
+    async fn context_window(&self, _model: &str, _warm: Warm, _lane: &Arc<Gate>) -> Option<u64> {
+        None
+    }
+
+    /// `req`'s exact token count for `model` as the server counts it (see
+    /// [`window::count`]); `None` when it cannot say. The caller holds a
+    /// lane permit and bounds the wait.
+    async fn exact_tokens(
+        &self,
+        _model: &str,
+        _req: &crate::wire::ChatRequest,
+    ) -> Option<window::count::Tokens> {
         None
     }
 
@@ -157,6 +171,8 @@ pub struct Upstream {
     models: Vec<(String, Arc<str>)>,
     /// Windows its server stated in context-length errors.
     pub stated: window::Stated,
+    /// Exact token counts its server gave, by model and request.
+    pub counts: window::count::Counts,
     /// The instance's recorder.
     metrics: Metrics,
     /// Its `retries`: how its failed calls are sent again.
@@ -280,6 +296,7 @@ impl Upstream {
             probe,
             models,
             stated: window::Stated::default(),
+            counts: window::count::Counts::default(),
             retries: cfg.resilience.retries,
         })
     }

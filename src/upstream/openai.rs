@@ -14,9 +14,11 @@ use super::direct::Direct;
 use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use std::sync::Arc;
 
+use super::lane::Gate;
 use super::llama_swap::{ProbeSettings, WarmProbe};
 use super::server_kind::{self, ServerKind};
 use super::window::Learner;
+use super::window::count::{Counter, Tokens};
 use crate::config::{LlamaSwap, Secret};
 use crate::labels::Warm;
 use crate::sink::Metrics;
@@ -49,6 +51,8 @@ pub struct OpenAiTransport {
     auth: Option<HeaderValue>,
     /// What the server says about its models' context windows.
     windows: Option<Learner>,
+    /// Exact token counts, asked of the server near a window.
+    counter: Counter,
 }
 
 impl OpenAiTransport {
@@ -70,9 +74,11 @@ impl OpenAiTransport {
             Some(v)
         });
         let windows = Learner::new(client.clone(), auth.clone(), base_url, llama_swap);
+        let counter = Counter::new(client.clone(), auth.clone(), base_url, llama_swap);
         Ok(OpenAiTransport {
             direct: Direct::for_base(base_url, CONNECT_TIMEOUT),
             windows,
+            counter,
             client,
             chat_url: parse_url(&format!("{base_url}{}", Endpoint::Chat.path()))?,
             completions_url: parse_url(&format!("{base_url}{}", Endpoint::Completions.path()))?,
@@ -215,8 +221,12 @@ impl Transport for OpenAiTransport {
         Ok(raw(resp, retry_after))
     }
 
-    async fn context_window(&self, model: &str, warm: Warm) -> Option<u64> {
-        self.windows.as_ref()?.window(model, warm).await
+    async fn context_window(&self, model: &str, warm: Warm, lane: &Arc<Gate>) -> Option<u64> {
+        self.windows.as_ref()?.window(model, warm, lane).await
+    }
+
+    async fn exact_tokens(&self, model: &str, req: &crate::wire::ChatRequest) -> Option<Tokens> {
+        self.counter.count(model, req).await
     }
 
     async fn server_kind(&self) -> ServerKind {

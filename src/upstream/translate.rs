@@ -122,8 +122,13 @@ impl Transport for Translate {
         self.inner.loaded()
     }
 
-    async fn context_window(&self, model: &str, warm: Warm) -> Option<u64> {
-        self.inner.context_window(model, warm).await
+    async fn context_window(
+        &self,
+        model: &str,
+        warm: Warm,
+        lane: &std::sync::Arc<super::lane::Gate>,
+    ) -> Option<u64> {
+        self.inner.context_window(model, warm, lane).await
     }
 
     async fn server_kind(&self) -> super::server_kind::ServerKind {

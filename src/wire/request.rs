@@ -53,6 +53,27 @@ impl ChatRequest {
             .sum()
     }
 
+    /// The text [`Self::text_bytes`] measures, written out: each message's
+    /// text and tool-call arguments, one a line (what a server that
+    /// tokenizes plain text is asked to count).
+    pub fn prompt_text(&self) -> String {
+        let mut out = String::new();
+        for m in &self.messages {
+            let calls = m.rest.get("tool_calls").and_then(Value::as_array);
+            let args = calls
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.pointer("/function/arguments")?.as_str());
+            for t in std::iter::once(m.text().as_str()).chain(args) {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(t);
+            }
+        }
+        out
+    }
+
     /// The output cap the client set (`max_completion_tokens`, else
     /// `max_tokens`), clamped (see [`super::billing`]).
     pub fn max_output_tokens(&self) -> Option<u64> {

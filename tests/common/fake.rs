@@ -60,6 +60,7 @@ impl Fake {
                 name: name.into(),
                 upstream: "fake".into(),
                 context_window: None,
+                max_tokens: 4096,
                 upstream_model: name.to_owned(),
                 input_per_mtok: 0.0,
                 output_per_mtok: 0.0,

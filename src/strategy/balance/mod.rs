@@ -20,6 +20,9 @@
 //! `no_healthy_upstream`, some at their `max_concurrency` a 429
 //! `members_busy` ([`ModelError::NoHealthy`], [`ModelError::MembersBusy`]).
 //!
+//! The answer's `usage` counts every try (and continuation) of the
+//! request, whole or streamed alike.
+//!
 //! Per-member state (calls in flight, latency) lives in [`state`] and
 //! outlives reloads.
 
@@ -288,11 +291,12 @@ impl ChatModel for Balance {
                     if reply.meta.served_by.is_none() {
                         reply.meta.served_by = Some(m.name.clone());
                     }
-                    let reply = holding(reply, slot);
-                    if !self.midstream_failover {
-                        return Ok(reply);
+                    let mut reply = holding(reply, slot);
+                    if self.midstream_failover {
+                        reply = self.failover(reply, &call, req, m);
                     }
-                    return Ok(self.failover(reply, &call, req, m));
+                    // Usage counts the tries that failed before it too.
+                    return stream::with_request_usage(reply, call.ctx.clone());
                 }
                 Err(e) => {
                     drop(slot);

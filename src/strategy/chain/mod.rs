@@ -9,6 +9,9 @@
 //! A failed tier is not retried on its own upstream: the next tier is its
 //! retry (the last tier's upstream retries as its `retries` say).
 //!
+//! The answer's `usage` counts every call of the request (every tier and
+//! verifier call, whole or streamed alike).
+//!
 //! Streaming: a self-certifying (or fallback) tier streams live, committed
 //! only once its first chunk is in; a verified tier's stream is buffered,
 //! judged, and then replayed verbatim. With `midstream_failover`, a
@@ -163,7 +166,8 @@ impl ChatModel for Chain {
                 Some(v) if tier.verified => v,
                 _ => {
                     reply.attempt.set_verdict(Verdict::Accept, None);
-                    return Ok(self.failover(reply, &call, tier_req, i));
+                    let reply = self.failover(reply, &call, tier_req, i);
+                    return stream::with_request_usage(reply, call.ctx.clone());
                 }
             };
             let served_by = reply
@@ -182,7 +186,7 @@ impl ChatModel for Chain {
             match verifier.verify(&call, &req, &output).await {
                 Decision::Accept => {
                     reply.attempt.set_verdict(Verdict::Accept, None);
-                    return Ok(reply);
+                    return stream::with_request_usage(reply, call.ctx.clone());
                 }
                 Decision::Escalate(feedback) => {
                     reply
@@ -207,7 +211,7 @@ impl ChatModel for Chain {
         match (self.on_exhausted, best) {
             (OnExhausted::BestAttempt, Some(mut reply)) => {
                 reply.meta.add_header("x-conclave-exhausted", "true");
-                Ok(reply)
+                stream::with_request_usage(reply, call.ctx.clone())
             }
             _ => Err(ModelError::exhausted(
                 "chain",

@@ -10,13 +10,18 @@
 //! assistant message holding the partial text, as a prefill where the
 //! member continues one natively ([`ChatModel::continues_prefill`]:
 //! Anthropic and mock upstreams), else followed by a user message with
-//! [`CONTINUE_INSTRUCTION`]. The continuation is spliced at the seam (the
-//! words the model repeats are trimmed, see [`seam`]) and rewritten as
+//! [`CONTINUE_INSTRUCTION`]. The continuation is spliced at the seam (what
+//! the model repeats, or its start over of the answer, is trimmed: see
+//! [`seam`]; its first words are held back until that is known) and
+//! rewritten as
 //! the first stream's chunks (its `id`, `model`, `created`; no second role
 //! delta; choice 0); its usage chunk counts every attempt. Each
 //! continuation takes from the route's retry budget (reason `midstream`)
 //! and is an attempt of its own; a `midstream_failover` event says who
-//! continued whom.
+//! continued whom and how the seam was found, and so does the
+//! [`FAILOVER_HEADER`] the stream ends with (an SSE comment: its headers
+//! went out before; a whole answer made of such a stream carries it as a
+//! header).
 //!
 //! A chain uses it with `midstream_failover = true` (its later tiers); any
 //! strategy that streams one member's answer live can (a balance: its
@@ -48,6 +53,12 @@ use seam::Seam;
 pub const CONTINUE_INSTRUCTION: &str = "Your previous message was cut off. Continue it \
 exactly where it stopped, even in the middle of a word: do not repeat any of it, and add \
 no preamble.";
+
+/// The response header (on a stream: the SSE comment before its end)
+/// that lists how each continuation was joined, in order: `tail`,
+/// `restart`, `overlap`, `none`, or `unknown` when it broke before that
+/// was known.
+pub const FAILOVER_HEADER: &str = "x-conclave-midstream-failover";
 
 /// A member that may continue a broken stream.
 #[derive(Clone)]
@@ -409,13 +420,19 @@ fn spliced(first: ChunkStream, attempt: Attempt, f: Failover) -> ChunkStream {
     })
 }
 
-/// Writes a leg's `midstream_failover` event once (with the overlap
-/// trimmed, or null when the continuation broke before it was known).
+/// Writes a leg's `midstream_failover` event once (with the text trimmed
+/// and how the seam was found, or nulls when the continuation broke
+/// before it was known).
 fn emit(f: &Failover, l: &mut Leg) {
     let Some(mut event) = l.event.take() else {
         return;
     };
+    let join = l.seam.join().map(seam::Join::as_str);
     event.insert("overlap_trimmed".into(), json!(l.seam.trimmed()));
+    event.insert("seam".into(), json!(join));
+    f.call
+        .ctx
+        .add_late_header(FAILOVER_HEADER, join.unwrap_or("unknown"));
     crate::strategy::event(&f.call.ctx, "midstream_failover", event);
 }
 

@@ -8,14 +8,22 @@
 //!    `/props?model=NAME` so a llama-server in router mode answers for that
 //!    model; behind llama-swap (`llama_swap = URL`), `URL/upstream/NAME/props`
 //!    instead, and only while the model is loaded: asking a cold one would
-//!    load it.
+//!    load it;
+//! 3. for a model neither says anything about, Ollama's `POST /api/show`
+//!    (`{"model": NAME}`) at the same root (not behind llama-swap): the
+//!    `num_ctx` its `parameters` set, else its `model_info`'s
+//!    `<arch>.context_length` ([`parse::ollama_show`]).
 //!
-//! 3. A window a server states in its own context-length error ("This
+//! 4. A window a server states in its own context-length error ("This
 //!    model's maximum context length is 512 tokens", as llama-cpp-python,
 //!    vLLM and OpenAI word it; llama-server's "exceeds the available
 //!    context size (512 tokens)") is kept too ([`Stated`]): llama-cpp-python
 //!    reports its window nowhere else, so after one too-long whole request
 //!    the next one is checked before it is sent, streamed ones included.
+//!
+//! Every fetch goes through the upstream's lane, as a call of the model
+//! it is for (llama-cpp-python answers `/v1/models` under the lock it
+//! generates under: a fetch beside a stream would cut it).
 //!
 //! Lazy and bounded: asked on a model's first call, one fetch at a time
 //! per list or model (calls that need it meanwhile wait for that one), each
@@ -26,7 +34,10 @@
 //! fetch in the background refreshes it. The caller ([`super::fit`])
 //! waits at most [`WAIT`]; a fetch it stops waiting for still finishes
 //! and is kept.
+//!
+//! Exact token counts, asked near a window, are [`count`]'s.
 
+pub mod count;
 pub mod parse;
 
 use std::collections::HashMap;
@@ -39,6 +50,7 @@ use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::lane::Gate;
 use crate::labels::Warm;
 
 /// Longest a fetch may take, body included.
@@ -105,11 +117,11 @@ impl Learner {
     /// `model`'s window as its server reports it (`warm`: whether
     /// llama-swap has it loaded). Nothing is built for a fetch unless one
     /// is made: this runs before every call of a model without a window.
-    pub async fn window(&self, model: &str, warm: Warm) -> Option<u64> {
+    pub async fn window(&self, model: &str, warm: Warm, lane: &Arc<Gate>) -> Option<u64> {
         let listing = self
             .listing
             .get(|| {
-                let get = self.get_json(self.models_url.clone());
+                let get = laned(lane, model, self.get_json(self.models_url.clone()));
                 async move {
                     get.await
                         .map(|v| Arc::new(v.map(|v| parse::models(&v)).unwrap_or_default()))
@@ -130,15 +142,51 @@ impl Learner {
             .or_default()
             .clone();
         slot.get(|| {
-            let get = self.props_url(model).map(|url| self.get_json(url));
+            let get = self
+                .props_url(model)
+                .map(|url| laned(lane, model, self.get_json(url)));
+            let show = self.show(model).map(|show| laned(lane, model, show));
             async move {
-                match get {
-                    Some(get) => get.await.map(|v| v.as_ref().and_then(parse::props)),
-                    None => Ok(None),
+                let props = match get {
+                    Some(get) => get.await?.as_ref().and_then(parse::props),
+                    None => None,
+                };
+                match (props, show) {
+                    (Some(w), _) => Ok(Some(w)),
+                    (None, Some(show)) => {
+                        show.await.map(|v| v.as_ref().and_then(parse::ollama_show))
+                    }
+                    (None, None) => Ok(None),
                 }
             }
         })
         .await
+    }
+
+    /// Ollama's `POST /api/show` for `model` (a server of its own only,
+    /// not behind llama-swap), bounded as [`Self::get_json`].
+    fn show(
+        &self,
+        model: &str,
+    ) -> Option<impl Future<Output = Result<Option<Value>, ()>> + Send + 'static> {
+        let Props::Root(props) = &self.props else {
+            return None;
+        };
+        let url = props.join("api/show").ok()?;
+        let mut req = self
+            .client
+            .post(url)
+            .timeout(FETCH_TIMEOUT)
+            .json(&serde_json::json!({ "model": model }));
+        if let Some(a) = &self.auth {
+            req = req.header(AUTHORIZATION, a.clone());
+        }
+        let fetch = async move { read_json(req.send().await.map_err(drop)?, MAX_BODY).await };
+        Some(async move {
+            tokio::time::timeout(FETCH_TIMEOUT, fetch)
+                .await
+                .unwrap_or(Err(()))
+        })
     }
 
     /// Where `model`'s `/props` is.
@@ -173,32 +221,53 @@ impl Learner {
         if let Some(a) = &self.auth {
             req = req.header(AUTHORIZATION, a.clone());
         }
-        let fetch = async move {
-            let resp = req.send().await.map_err(drop)?;
-            let status = resp.status();
-            if status.is_server_error() || status.as_u16() == 429 {
-                return Err(());
-            }
-            if !status.is_success() {
-                return Ok(None);
-            }
-            let mut body = Vec::new();
-            let mut parts = resp.bytes_stream();
-            while let Some(part) = parts.next().await {
-                let part = part.map_err(drop)?;
-                if body.len() + part.len() > MAX_BODY {
-                    return Ok(None);
-                }
-                body.extend_from_slice(&part);
-            }
-            Ok(serde_json::from_slice(&body).ok())
-        };
+        let fetch = async move { read_json(req.send().await.map_err(drop)?, MAX_BODY).await };
         async move {
             tokio::time::timeout(FETCH_TIMEOUT, fetch)
                 .await
                 .unwrap_or(Err(()))
         }
     }
+}
+
+/// `fetch`, once `lane` lets a call of `model` through (waited for at
+/// most [`FETCH_TIMEOUT`]; its permit held until the fetch ends), as any
+/// other call to the server.
+fn laned<T>(
+    lane: &Arc<Gate>,
+    model: &str,
+    fetch: impl Future<Output = Result<T, ()>> + Send + 'static,
+) -> impl Future<Output = Result<T, ()>> + Send + 'static {
+    let (lane, model) = (lane.clone(), model.to_owned());
+    async move {
+        let by = Instant::now() + FETCH_TIMEOUT;
+        let _admitted = lane.admit(&model, by).await.map_err(drop)?;
+        fetch.await
+    }
+}
+
+/// A server's answer as JSON: `Ok(None)` when it answered, but not with
+/// a 2xx JSON body of at most `max` bytes (a 404 from a server without
+/// the endpoint); `Err` when its answer is worth nothing to keep (5xx,
+/// 429, a body cut off). The caller bounds the time.
+pub(super) async fn read_json(resp: reqwest::Response, max: usize) -> Result<Option<Value>, ()> {
+    let status = resp.status();
+    if status.is_server_error() || status.as_u16() == 429 {
+        return Err(());
+    }
+    if !status.is_success() {
+        return Ok(None);
+    }
+    let mut body = Vec::new();
+    let mut parts = resp.bytes_stream();
+    while let Some(part) = parts.next().await {
+        let part = part.map_err(drop)?;
+        if body.len() + part.len() > max {
+            return Ok(None);
+        }
+        body.extend_from_slice(&part);
+    }
+    Ok(serde_json::from_slice(&body).ok())
 }
 
 /// Windows servers stated in their context-length errors, by model (the
@@ -339,6 +408,39 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(slot.get(|| fetch(Ok(Some(8)))).await, Some(7));
         assert_eq!(fetches.load(Ordering::SeqCst), 3);
+    }
+
+    /// A local lane of one call at a time.
+    fn one_at_a_time() -> Arc<Gate> {
+        let limits = crate::config::LaneLimits {
+            max_concurrency: Some(1),
+            max_models: 1,
+            max_wait_swap: Duration::from_secs(30),
+        };
+        let metrics = crate::sink::Metrics::noop();
+        Arc::new(Gate::new(true, &Arc::from("local"), limits, None, metrics))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_waits_for_the_lane_and_gives_up_at_its_timeout() {
+        let lane = one_at_a_time();
+        let held = lane.admit("m", Instant::now()).await.unwrap();
+        let fetched = Arc::new(AtomicU32::new(0));
+        let fetch = |n: Arc<AtomicU32>| async move {
+            n.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ()>(7)
+        };
+        let f = tokio::spawn(laned(&lane, "m", fetch(fetched.clone())));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(fetched.load(Ordering::SeqCst), 0, "not beside a call");
+        drop(held);
+        assert_eq!(f.await.unwrap(), Ok(7));
+        assert_eq!(fetched.load(Ordering::SeqCst), 1);
+        // A lane held past FETCH_TIMEOUT: no fetch at all.
+        let _held = lane.admit("m", Instant::now()).await.unwrap();
+        let r = laned(&lane, "m", fetch(fetched.clone())).await;
+        assert_eq!(r, Err(()));
+        assert_eq!(fetched.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test(start_paused = true)]

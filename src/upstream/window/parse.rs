@@ -1,6 +1,7 @@
 //! What servers say about a model's context window, read from their
-//! answers: llama.cpp's `GET /props` and the metadata some servers put in
-//! `GET /v1/models`. Only the window the server runs with counts, never
+//! answers: llama.cpp's `GET /props`, the metadata some servers put in
+//! `GET /v1/models` (vLLM's `max_model_len`), and Ollama's `POST
+//! /api/show`. Only the window the server runs with counts, never
 //! the length the model was trained for (`n_ctx_train`), which a server
 //! may cap far lower.
 
@@ -36,6 +37,31 @@ pub fn props(body: &Value) -> Option<u64> {
     body.pointer("/default_generation_settings/n_ctx")
         .and_then(window)
         .or_else(|| body.get("n_ctx").and_then(window))
+}
+
+/// Ollama's `POST /api/show`: the `num_ctx` its `parameters` (one
+/// `name value` a line) set, which is what it serves with, else its
+/// `model_info`'s `<arch>.context_length` (the model's own length: a
+/// prompt beyond `num_ctx` is cut short by Ollama, not refused).
+pub fn ollama_show(body: &Value) -> Option<u64> {
+    let num_ctx = body
+        .get("parameters")
+        .and_then(Value::as_str)
+        .and_then(|p| {
+            p.lines().find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some("num_ctx")).then(|| w.next())?
+            })
+        })
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|n| (1..=MAX_CONTEXT_WINDOW).contains(n));
+    num_ctx.or_else(|| {
+        body.get("model_info")?
+            .as_object()?
+            .iter()
+            .filter(|(k, _)| k.ends_with(".context_length"))
+            .find_map(|(_, v)| window(v))
+    })
 }
 
 /// The windows a `/v1/models` list gives, by model id.
@@ -107,6 +133,34 @@ mod tests {
             json!("props"),
         ] {
             assert_eq!(props(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ollama_show_as_it_answers() {
+        // Ollama 0.6: a model with `PARAMETER num_ctx 4096` in its Modelfile.
+        let v = json!({"modelfile": "FROM x", "parameters": "num_ctx                        4096\nstop                           \"<|im_end|>\"",
+                       "template": "{{ .Prompt }}", "details": {"family": "llama"},
+                       "model_info": {"general.architecture": "llama", "llama.context_length": 131072,
+                                      "llama.embedding_length": 3072}});
+        assert_eq!(ollama_show(&v), Some(4096));
+        // Without num_ctx: the model's own length.
+        let v = json!({"parameters": "stop \"<|eot_id|>\"", "model_info": {"general.architecture": "qwen2",
+                       "qwen2.context_length": 32768, "qwen2.block_count": 28}});
+        assert_eq!(ollama_show(&v), Some(32768));
+        assert_eq!(
+            ollama_show(&json!({"model_info": {"general.architecture": "x"}})),
+            None
+        );
+        for bad in [
+            json!({"parameters": "num_ctx 0"}),
+            json!({"parameters": "num_ctx lots"}),
+            json!({"parameters": "num_ctx 99999999999999"}),
+            json!({"model_info": {"llama.context_length": -1}}),
+            json!({"model_info": {"llama.context_length": 1_000_000_000_000u64}}),
+            json!({"error": "model 'x' not found"}),
+        ] {
+            assert_eq!(ollama_show(&bad), None, "{bad}");
         }
     }
 
