@@ -33,6 +33,8 @@ fn retried(fault: &str, stream: bool, chain: bool) -> Option<&'static str> {
         "echo-429" => Some("429"),
         "hang" => Some("timeout"),
         "trickle-forever" | "stall-after-first" if !stream => Some("timeout"),
+        // `[DONE]` before any answer: a cut, retried as a lost connection.
+        "done-first" if stream => Some("connect"),
         _ => None,
     }
 }

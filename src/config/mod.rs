@@ -221,8 +221,9 @@ pub struct Limits {
 /// How many calls an upstream's lane lets through.
 #[derive(Debug, Clone, Copy)]
 pub struct LaneLimits {
-    /// Local lane: calls per model at once; cloud lane: calls at once
-    /// (`None`: unbounded).
+    /// Local lane: calls per model at once (`None`: as many as its server
+    /// takes, see [`crate::upstream::server_kind`]); cloud lane: calls at
+    /// once (`None`: unbounded).
     pub max_concurrency: Option<usize>,
     /// Local lane: models served at once.
     pub max_models: usize,

@@ -21,7 +21,6 @@ const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(200);
 const DEFAULT_PROBE_CACHE: Duration = Duration::from_secs(1);
-const DEFAULT_LOCAL_CONCURRENCY: usize = 4;
 const DEFAULT_MAX_WAIT_SWAP: Duration = Duration::from_secs(30);
 
 /// A mock upstream's llama-swap emulation.
@@ -80,10 +79,8 @@ pub(super) fn lane_limits(
         }
     }
     LaneLimits {
-        max_concurrency: match lane {
-            Lane::Local => Some(max_concurrency.map_or(DEFAULT_LOCAL_CONCURRENCY, |n| n as usize)),
-            Lane::Cloud => max_concurrency.map(|n| n as usize),
-        },
+        // Unset on a local lane: as many as its server takes (learned).
+        max_concurrency: max_concurrency.map(|n| n as usize),
         max_models: max_models.unwrap_or(1).max(1) as usize,
         max_wait_swap: max_wait_swap.unwrap_or(DEFAULT_MAX_WAIT_SWAP),
     }

@@ -12,26 +12,32 @@ use crate::wire::content_text;
 use super::continuation::continued;
 
 use super::{
-    CUT_GRACE, FailMode, Finish, MockBody, MockCut, MockResponse, ReplySpec, Resolved, UsageSpec,
-    error_response, once, pause,
+    CUT_GRACE, FailMode, Finish, Interrupt, MockBody, MockCut, MockResponse, ReplySpec, Resolved,
+    UsageSpec, error_response, once, pause,
 };
 
+/// How an answer is written: legacy `text` choices, streamed, with a
+/// usage chunk, ended early by the next request (a quirk).
+pub(super) struct How {
+    pub legacy: bool,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub interrupt: Option<Interrupt>,
+}
+
 /// Answers a chat or legacy completion request with behaviour `b`.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn respond(
     b: Resolved,
     req: &Value,
     model: &str,
     n: u64,
-    legacy: bool,
-    stream: bool,
-    include_usage: bool,
+    how: How,
     guard: Finish,
 ) -> MockResponse {
     let mut answer = Answer::new(&b, req, model, n);
-    answer.legacy = legacy;
-    if stream {
-        stream_response(b, answer, include_usage, guard)
+    answer.legacy = how.legacy;
+    if how.stream {
+        stream_response(b, answer, how.include_usage, how.interrupt, guard)
     } else {
         pause(b.ttft + answer.generation_time(&b)).await;
         whole_response(&b, &answer, guard)
@@ -329,7 +335,15 @@ fn break_after(pieces: Vec<(String, bool)>, b: &Resolved) -> (Vec<(String, bool)
     (out, true)
 }
 
-fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finish) -> MockResponse {
+fn stream_response(
+    b: Resolved,
+    a: Answer,
+    include_usage: bool,
+    interrupt: Option<Interrupt>,
+    mut guard: Finish,
+) -> MockResponse {
+    // Another request arrived: `[DONE]` at once, no finish_reason.
+    let cut_short = move || interrupt.as_ref().is_some_and(Interrupt::interrupted);
     let body = async_stream::stream! {
         pause(b.ttft).await;
         match b.fail.filter(|_| b.fail_after_chars.is_none()) {
@@ -388,6 +402,11 @@ fn stream_response(b: Resolved, a: Answer, include_usage: bool, mut guard: Finis
         for (i, (text, args)) in pieces.into_iter().enumerate() {
             if i > 0 && let Some(gap) = gap {
                 tokio::time::sleep(gap).await;
+            }
+            if cut_short() {
+                yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+                guard.complete();
+                return;
             }
             yield Ok(chunk(delta(&text, args), Value::Null, None));
         }

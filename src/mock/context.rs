@@ -205,7 +205,8 @@ pub fn props(model: &str, n_ctx: u64) -> Value {
     json!({
         "default_generation_settings": {"id": 0, "n_ctx": n_ctx, "is_processing": false,
                                         "params": {"n_predict": -1, "temperature": 0.8}},
-        "total_slots": 1,
+        // It answers any number at once; a local lane takes this many.
+        "total_slots": 4,
         "model_path": format!("/models/{model}.gguf"),
         "model_alias": model,
         "chat_template": "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}",

@@ -42,7 +42,20 @@ impl Simulator {
             yield Ok(loading_chunk(&format!("\nDone! ({took:.2}s)\n")));
             yield Ok(loading_chunk("━━━━━\n"));
             yield Ok(loading_chunk(" \n"));
-            let answer = answer::respond(b, &req, &model, n, false, true, include_usage, guard).await;
+            let answer = answer::respond(
+                b,
+                &req,
+                &model,
+                n,
+                answer::How {
+                    legacy: false,
+                    stream: true,
+                    include_usage,
+                    interrupt: None,
+                },
+                guard,
+            )
+            .await;
             let mut answer = answer.body;
             while let Some(part) = futures::StreamExt::next(&mut answer).await {
                 yield part;

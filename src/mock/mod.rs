@@ -44,7 +44,7 @@ use serde_json::{Value, json};
 use answer::request_text;
 pub use anthropic::Api;
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
-pub use quirks::{Quirk, Quirks};
+pub use quirks::{Interrupt, Quirk, Quirks};
 
 use crate::wire::Endpoint;
 
@@ -181,6 +181,9 @@ pub struct Simulator {
     log: Mutex<Log>,
     pub stats: Arc<Stats>,
     next_id: AtomicU64,
+    /// Requests answered so far, for streams that quirk
+    /// `interrupts_on_new_request` ends when another arrives.
+    arrivals: Arc<AtomicU64>,
 }
 
 impl Simulator {
@@ -206,6 +209,7 @@ impl Simulator {
             log: Mutex::new(Log::default()),
             stats: Arc::new(Stats::default()),
             next_id: AtomicU64::new(1),
+            arrivals: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -224,6 +228,21 @@ impl Simulator {
     /// The wire format it speaks.
     pub fn api(&self) -> Api {
         self.api
+    }
+
+    /// Whether it plays quirk `q`.
+    pub fn plays(&self, q: Quirk) -> bool {
+        self.quirks.has(q)
+    }
+
+    /// Who its `/v1/models` says owns its models: `"me"`, as
+    /// llama-cpp-python says, when it plays `interrupts_on_new_request`.
+    pub fn owner(&self) -> &'static str {
+        if self.plays(Quirk::InterruptsOnNewRequest) {
+            "me"
+        } else {
+            "conclave-mock"
+        }
     }
 
     /// Whether it serves `POST /v1/responses`.
@@ -288,6 +307,7 @@ impl Simulator {
         heard: Heard,
     ) -> MockResponse {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let arrival = self.arrivals.fetch_add(1, Ordering::AcqRel) + 1;
         let guard = Finish::new(self.stats.clone());
         if self.api == Api::Anthropic {
             return anthropic::respond(self, endpoint, body, heard, guard).await;
@@ -383,7 +403,17 @@ impl Simulator {
             }
             Endpoint::Chat | Endpoint::Completions | Endpoint::Messages | Endpoint::CountTokens => {
                 let legacy = endpoint == Endpoint::Completions;
-                answer::respond(b, &req, &model, n, legacy, stream, include_usage, guard).await
+                let interrupt = self
+                    .quirks
+                    .has(Quirk::InterruptsOnNewRequest)
+                    .then(|| Interrupt::after(&self.arrivals, arrival));
+                let how = answer::How {
+                    legacy,
+                    stream,
+                    include_usage,
+                    interrupt,
+                };
+                answer::respond(b, &req, &model, n, how, guard).await
             }
         }
     }

@@ -43,6 +43,11 @@ pub enum Quirk {
     /// A prompt longer than the model's `context_window` gets an empty
     /// 200 stream when streamed (a whole request still gets the 400).
     EmptyStreamOnOverflow,
+    /// A streamed chat or completions answer in flight ends at once with
+    /// `data: [DONE]` and no `finish_reason` when another request reaches
+    /// the simulator, as llama-cpp-python does with `interrupt_requests`
+    /// on (its default).
+    InterruptsOnNewRequest,
 }
 
 impl Quirk {
@@ -54,6 +59,7 @@ impl Quirk {
         Quirk::IgnoresToolChoiceAuto,
         Quirk::NoStreamUsage,
         Quirk::EmptyStreamOnOverflow,
+        Quirk::InterruptsOnNewRequest,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -65,6 +71,7 @@ impl Quirk {
             Quirk::IgnoresToolChoiceAuto => "ignores_tool_choice_auto",
             Quirk::NoStreamUsage => "no_stream_usage",
             Quirk::EmptyStreamOnOverflow => "empty_stream_on_overflow",
+            Quirk::InterruptsOnNewRequest => "interrupts_on_new_request",
         }
     }
 }
@@ -117,6 +124,29 @@ impl Simulator {
             (b.ttft, b.tokens_per_second) = (Duration::ZERO, 0.0);
         }
         None
+    }
+}
+
+/// A stream's view of the requests that reach its simulator after it
+/// began (quirk `interrupts_on_new_request`).
+#[derive(Debug, Clone)]
+pub struct Interrupt {
+    arrivals: Arc<AtomicU64>,
+    at: u64,
+}
+
+impl Interrupt {
+    /// Watches `arrivals` for requests after the `at`-th, its own.
+    pub fn after(arrivals: &Arc<AtomicU64>, at: u64) -> Self {
+        Interrupt {
+            at,
+            arrivals: arrivals.clone(),
+        }
+    }
+
+    /// Another request arrived since the stream began.
+    pub fn interrupted(&self) -> bool {
+        self.arrivals.load(Ordering::Acquire) != self.at
     }
 }
 

@@ -35,7 +35,7 @@ use tokio::net::TcpListener;
 
 use std::collections::HashMap;
 
-use super::{Api, Heard, Simulator, context};
+use super::{Api, Heard, Quirk, Simulator, context};
 use crate::wire::Endpoint;
 
 pub fn router(sim: Arc<Simulator>) -> Router {
@@ -166,8 +166,7 @@ async fn models(State(sim): State<Arc<Simulator>>) -> impl IntoResponse {
         .model_names()
         .into_iter()
         .map(|id| {
-            let mut m =
-                json!({"id": id, "object": "model", "created": 0, "owned_by": "conclave-mock"});
+            let mut m = json!({"id": id, "object": "model", "created": 0, "owned_by": sim.owner()});
             // As older llama-server builds: the training length only, not
             // the served window (newer ones add `meta.n_ctx`), so `/props`
             // is where a client learns it.
@@ -186,6 +185,10 @@ async fn props(
     State(sim): State<Arc<Simulator>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
+    if sim.plays(Quirk::InterruptsOnNewRequest) {
+        // Playing llama-cpp-python, which has no `/props`.
+        return no_window();
+    }
     let found = match q.get("model") {
         Some(m) => sim.context_window(m).map(|w| (m.clone(), w)),
         None => sim.first_window(),

@@ -89,3 +89,37 @@ async fn the_request_log_is_bounded_in_bytes() {
     }
     assert_eq!(sim.recorded().len(), RECORDED);
 }
+
+#[tokio::test]
+async fn a_new_request_ends_the_stream_in_flight_without_a_finish_reason() {
+    let sim = Arc::new(Simulator::new(
+        IndexMap::new(),
+        SwapSim::default(),
+        Quirks::new(&[Quirk::InterruptsOnNewRequest]),
+        true,
+    ));
+    let ask = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"a b c"}]}"#;
+    let mut first = sim.respond(Endpoint::Chat, ask, None, None).await;
+    // Its role chunk went out; then another request arrives.
+    let role = first.body.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&role).contains("\"role\""));
+    let second = sim.respond(Endpoint::Chat, ask, None, None).await;
+    let (_, rest) = collect(first).await;
+    assert_eq!(rest, "data: [DONE]\n\n");
+    // The second, alone, answers whole.
+    let (_, whole) = collect(second).await;
+    assert!(whole.contains("\"finish_reason\":\"stop\""), "{whole}");
+    assert!(whole.ends_with("data: [DONE]\n\n"), "{whole}");
+    // Without the quirk, nothing is cut.
+    let calm = Arc::new(Simulator::new(
+        IndexMap::new(),
+        SwapSim::default(),
+        Quirks::default(),
+        true,
+    ));
+    let mut first = calm.respond(Endpoint::Chat, ask, None, None).await;
+    first.body.next().await.unwrap().unwrap();
+    let _second = calm.respond(Endpoint::Chat, ask, None, None).await;
+    let (_, rest) = collect(first).await;
+    assert!(rest.contains("\"finish_reason\":\"stop\""), "{rest}");
+}

@@ -283,6 +283,8 @@ impl ConcreteModel {
                 }
             },
         };
+        // Before a local lane's first call: how many its server takes.
+        let _ = timeout_at(first_due, up.learn_lane()).await;
         let admitted = match up.gate.admit(&self.info.upstream_model, first_due).await {
             Ok(a) => a,
             Err(LaneTimeout) => {

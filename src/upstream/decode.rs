@@ -4,8 +4,10 @@
 //! token, usage, end, failure), for chat and for the Responses API alike.
 //!
 //! Nothing an upstream sends is trusted: a body or an event past its size
-//! bound, a 200 that is not an answer (`{}`, `[]`, invalid UTF-8), and a
-//! stream that stalls between events are failures of the attempt. Every
+//! bound, a 200 that is not an answer (`{}`, `[]`, invalid UTF-8), a
+//! whole answer that does not say it ended (no `finish_reason`: a cut,
+//! retried like one) and a stream that stalls between events are
+//! failures of the attempt. Every
 //! byte the upstream wrote is redacted before anything reads it: error
 //! text before it becomes part of an error ([`Exchange`]), a whole body
 //! once, each stream event as it arrives (with a carry-over between
@@ -29,6 +31,9 @@ use crate::redact::Redactor;
 use crate::wire::{
     AssistantOutput, Endpoint, MAX_RESPONSE, Usage, WholeBody, error_message, inspect_completion,
 };
+
+/// Why a whole answer that does not say it ended is a cut.
+const UNFINISHED: &str = "the answer has no finish_reason: it was cut short";
 
 /// Largest single SSE line or event accepted from an upstream.
 pub const MAX_EVENT: usize = 4 * 1024 * 1024;
@@ -220,9 +225,15 @@ pub async fn whole(
         Ok(b) => x.redactor.redact_bytes(b),
     };
     let usage = match inspect_completion(&body, x.endpoint) {
+        // No `finish_reason` (a null one, a Responses body still
+        // `in_progress`): generation was cut short, not an answer.
+        Ok(WholeBody::Answer {
+            finished: false, ..
+        }) => return Err(x.cut(UNFINISHED)),
         Ok(WholeBody::Answer {
             usage,
             finish_reason,
+            ..
         }) => {
             if let Some(r) = finish_reason {
                 attempt.set_finish_reason(&r);

@@ -13,7 +13,7 @@ use super::lane::Gate;
 use super::window::count::Tokens;
 use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use crate::labels::Warm;
-use crate::mock::{Api, Behavior, Heard, Quirks, Simulator, SwapSim};
+use crate::mock::{Api, Behavior, Heard, Quirk, Quirks, Simulator, SwapSim};
 use crate::wire::Endpoint;
 
 pub struct MockTransport {
@@ -56,6 +56,16 @@ impl Transport for MockTransport {
             retry_after: r.retry_after.map(|s| s.to_string()),
             body: Box::pin(r.body.map_err(|e| Box::new(e) as BoxError)),
         })
+    }
+
+    async fn server_kind(&self) -> super::server_kind::ServerKind {
+        // It answers any number at once, unless it plays llama-cpp-python
+        // ending a stream for the next request.
+        if self.sim.plays(Quirk::InterruptsOnNewRequest) {
+            super::server_kind::ServerKind::LlamaCppPython
+        } else {
+            super::server_kind::ServerKind::Mock
+        }
     }
 
     async fn context_window(&self, model: &str, _warm: Warm, _lane: &Arc<Gate>) -> Option<u64> {

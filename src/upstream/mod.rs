@@ -11,6 +11,8 @@
 //! with windows the server reports learned by [`window`], and exact token
 //! counts asked of it near the window by [`window::count`]). A 500 that
 //! is a request-validation error is read by [`validation`] as the client's.
+//! A local lane without `max_concurrency` lets through as many calls as
+//! its server takes ([`server_kind`], asked before its first call).
 
 pub mod anthropic;
 mod concrete;
@@ -27,6 +29,7 @@ pub mod openai;
 pub mod registry;
 mod relay;
 pub mod retry;
+pub mod server_kind;
 pub mod sse;
 pub mod translate;
 pub mod validation;
@@ -111,6 +114,13 @@ pub trait Transport: Send + Sync {
         None
     }
 
+    /// What kind of server it is (see [`server_kind`]), for a local
+    /// lane's default concurrency; asked once, before the lane's first
+    /// call.
+    async fn server_kind(&self) -> server_kind::ServerKind {
+        server_kind::ServerKind::Unknown
+    }
+
     /// `Ok` when the server answers at all.
     async fn ready(&self) -> Result<(), String>;
 
@@ -176,6 +186,9 @@ pub struct Upstream {
     pub check: Option<config::HealthCheck>,
     /// Its active checks have started ([`health::check::start`]).
     checking: std::sync::atomic::AtomicBool,
+    /// What its server turned out to be (a local lane without
+    /// `max_concurrency` asks once).
+    kind: tokio::sync::OnceCell<server_kind::ServerKind>,
 }
 
 impl Upstream {
@@ -261,6 +274,7 @@ impl Upstream {
             health,
             check: cfg.resilience.health.clone(),
             checking: std::sync::atomic::AtomicBool::new(false),
+            kind: tokio::sync::OnceCell::new(),
             metrics,
             pace: limit::Pace::new(cfg.rpm),
             name,
@@ -298,6 +312,20 @@ impl Upstream {
         if self.gate.is_local() {
             let lease = lane::lease::RedisLease::new(redis.clone(), &self.name);
             self.gate.share(Arc::new(lease));
+        }
+    }
+
+    /// Before a local lane without `max_concurrency` lets its first call
+    /// through: asks what its server is, once (within
+    /// [`server_kind::PROBE_TIMEOUT`] per question), and lets that many
+    /// calls per model through from then on.
+    pub async fn learn_lane(&self) {
+        if !self.gate.follows_server() {
+            return;
+        }
+        let kind = *self.kind.get_or_init(|| self.transport.server_kind()).await;
+        if self.gate.follow(kind.concurrency()) {
+            tracing::info!(upstream = %self.name, server = kind.as_str(), concurrency = kind.concurrency(), "local lane follows its server");
         }
     }
 

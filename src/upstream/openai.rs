@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use super::lane::Gate;
 use super::llama_swap::{ProbeSettings, WarmProbe};
+use super::server_kind::{self, ServerKind};
 use super::window::Learner;
 use super::window::count::{Counter, Tokens};
 use crate::config::{LlamaSwap, Secret};
@@ -91,6 +92,32 @@ impl OpenAiTransport {
 }
 
 impl OpenAiTransport {
+    /// GETs `url` for [`Transport::server_kind`]: its status, `server`
+    /// header and body, within [`server_kind::PROBE_TIMEOUT`] and
+    /// [`server_kind::MAX_PROBE_BODY`].
+    async fn probe_get(&self, url: reqwest::Url) -> Option<(u16, Option<String>, Bytes)> {
+        let mut req = self.client.get(url).timeout(server_kind::PROBE_TIMEOUT);
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let resp = req.send().await.ok()?;
+        let status = resp.status().as_u16();
+        let server = resp
+            .headers()
+            .get(reqwest::header::SERVER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut body = bytes::BytesMut::new();
+        let mut parts = resp.bytes_stream();
+        while let Some(part) = parts.try_next().await.ok()? {
+            if body.len() + part.len() > server_kind::MAX_PROBE_BODY {
+                return None;
+            }
+            body.extend_from_slice(&part);
+        }
+        Some((status, server, body.freeze()))
+    }
+
     /// A warm-state probe of the llama-swap at `settings.url`, over this
     /// upstream's connection pool and with its API key.
     pub fn probe(
@@ -200,6 +227,30 @@ impl Transport for OpenAiTransport {
 
     async fn exact_tokens(&self, model: &str, req: &crate::wire::ChatRequest) -> Option<Tokens> {
         self.counter.count(model, req).await
+    }
+
+    async fn server_kind(&self) -> ServerKind {
+        let root = self.base_url.trim_end_matches('/');
+        let root = root.strip_suffix("/v1").unwrap_or(root);
+        if let Ok(url) = parse_url(&format!("{root}/props"))
+            && let Some((status, _, body)) = self.probe_get(url).await
+            && let Some(kind) = server_kind::from_props(status, &body)
+        {
+            if kind != (ServerKind::LlamaCpp { slots: None }) {
+                return kind;
+            }
+            // A build whose `/props` does not count them: `/slots` lists them.
+            let slots = match parse_url(&format!("{root}/slots")) {
+                Ok(url) => self.probe_get(url).await,
+                Err(_) => None,
+            };
+            let slots = slots.and_then(|(status, _, body)| server_kind::from_slots(status, &body));
+            return ServerKind::LlamaCpp { slots };
+        }
+        match self.probe_get(self.models_url.clone()).await {
+            Some((_, server, body)) => server_kind::from_models(server.as_deref(), &body),
+            None => ServerKind::Unknown,
+        }
     }
 
     async fn ready(&self) -> Result<(), String> {

@@ -5,18 +5,25 @@
 //! and end. Each event is redacted as it passes (with a carry-over between
 //! events) and bounded by [`MAX_EVENT`].
 //!
-//! Chat streams end at `[DONE]` (or, once a choice finished, when the body
-//! ends, breaks or goes idle: the answer is whole); their first
-//! token is their first event other than llama-swap's loading banner.
+//! Chat streams end at `[DONE]` after a `finish_reason` (or, once a choice
+//! finished, when the body ends, breaks or goes idle: the answer is
+//! whole); `[DONE]` with no `finish_reason` before it, or before any
+//! event, is a cut ([`ModelError::StreamCut`], retried before the answer
+//! began), never a whole answer, on every dialect. Their first
+//! token is their first event other than llama-swap's loading banner. The
+//! stream is handed on (committed) at its first real event, a loading
+//! banner or a finish: the events before (a role-only delta) are held, so
+//! a stream cut before its answer began fails the call.
 //! Responses streams ([`Endpoint::Responses`]) are typed events read by
 //! `wire::responses`: their first token is the first real one (an output
 //! item or a delta, not `response.created`), they end at
-//! `response.completed` / `response.incomplete` (no `[DONE]` needed: what
+//! `response.completed` / `response.incomplete` (no `[DONE]` needed, and a
+//! `[DONE]` before them is a cut: what
 //! is already buffered after it is relayed, nothing is waited for), and a
 //! `response.failed` or `error` event fails the attempt. Messages streams
 //! ([`Endpoint::Messages`], an Anthropic upstream answering verbatim) are
 //! read alike by `wire::messages`: first token at the first content
-//! block, end at `message_stop`, the usage of `message_start` completed
+//! block, end at `message_stop` (a `[DONE]` before it is a cut), the usage of `message_start` completed
 //! by `message_delta`'s, an `error` event a failure. Such events are
 //! handed on with `usage` [`UsageField::Absent`] (they have no top-level
 //! `usage` for a relay to edit) and `choices` 0.
@@ -42,6 +49,9 @@ use crate::redact::Carry;
 use crate::wire::messages;
 use crate::wire::responses::inspect_event;
 use crate::wire::{Endpoint, Usage, UsageField, inspect_chunk, inspect_chunk_text};
+
+/// Why a stream that ended before any of its answer is a cut.
+const NOTHING_CAME: &str = "the stream ended before its first event";
 
 /// Starts relaying a streamed answer and waits for its first chunk, so
 /// the stream comes back committed (or the call fails before any output).
@@ -72,14 +82,31 @@ pub async fn stream(
     };
     let first = match timeout_at(first_by, relay.next()).await {
         Err(_) => return Err(relay.fail_now(first_phase)),
-        Ok(None) => return Err(relay.x.invalid("the stream ended before its first event")),
+        Ok(None) => return Err(relay.x.cut(NOTHING_CAME)),
         Ok(Some(Err(e))) => return Err(e),
         Ok(Some(Ok(c))) => c,
     };
+    // What says nothing yet (a role-only delta, `response.created`) is
+    // held until the answer begins: a stream cut before that is a failed
+    // call (retried), not a committed one. The relay keeps its deadlines.
+    let mut held = vec![first];
+    while held.len() < MAX_HELD
+        && !relay.finished_choice
+        && !held.iter().any(|c| c.real || c.loading)
+    {
+        match relay.next().await {
+            Some(Ok(c)) => held.push(c),
+            Some(Err(e)) => return Err(e),
+            None => break,
+        }
+    }
     Ok(ChunkStream::new(
-        futures::stream::once(async { Ok(first) }).chain(relay),
+        futures::stream::iter(held.into_iter().map(Ok)).chain(relay),
     ))
 }
+
+/// The most events held before a stream's answer begins.
+const MAX_HELD: usize = 16;
 
 /// Relays SSE events as chunks until `[DONE]`, an error or a deadline.
 struct Relay {
@@ -137,7 +164,17 @@ impl Relay {
 
     fn done(&mut self) -> Next {
         if !self.relayed {
-            return self.fail(self.x.invalid("the stream ended before its first event"));
+            return self.fail(self.x.cut(NOTHING_CAME));
+        }
+        if !self.finished_choice {
+            // `[DONE]` with no `finish_reason` before it (llama-cpp-python
+            // interrupted by another request): cut short, not an answer.
+            let missing = match self.x.endpoint {
+                Endpoint::Responses => "the stream ended before response.completed",
+                Endpoint::Messages => "the stream ended before message_stop",
+                _ => "the stream ended without a finish_reason",
+            };
+            return self.fail(self.x.cut(missing));
         }
         self.open = false;
         self.permit = None;

@@ -131,6 +131,10 @@ impl Transport for Translate {
         self.inner.context_window(model, warm, lane).await
     }
 
+    async fn server_kind(&self) -> super::server_kind::ServerKind {
+        self.inner.server_kind().await
+    }
+
     async fn ready(&self) -> Result<(), String> {
         self.inner.ready().await
     }

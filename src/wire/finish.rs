@@ -71,6 +71,9 @@ const MAX_REASON: usize = 64;
 pub struct WholeChoices {
     pub count: usize,
     pub finish_reason: Option<String>,
+    /// The first choice has a `finish_reason` that is not null (a word
+    /// or not): it ended, rather than being cut short.
+    pub finished: bool,
 }
 
 impl<'de> Deserialize<'de> for WholeChoices {
@@ -88,7 +91,8 @@ impl<'de> Deserialize<'de> for WholeChoices {
                 let mut out = WholeChoices::default();
                 if let Some(first) = seq.next_element::<FirstChoice>()? {
                     out.count = 1;
-                    out.finish_reason = first.0;
+                    out.finish_reason = first.reason;
+                    out.finished = first.finished;
                 }
                 while seq.next_element::<IgnoredAny>()?.is_some() {
                     out.count += 1;
@@ -101,8 +105,13 @@ impl<'de> Deserialize<'de> for WholeChoices {
 }
 
 /// The first choice: its `finish_reason` when it is an object that has
-/// one; anything else is accepted and not kept.
-struct FirstChoice(Option<String>);
+/// one (and whether it has one that is not null); anything else is
+/// accepted and not kept.
+#[derive(Default)]
+struct FirstChoice {
+    reason: Option<String>,
+    finished: bool,
+}
 
 impl<'de> Deserialize<'de> for FirstChoice {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -116,19 +125,21 @@ impl<'de> Deserialize<'de> for FirstChoice {
                 self,
                 mut a: A,
             ) -> Result<FirstChoice, A::Error> {
-                let mut reason = None;
+                let mut out = FirstChoice::default();
                 while let Some(key) = a.next_key::<std::borrow::Cow<'de, str>>()? {
                     if key == "finish_reason" {
-                        reason = a.next_value::<Option<Reason>>()?.and_then(|r| r.0);
+                        let reason = a.next_value::<Option<Reason>>()?;
+                        out.finished = reason.is_some();
+                        out.reason = reason.and_then(|r| r.0);
                     } else {
                         a.next_value::<IgnoredAny>()?;
                     }
                 }
-                Ok(FirstChoice(reason))
+                Ok(out)
             }
-            keep_nothing_of_the_rest!(FirstChoice(None));
+            keep_nothing_of_the_rest!(FirstChoice::default());
             fn visit_str<E>(self, _: &str) -> Result<FirstChoice, E> {
-                Ok(FirstChoice(None))
+                Ok(FirstChoice::default())
             }
         }
         d.deserialize_any(Visit)
@@ -168,8 +179,14 @@ mod tests {
         let read = |json: &str| serde_json::from_str::<WholeChoices>(json).unwrap();
         let c = read(r#"[{"message": {}, "finish_reason": "length"}, {}, null, 3]"#);
         assert_eq!((c.count, c.finish_reason.as_deref()), (4, Some("length")));
+        assert!(c.finished);
         let c = read(r#"[null, {"finish_reason": "stop"}]"#);
-        assert_eq!((c.count, c.finish_reason), (2, None));
+        assert_eq!((c.count, c.finish_reason, c.finished), (2, None, false));
+        // Null or absent: not finished; an odd value: finished, not kept.
+        assert!(!read(r#"[{"finish_reason": null}]"#).finished);
+        assert!(!read(r#"[{"message": {}}]"#).finished);
+        let c = read(r#"[{"finish_reason": 7}]"#);
+        assert_eq!((c.finish_reason, c.finished), (None, true));
         assert_eq!(read("[]").count, 0);
         // A million empty choices cost no memory of their own.
         let many = format!("[{}{{}}]", "{},".repeat(1_000_000));

@@ -384,10 +384,14 @@ struct CompletionProbe {
 #[derive(Debug)]
 pub enum WholeBody {
     /// A completion with at least one choice, its usage if reported, and
-    /// the first choice's `finish_reason`.
+    /// the first choice's `finish_reason`; `finished`: it says it ended
+    /// (a chat choice's `finish_reason` not null, a Responses `status`
+    /// `completed` or `incomplete`, a message's `stop_reason`; always for
+    /// embeddings). One that does not was cut short: not an answer.
     Answer {
         usage: Option<Usage>,
         finish_reason: Option<String>,
+        finished: bool,
     },
     /// An `{"error": …}` object sent with a success status.
     Error(String),
@@ -413,6 +417,7 @@ pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, 
             Some(d) if !d.is_empty() => Ok(WholeBody::Answer {
                 usage: probe.usage,
                 finish_reason: None,
+                finished: true,
             }),
             _ => Err(NotAnAnswer::NoData),
         };
@@ -424,6 +429,7 @@ pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, 
         Some(c) => Ok(WholeBody::Answer {
             usage: probe.usage,
             finish_reason: c.finish_reason,
+            finished: c.finished,
         }),
     }
 }

@@ -123,9 +123,11 @@ pub fn inspect_message(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
     if m.content.is_none() {
         return Err(NotAnAnswer::NoOutput);
     }
+    let stop = m.stop_reason.as_ref().filter(|s| !s.is_null());
     Ok(WholeBody::Answer {
         usage: m.usage.and_then(Counts::usage),
-        finish_reason: finish_reason(m.stop_reason.as_ref()),
+        finish_reason: finish_reason(stop),
+        finished: stop.is_some(),
     })
 }
 
@@ -300,7 +302,9 @@ mod tests {
             WholeBody::Answer {
                 usage,
                 finish_reason,
+                finished,
             } => {
+                assert!(finished);
                 assert_eq!(usage.unwrap().completion_tokens, 4);
                 assert_eq!(finish_reason.as_deref(), Some("tool_calls"));
             }

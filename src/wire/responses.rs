@@ -160,9 +160,11 @@ pub fn inspect_response(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
     if r.output.is_none() {
         return Err(NotAnAnswer::NoOutput);
     }
+    let finish_reason = r.finish_reason();
     Ok(WholeBody::Answer {
         usage: r.usage,
-        finish_reason: r.finish_reason(),
+        finished: finish_reason.is_some(),
+        finish_reason,
     })
 }
 

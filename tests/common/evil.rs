@@ -78,6 +78,8 @@ pub fn direct(fault: &str, stream: bool) -> Want {
         "trickle-forever" | "stall-after-first" if stream => Event("upstream_timeout"),
         "trickle-forever" | "stall-after-first" => Http(504, Some("upstream_timeout")),
         "huge-tool-index" => Answer,
+        // `[DONE]` before any answer: a cut (retried), not an answer.
+        "done-first" if stream => Http(502, Some("upstream_stream_cut")),
         _ => Http(502, Some("upstream_invalid_response")),
     }
 }

@@ -2,6 +2,7 @@
 //! and the warm-first choice of the next model (see the parent module).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -19,7 +20,11 @@ use crate::upstream::llama_swap::WarmProbe;
 pub struct LocalLane {
     upstream: Arc<str>,
     metrics: Metrics,
-    per_model: usize,
+    /// Calls per model at once: `max_concurrency`, or what the server
+    /// takes when that is not set.
+    per_model: AtomicUsize,
+    /// `max_concurrency` was set: the server's kind changes nothing.
+    explicit: bool,
     pub(super) max_models: usize,
     max_wait_swap: Duration,
     probe: Option<Arc<WarmProbe>>,
@@ -32,20 +37,44 @@ impl LocalLane {
     pub(super) fn new(
         upstream: Arc<str>,
         metrics: Metrics,
-        per_model: usize,
+        per_model: Option<usize>,
         (max_models, max_wait_swap): (usize, Duration),
         probe: Option<Arc<WarmProbe>>,
     ) -> LocalLane {
         LocalLane {
             upstream,
             metrics,
-            per_model,
+            per_model: AtomicUsize::new(per_model.unwrap_or(1)),
+            explicit: per_model.is_some(),
             max_models,
             max_wait_swap,
             probe,
             state: Mutex::new(State::default()),
             shared: OnceLock::new(),
         }
+    }
+}
+
+impl LocalLane {
+    /// Whether calls per model follow what the server takes.
+    pub(super) fn follows_server(&self) -> bool {
+        !self.explicit
+    }
+
+    /// Calls per model at once from now on (when not configured); calls
+    /// already queued for a served model join at once.
+    pub(super) fn follow(self: &Arc<Self>, per_model: usize) -> bool {
+        if self.explicit || self.per_model.swap(per_model.max(1), Ordering::AcqRel) == per_model {
+            return false;
+        }
+        let mut grants = Grants::new();
+        self.join_waiters(&mut self.state.lock(), &mut grants);
+        send(grants);
+        true
+    }
+
+    fn per_model(&self) -> usize {
+        self.per_model.load(Ordering::Acquire)
     }
 }
 
@@ -182,7 +211,7 @@ impl LocalLane {
     ) -> Option<LocalPermit> {
         let starving = self.starving(st, now) || st.drain;
         let queued_same = st.queue.iter().any(|w| w.model == *model);
-        let per_model = self.per_model;
+        let per_model = self.per_model();
         match st.running(model) {
             Some(n) if *n < per_model && !queued_same && !starving => {
                 *n += 1;
@@ -275,7 +304,7 @@ impl LocalLane {
         let mut i = 0;
         while i < st.queue.len() {
             let model = st.queue[i].model.clone();
-            let per_model = self.per_model;
+            let per_model = self.per_model();
             match st.running(&model) {
                 Some(n) if *n < per_model => {
                     *n += 1;

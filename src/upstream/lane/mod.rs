@@ -2,7 +2,9 @@
 //!
 //! A *local lane* (a llama-swap server, or any upstream with `lane =
 //! "local"`) serves `max_models` models at a time (default one): calls for
-//! a model it serves run at once, up to `max_concurrency` per model; calls
+//! a model it serves run at once, up to `max_concurrency` per model (when
+//! it is not set, as many as the server takes: one until its kind is
+//! known, see [`crate::upstream::server_kind`]); calls
 //! for any other model wait in its queue, because sending them would make
 //! the server swap models back and forth. When the lane has room for a
 //! model, the next one is chosen warm first (the model the server reports
@@ -86,7 +88,7 @@ impl Gate {
             (true, per_model) => Gate::Local(Arc::new(LocalLane::new(
                 upstream.clone(),
                 metrics,
-                per_model.unwrap_or(usize::MAX).max(1),
+                per_model.map(|n| n.max(1)),
                 (limits.max_models.max(1), limits.max_wait_swap),
                 probe,
             ))),
@@ -103,6 +105,21 @@ impl Gate {
     pub fn share(&self, lease: Arc<dyn lease::Lease>) {
         if let Gate::Local(lane) = self {
             let _ = lane.shared.set(shared::SharedLane::new(lease));
+        }
+    }
+
+    /// Whether this is a local lane without `max_concurrency`, whose
+    /// calls per model follow what its server takes.
+    pub fn follows_server(&self) -> bool {
+        matches!(self, Gate::Local(lane) if lane.follows_server())
+    }
+
+    /// Lets `per_model` calls per model through a local lane that follows
+    /// its server; `true` when it did.
+    pub fn follow(&self, per_model: usize) -> bool {
+        match self {
+            Gate::Local(lane) => lane.follow(per_model),
+            _ => false,
         }
     }
 
