@@ -5,11 +5,10 @@
 //! streamed, with HTTP 500 and the error's dump followed by a traceback
 //! line with the server's file path, as it answers every validation error.
 
-use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::null_content::py;
-use super::{MockResponse, Quirk, Quirks, once};
+use super::{MockResponse, Quirk, Quirks};
 
 /// Where the traceback says the error was raised.
 const TRACEBACK: &str = "  File \"/usr/lib/python3.11/site-packages/llama_cpp/server/app.py\", \
@@ -31,19 +30,14 @@ pub(super) fn refusal(quirks: &Quirks, req: &Value) -> Option<MockResponse> {
          {{'expected': \"'text' or 'json_object'\"}}}}\n\n{TRACEBACK}",
         py(kind)
     );
-    let body = json!({"error": {"message": message, "type": "internal_server_error", "param": null, "code": null}});
-    Some(MockResponse {
-        status: 500,
-        content_type: "application/json",
-        retry_after: None,
-        body: once(Bytes::from(body.to_string())),
-    })
+    Some(super::null_content::validation_500(&message))
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use futures::StreamExt;
+    use serde_json::json;
 
     use super::*;
 

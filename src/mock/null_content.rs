@@ -79,13 +79,19 @@ pub(super) fn refusal(quirks: &Quirks, req: &Value) -> Option<MockResponse> {
         errors.len(),
         errors.join("\n  ")
     );
+    Some(validation_500(&message))
+}
+
+/// llama-cpp-python's answer to a request its pydantic models refuse: a
+/// 500 whose error message is the dump `message` (and a traceback).
+pub(super) fn validation_500(message: &str) -> MockResponse {
     let body = json!({"error": {"message": message, "type": "internal_server_error", "param": null, "code": null}});
-    Some(MockResponse {
+    MockResponse {
         status: 500,
         content_type: "application/json",
         retry_after: None,
         body: once(Bytes::from(body.to_string())),
-    })
+    }
 }
 
 /// A JSON value as Python's `repr` writes the dict pydantic quotes.

@@ -51,7 +51,7 @@ pub enum Quirk {
 }
 
 impl Quirk {
-    pub const ALL: [Quirk; 7] = [
+    pub const ALL: [Quirk; 8] = [
         Quirk::GeneratesAfterDisconnect,
         Quirk::RejectsNullContent,
         Quirk::RejectsJsonSchema,
