@@ -1,7 +1,15 @@
-# Build: docker build -t conclave .
-# Run:   docker run -p 4000:4000 -v $PWD/config/conclave.toml:/etc/conclave/conclave.toml conclave
-# Stop:  docker stop -t 35 <container>   (SIGTERM drains for server.shutdown_grace,
-#        30 s by default; docker's own default of 10 s would cut streams short)
+# Build:  docker build -t conclave .
+# Run the demo (simulated models, no keys, no network):
+#         docker run -p 4000:4000 conclave
+#         curl -s localhost:4000/v1/chat/completions -d '{"model": "fast", "messages": [{"role": "user", "content": "hi"}]}'
+# Your own config (absolute event_log/state_path under /var/lib/conclave):
+#         docker run -p 4000:4000 -v $PWD/my.toml:/etc/conclave/conclave.toml:ro \
+#           -e CONCLAVE_CONFIG=/etc/conclave/conclave.toml conclave
+# The image sets CONCLAVE_CONFIG=/etc/conclave/demo.toml and
+# CONCLAVE_LISTEN=0.0.0.0:4000 (a config's 127.0.0.1 cannot be reached from
+# outside a container); `--config` and `--listen` override them.
+# Stop:   docker stop -t 35 <container>   (SIGTERM drains for server.shutdown_grace,
+#         30 s by default; docker's own default of 10 s would cut streams short)
 # Reload: docker kill -s HUP <container>
 FROM rust:1-bookworm AS build
 WORKDIR /src
@@ -23,6 +31,8 @@ COPY config/demo.toml config/example.toml config/governed.toml /etc/conclave/
 RUN sed -i -E 's#^(event_log|state_path)( *)= *"([^/"][^"]*)"#\1\2= "/var/lib/conclave/\3"#' /etc/conclave/*.toml
 USER conclave
 WORKDIR /var/lib/conclave
+ENV CONCLAVE_CONFIG=/etc/conclave/demo.toml \
+    CONCLAVE_LISTEN=0.0.0.0:4000
 EXPOSE 4000
 ENTRYPOINT ["conclave"]
-CMD ["serve", "--config", "/etc/conclave/conclave.toml", "--listen", "0.0.0.0:4000"]
+CMD ["serve"]

@@ -48,17 +48,18 @@ enum Command {
     /// Run the gateway. SIGHUP reloads the config, SIGTERM drains and stops.
     Serve {
         /// The config file (TOML; see docs/configuration.md).
-        #[arg(long, default_value = DEFAULT_CONFIG)]
+        #[arg(long, env = "CONCLAVE_CONFIG", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
-        /// Where to listen, overriding `server.listen` (e.g. 127.0.0.1:0).
-        #[arg(long)]
+        /// Where to listen, overriding `server.listen` (e.g. 127.0.0.1:0;
+        /// the Docker image sets 0.0.0.0:4000).
+        #[arg(long, env = "CONCLAVE_LISTEN")]
         listen: Option<SocketAddr>,
     },
     /// Validate a config: print the resolved strategy graph and warnings, or
     /// every error with its key path (exit status 2).
     Check {
         /// The config file to check.
-        #[arg(long, default_value = DEFAULT_CONFIG)]
+        #[arg(long, env = "CONCLAVE_CONFIG", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
         /// Also ask every upstream whether it answers, and every llama-swap
         /// upstream what it has loaded (exit status 1 if any cannot say).
