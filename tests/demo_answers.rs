@@ -174,3 +174,48 @@ async fn every_model_of_an_answer_is_the_model_that_answered() {
         }
     }
 }
+
+const SLOW: &str = r#"
+[server]
+sse_keepalive = "1s"
+
+[upstreams.sim]
+kind = "mock"
+
+[upstreams.sim.models.slow-sim]
+reply = { text = "Worth the wait." }
+ttft = "3s"
+
+[models.slow]
+upstream = "sim"
+model = "slow-sim"
+
+[routes.wait]
+strategy = "chain"
+tiers = ["slow"]
+"#;
+
+/// A stream that keep-alives commit before any model answered: the
+/// Responses API's opening still names the model that answered (it waits
+/// for the first chunk behind SSE comments); the Messages API's must come
+/// before its first `ping`, so it names the model asked for.
+#[tokio::test(start_paused = true)]
+async fn a_stream_kept_alive_names_the_model_as_its_dialect_can() {
+    let gw = inproc::Gw::start(SLOW);
+    let r = ask(&gw, Dialect::Responses, "wait", "hi", true).await;
+    let created = r.text.find("event: response.created").unwrap();
+    let kept = r.text.find(": keep-alive").expect("keep-alives");
+    assert!(kept < created, "{}", r.text);
+    let mut seen = Vec::new();
+    for doc in documents(&r, true) {
+        models(&doc, &mut seen);
+    }
+    assert_eq!(seen, ["slow-sim"; 3], "{}", r.text);
+
+    let r = ask(&gw, Dialect::Messages, "wait", "hi", true).await;
+    let docs = documents(&r, true);
+    assert_eq!(docs[0]["type"], "message_start", "{}", r.text);
+    assert_eq!(docs[0]["message"]["model"], "wait");
+    assert_eq!(docs[1]["type"], "ping", "{}", r.text);
+    assert_eq!(text_of(Dialect::Messages, &r, true), "Worth the wait.");
+}

@@ -25,7 +25,8 @@ pub trait Render: Send + 'static {
     /// keep-alives commit the stream before the answer exists). The
     /// Responses and Messages dialects write nothing here: their opening
     /// event names the answering model, so it goes out with the first
-    /// chunk ([`model_of`]).
+    /// chunk ([`model_of`]) (a Messages stream's, with its first `ping`
+    /// when keep-alives come first).
     fn open(&mut self, _out: &mut BytesMut) {}
 
     /// What keeps a committed stream alive while the model works (an

@@ -2,13 +2,14 @@
 //! the `message` object (`render::whole`); a stream is Anthropic's event
 //! stream, each event `event: <type>\ndata: <json>\n\n`:
 //!
-//! - opening, with the first chunk (or the end, or a failure):
-//!   `message_start` (no content yet; `usage.input_tokens` is conclave's
-//!   estimate, the real count comes in `message_delta`), whose `model` is
-//!   the first chunk's own (the answering model's name, as a whole
-//!   answer's: see docs/http.md), else the one asked for;
-//! - `keepalive`: `ping` once `message_start` is out, an SSE comment
-//!   before (Anthropic's SDKs want `message_start` first);
+//! - opening, with the first chunk (or the end, a failure, or the first
+//!   keep-alive): `message_start` (no content yet; `usage.input_tokens`
+//!   is conclave's estimate, the real count comes in `message_delta`),
+//!   whose `model` is the first chunk's own (the answering model's name,
+//!   as a whole answer's: see docs/http.md), else the one asked for;
+//! - `keepalive`: `ping`, while a strategy works before its answer (the
+//!   first one after `message_start`, which then names the model asked
+//!   for: no model has answered yet);
 //! - `chunk`: chat deltas of choice 0 as content blocks, one open at a
 //!   time, each opened by `content_block_start` and closed by
 //!   `content_block_stop` when the next opens or the answer ends:
@@ -29,7 +30,6 @@ use serde_json::{Value, json};
 
 use super::render::{self, Head, reasoning_of};
 use crate::api::error::ApiError;
-use crate::api::relay::KEEPALIVE;
 use crate::api::render::MAX_OTHER_CHOICES;
 use crate::api::render::{Render, model_of};
 use crate::model::Chunk;
@@ -252,11 +252,13 @@ impl Render for Messages {
             .map_err(|e| ApiError::Internal(e.to_string()))
     }
 
+    /// A `ping`; the first one, before any chunk (keep-alives committed
+    /// the stream while no model has answered yet), opens the stream with
+    /// `message_start` naming the model asked for: Anthropic's SDKs read
+    /// nothing before `message_start`.
     fn keepalive(&mut self, out: &mut BytesMut) {
-        match self.opened {
-            true => Self::emit(out, "ping", &json!({"type": "ping"})),
-            false => out.extend_from_slice(KEEPALIVE),
-        }
+        self.ensure_open(out);
+        Self::emit(out, "ping", &json!({"type": "ping"}));
     }
 
     fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) -> Result<(), ApiError> {
