@@ -3,11 +3,12 @@
 //! event stream, each event `event: <type>\ndata: <json>\n\n` whose JSON
 //! carries `type` and a `sequence_number` counting from 0:
 //!
-//! - opening, with the first chunk (or the end, or a failure): `response.created`,
-//!   `response.in_progress` (the response, `in_progress`, no output yet),
-//!   whose `model` is the first chunk's own (the answering model's name,
-//!   as every later event's: see docs/http.md), else the one asked for.
-//!   Until then a committed stream's keep-alives are SSE comments;
+//! - opening, with the first chunk (or the end, or a failure):
+//!   `response.created`, `response.in_progress` (the response,
+//!   `in_progress`, no output yet), whose `model` is the first chunk's own
+//!   (the answering model's name, as every later event's: see
+//!   docs/http.md), else the one asked for. Until then a committed
+//!   stream's keep-alives are SSE comments;
 //! - `chunk`: chat deltas of choice 0 as output items, one open at a
 //!   time: reasoning text (`reasoning_content` or `reasoning`) as a
 //!   `reasoning` item (`response.reasoning_text.delta`), text and refusals
