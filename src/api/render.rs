@@ -22,7 +22,11 @@ pub trait Render: Send + 'static {
     fn whole(&mut self, completion: &Bytes, totals: Totals) -> Result<Bytes, ApiError>;
 
     /// What opens a stream, written once before anything else (also when
-    /// keep-alives commit the stream before the answer exists).
+    /// keep-alives commit the stream before the answer exists). The
+    /// Responses and Messages dialects write nothing here: their opening
+    /// event names the answering model, so it goes out with the first
+    /// chunk ([`model_of`]) (a Messages stream's, with its first `ping`
+    /// when keep-alives come first).
     fn open(&mut self, _out: &mut BytesMut) {}
 
     /// What keeps a committed stream alive while the model works (an
@@ -42,6 +46,18 @@ pub trait Render: Send + 'static {
 
     /// Ends a stream with an error, after whatever was written.
     fn fail(&mut self, error: &ApiError, out: &mut BytesMut);
+}
+
+/// The `model` a chat chunk names, if any: what a stream's opening event
+/// says, so that its `model` is the answer's from the first event to the
+/// last (docs/http.md, "The model an answer names").
+pub fn model_of(data: &[u8]) -> Option<String> {
+    serde_json::from_slice::<Value>(data)
+        .ok()?
+        .get("model")?
+        .as_str()
+        .filter(|m| !m.is_empty())
+        .map(str::to_owned)
 }
 
 /// Most choices past the first an answer is read for.

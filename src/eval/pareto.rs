@@ -1,6 +1,6 @@
 //! `pareto.svg`: each route's cost (per task in USD, or its median
 //! latency) against its accuracy with the 95 % interval, the Pareto front
-//! joined, tick values on both axes and a legend. Every label is placed
+//! joined, tick values on both axes, a title and a legend. Every label is placed
 //! where its box overlaps no other label, point or interval and stays
 //! inside the plot (or the gap just above it); a name that finds no such
 //! place is drawn as a number and listed under the picture. Text widths
@@ -156,7 +156,8 @@ pub fn svg(rows: &[RouteRow], axis: CostAxis) -> String {
     legend.push(("interval", "95 % interval of the accuracy".into()));
     let mut body = String::new();
     let mut texts: Vec<Text> = Vec::new();
-    let (mut lx, mut ly) = (LEFT, 22.0);
+    texts.push(title(&rows, axis));
+    let (mut lx, mut ly) = (LEFT, 46.0);
     for (glyph, text) in &legend {
         let width = 22.0 + text.chars().count() as f64 * CHAR_W;
         if lx + width > W - RIGHT && lx > LEFT {
@@ -405,12 +406,13 @@ pub fn svg(rows: &[RouteRow], axis: CostAxis) -> String {
     let h = ly.ceil();
     let mut s = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="{FONT}">
+<style>.title {{ font-weight: bold }}</style>
 <rect width="100%" height="100%" fill="white"/>
 "#
     );
     s.push_str(&body);
-    for t in &texts {
-        t.write(&mut s, "");
+    for (i, t) in texts.iter().enumerate() {
+        t.write(&mut s, if i == 0 { r#" class="title""# } else { "" });
     }
     // The y axis' title, turned; its box is the margin's left strip.
     let _ = writeln!(
@@ -421,6 +423,32 @@ pub fn svg(rows: &[RouteRow], axis: CostAxis) -> String {
     );
     s.push_str("</svg>\n");
     s
+}
+
+/// The picture's title, over the legend: what is plotted against what,
+/// and on how many tasks when every route ran the same number.
+fn title(rows: &[&RouteRow], axis: CostAxis) -> Text {
+    let against = match axis {
+        CostAxis::Usd => "cost per task",
+        CostAxis::Latency => "median latency per task",
+    };
+    let mut text = format!("Accuracy against {against}");
+    if let Some(first) = rows.first()
+        && rows.iter().all(|r| r.n == first.n)
+    {
+        let _ = write!(
+            text,
+            ", {} task{} per route",
+            first.n,
+            if first.n == 1 { "" } else { "s" }
+        );
+    }
+    Text {
+        x: LEFT,
+        y: 20.0,
+        anchor: "start",
+        text,
+    }
 }
 
 fn format_cost(c: f64, decimals: usize) -> String {

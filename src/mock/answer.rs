@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::wire::content_text;
+use crate::wire::{content_text, without_feedback};
 
 use super::continuation::continued;
 
@@ -65,18 +65,23 @@ pub(super) fn request_text(req: &Value) -> String {
     }
 }
 
-/// The last user message (or the whole prompt of a Completions request).
+/// The last user message (or the whole prompt of a Completions request),
+/// without the rejection notes a chain appends for its next tier: a
+/// simulated model echoes what the client wrote, never conclave's
+/// feedback (a message that is only notes is passed over).
 fn last_user(req: &Value) -> String {
     req.get("messages")
         .and_then(Value::as_array)
         .map(|ms| {
             ms.iter()
                 .rev()
-                .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+                .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
                 .map(|m| content_text(m.get("content")))
+                .find(|t| t.is_empty() || !without_feedback(t).is_empty())
+                .map(|t| without_feedback(&t).to_owned())
                 .unwrap_or_default()
         })
-        .unwrap_or_else(|| request_text(req))
+        .unwrap_or_else(|| without_feedback(&request_text(req)).to_owned())
 }
 
 /// How many tokens the answer to `req` has (what a server generates).
@@ -455,5 +460,42 @@ mod tests {
             vec!["Hello", "  big", " world"]
         );
         assert_eq!(split_tokens("").len(), 0);
+    }
+
+    #[test]
+    fn last_user_leaves_out_a_chains_rejection_notes() {
+        let note = |f: &str| format!("{}{f}", crate::wire::FEEDBACK_NOTE);
+        let two = format!("hi\n\n{}\n{}", note("too short"), note("vague"));
+        let cases = [
+            // Appended to a string content.
+            (
+                json!({"messages": [{"role": "user", "content": two}]}),
+                "hi",
+            ),
+            // A text part of its own.
+            (
+                json!({"messages": [{"role": "user", "content": [
+                    {"type": "text", "text": "hi"},
+                    {"type": "text", "text": note("too short")}]}]}),
+                "hi",
+            ),
+            // A user message of its own (after a tool result): passed over.
+            (
+                json!({"messages": [
+                    {"role": "user", "content": "what is 6*7?"},
+                    {"role": "tool", "content": "42"},
+                    {"role": "user", "content": note("say 42")}]}),
+                "what is 6*7?",
+            ),
+            // The phrase inside the client's own line is the client's.
+            (
+                json!({"messages": [{"role": "user", "content": format!("quote: {}", note("x"))}]}),
+                "quote: A previous attempt was rejected: x",
+            ),
+            (json!({"messages": [{"role": "user", "content": ""}]}), ""),
+        ];
+        for (req, want) in cases {
+            assert_eq!(last_user(&req), want, "{req}");
+        }
     }
 }

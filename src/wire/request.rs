@@ -279,6 +279,29 @@ impl Message {
     }
 }
 
+/// How a chain tells its next tier why the previous answer was rejected:
+/// this, then the verifier's feedback, one line a rejection, appended to
+/// the last user message (`strategy::chain`).
+pub const FEEDBACK_NOTE: &str = "A previous attempt was rejected: ";
+
+/// `text` without a chain's rejection notes: everything from the first
+/// line that starts with [`FEEDBACK_NOTE`] on (the notes are always
+/// appended last), with the whitespace before it. What the simulated
+/// models echo, so a demo answer never repeats feedback to the client.
+pub fn without_feedback(text: &str) -> &str {
+    let at = if text.starts_with(FEEDBACK_NOTE) {
+        Some(0)
+    } else {
+        text.match_indices(&format!("\n{FEEDBACK_NOTE}"))
+            .next()
+            .map(|(i, _)| i)
+    };
+    match at {
+        Some(i) => text[..i].trim_end(),
+        None => text,
+    }
+}
+
 /// Bytes of text in a `content`, `prompt` or `input` value: a string, or
 /// the strings and `text` parts of a list (token ids count nothing). The
 /// one measure behind usage estimates.

@@ -2,9 +2,14 @@
 //! the `message` object (`render::whole`); a stream is Anthropic's event
 //! stream, each event `event: <type>\ndata: <json>\n\n`:
 //!
-//! - `open`: `message_start` (no content yet; `usage.input_tokens` is
-//!   conclave's estimate, the real count comes in `message_delta`);
-//! - `keepalive`: `ping`, while a strategy works before its answer;
+//! - opening, with the first chunk (or the end, a failure, or the first
+//!   keep-alive): `message_start` (no content yet; `usage.input_tokens`
+//!   is conclave's estimate, the real count comes in `message_delta`),
+//!   whose `model` is the first chunk's own (the answering model's name,
+//!   as a whole answer's: see docs/http.md), else the one asked for;
+//! - `keepalive`: `ping`, while a strategy works before its answer (the
+//!   first one after `message_start`, which then names the model asked
+//!   for: no model has answered yet);
 //! - `chunk`: chat deltas of choice 0 as content blocks, one open at a
 //!   time, each opened by `content_block_start` and closed by
 //!   `content_block_stop` when the next opens or the answer ends:
@@ -26,7 +31,7 @@ use serde_json::{Value, json};
 use super::render::{self, Head, reasoning_of};
 use crate::api::error::ApiError;
 use crate::api::render::MAX_OTHER_CHOICES;
-use crate::api::render::Render;
+use crate::api::render::{Render, model_of};
 use crate::model::Chunk;
 use crate::sink::Totals;
 
@@ -45,6 +50,8 @@ enum Open {
 /// Writes one answer in the Messages dialect.
 pub struct Messages {
     head: Head,
+    /// The first chunk's model.
+    model: Option<String>,
     opened: bool,
     finished: bool,
     /// Blocks started so far.
@@ -62,6 +69,7 @@ impl Messages {
     pub fn new(head: Head) -> Self {
         Messages {
             head,
+            model: None,
             opened: false,
             finished: false,
             blocks: 0,
@@ -91,7 +99,7 @@ impl Messages {
             "id": self.head.id,
             "type": "message",
             "role": "assistant",
-            "model": self.head.model,
+            "model": self.model.as_deref().unwrap_or(&self.head.model),
             "content": [],
             "stop_reason": null,
             "stop_sequence": null,
@@ -244,15 +252,19 @@ impl Render for Messages {
             .map_err(|e| ApiError::Internal(e.to_string()))
     }
 
-    fn open(&mut self, out: &mut BytesMut) {
-        self.ensure_open(out);
-    }
-
+    /// A `ping`; the first one, before any chunk (keep-alives committed
+    /// the stream while no model has answered yet), opens the stream with
+    /// `message_start` naming the model asked for: Anthropic's SDKs read
+    /// nothing before `message_start`.
     fn keepalive(&mut self, out: &mut BytesMut) {
+        self.ensure_open(out);
         Self::emit(out, "ping", &json!({"type": "ping"}));
     }
 
     fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) -> Result<(), ApiError> {
+        if !self.opened && self.model.is_none() {
+            self.model = model_of(&chunk.data);
+        }
         self.ensure_open(out);
         if !self.finished && !chunk.loading {
             self.absorb(&chunk.data, out);

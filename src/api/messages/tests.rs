@@ -286,10 +286,29 @@ fn keepalives_are_pings_and_errors_are_anthropic_error_events() {
     let mut r = Messages::new(head());
     let mut out = BytesMut::new();
     r.open(&mut out);
+    assert!(out.is_empty(), "message_start waits for the answer's model");
+    // A keep-alive before any chunk: no model has answered yet, so
+    // `message_start` names the one asked for, and pings follow it.
+    r.keepalive(&mut out);
     r.keepalive(&mut out);
     r.fail(&ApiError::ServerBusy, &mut out);
     let evs = events(&out);
+    assert_eq!(evs[0]["type"], "message_start");
+    assert_eq!(evs[0]["message"]["model"], "route");
     assert_eq!(evs[1], json!({"type": "ping"}));
-    assert_eq!(evs[2]["error"]["type"], "overloaded_error");
-    assert_eq!(evs.len(), 3);
+    assert_eq!(evs[2], json!({"type": "ping"}));
+    assert_eq!(evs[3]["error"]["type"], "overloaded_error");
+    assert_eq!(evs.len(), 4);
+
+    // Without keep-alives, `message_start` comes with the first chunk and
+    // names the model that answered.
+    let mut r = Messages::new(head());
+    let mut out = BytesMut::new();
+    r.open(&mut out);
+    let first = chunk(&json!({"model": "served-7b", "choices": []}));
+    assert!(r.chunk(first, &mut out).is_ok());
+    r.keepalive(&mut out);
+    let evs = events(&out);
+    assert_eq!(evs[0]["message"]["model"], "served-7b");
+    assert_eq!(evs[1], json!({"type": "ping"}));
 }

@@ -202,3 +202,83 @@ fn crowded_and_long_named_routes_never_overlap() {
     );
     assert!(texts.iter().any(|t| t.1 == "median latency per task (ms)"));
 }
+
+/// Each point's centre, by the route its tooltip names.
+fn centres(svg: &str) -> Vec<(String, f64, f64, f64, f64)> {
+    let re = Regex::new(
+        r#"<g><title>([^<]*)</title><line x1="[-\d.]+" y1="([-\d.]+)" x2="[-\d.]+" y2="([-\d.]+)" stroke="[^"]+"/><circle cx="([-\d.]+)" cy="([-\d.]+)""#,
+    )
+    .unwrap();
+    re.captures_iter(svg)
+        .map(|c| {
+            let f = |i: usize| c[i].parse::<f64>().unwrap();
+            (c[1].to_string(), f(4), f(5), f(2), f(3))
+        })
+        .collect()
+}
+
+#[test]
+fn a_title_every_interval_and_the_front_joined_in_cost_order() {
+    let rows = vec![
+        row("large", 0.0021, 0.91, true, true),
+        row("small", 0.0001, 0.62, true, true),
+        row("cascade", 0.0006, 0.86, true, true),
+        row("best-of-3", 0.0032, 0.8, true, false),
+    ];
+    let pic = svg(&rows, CostAxis::Usd);
+    assert_laid_out(&pic);
+    let (texts, _) = texts(&pic);
+    let title = texts.iter().find(|t| t.2 == "title").expect("a title");
+    assert_eq!(
+        title.1,
+        "Accuracy against cost per task, 30 tasks per route"
+    );
+    // The title is the topmost text.
+    assert!(texts.iter().all(|t| t.0.y0 >= title.0.y0), "{texts:?}");
+
+    // Every route's accuracy interval, through its point, as long as the
+    // interval is wide on the accuracy scale (0.3 here for each).
+    let c = centres(&pic);
+    assert_eq!(c.len(), rows.len(), "{pic}");
+    let scale = |r: &(String, f64, f64, f64, f64)| r.3 - r.4;
+    for r in &c {
+        let (_, _, cy, lo, hi) = r;
+        assert!(lo > hi && *lo >= *cy && *cy >= *hi, "{r:?}");
+    }
+    // A clipped interval (at 91 %, up to 100 %) is drawn shorter.
+    let by = |n: &str| c.iter().find(|r| r.0 == n).unwrap().clone();
+    assert!(scale(&by("large")) < scale(&by("small")) - 1.0);
+    assert!((scale(&by("small")) - scale(&by("best-of-3"))).abs() < 0.2);
+
+    // The front is one line through its points, cheapest first; the route
+    // off the front is not on it.
+    let re = Regex::new(r#"<polyline points="([^"]+)""#).unwrap();
+    let lines: Vec<_> = re.captures_iter(&pic).collect();
+    assert_eq!(lines.len(), 1, "{pic}");
+    let joined: Vec<(f64, f64)> = lines[0][1]
+        .split(' ')
+        .map(|p| {
+            let (x, y) = p.split_once(',').unwrap();
+            (x.parse().unwrap(), y.parse().unwrap())
+        })
+        .collect();
+    let want: Vec<(f64, f64)> = ["small", "cascade", "large"]
+        .iter()
+        .map(|n| (by(n).1, by(n).2))
+        .collect();
+    assert_eq!(joined.len(), want.len());
+    for (a, b) in joined.iter().zip(&want) {
+        assert!(
+            (a.0 - b.0).abs() < 0.11 && (a.1 - b.1).abs() < 0.11,
+            "{joined:?} {want:?}"
+        );
+    }
+
+    // Routes of different sizes: no task count in the title; on latency.
+    let mut mixed = rows.clone();
+    mixed[0].n = 12;
+    let pic = svg(&mixed, CostAxis::Latency);
+    let (all, _) = self::texts(&pic);
+    let title = all.iter().find(|t| t.2 == "title").expect("a title");
+    assert_eq!(title.1, "Accuracy against median latency per task");
+}

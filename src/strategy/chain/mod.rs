@@ -32,7 +32,7 @@ use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
 use crate::strategy::failover::{self, Failover, Member};
 use crate::stream;
-use crate::wire::{ChatRequest, Message};
+use crate::wire::{ChatRequest, FEEDBACK_NOTE, Message};
 use config::OnExhausted;
 use verifier::{Decision, Verifier};
 
@@ -64,7 +64,7 @@ fn with_feedback(req: &Arc<ChatRequest>, notes: &[String]) -> Arc<ChatRequest> {
     let mut out = ChatRequest::clone(req);
     let text = notes
         .iter()
-        .map(|n| format!("A previous attempt was rejected: {n}"))
+        .map(|n| format!("{FEEDBACK_NOTE}{n}"))
         .collect::<Vec<_>>()
         .join("\n");
     match out.messages.last_mut() {

@@ -166,7 +166,8 @@ impl Responses {
             return;
         };
         let v = Value::Object(v);
-        if let Some(m) = text_of(&v, "model") {
+        // The first chunk's model names the whole answer.
+        if let (None, Some(m)) = (&self.model, text_of(&v, "model")) {
             self.model = Some(m.to_owned());
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {

@@ -3,8 +3,12 @@
 //! event stream, each event `event: <type>\ndata: <json>\n\n` whose JSON
 //! carries `type` and a `sequence_number` counting from 0:
 //!
-//! - `open`: `response.created`, `response.in_progress` (the response,
-//!   `in_progress`, no output yet);
+//! - opening, with the first chunk (or the end, or a failure):
+//!   `response.created`, `response.in_progress` (the response,
+//!   `in_progress`, no output yet), whose `model` is the first chunk's own
+//!   (the answering model's name, as every later event's: see
+//!   docs/http.md), else the one asked for. Until then a committed
+//!   stream's keep-alives are SSE comments;
 //! - `chunk`: chat deltas of choice 0 as output items, one open at a
 //!   time: reasoning text (`reasoning_content` or `reasoning`) as a
 //!   `reasoning` item (`response.reasoning_text.delta`), text and refusals
@@ -39,7 +43,7 @@ mod deltas;
 use super::Head;
 use super::output::{self, Body, Ending, Item, Kind, Part};
 use crate::api::error::ApiError;
-use crate::api::render::Render;
+use crate::api::render::{Render, model_of};
 use crate::model::Chunk;
 use crate::sink::Totals;
 
@@ -123,7 +127,7 @@ impl Responses {
             &self.head,
             Body {
                 status: "in_progress",
-                model: &self.head.model,
+                model: self.model(),
                 items: &[],
                 ending: Ending::Completed,
                 usage: Value::Null,
@@ -237,6 +241,7 @@ impl Responses {
         self.emit(out, "response.content_part.done", f);
     }
 
+    /// The answer's model: the first chunk's, else the one asked for.
     fn model(&self) -> &str {
         self.model.as_deref().unwrap_or(&self.head.model)
     }
@@ -251,11 +256,10 @@ impl Render for Responses {
             .map_err(|e| ApiError::Internal(e.to_string()))
     }
 
-    fn open(&mut self, out: &mut BytesMut) {
-        self.ensure_open(out);
-    }
-
     fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) -> Result<(), ApiError> {
+        if !self.opened && self.model.is_none() {
+            self.model = model_of(&chunk.data);
+        }
         self.ensure_open(out);
         if !self.finished && !chunk.loading {
             self.absorb(&chunk.data, out);
