@@ -342,7 +342,7 @@ async fn run(command: Command) -> ExitCode {
         }
         Command::Eval(args) => conclave::eval::cli::command(args, Path::new(DEFAULT_CONFIG)).await,
         Command::Check { config, probe } => {
-            match conclave::config::load(&config, &conclave::strategy::ALL) {
+            match conclave::config::check(&config, &conclave::strategy::ALL) {
                 Ok(c) => {
                     {
                         let mut out = std::io::stdout().lock();

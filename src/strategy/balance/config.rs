@@ -161,10 +161,10 @@ impl RouteSpec for BalanceSpec {
             })
             .collect();
         format!(
-            "balance {} ; policy {} ; {} retries on another member{}",
+            "balance {} ; policy {} ; {} on another member{}",
             members.join(", "),
             self.policy.as_str(),
-            self.retries,
+            crate::config::counted(self.retries, "retry"),
             if self.midstream_failover {
                 " ; mid-stream failover"
             } else {
