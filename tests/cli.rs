@@ -96,14 +96,18 @@ upstream = \"nowhere\"\n";
     let (code, out, err) = conclave(&["check", "--config", bad.to_str().unwrap()], &[]);
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("models.orphan.upstream"), "{err}");
-    // `serve` names every missing variable and does not start.
-    let (code, _, err) = conclave(&["serve", "--config", "config/example.toml"], &[]);
-    assert_eq!(code, 2, "{err}");
-    for var in EXAMPLE_VARS {
-        assert!(
-            err.contains(&format!("environment variable {var} is not set")),
-            "{err}"
-        );
+    // `serve`, and `check --probe` (which calls the upstreams with their
+    // keys), name every missing variable and go no further.
+    for args in [&["serve"][..], &["check", "--probe"]] {
+        let args = [args, &["--config", "config/example.toml"]].concat();
+        let (code, out, err) = conclave(&args, &[]);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        for var in EXAMPLE_VARS {
+            assert!(
+                err.contains(&format!("environment variable {var} is not set")),
+                "{args:?}: {err}"
+            );
+        }
     }
 }
 

@@ -161,7 +161,7 @@ impl RouteSpec for JudgeSpec {
     fn describe(&self, config: &Config) -> String {
         let timeout = self
             .panel_timeout
-            .map_or("none".to_owned(), |t| crate::config::duration_text(t));
+            .map_or("none".to_owned(), crate::config::duration_text);
         format!(
             "judge panel [{}] (min {}, panel_timeout {timeout}) -> synthesis {} -> default {} (guidance as a {} message)",
             self.panel.join(", "),
