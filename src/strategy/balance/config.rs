@@ -291,7 +291,7 @@ mod tests {
         };
         assert_eq!(
             spec.describe(&c),
-            "balance a (weight 2, max 4 in flight), b (standby) ; policy latency ; 1 retries on \
+            "balance a (weight 2, max 4 in flight), b (standby) ; policy latency ; 1 retry on \
              another member ; mid-stream failover"
         );
         assert!(
