@@ -55,14 +55,16 @@ enum Command {
         #[arg(long, env = "CONCLAVE_LISTEN")]
         listen: Option<SocketAddr>,
     },
-    /// Validate a config: print the resolved strategy graph and warnings, or
-    /// every error with its key path (exit status 2).
+    /// Validate a config: print the resolved strategy graph and warnings
+    /// (an unset secret's variable is one), or every error with its key
+    /// path (exit status 2).
     Check {
         /// The config file to check.
         #[arg(long, env = "CONCLAVE_CONFIG", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
         /// Also ask every upstream whether it answers, and every llama-swap
-        /// upstream what it has loaded (exit status 1 if any cannot say).
+        /// upstream what it has loaded (exit status 1 if any cannot say);
+        /// every secret must then be set.
         #[arg(long)]
         probe: bool,
     },
@@ -343,7 +345,14 @@ async fn run(command: Command) -> ExitCode {
         }
         Command::Eval(args) => conclave::eval::cli::command(args, Path::new(DEFAULT_CONFIG)).await,
         Command::Check { config, probe } => {
-            match conclave::config::load(&config, &conclave::strategy::ALL) {
+            // Probing calls the upstreams with their keys: only then must
+            // every secret be set, as for `serve`.
+            let checked = if probe {
+                conclave::config::load(&config, &conclave::strategy::ALL)
+            } else {
+                conclave::config::check(&config, &conclave::strategy::ALL)
+            };
+            match checked {
                 Ok(c) => {
                     {
                         let mut out = std::io::stdout().lock();

@@ -79,7 +79,7 @@ async fn vote(gw: &Proc, id: &str, pick: &str, headers: &[(&str, &str)]) -> Resp
 
 /// The models shown as A and B in arena `id`, from the event log.
 async fn shown(gw: &Proc, id: &str) -> (String, String) {
-    for _ in 0..100 {
+    for _ in 0..500 {
         let ev = gw.events_of(&["arena_started"], 1).await;
         if let Some(e) = ev.iter().find(|e| e["arena_id"] == id) {
             return (

@@ -202,8 +202,8 @@ async fn every_fault_under_every_policy_is_what_a_fallback_chain_gives() {
 async fn max_concurrency_holds_across_a_reload() {
     let config = |retries: u32| {
         format!(
-            "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.a]\nttft = \"3s\"\n\n\
-             [upstreams.sim.models.b]\nttft = \"3s\"\n\n[models.a]\nupstream = \"sim\"\n\n\
+            "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.a]\nttft = \"10s\"\n\n\
+             [upstreams.sim.models.b]\nttft = \"10s\"\n\n[models.a]\nupstream = \"sim\"\n\n\
              [models.b]\nupstream = \"sim\"\n\n[routes.r]\nstrategy = \"balance\"\n\
              members = [\"a\", \"b\"]\nmax_concurrency = {{ a = 1, b = 1 }}\nretries = {retries}\n"
         )
@@ -215,7 +215,16 @@ async fn max_concurrency_holds_across_a_reload() {
         tokio::spawn(async move { post_via(&http, &base, chat("r", "hi").to_string(), &[]).await })
     };
     let running: Vec<_> = (0..2).map(|_| ask()).collect();
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Both calls are running (each takes 10 s, far longer than the reload
+    // below, even on a busy machine) before the reload.
+    let in_flight = eventually(10, || async {
+        samples(&gw.metrics().await, "conclave_inflight_requests", &[])
+            .iter()
+            .sum::<f64>()
+            == 2.0
+    })
+    .await;
+    assert!(in_flight, "{}", gw.metrics().await);
     std::fs::write(gw.path("conclave.toml"), config(1)).unwrap();
     gw.signal("HUP");
     let reloaded = eventually(5, || async { gw.stderr().contains("reloaded") }).await;

@@ -1,13 +1,20 @@
 //! `strategy = "chain"`, streamed: keep-alives while a tier is verified,
 //! then a verbatim replay (its usage counting every call); self-certified tiers stream live; ttft timeouts.
+//! The tests that time a stream (held back or live, a first-token
+//! timeout) run the same world in-process on paused time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request};
 use common::world::*;
 use common::*;
+use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use std::time::Duration;
 use tokio::time::Instant;
 
 // ---------------------------------------------------------------------------
@@ -71,9 +78,7 @@ async fn streamed_verified_answer_is_replayed_verbatim_after_keepalives() {
         if include_usage {
             body["stream_options"] = json!({"include_usage": true});
         }
-        let started = Instant::now();
         let resp = w.ask(&body).await;
-        assert!(started.elapsed() < Duration::from_secs(2));
         assert_eq!(resp.status, 200, "{}", resp.text);
         assert_eq!(resp.header("content-type"), Some("text/event-stream"));
         assert_eq!(resp.header("x-conclave-strategy"), Some("chain"));
@@ -172,21 +177,25 @@ async fn streamed_chain_exhausted_after_keepalives_ends_in_one_error_event() {
 }
 
 /// When, after the request was sent, the first `data:` event and the
-/// `[DONE]` arrived, reading the body as it comes.
-async fn data_timing(w: &World, body: &Value) -> (u16, Duration, Duration, String) {
+/// `[DONE]` arrived, reading the in-process gateway's body frame by frame
+/// (on the test's clock).
+async fn data_timing(gw: &inproc::Gw, body: &Value) -> (u16, Duration, Duration, String) {
     let started = Instant::now();
-    let mut r = w
-        .http
-        .post(w.gw.url("/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
         .unwrap();
+    let r = gw.open(req).await;
     let status = r.status().as_u16();
+    let mut body = r.into_body();
     let mut text = String::new();
     let (mut first, mut done) = (None, None);
-    while let Some(chunk) = r.chunk().await.unwrap() {
-        text.push_str(&String::from_utf8_lossy(&chunk));
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
         if first.is_none() && text.contains("data: ") {
             first = Some(started.elapsed());
         }
@@ -198,19 +207,21 @@ async fn data_timing(w: &World, body: &Value) -> (u16, Duration, Duration, Strin
     (status, first.unwrap_or(end), done.unwrap_or(end), text)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// In-process on paused time: the trickle's pace and the replay are
+/// exact, so "held back" and "live" are told apart however busy the
+/// machine is.
+#[tokio::test(start_paused = true)]
 async fn verified_streams_are_held_back_and_self_certified_streams_are_live() {
     // c-trickle / l-trickle: 8 tokens at 20 per second, about 350 ms.
-    let w = world(
+    let gw = inproc::Gw::start(&inproc_toml(
         &(route("held", &["l-trickle"], Some("v"), "")
             + &route("esc", &["l-bad", "c-trickle"], Some("v"), "")
             + &route("fb", &["c-down", "c-trickle"], None, "")),
-    )
-    .await;
+    ));
 
     // Verified: nothing until the whole answer is in and accepted, then the
     // replay at once.
-    let (status, first, done, text) = data_timing(&w, &chat_stream("held", "hi")).await;
+    let (status, first, done, text) = data_timing(&gw, &chat_stream("held", "hi")).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(
         streamed_text(&sse_data(&text)),
@@ -228,7 +239,7 @@ async fn verified_streams_are_held_back_and_self_certified_streams_are_live() {
 
     // Self-certifying after an escalation, and a fallback tier: live.
     for route in ["esc", "fb"] {
-        let (status, first, done, text) = data_timing(&w, &chat_stream(route, "hi")).await;
+        let (status, first, done, text) = data_timing(&gw, &chat_stream(route, "hi")).await;
         assert_eq!(status, 200, "{text}");
         assert_eq!(
             streamed_text(&sse_data(&text)),
@@ -271,11 +282,17 @@ async fn nested_verifying_chain_sends_keepalives_while_it_verifies() {
     assert!(!after, "{}", resp.text);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// In-process on paused time: the 150 ms first-token timeout moves on
+/// exactly then, not after the slow tier's 1 s.
+#[tokio::test(start_paused = true)]
 async fn ttft_timeout_abandons_the_slow_tier() {
-    let w = world(&r(&["c-slow", "c-good"], None, "ttft_timeout = \"150ms\"")).await;
+    let gw = inproc::Gw::start(&inproc_toml(&r(
+        &["c-slow", "c-good"],
+        None,
+        "ttft_timeout = \"150ms\"",
+    )));
     let started = Instant::now();
-    let resp = w.ask(&chat_stream("r", "hi")).await;
+    let resp = gw.chat(&chat_stream("r", "hi")).await;
     let took = started.elapsed();
     assert_eq!(resp.status, 200, "{}", resp.text);
     assert_eq!(resp.header("x-conclave-served-by"), Some("c-good"));
@@ -283,11 +300,16 @@ async fn ttft_timeout_abandons_the_slow_tier() {
         took < Duration::from_millis(800),
         "took {took:?}: the slow tier was waited for"
     );
-    // The slow tier's answer was abandoned, not left running.
-    let mock = &w.mock;
-    assert!(
-        eventually(2, || async { mock.stats().await["cancelled"] == 1 }).await,
-        "{}",
-        mock.stats().await
+    // The slow tier's answer was abandoned, not left running: past its
+    // 1 s no further answer completes, and both calls have ended.
+    let stats = gw.sim("cld").stats.clone();
+    let completed = stats.completed.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(stats.completed.load(Ordering::Relaxed), completed);
+    assert!(stats.cancelled.load(Ordering::Relaxed) >= 1);
+    assert_eq!(
+        stats.completed.load(Ordering::Relaxed) + stats.cancelled.load(Ordering::Relaxed),
+        2
     );
+    assert_eq!(gw.arrivals("cld"), ["c-slow", "c-good"]);
 }

@@ -3,8 +3,22 @@
 
 use std::process::Command;
 
+/// The variables `config/example.toml` reads its secrets from.
+const EXAMPLE_VARS: [&str; 4] = [
+    "CONCLAVE_KEY_TEAM_A",
+    "CONCLAVE_KEY_OPS",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+];
+
+/// Runs `conclave args` with `env` set, and none of [`EXAMPLE_VARS`]
+/// inherited from the test's own environment.
 fn conclave(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_conclave"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_conclave"));
+    for var in EXAMPLE_VARS {
+        cmd.env_remove(var);
+    }
+    let out = cmd
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .envs(env.iter().copied())
@@ -46,19 +60,54 @@ fn check_accepts_the_example_once_its_secrets_are_set() {
         !out.contains("sk-o") && !out.contains("k-ops"),
         "secrets printed: {out}"
     );
-    // Without them, every missing variable is named.
-    let (code, _, err) = conclave(&["check", "--config", "config/example.toml"], &[]);
-    assert_eq!(code, 2);
+    assert!(!out.contains("is not set"), "{out}");
+}
+
+/// `check` validates the file, not the environment: an unset variable is
+/// a warning naming it (exit status 0), and `serve` refuses to start on it.
+#[test]
+fn check_warns_of_unset_secrets_and_serve_refuses_them() {
+    let (code, out, err) = conclave(
+        &["check", "--config", "config/example.toml"],
+        &[("OPENAI_API_KEY", "sk-o"), ("ANTHROPIC_API_KEY", "  ")],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("config/example.toml: ok"), "{out}");
     for var in [
         "CONCLAVE_KEY_TEAM_A",
         "CONCLAVE_KEY_OPS",
-        "OPENAI_API_KEY",
         "ANTHROPIC_API_KEY",
     ] {
-        assert!(
-            err.contains(&format!("environment variable {var} is not set")),
-            "{err}"
+        let line = format!(
+            "warning: environment variable {var} is not set: `conclave serve` refuses to start without it"
         );
+        assert_eq!(out.matches(&line).count(), 1, "{out}");
+    }
+    assert!(!out.contains("OPENAI_API_KEY is not set"), "{out}");
+    assert!(!out.contains("unset.invalid"), "placeholder shown: {out}");
+    // Something else wrong still fails, and names the variables too.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    let text = std::fs::read_to_string("config/example.toml").unwrap()
+        + "
+[models.orphan]
+upstream = \"nowhere\"\n";
+    std::fs::write(&bad, text).unwrap();
+    let (code, out, err) = conclave(&["check", "--config", bad.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("models.orphan.upstream"), "{err}");
+    // `serve`, and `check --probe` (which calls the upstreams with their
+    // keys), name every missing variable and go no further.
+    for args in [&["serve"][..], &["check", "--probe"]] {
+        let args = [args, &["--config", "config/example.toml"]].concat();
+        let (code, out, err) = conclave(&args, &[]);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        for var in EXAMPLE_VARS {
+            assert!(
+                err.contains(&format!("environment variable {var} is not set")),
+                "{args:?}: {err}"
+            );
+        }
     }
 }
 

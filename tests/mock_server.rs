@@ -1,12 +1,23 @@
 //! `conclave mock`: the standalone simulated OpenAI + llama-swap server.
+//! Replies, rules and failures are checked on the `conclave mock` binary
+//! over HTTP; the swap timing (a load takes `swap_delay`, a cancelled
+//! load still completes, the banner streams while a model is "starting")
+//! runs the same router in-process on paused time, so those waits are
+//! exact however busy the machine is.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::http::{Method, Request};
 use common::*;
+use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use tokio::time::Instant;
+use tower::ServiceExt;
 
 const MOCK: &str = r#"
 [upstreams.sim]
@@ -35,32 +46,84 @@ then = { reply = { text = "you said it" } }
 fail = "garbage"
 "#;
 
-async fn running(mock: &Proc) -> Value {
-    get_json(&client(), &mock.url("/running")).await
+/// `conclave mock`'s router on `toml`'s mock upstream, built as the
+/// command builds it, answering without a socket (so on the test's
+/// clock).
+struct InMock {
+    router: axum::Router,
+    _dir: tempfile::TempDir,
 }
 
-#[tokio::test]
+impl InMock {
+    fn new(toml: &str) -> InMock {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mock.toml");
+        std::fs::write(&path, toml).unwrap();
+        let setup = conclave::config::mock_models(&path, None).unwrap_or_else(|e| panic!("{e}"));
+        let sim = conclave::mock::Simulator::new(setup.models, setup.swap, setup.quirks, false)
+            .with_responses(setup.responses)
+            .with_api(setup.api);
+        InMock {
+            router: conclave::mock::server::router(Arc::new(sim)),
+            _dir: dir,
+        }
+    }
+
+    async fn send(&self, req: Request<Body>) -> Resp {
+        let r = self.router.clone().oneshot(req).await.unwrap();
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        Resp {
+            status,
+            headers,
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+        }
+    }
+
+    async fn post(&self, body: &Value) -> Resp {
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri("/v1/chat/completions")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        self.send(req).await
+    }
+
+    async fn running(&self) -> Value {
+        let req = Request::builder()
+            .uri("/running")
+            .body(Body::empty())
+            .unwrap();
+        self.send(req).await.json()
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn one_model_is_loaded_at_a_time_and_swaps_take_time() {
-    let mock = Proc::mock(MOCK);
-    assert_eq!(running(&mock).await, json!({"running": []}));
-    let t = tokio::time::Instant::now();
-    assert_eq!(post(&mock.base, &chat("a", "x")).await.status, 200);
+    let mock = InMock::new(MOCK);
+    assert_eq!(mock.running().await, json!({"running": []}));
+    let t = Instant::now();
+    assert_eq!(mock.post(&chat("a", "x")).await.status, 200);
     assert!(
         t.elapsed() >= Duration::from_millis(200),
-        "the first load swaps"
+        "the first load swaps: {:?}",
+        t.elapsed()
     );
     assert_eq!(
-        running(&mock).await,
+        mock.running().await,
         json!({"running": [{"model": "a", "state": "ready"}]})
     );
-    let t = tokio::time::Instant::now();
-    post(&mock.base, &chat("a", "x")).await;
+    let t = Instant::now();
+    assert_eq!(mock.post(&chat("a", "x")).await.status, 200);
     assert!(
-        t.elapsed() < Duration::from_millis(150),
-        "a loaded model answers at once"
+        t.elapsed() < Duration::from_millis(200),
+        "a loaded model answers without a swap: {:?}",
+        t.elapsed()
     );
-    post(&mock.base, &chat("b", "x")).await;
-    assert_eq!(running(&mock).await["running"][0]["model"], "b");
+    mock.post(&chat("b", "x")).await;
+    assert_eq!(mock.running().await["running"][0]["model"], "b");
 }
 
 #[tokio::test]
@@ -135,27 +198,38 @@ async fn streamed_tool_calls_arrive_in_pieces() {
 /// A client that gives up during a swap does not leave the simulator
 /// confused: the swap finishes (as llama-swap's does) and `/running` names
 /// the model that now answers warm.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_cancelled_swap_completes_and_running_stays_true() {
-    let mock = Proc::mock(MOCK);
-    assert_eq!(post(&mock.base, &chat("a", "x")).await.status, 200);
+    let mock = InMock::new(MOCK);
+    assert_eq!(mock.post(&chat("a", "x")).await.status, 200);
     // Ask for b and give up half-way through its 200 ms load.
-    let r = client()
-        .post(mock.url("/v1/chat/completions"))
-        .json(&chat("b", "x"))
-        .timeout(Duration::from_millis(80))
-        .send()
-        .await;
-    assert!(r.is_err(), "the request should have been cut off");
+    let gave_up = tokio::time::timeout(Duration::from_millis(80), mock.post(&chat("b", "x"))).await;
+    assert!(gave_up.is_err(), "the request should have been cut off");
+    assert_eq!(
+        mock.running().await,
+        json!({"running": [{"model": "b", "state": "starting"}]}),
+        "b is still loading when its caller leaves"
+    );
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(
-        running(&mock).await,
+        mock.running().await,
         json!({"running": [{"model": "b", "state": "ready"}]})
     );
     // b answers warm now, a needs a swap back.
-    let t = tokio::time::Instant::now();
-    assert_eq!(post(&mock.base, &chat("b", "x")).await.status, 200);
-    assert!(t.elapsed() < Duration::from_millis(150));
+    let t = Instant::now();
+    assert_eq!(mock.post(&chat("b", "x")).await.status, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+    let t = Instant::now();
+    assert_eq!(mock.post(&chat("a", "x")).await.status, 200);
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -177,20 +251,22 @@ async fn with_a_config_only_its_models_answer_unless_echo_unknown() {
 /// With `send_loading_state`, a cold streamed request gets llama-swap's
 /// banner first: `reasoning_content` chunks without `id` or `object`, a
 /// "starting" process in `/running` meanwhile, then the answer.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn send_loading_state_streams_llama_swap_s_banner_while_loading() {
-    let mock = Proc::mock(&MOCK.replace(
+    let mock = Arc::new(InMock::new(&MOCK.replace(
         "swap_delay = \"200ms\"\n",
         "swap_delay = \"200ms\"\nsend_loading_state = true\n",
-    ));
+    )));
     let body = chat_stream("a", "x");
     let pending = {
-        let base = mock.base.clone();
-        tokio::spawn(async move { post(&base, &body).await })
+        let mock = mock.clone();
+        tokio::spawn(async move { mock.post(&body).await })
     };
+    // Half-way through the 200 ms load (paused time: exactly 100 ms).
     tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!pending.is_finished());
     assert_eq!(
-        running(&mock).await,
+        mock.running().await,
         json!({"running": [{"model": "a", "state": "starting"}]})
     );
     let r = pending.await.unwrap();
@@ -220,6 +296,6 @@ async fn send_loading_state_streams_llama_swap_s_banner_while_loading() {
         "{rest:?}"
     );
     // Loaded now: no banner.
-    let again = post(&mock.base, &chat_stream("a", "y")).await;
+    let again = mock.post(&chat_stream("a", "y")).await;
     assert!(!again.text.contains("reasoning_content"), "{}", again.text);
 }

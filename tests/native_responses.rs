@@ -473,8 +473,9 @@ async fn a_completed_stream_ends_without_done_while_the_connection_stays_open() 
     let took = started.elapsed();
     assert!(err.is_none(), "{err:?}");
     assert_eq!(events.len(), 3);
+    // Far under the 20 s stream_idle_timeout it would otherwise wait for.
     assert!(
-        took < Duration::from_secs(5),
+        took < Duration::from_secs(15),
         "waited {took:?} after response.completed"
     );
     let mut expected = body.clone();
@@ -562,7 +563,7 @@ async fn a_hundred_megabytes_without_a_line_end_stay_bounded() {
         let took = started.elapsed();
         assert!(matches!(e, ModelError::Invalid { .. }), "{e}");
         assert!(e.to_string().contains("larger than"), "{e}");
-        assert!(took < Duration::from_secs(30), "{took:?}");
+        assert!(took < Duration::from_secs(60), "{took:?}");
         assert_eq!(rig.rec.only().verdict, "error");
         eprintln!("stream={stream}: refused in {took:?}: {e}");
     }

@@ -59,7 +59,7 @@ model = "duel"
 /// The attempt events of the request with id `id`.
 async fn attempts(gw: &Proc, id: &str) -> Vec<Value> {
     let mut got = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..500 {
         got = gw
             .events_of(&["attempt"], 1)
             .await

@@ -474,8 +474,9 @@ fn codex_exec_reports_a_broken_stream_at_once() {
     let ran = codex_run(&w, "cut", "Count to ten.");
     let took = t.elapsed();
     assert_eq!(ran.code, Some(1), "{}", ran.show());
+    // Without it: Codex's 300 s idle timeout. Generous, for a busy machine.
     assert!(
-        took < Duration::from_secs(20),
+        took < Duration::from_secs(60),
         "took {took:?}: {}",
         ran.show()
     );

@@ -219,10 +219,7 @@ async fn redis_stopped_mid_load_fails_closed_or_open_and_both_recover() {
                 [[keys]]\nname = \"open\"\nkey_env = \"KEY_OPEN\"\nrpm = 1000\n\
                 daily_tokens = 100000\non_state_error = \"fail_open\"\n\n\
                 [[keys]]\nname = \"free\"\nkey_env = \"KEY_FREE\"\n";
-    let (a, b) = (
-        replica(&redis, "200ms", keys),
-        replica(&redis, "200ms", keys),
-    );
+    let (a, b) = (replica(&redis, "1s", keys), replica(&redis, "1s", keys));
     ready(&a).await;
     ready(&b).await;
     let body = capped("full", 100);
@@ -268,7 +265,9 @@ async fn redis_stopped_mid_load_fails_closed_or_open_and_both_recover() {
             "{m}"
         );
     }
-    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    // Refused at once, or at the 1 s state timeout: never a hang (the
+    // bound is generous for a busy machine).
+    assert!(slowest < Duration::from_secs(5), "{slowest:?}");
 
     // Redis (empty: it kept nothing) comes back: both recover by
     // themselves, and what the open key spent meanwhile is written.
@@ -296,7 +295,8 @@ async fn redis_stopped_mid_load_fails_closed_or_open_and_both_recover() {
 /// A replica that dies holding reservations does not hold the budget for
 /// the rest of the day: every script drops the expired ones. (The hold of
 /// a dead replica is written here as a replica writes it, expiring in
-/// 300 ms by the Redis server's clock.)
+/// 3 s by the Redis server's clock: long enough that the first ask,
+/// even on a busy machine, comes before it.)
 #[tokio::test]
 async fn a_dead_replicas_reservations_expire() {
     let redis = RedisServer::start();
@@ -307,7 +307,7 @@ async fn a_dead_replicas_reservations_expire() {
     let mut parts = time.lines();
     let secs: u64 = parts.next().unwrap().trim().parse().unwrap();
     let micros: u64 = parts.next().unwrap().trim().parse().unwrap();
-    let expiry = secs * 1000 + micros / 1000 + 300;
+    let expiry = secs * 1000 + micros / 1000 + 3000;
     redis.cli(&[
         "ZADD",
         "{conclave:key:alpha}:holds",
@@ -328,8 +328,11 @@ async fn a_dead_replicas_reservations_expire() {
     assert_eq!(r.status, 429, "{}", r.text);
     assert!(r.text.contains("in flight"), "{}", r.text);
     assert_eq!(usage(&a, "alpha").await["today"]["reserved_tokens"], 1900);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(usage(&a, "alpha").await["today"]["reserved_tokens"], 0);
+    let expired = eventually(10, || async {
+        usage(&a, "alpha").await["today"]["reserved_tokens"] == 0
+    })
+    .await;
+    assert!(expired, "{}", usage(&a, "alpha").await);
     let r = ask(&a, &body, "k-alpha").await;
     assert_eq!(r.status, 200, "{}", r.text);
     // The expired hold is gone from both keys.

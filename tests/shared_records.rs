@@ -303,8 +303,10 @@ async fn redis_down_is_a_clear_error_within_the_timeout_not_a_hang() {
     let r = post_with(&a.base, &chat("wise", "hard one"), &[ONE]).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(mock.asked("sage").await.len(), 0);
+    // Each ask is bounded by the 500 ms state timeout: a hang would never
+    // end. Generous, for a busy machine.
     assert!(
-        start.elapsed() < Duration::from_secs(10),
+        start.elapsed() < Duration::from_secs(30),
         "{:?}",
         start.elapsed()
     );

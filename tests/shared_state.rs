@@ -139,8 +139,10 @@ async fn an_upstreams_rpm_holds_across_replicas() {
     let ok = statuses.iter().filter(|s| **s == 200).count();
     let limited = statuses.iter().filter(|s| **s == 429).count();
     assert_eq!((ok, limited), (3, 1), "{statuses:?}");
+    // The next turn is 20 s away (rpm 3): the refusal does not wait for
+    // it. Generous, for a busy machine.
     assert!(
-        started.elapsed() < Duration::from_secs(4),
+        started.elapsed() < Duration::from_secs(15),
         "the refusal waited"
     );
 }

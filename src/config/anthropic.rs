@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::validate::{lane_limits, secret, upstream_rpm, url};
+use super::validate::{DEFAULT_UPSTREAM_TIMEOUT, lane_limits, secret, upstream_rpm, url};
 use super::{Errors, Lane, Secret, Upstream, UpstreamKind, positive};
 use crate::mock::Api as MockApi;
 
@@ -17,7 +17,6 @@ pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// The `anthropic-version` header sent unless the config says otherwise.
 pub const DEFAULT_VERSION: &str = "2023-06-01";
 
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Deserialize)]
@@ -106,7 +105,7 @@ pub(super) fn upstream(
         lane,
         limits: lane_limits(lane, c, m, w, path, errs),
         rpm: upstream_rpm(u.rpm, path, errs),
-        timeout: u.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        timeout: u.timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT),
         stream_idle_timeout: u.stream_idle_timeout.unwrap_or(DEFAULT_STREAM_IDLE),
         responses: false,
         resilience: super::Resilience::default(),

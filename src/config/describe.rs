@@ -1,11 +1,40 @@
 //! How a config reads to a person: the resolved graph `conclave check`
-//! prints, and the one summary line `conclave serve` logs at start-up.
+//! prints, the one summary line `conclave serve` logs at start-up, and the
+//! wording (counts, durations) the strategies' descriptions share.
 
 use std::net::SocketAddr;
 
 use indexmap::IndexMap;
 
 use super::{Config, Key, Lane, Route, UpstreamKind};
+
+/// `n` and `noun`, plural unless `n` is 1 ("1 retry", "2 retries",
+/// "1 simulated model"); `noun` is the singular, the plural adds "s" (or
+/// turns a final "y" after a consonant into "ies").
+pub fn counted(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        return format!("1 {noun}");
+    }
+    match noun.strip_suffix('y') {
+        Some(stem) if !stem.ends_with(['a', 'e', 'i', 'o', 'u']) => format!("{n} {stem}ies"),
+        _ => format!("{n} {noun}s"),
+    }
+}
+
+/// A duration as `check` and warnings write it: humantime's form, with
+/// the spelled-out units set apart ("7 days", "1 day 2h", "5m", "250ms").
+pub fn duration_text(d: std::time::Duration) -> String {
+    humantime::format_duration(d)
+        .to_string()
+        .split(' ')
+        .map(|part| match part.find(|c: char| c.is_ascii_alphabetic()) {
+            Some(i) if part[i..].len() > 2 => format!("{} {}", &part[..i], &part[i..]),
+            _ => part.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 impl Config {
     /// The resolved graph as `conclave check` prints it.
@@ -35,10 +64,11 @@ impl Config {
                 },
                 UpstreamKind::Anthropic(a) => a.base_url.clone(),
                 UpstreamKind::Mock { models, api, .. } => match api {
-                    crate::mock::Api::OpenAi => format!("{} simulated models", models.len()),
-                    crate::mock::Api::Anthropic => {
-                        format!("{} simulated models (Messages API)", models.len())
-                    }
+                    crate::mock::Api::OpenAi => counted(models.len() as u64, "simulated model"),
+                    crate::mock::Api::Anthropic => format!(
+                        "{} (Messages API)",
+                        counted(models.len() as u64, "simulated model")
+                    ),
                 },
             };
             let rpm = u.rpm.map_or(String::new(), |r| format!(", {r} rpm"));
@@ -161,4 +191,27 @@ fn key_terms(k: &Key) -> String {
         terms.push("given as SHA-256".into());
     }
     terms.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{counted, duration_text};
+
+    #[test]
+    fn counts_and_durations_read_as_english() {
+        assert_eq!(counted(1u64, "simulated model"), "1 simulated model");
+        assert_eq!(counted(3u64, "simulated model"), "3 simulated models");
+        assert_eq!(counted(1u32, "retry"), "1 retry");
+        assert_eq!(counted(0u32, "retry"), "0 retries");
+        assert_eq!(counted(2u32, "key"), "2 keys");
+        assert_eq!(duration_text(Duration::from_secs(7 * 86_400)), "7 days");
+        assert_eq!(
+            duration_text(Duration::from_secs(86_400 + 7_200)),
+            "1 day 2h"
+        );
+        assert_eq!(duration_text(Duration::from_secs(300)), "5m");
+        assert_eq!(duration_text(Duration::from_millis(250)), "250ms");
+    }
 }

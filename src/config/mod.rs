@@ -1,7 +1,8 @@
 //! The config file: TOML in DESIGN.md's shape, read and validated once at
 //! start-up into a [`Config`] with every default filled in and every name
 //! checked. [`load`] collects *all* problems (file, key path, what is wrong)
-//! instead of stopping at the first, which is what `conclave check` prints.
+//! instead of stopping at the first; [`check`], what `conclave check`
+//! prints, does the same but lists unset secrets as warnings.
 //!
 //! The raw serde types live in `raw`; `errors` collects every problem of
 //! every table; `validate` builds the validated config, `names` checks
@@ -31,6 +32,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 
 pub use anthropic::{Anthropic, DEFAULT_BASE_URL, DEFAULT_VERSION};
+pub use describe::{counted, duration_text};
 pub(crate) use errors::Errors;
 pub(crate) use errors::positive;
 pub use errors::{ConfigError, ConfigErrors};
@@ -293,15 +295,48 @@ impl Route {
 /// (`conclave::strategy::ALL`). Relative paths in it are relative to its
 /// folder (see `paths`).
 pub fn load(path: &Path, strategies: &Strategies) -> Result<Config, ConfigErrors> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
-        file: file.clone(),
+    let text = read(path)?;
+    parse_file(&text, path, &|name| std::env::var(name).ok(), strategies)
+}
+
+/// The text of the config file at `path`.
+fn read(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        file: path.display().to_string(),
         errors: vec![ConfigError {
             path: String::new(),
             message: format!("cannot read the file: {e}"),
         }],
-    })?;
-    parse_file(&text, path, &|name| std::env::var(name).ok(), strategies)
+    })
+}
+
+/// What `conclave check` reads: the config at `path` validated as
+/// [`load`] does, except that an environment variable that is not set
+/// (or blank) is a warning, not an error: its value is not the file's to
+/// check, and `serve` ([`load`]) still refuses to start without it. Each
+/// such variable stands in as a distinct placeholder (one that is also a
+/// valid Redis URL), so every other rule still runs on the rest. Never
+/// serve or call anything with the result: use [`load`] for that.
+pub fn check(path: &Path, strategies: &Strategies) -> Result<Config, ConfigErrors> {
+    let text = read(path)?;
+    let unset = std::cell::RefCell::new(Vec::<String>::new());
+    let env = |name: &str| match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => Some(v),
+        _ => {
+            let mut unset = unset.borrow_mut();
+            if !unset.iter().any(|n| n == name) {
+                unset.push(name.to_owned());
+            }
+            Some(format!("redis://unset:{name}@unset.invalid/0"))
+        }
+    };
+    let mut config = parse_file(&text, path, &env, strategies)?;
+    for name in unset.into_inner() {
+        config.warnings.push(format!(
+            "environment variable {name} is not set: `conclave serve` refuses to start without it"
+        ));
+    }
+    Ok(config)
 }
 
 /// [`parse`] for the text of the config file at `path`: its relative

@@ -17,7 +17,11 @@ use super::{
 };
 use super::{Resilience, keys, names, positive, raw, state, warnings};
 
-const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(600);
+/// One call's whole time when an upstream does not set `timeout`: under
+/// the default `server.request_timeout` (5 minutes), so that with both
+/// defaults a hung call to a chain's earlier tier still leaves the later
+/// tiers a minute of the request.
+pub(super) const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(240);
 const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(60);
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(200);
 const DEFAULT_PROBE_CACHE: Duration = Duration::from_secs(1);

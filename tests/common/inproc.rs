@@ -72,9 +72,14 @@ impl Gw {
         }
     }
 
+    /// Sends `req`; the response as it comes (its body not read yet).
+    pub async fn open(&self, req: Request<Body>) -> axum::response::Response {
+        self.router.clone().oneshot(req).await.unwrap()
+    }
+
     /// Sends `req` and reads the response whole.
     pub async fn send(&self, req: Request<Body>) -> Resp {
-        let r = self.router.clone().oneshot(req).await.unwrap();
+        let r = self.open(req).await;
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         let bytes = r.into_body().collect().await.unwrap().to_bytes();

@@ -146,9 +146,11 @@ impl Proc {
     }
 
     /// The log's events of the given kinds, once there are at least `n` of
-    /// them; with no kinds, every event but `request`.
+    /// them (waiting up to 20 s: the log is written off the request path,
+    /// and a busy machine may take a while); with no kinds, every event
+    /// but `request`.
     pub async fn events_of(&self, kinds: &[&str], n: usize) -> Vec<Value> {
-        for _ in 0..200 {
+        for _ in 0..2000 {
             let text = std::fs::read_to_string(self.path("events.jsonl")).unwrap_or_default();
             // Only whole lines: the writer may be mid-line.
             let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
@@ -342,12 +344,20 @@ pub fn chat_stream(model: &str, text: &str) -> Value {
     v
 }
 
-/// Polls `check` until it holds, for up to `secs` seconds.
+/// The least time [`eventually`] gives a check: every use waits for
+/// something that should come in milliseconds, and only a failing check
+/// waits it out, so a busy machine never fails a test that is right.
+const LEAST_WAIT: u64 = 20;
+
+/// Polls `check` until it holds, for up to `secs` seconds (at least
+/// [`LEAST_WAIT`]). Only for "until it holds": a deadline never proves
+/// that something did not happen.
 pub async fn eventually<F, Fut>(secs: u64, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    let secs = secs.max(LEAST_WAIT);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     while tokio::time::Instant::now() < deadline {
         if check().await {

@@ -134,6 +134,33 @@ pub fn closed_port() -> u16 {
 }
 
 pub fn gateway_toml(mock_v1: &str, routes: &str) -> String {
+    world_toml(routes, &|name, extra| {
+        format!("[upstreams.{name}]\nkind = \"openai\"\nbase_url = \"{mock_v1}\"\n{extra}\n\n")
+    })
+}
+
+/// [`gateway_toml`] for an in-process gateway ([`inproc::Gw`]): each
+/// upstream that reaches the mock is a `kind = "mock"` upstream with every
+/// model of [`mock_toml`] (so its simulator's waits are tokio timers that
+/// paused time drives exactly; `gw.sim(NAME)` is upstream NAME's), the
+/// refused ones still a closed port.
+pub fn inproc_toml(routes: &str) -> String {
+    let sim = mock_toml();
+    let models = sim
+        .split_once('\n')
+        .map_or("", |(_, rest)| rest)
+        .trim_start_matches("kind = \"mock\"\n");
+    world_toml(routes, &|name, extra| {
+        format!(
+            "[upstreams.{name}]\nkind = \"mock\"\n{extra}\n\n{}",
+            models.replace("[upstreams.sim.", &format!("[upstreams.{name}."))
+        )
+    })
+}
+
+/// The world's config: `upstream(name, keys)` writes each upstream that
+/// reaches the mock.
+fn world_toml(routes: &str, upstream: &dyn Fn(&str, &str) -> String) -> String {
     let dead = format!("http://127.0.0.1:{}/v1", closed_port());
     // (name, upstream, extra keys) of every model a route may name.
     let mut models: Vec<(String, &str, &str)> = Vec::new();
@@ -163,22 +190,26 @@ pub fn gateway_toml(mock_v1: &str, routes: &str) -> String {
     // Only what the routes use: every upstream costs the gateway an HTTP
     // client at start-up.
     models.retain(|(name, _, _)| routes.contains(&format!("\"{name}\"")));
+    // (name, reaches the mock, keys)
     let upstreams = [
-        ("loc", mock_v1, "lane = \"local\"\ntimeout = \"3s\""),
-        ("cld", mock_v1, "timeout = \"3s\""),
-        ("tightloc", mock_v1, "lane = \"local\"\ntimeout = \"300ms\""),
-        ("tight", mock_v1, "timeout = \"300ms\""),
-        ("deadloc", &dead, "lane = \"local\""),
-        ("dead", &dead, ""),
+        ("loc", true, "lane = \"local\"\ntimeout = \"3s\""),
+        ("cld", true, "timeout = \"3s\""),
+        ("tightloc", true, "lane = \"local\"\ntimeout = \"300ms\""),
+        ("tight", true, "timeout = \"300ms\""),
+        ("deadloc", false, "lane = \"local\""),
+        ("dead", false, ""),
     ];
     let mut t = String::from("[server]\nevent_log = \"{dir}/events.jsonl\"\n\n");
-    for (name, url, extra) in upstreams {
+    for (name, mock, extra) in upstreams {
         if models.iter().any(|m| m.1 == name) {
             // The tables count each tier's and verifier's calls: no
             // upstream retries here (tests/retries.rs has those).
-            t.push_str(&format!(
-                "[upstreams.{name}]\nkind = \"openai\"\nbase_url = \"{url}\"\nretries = {{ max = 0 }}\n{extra}\n\n"
-            ));
+            let extra = format!("retries = {{ max = 0 }}\n{extra}");
+            t.push_str(&if mock {
+                upstream(name, &extra)
+            } else {
+                format!("[upstreams.{name}]\nkind = \"openai\"\nbase_url = \"{dead}\"\n{extra}\n\n")
+            });
         }
     }
     for (name, upstream, extra) in &models {

@@ -99,7 +99,7 @@ impl RouteSpec for ArenaSpec {
             "arena [{}] ({pairs} pairs, answers up to {} tokens, votes for {})",
             self.contestants.join(", "),
             self.max_tokens,
-            humantime::format_duration(self.vote_ttl)
+            crate::config::duration_text(self.vote_ttl)
         )
     }
 

@@ -161,10 +161,10 @@ impl RouteSpec for BalanceSpec {
             })
             .collect();
         format!(
-            "balance {} ; policy {} ; {} retries on another member{}",
+            "balance {} ; policy {} ; {} on another member{}",
             members.join(", "),
             self.policy.as_str(),
-            self.retries,
+            crate::config::counted(self.retries, "retry"),
             if self.midstream_failover {
                 " ; mid-stream failover"
             } else {
@@ -291,7 +291,7 @@ mod tests {
         };
         assert_eq!(
             spec.describe(&c),
-            "balance a (weight 2, max 4 in flight), b (standby) ; policy latency ; 1 retries on \
+            "balance a (weight 2, max 4 in flight), b (standby) ; policy latency ; 1 retry on \
              another member ; mid-stream failover"
         );
         assert!(

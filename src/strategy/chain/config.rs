@@ -235,8 +235,8 @@ impl RouteSpec for ChainSpec {
                     "routes.{name}.tiers[{i}]: upstream \"{up}\" has timeout = {} but \
                      server.request_timeout is {}: a hung call to \"{tier}\" uses up the whole \
                      request and the later tiers never run; set upstreams.{up}.timeout shorter",
-                    humantime::format_duration(u.timeout),
-                    humantime::format_duration(config.server.request_timeout),
+                    crate::config::duration_text(u.timeout),
+                    crate::config::duration_text(config.server.request_timeout),
                 ));
             }
         }

@@ -159,9 +159,9 @@ impl RouteSpec for JudgeSpec {
     }
 
     fn describe(&self, config: &Config) -> String {
-        let timeout = self.panel_timeout.map_or("none".to_owned(), |t| {
-            humantime::format_duration(t).to_string()
-        });
+        let timeout = self
+            .panel_timeout
+            .map_or("none".to_owned(), crate::config::duration_text);
         format!(
             "judge panel [{}] (min {}, panel_timeout {timeout}) -> synthesis {} -> default {} (guidance as a {} message)",
             self.panel.join(", "),
