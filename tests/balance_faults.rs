@@ -217,14 +217,7 @@ async fn max_concurrency_holds_across_a_reload() {
     let running: Vec<_> = (0..2).map(|_| ask()).collect();
     // Both calls are running (each takes 10 s, far longer than the reload
     // below, even on a busy machine) before the reload.
-    let in_flight = eventually(10, || async {
-        samples(&gw.metrics().await, "conclave_inflight_requests", &[])
-            .iter()
-            .sum::<f64>()
-            == 2.0
-    })
-    .await;
-    assert!(in_flight, "{}", gw.metrics().await);
+    gw.wait_in_flight(2.0).await;
     std::fs::write(gw.path("conclave.toml"), config(1)).unwrap();
     gw.signal("HUP");
     let reloaded = eventually(5, || async { gw.stderr().contains("reloaded") }).await;

@@ -144,14 +144,7 @@ async fn past_the_grace_period_requests_end_with_503_or_an_error_event() {
     });
     // Both requests are in flight before the signal (a request that had
     // not arrived yet would find the port closed, not a 503).
-    let in_flight = eventually(10, || async {
-        samples(&gw.metrics().await, "conclave_inflight_requests", &[])
-            .iter()
-            .sum::<f64>()
-            == 2.0
-    })
-    .await;
-    assert!(in_flight, "{}", gw.metrics().await);
+    gw.wait_in_flight(2.0).await;
     gw.signal("TERM");
     let text = timeout(Duration::from_secs(10), rest(Box::pin(stream)))
         .await

@@ -186,6 +186,19 @@ impl Proc {
             .unwrap()
     }
 
+    /// Waits (up to 10 s) until the gateway has `n` requests in flight;
+    /// fails the test with its metrics if it never does.
+    pub async fn wait_in_flight(&self, n: f64) {
+        let in_flight = eventually(10, || async {
+            samples(&self.metrics().await, "conclave_inflight_requests", &[])
+                .iter()
+                .sum::<f64>()
+                == n
+        })
+        .await;
+        assert!(in_flight, "{}", self.metrics().await);
+    }
+
     /// What a mock server received (`GET /mock/requests`).
     pub async fn received(&self) -> Vec<Value> {
         let v = get_json(&client(), &self.url("/mock/requests")).await;
