@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
 use metrics::gauge;
 use parking_lot::Mutex;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
@@ -263,15 +262,10 @@ impl WarmProbe {
         if !resp.status().is_success() {
             return Err(format!("HTTP {}", resp.status().as_u16()));
         }
-        let mut body = Vec::new();
-        let mut parts = resp.bytes_stream();
-        while let Some(part) = parts.next().await {
-            let part = part.map_err(failed)?;
-            if body.len() + part.len() > MAX_BODY {
-                return Err(format!("more than {MAX_BODY} bytes"));
-            }
-            body.extend_from_slice(&part);
-        }
+        let body = super::openai::read_capped(resp, MAX_BODY)
+            .await
+            .map_err(failed)?
+            .ok_or_else(|| format!("more than {MAX_BODY} bytes"))?;
         parse_running(&body).ok_or_else(|| "not a llama-swap /running body".to_owned())
     }
 }

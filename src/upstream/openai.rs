@@ -91,6 +91,24 @@ impl OpenAiTransport {
     }
 }
 
+/// A side answer's body (a probe's, a count's), read to its end unless
+/// it grows past `max` bytes: `Ok(None)` then, so no server can make conclave
+/// hold more. The caller bounds the time.
+pub async fn read_capped(
+    resp: reqwest::Response,
+    max: usize,
+) -> Result<Option<Bytes>, reqwest::Error> {
+    let mut body = bytes::BytesMut::new();
+    let mut parts = resp.bytes_stream();
+    while let Some(part) = parts.try_next().await? {
+        if body.len() + part.len() > max {
+            return Ok(None);
+        }
+        body.extend_from_slice(&part);
+    }
+    Ok(Some(body.freeze()))
+}
+
 impl OpenAiTransport {
     /// GETs `url` for [`Transport::server_kind`]: its status, `server`
     /// header and body, within [`server_kind::PROBE_TIMEOUT`] and
@@ -107,15 +125,10 @@ impl OpenAiTransport {
             .get(reqwest::header::SERVER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let mut body = bytes::BytesMut::new();
-        let mut parts = resp.bytes_stream();
-        while let Some(part) = parts.try_next().await.ok()? {
-            if body.len() + part.len() > server_kind::MAX_PROBE_BODY {
-                return None;
-            }
-            body.extend_from_slice(&part);
-        }
-        Some((status, server, body.freeze()))
+        let body = read_capped(resp, server_kind::MAX_PROBE_BODY)
+            .await
+            .ok()??;
+        Some((status, server, body))
     }
 
     /// A warm-state probe of the llama-swap at `settings.url`, over this

@@ -34,6 +34,15 @@ fn call_as(h: &Arc<Health>, k: &str, o: Outcome) -> Option<Change> {
 
 const FAIL: Outcome = Outcome::Failure("status_5xx");
 
+/// Keys `a`, `b`, `a` fail in turn (ejecting it, as the tests' `eject`
+/// says after three), then its cooldown passes.
+async fn eject_by_a_and_b_then_cool_down(h: &Arc<Health>) {
+    for k in ["a", "b", "a"] {
+        call_as(h, k, FAIL);
+    }
+    tokio::time::advance(10 * S).await;
+}
+
 /// Fails calls until it is ejected; returns the cooldown.
 fn fail_until_ejected(h: &Arc<Health>) -> Duration {
     for _ in 0..10 {
@@ -298,10 +307,7 @@ async fn failures_of_two_keys_eject_it_and_neither_is_the_trial() {
 #[tokio::test(start_paused = true)]
 async fn a_causes_probe_that_succeeds_serves_it_again() {
     let h = health(Some(eject()));
-    for k in ["a", "b", "a"] {
-        call_as(&h, k, FAIL);
-    }
-    tokio::time::advance(10 * S).await;
+    eject_by_a_and_b_then_cool_down(&h).await;
     let probe = h.admit(&key("b")).unwrap();
     assert_eq!(
         probe.end(Outcome::Success),
@@ -313,10 +319,7 @@ async fn a_causes_probe_that_succeeds_serves_it_again() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_trial_makes_its_key_a_cause_too() {
     let h = health(Some(eject()));
-    for k in ["a", "b", "a"] {
-        call_as(&h, k, FAIL);
-    }
-    tokio::time::advance(10 * S).await;
+    eject_by_a_and_b_then_cool_down(&h).await;
     let trial = h.admit(&key("c")).unwrap();
     assert!(matches!(
         trial.end(FAIL),
@@ -339,10 +342,7 @@ async fn a_failed_trial_makes_its_key_a_cause_too() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_probe_lets_its_key_probe_again() {
     let h = health(Some(eject()));
-    for k in ["a", "b", "a"] {
-        call_as(&h, k, FAIL);
-    }
-    tokio::time::advance(10 * S).await;
+    eject_by_a_and_b_then_cool_down(&h).await;
     drop(h.admit(&key("a")).unwrap());
     assert!(h.admit(&key("a")).is_ok());
 }

@@ -44,7 +44,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use parking_lot::Mutex;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde_json::Value;
@@ -258,16 +257,8 @@ pub(super) async fn read_json(resp: reqwest::Response, max: usize) -> Result<Opt
     if !status.is_success() {
         return Ok(None);
     }
-    let mut body = Vec::new();
-    let mut parts = resp.bytes_stream();
-    while let Some(part) = parts.next().await {
-        let part = part.map_err(drop)?;
-        if body.len() + part.len() > max {
-            return Ok(None);
-        }
-        body.extend_from_slice(&part);
-    }
-    Ok(serde_json::from_slice(&body).ok())
+    let body = super::openai::read_capped(resp, max).await.map_err(drop)?;
+    Ok(body.and_then(|b| serde_json::from_slice(&b).ok()))
 }
 
 /// Windows servers stated in their context-length errors, by model (the
