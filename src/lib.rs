@@ -18,9 +18,12 @@
 //!   race, arena, oracle).
 //! - [`governor`]: API keys' rate limits and daily budgets: admission,
 //!   settlement, rejections and the usage view.
-//! - [`store`]: what must hold across requests, in the embedded SQLite
-//!   store or (`[state]`) a shared Redis: keys' limits and spend, arenas
-//!   and votes, oracle spend, stored Responses API answers.
+//! - [`store`]: what must hold across requests, and the one
+//!   [`store::Backend`] that decides where it lives (the embedded SQLite
+//!   store and this process, or `[state]`'s shared Redis, named nowhere
+//!   above the store): keys' limits and spend, arenas and votes, oracle
+//!   spend, stored Responses API answers, shared lanes' leases and
+//!   upstreams' shared `rpm`.
 //! - [`stream`]: the streaming toolkit strategies share (whole to stream,
 //!   rewrite chunks, commit at the first real delta, merge).
 //! - [`api`]: the axum router, auth, SSE relaying and the single mapping of
@@ -166,32 +169,22 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
                 source,
             }
         })?;
-    let (store, persisted) = match config.server.state_path.as_deref() {
-        Some(path) => (Arc::new(store::Store::open(path, clock)?), true),
-        None => (Arc::new(store::Store::in_memory(clock)?), false),
-    };
     let metrics = telemetry.metrics.clone();
-    let redis = match &config.state {
-        Some(cfg) => Some(Arc::new(store::redis::Redis::open(cfg, metrics.clone())?)),
-        None => None,
-    };
-    // A reservation outlives the longest request, unless a replica dies.
-    let hold_ttl = config.server.request_timeout + Duration::from_secs(60);
-    let governor = Governor::open(
-        persisted.then(|| store.clone()),
+    // The one place that picks where state lives: with `[state]`, keys'
+    // limits, arenas, oracle spend, stored answers, lanes and upstream
+    // `rpm` are shared.
+    let backend = Arc::new(store::Backend::open(
+        config.server.state_path.as_deref(),
+        config.state.as_ref(),
         clock,
         metrics.clone(),
-        redis.clone().map(|r| (r, hold_ttl)),
-    )?;
-    governor.start_flushing();
-    // With `[state]`, arenas, oracle spend and stored answers are shared.
-    let records = store::records::Records::new(&store, redis.as_ref());
-    let rows: Arc<dyn store::responses::ResponseRows> = match &redis {
-        Some(r) => Arc::new(store::responses::redis::RedisRows::new(r.clone())),
-        None => Arc::new(store::responses::sqlite::SqliteRows::new(store.clone())),
-    };
+    )?);
+    // A reservation outlives the longest request, unless a replica dies.
+    let hold_ttl = config.server.request_timeout + Duration::from_secs(60);
+    let governor = Governor::open(backend.keys(hold_ttl)?, clock, metrics.clone());
+    let records = backend.records();
     let responses = Arc::new(store::responses::Responses::new(
-        rows,
+        backend.response_rows(),
         clock,
         config.server.responses_retention,
         config.server.responses_bounds,
@@ -199,12 +192,11 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
     let shared = Shared {
         telemetry,
         governor,
-        store,
+        backend,
         responses,
         records,
         upstreams: Arc::new(upstream::registry::Registry::with_clock(clock)),
         retry_budgets: Arc::default(),
-        redis,
         started_at: clock.unix_secs(),
         clock,
     };

@@ -149,11 +149,7 @@ async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
         out.push_str(&format!("  upstream {name}: {ready}{loaded}\n"));
     }
     if let Some(cfg) = &config.state {
-        let answer = match conclave::store::redis::Redis::open(cfg, conclave::sink::Metrics::noop())
-        {
-            Ok(r) => r.ping().await,
-            Err(e) => Err(e),
-        };
+        let answer = conclave::store::Backend::ping_shared(cfg).await;
         match answer {
             Ok(()) => out.push_str(&format!("  state redis at {}: answers\n", cfg.shown)),
             Err(e) => {

@@ -115,40 +115,9 @@ impl CallSize {
     }
 }
 
-/// Tokens and dollars, spent or estimated.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Spend {
-    pub tokens: u64,
-    pub cost_usd: f64,
-}
-
-impl std::ops::Add for Spend {
-    type Output = Spend;
-
-    fn add(self, o: Spend) -> Spend {
-        Spend {
-            tokens: self.tokens.saturating_add(o.tokens),
-            cost_usd: self.cost_usd + o.cost_usd,
-        }
-    }
-}
-
-impl std::iter::Sum for Spend {
-    fn sum<I: Iterator<Item = Spend>>(iter: I) -> Spend {
-        iter.fold(Spend::default(), |a, b| a + b)
-    }
-}
-
-impl std::ops::Mul<u64> for Spend {
-    type Output = Spend;
-
-    fn mul(self, n: u64) -> Spend {
-        Spend {
-            tokens: self.tokens.saturating_mul(n),
-            cost_usd: self.cost_usd * n as f64,
-        }
-    }
-}
+/// Tokens and dollars, spent or estimated (defined beside the limits
+/// that count them).
+pub use crate::store::limits::Spend;
 
 /// One call into a model: the request's context plus what this call is for.
 #[derive(Clone)]

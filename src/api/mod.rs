@@ -49,9 +49,8 @@ use crate::config::{Config, Route};
 use crate::governor::Governor;
 use crate::graph::{BuildError, Graph};
 use crate::retry::{RetryBudget, RetryBudgets};
-use crate::store::Store;
+use crate::store::Backend;
 use crate::store::records::Records;
-use crate::store::redis::Redis;
 use crate::store::responses::Responses;
 use crate::strategy::arena::config::ArenaSpec;
 use crate::telemetry::Telemetry;
@@ -67,18 +66,16 @@ use indexmap::IndexMap;
 pub struct Shared {
     pub telemetry: Arc<Telemetry>,
     pub governor: Arc<Governor>,
-    /// The embedded store (`server.state_path`, else in memory).
-    pub store: Arc<Store>,
-    /// The Responses API's stored responses (in `store`, or `redis`).
+    /// Where the state lives (this process, or `[state]`'s shared one).
+    pub backend: Arc<Backend>,
+    /// The Responses API's stored responses (the backend's).
     pub responses: Arc<Responses>,
-    /// Arenas and oracle spend (in `store`, or `redis`).
+    /// Arenas and oracle spend (the backend's).
     pub records: Records,
     /// The upstreams built so far, reused by reloads that leave them be.
     pub upstreams: Arc<Registry>,
     /// Each route's retry budget, its counts kept across reloads.
     pub retry_budgets: Arc<RetryBudgets>,
-    /// The shared Redis state (`[state]`), if any.
-    pub redis: Option<Arc<Redis>>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
     /// The instance's wall clock.
@@ -97,8 +94,9 @@ pub struct AppState {
     pub body_read_timeout: Duration,
     pub access_log: bool,
     pub telemetry: Arc<Telemetry>,
-    pub store: Arc<Store>,
-    /// Arenas and oracle spend (in the store, or the shared Redis).
+    /// Where the state lives, which `/readyz` checks too.
+    pub backend: Arc<Backend>,
+    /// Arenas and oracle spend (the backend's).
     pub records: Records,
     /// Stored responses, kept for this config's `server.responses_retention`
     /// and within its `responses_max_*` bounds.
@@ -112,8 +110,6 @@ pub struct AppState {
     pub metrics_key: Option<[u8; 32]>,
     /// `/readyz`'s last answer, reused for `server.readyz_cache`.
     pub ready: ready::Cached<ready::Answer>,
-    /// The shared Redis state, which `/readyz` checks too.
-    pub redis: Option<Arc<Redis>>,
     /// The retry budget of every name a client may ask for (a route's
     /// `retry_budget`, the default for a model named directly).
     pub retry_budgets: HashMap<Arc<str>, Arc<RetryBudget>>,
@@ -139,10 +135,8 @@ impl AppState {
                 crate::upstream::health::check::start(u, check);
             }
         }
-        if let Some(redis) = &shared.redis {
-            for u in &graph.upstreams {
-                u.share(redis);
-            }
+        for u in &graph.upstreams {
+            u.share(&shared.backend);
         }
         let retry_budgets = graph
             .names
@@ -165,7 +159,7 @@ impl AppState {
             body_read_timeout: config.server.body_read_timeout,
             access_log: config.server.access_log,
             telemetry: shared.telemetry.clone(),
-            store: shared.store.clone(),
+            backend: shared.backend.clone(),
             records: shared.records.clone(),
             responses: Arc::new(shared.responses.configured(
                 config.server.responses_retention,
@@ -190,7 +184,6 @@ impl AppState {
                 .as_ref()
                 .map(|k| crate::config::digest(&k.0)),
             ready: ready::Cached::new(config.server.readyz_cache),
-            redis: shared.redis.clone(),
             retry_budgets,
         })
     }

@@ -2,7 +2,7 @@
 //! upstream has loaded, each upstream's health and each of its models'
 //! (serving, ejected or on trial; an ejected one does not make the
 //! replica not ready), and
-//! whether the shared state (Redis) answers (down, it makes the replica
+//! whether the shared state answers (asked of the state backend; down, it makes the replica
 //! not ready only when governors fail closed). The answer comes from a short cache (`server.readyz_cache`,
 //! [`Cached`]): one probe round at a time, each upstream's probe bounded
 //! by [`PROBE_TIMEOUT`], and callers that arrive during a round wait for
@@ -96,12 +96,7 @@ async fn probe(app: &AppState) -> Answer {
             });
         (u.name.clone(), status)
     });
-    let state = async {
-        match &app.redis {
-            None => None,
-            Some(r) => Some((r.clone(), r.ping().await)),
-        }
-    };
+    let state = app.backend.health();
     let (results, state) = futures::future::join(futures::future::join_all(checks), state).await;
     let mut ready = results.iter().all(|(_, s)| s.ready.is_ok());
     let mut upstreams = Map::new();
@@ -124,11 +119,11 @@ async fn probe(app: &AppState) -> Answer {
     if !swapping.is_empty() {
         body["llama_swap"] = Value::Object(swapping);
     }
-    if let Some((redis, answer)) = state {
+    if let Some(state) = state {
         // Fail-closed governors refuse requests while the state is down:
         // the replica is not ready. Fail-open ones still serve.
-        let blocking = redis.on_error == OnError::FailClosed;
-        let status = match answer {
+        let blocking = state.on_error == OnError::FailClosed;
+        let status = match state.answer {
             Ok(()) => json!("ok"),
             Err(e) => {
                 ready &= !blocking;
@@ -136,9 +131,9 @@ async fn probe(app: &AppState) -> Answer {
             }
         };
         body["state"] = json!({
-            "backend": "redis",
-            "url": redis.shown(),
-            "on_error": redis.on_error.label(),
+            "backend": state.backend,
+            "url": state.url,
+            "on_error": state.on_error.label(),
             "status": status,
         });
         body["status"] = json!(if ready { "ready" } else { "not_ready" });

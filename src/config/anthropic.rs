@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::validate::{DEFAULT_UPSTREAM_TIMEOUT, lane_limits, secret, upstream_rpm, url};
+use super::fields::{DEFAULT_UPSTREAM_TIMEOUT, lane_limits, secret, upstream_rpm, url};
 use super::{Errors, Lane, Secret, Upstream, UpstreamKind, positive};
 use crate::mock::Api as MockApi;
 

@@ -4,7 +4,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::validate::secret;
+use super::fields::secret;
 use super::{Errors, Key, KeyLimits, raw};
 
 /// The SHA-256 of a secret, as keys are compared.

@@ -13,6 +13,7 @@
 mod anthropic;
 mod describe;
 mod errors;
+mod fields;
 mod keys;
 mod names;
 mod paths;

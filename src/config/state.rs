@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::validate::secret;
+use super::fields::secret;
 use super::{Errors, Secret};
 
 /// Longest wait for one call to the shared state.
@@ -128,18 +128,67 @@ pub(super) fn state(
     })
 }
 
-/// Why `url` is not a Redis URL conclave can use.
+/// Why `url` is not a Redis URL conclave can use: the rules the client
+/// reads a URL by (checked here, so `conclave check` reports them).
 fn check_url(url: &str) -> Result<(), &'static str> {
     let parsed = reqwest::Url::parse(url).map_err(|_| "is not a URL")?;
-    match parsed.scheme() {
-        "redis" | "rediss" | "valkey" | "valkeys" if parsed.has_host() => {}
+    let tcp = match parsed.scheme() {
+        "redis" | "rediss" | "valkey" | "valkeys" if parsed.has_host() => true,
         "redis" | "rediss" | "valkey" | "valkeys" => return Err("has no host"),
-        "unix" | "redis+unix" | "valkey+unix" => {}
+        "unix" | "redis+unix" | "valkey+unix" => false,
         _ => return Err("is not a redis://, rediss:// or unix:// URL"),
+    };
+    if readable(&parsed, tcp) {
+        Ok(())
+    } else {
+        Err("is not a Redis URL (redis://[:password@]host[:port][/db])")
     }
-    redis::IntoConnectionInfo::into_connection_info(url)
-        .map(|_| ())
-        .map_err(|_| "is not a Redis URL (redis://[:password@]host[:port][/db])")
+}
+
+/// Whether the client can read `u`: a host that is not a wildcard, a TLS
+/// fragment of `insecure` only, a database number, a user name and
+/// password that decode to UTF-8, a known `protocol`; a socket's path.
+fn readable(u: &reqwest::Url, tcp: bool) -> bool {
+    let query: std::collections::HashMap<_, _> = u.query_pairs().collect();
+    let number = |s: &str| s.parse::<i64>().is_ok();
+    let protocol = query
+        .get("protocol")
+        .is_none_or(|p| matches!(p.as_ref(), "2" | "resp2" | "3" | "resp3"));
+    if !tcp {
+        return protocol && u.to_file_path().is_ok() && query.get("db").is_none_or(|d| number(d));
+    }
+    let wildcard = matches!(u.host_str(), Some("0.0.0.0" | "[::]"));
+    let tls = matches!(u.scheme(), "rediss" | "valkeys");
+    let fragment = !tls || u.fragment().is_none_or(|f| f == "insecure");
+    let db = u.path().trim_matches('/');
+    protocol
+        && !wildcard
+        && fragment
+        && (db.is_empty() || number(db))
+        && decodes(u.username())
+        && u.password().is_none_or(decodes)
+}
+
+/// Whether `s`, percent-decoded, is UTF-8 (an escape that is not one
+/// stays as it is).
+fn decodes(s: &str) -> bool {
+    let b = s.as_bytes();
+    let hex = |i: usize| b.get(i).and_then(|&c| char::from(c).to_digit(16));
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        match (c, hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
+                i += 3;
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).is_ok()
 }
 
 /// `url` without its password (for logs, errors and the start-up line).

@@ -10,14 +10,14 @@ use std::time::{Duration, SystemTime};
 
 use metrics::{Counter, Gauge, counter, gauge};
 
-use super::ticket::Ticket;
+use super::ticket::{Account, Ticket};
 use super::{Rejection, Scope};
 use crate::clock::Clock;
 use crate::config::{KeyLimits, OnError};
 use crate::model::Spend;
 use crate::store::limits::budget::{self, Daily, Over};
 use crate::store::limits::rate::{Standing, openai_duration, retry_after_secs};
-use crate::store::limits::{Ask, KeyLimiter, Refusal};
+use crate::store::limits::{Ask, KeyLimiter, OnSpent, Refusal, Settlement};
 use crate::telemetry::{BUDGET_REMAINING, GOVERNOR_UNCHECKED};
 
 pub struct KeyGov {
@@ -371,5 +371,25 @@ impl KeyGov {
             never,
             headers,
         })
+    }
+}
+
+impl Account for KeyGov {
+    fn settle(self: Arc<Self>, s: Settlement, show: bool) {
+        let done: OnSpent = if show {
+            let key = self.clone();
+            Box::new(move |spent| key.show_remaining(spent))
+        } else {
+            Box::new(|_| ())
+        };
+        self.limiter.settle(s, done);
+    }
+
+    fn today(&self) -> i64 {
+        budget::utc_day(self.clock.now())
+    }
+
+    fn counts_tpm(&self) -> bool {
+        self.tpm().is_some()
     }
 }

@@ -7,19 +7,31 @@
 //! goes, and the `tpm` limit charges what the estimate missed as debt
 //! (or refunds what it overestimated). Settlements go to the key's
 //! limiter, which never blocks (on the shared state they run on a task).
+//! A ticket knows its key only as an [`Account`] (a key's governor is
+//! one), so the two do not import each other.
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::key::KeyGov;
 use crate::model::Spend;
 use crate::sink::{AttemptRecord, AttemptSink};
 use crate::store::limits::Settlement;
-use crate::store::limits::budget::utc_day;
+
+/// What a ticket settles against: a key's limits.
+pub trait Account: Send + Sync {
+    /// Counts `s` with the key's limiter (never blocking); `show`: then
+    /// update the key's remaining-budget gauge with what it has spent.
+    fn settle(self: Arc<Self>, s: Settlement, show: bool);
+    /// The UTC day (days since the epoch) on the key's clock.
+    fn today(&self) -> i64;
+    /// Whether the key has a `tpm` limit (which the request's end
+    /// corrects by what was really spent).
+    fn counts_tpm(&self) -> bool;
+}
 
 pub struct Ticket {
-    key: Arc<KeyGov>,
+    key: Arc<dyn Account>,
     /// The reservation's id, where the limiter names one.
     hold: Option<u64>,
     /// Tokens `tpm` took for the request, for its correction.
@@ -35,7 +47,7 @@ struct State {
 }
 
 impl Ticket {
-    pub(super) fn new(key: Arc<KeyGov>, hold: Option<u64>, held: Spend, taken: u64) -> Self {
+    pub(super) fn new(key: Arc<dyn Account>, hold: Option<u64>, held: Spend, taken: u64) -> Self {
         Ticket {
             key,
             hold,
@@ -71,20 +83,17 @@ impl AttemptSink for Ticket {
             hold: self.hold,
             release,
             spent,
-            day: utc_day(self.key.clock.now()),
+            day: self.key.today(),
             ..Settlement::default()
         };
-        let key = self.key.clone();
-        self.key
-            .limiter
-            .settle(settlement, Box::new(move |s| key.show_remaining(s)));
+        self.key.clone().settle(settlement, true);
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let s = self.state.get_mut();
-        let tpm = if self.key.tpm().is_some() {
+        let tpm = if self.key.counts_tpm() {
             let (spent, taken) = (
                 s.spent.min(i64::MAX as u64),
                 self.taken.min(i64::MAX as u64),
@@ -97,10 +106,10 @@ impl Drop for Ticket {
             hold: self.hold,
             release: s.held,
             last: true,
-            day: utc_day(self.key.clock.now()),
+            day: self.key.today(),
             tpm,
             ..Settlement::default()
         };
-        self.key.limiter.settle(settlement, Box::new(|_| ()));
+        self.key.clone().settle(settlement, false);
     }
 }

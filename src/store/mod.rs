@@ -12,24 +12,26 @@
 //! in memory. Every call blocks: async code runs it on `spawn_blocking`
 //! (the [`responses`] service does that itself and is async).
 //!
-//! Beside it: [`redis`], the connection to a shared Redis (`[state]`);
-//! [`limits`], keys' rate limits and budgets behind one trait, in this
-//! process or on that Redis; and arenas, oracle spend and stored answers
-//! behind traits ([`records::Arenas`], [`records::OracleSpend`],
-//! [`responses::ResponseRows`]) with this store's implementation and a
-//! shared Redis one side by side ([`arena_redis`], [`oracle_redis`],
-//! [`responses::redis`]). `[state]` picks Redis for all of them.
+//! Beside it, the rest of the state and the one place that picks where
+//! it lives: [`Backend`] (built once by `prepare`) hands out, in this
+//! process or (`[state]`) on a shared Redis ([`redis`], the connection,
+//! named nowhere above the store): keys' limits and an upstream's `rpm`
+//! ([`limits`]), arenas and oracle spend ([`records`]), stored answers
+//! ([`responses`]) and a local lane's lease ([`lanes`]), each a trait
+//! with this store's (or this process's) implementation and a Redis one
+//! side by side.
 
 pub mod arena;
-pub mod arena_redis;
+mod backend;
+pub mod lanes;
 pub mod limits;
 pub mod oracle;
-pub mod oracle_redis;
 pub mod records;
 pub mod redis;
 pub mod responses;
 mod spend;
 
+pub use backend::{Backend, Health};
 pub use spend::SpendRow;
 
 use std::path::{Path, PathBuf};

@@ -33,11 +33,11 @@ use crate::attempt::Attempt;
 use crate::config::Lane;
 use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
-use crate::governor::{Scope, record_rejection};
 use crate::model::{Availability, Call, CallSize, ChatModel, Meta, Reply, ReplyBody, Spend};
 use crate::retry::RetryReason;
 use crate::sink::ModelInfo;
 use crate::store::limits::rate::retry_after_secs;
+use crate::store::limits::rejection::{Scope, record_rejection};
 use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, responses, text_len};
 
 pub struct ConcreteModel {

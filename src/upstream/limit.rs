@@ -3,18 +3,19 @@
 //! long its `Retry-After` asks to wait ([`retry_after`]: a 429 or 503 is
 //! retried after it, see [`super::retry`]).
 //!
-//! With `[state]` the turns are booked in the shared Redis
-//! ([`SharedPace`]), so all replicas together send the upstream its `rpm`
-//! (a provider's limit is its account's, not one replica's); when Redis
-//! does not answer, each replica paces its own calls as without it.
+//! With `[state]` the turns are booked in the shared state (the
+//! [`Turns`] the state backend hands out), so all replicas together send
+//! the upstream its `rpm` (a provider's limit is its account's, not one
+//! replica's); when the shared state does not answer, each replica paces
+//! its own calls as without it.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::{Instant, sleep};
 
+use crate::store::limits::Turns;
 use crate::store::limits::rate::{Denied, PerMinute};
-use crate::store::redis::Redis;
 
 /// The longest `Retry-After` taken as it is (any deadline ends sooner).
 const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
@@ -22,36 +23,8 @@ const MAX_RETRY: Duration = Duration::from_secs(24 * 3600);
 /// Calls per minute conclave sends an upstream.
 pub struct Pace {
     local: PerMinute,
-    /// The turns booked in the shared Redis, once shared.
-    shared: OnceLock<SharedPace>,
-}
-
-/// Books an upstream's turns on the Redis server's clock: the GCRA of
-/// [`PerMinute`], where a call whose turn comes within its deadline books
-/// it at once (and then waits for it), so waiting calls of every replica
-/// queue in one order. KEYS: the limit's arrival time. ARGV: the limit,
-/// the longest wait (µs). Returns `{1, wait ms}` (booked) or `{0, wait
-/// ms}` (the turn comes too late; nothing booked).
-const BOOK: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local MIN = 60000000
-local cell = math.floor(MIN / tonumber(ARGV[1]))
-local v = redis.call('GET', KEYS[1])
-local tat = now
-if v then tat = math.max(tonumber(v), now) end
-local next = tat + cell
-local wait = math.max(next - (now + MIN), 0)
-if wait > tonumber(ARGV[2]) then return {0, math.ceil(wait / 1000)} end
-redis.call('SET', KEYS[1], string.format('%.0f', next), 'PX', math.max(1, math.ceil((next - now) / 1000)))
-return {1, math.ceil(wait / 1000)}
-"#;
-
-/// An upstream's `rpm` kept in the shared Redis.
-pub struct SharedPace {
-    redis: Arc<Redis>,
-    key: String,
-    script: redis::Script,
+    /// The turns booked in the shared state, once shared.
+    shared: OnceLock<Arc<dyn Turns>>,
 }
 
 /// The call's turn would come after its deadline.
@@ -70,13 +43,9 @@ impl Pace {
         })
     }
 
-    /// Keeps the turns of upstream `name` in `redis` from now on.
-    pub fn share(&self, redis: &Arc<Redis>, name: &str) {
-        let _ = self.shared.set(SharedPace {
-            redis: redis.clone(),
-            key: redis.key(&format!("upstream:{name}"), "rpm"),
-            script: redis::Script::new(BOOK),
-        });
+    /// Books the turns in `turns` (the shared state's) from now on.
+    pub fn share(&self, turns: Arc<dyn Turns>) {
+        let _ = self.shared.set(turns);
     }
 
     /// Waits for this call's turn; how long it waited. Fails at once when
@@ -85,22 +54,19 @@ impl Pace {
         let start = Instant::now();
         if let Some(s) = self.shared.get() {
             let most = by.saturating_duration_since(start);
-            let most_us = u64::try_from(most.as_micros()).unwrap_or(u64::MAX);
-            let mut call = s.script.key(&s.key);
-            call.arg(self.local.limit()).arg(most_us);
-            match s.redis.script::<(u8, u64)>("upstream_pace", &call).await {
-                Ok((1, ms)) => {
-                    sleep(Duration::from_millis(ms).min(most)).await;
+            match s.book(self.local.limit(), most).await {
+                Ok(Ok(wait)) => {
+                    sleep(wait.min(most)).await;
                     return Ok(start.elapsed());
                 }
-                Ok((_, ms)) => {
+                Ok(Err(wait)) => {
                     return Err(NoTurn {
                         limit: self.local.limit(),
-                        wait: Duration::from_millis(ms),
+                        wait,
                     });
                 }
-                // Redis does not answer (counted and logged by `Redis`):
-                // this replica paces its own calls.
+                // The shared state does not answer (counted and logged
+                // there): this replica paces its own calls.
                 Err(_) => {}
             }
         }

@@ -304,14 +304,17 @@ impl Upstream {
     }
 
     /// Shares its local lane (if it has one) and its `rpm` (if it has
-    /// one) with the other replicas on `redis` (`[state]`).
-    pub fn share(&self, redis: &Arc<crate::store::redis::Redis>) {
-        if let Some(p) = &self.pace {
-            p.share(redis, &self.name);
+    /// one) with the other replicas, when `backend` is shared (`[state]`).
+    pub fn share(&self, backend: &crate::store::Backend) {
+        if let Some(p) = &self.pace
+            && let Some(turns) = backend.upstream_turns(&self.name)
+        {
+            p.share(turns);
         }
-        if self.gate.is_local() {
-            let lease = lane::lease::RedisLease::new(redis.clone(), &self.name);
-            self.gate.share(Arc::new(lease));
+        if self.gate.is_local()
+            && let Some(lease) = backend.lane_lease(&self.name)
+        {
+            self.gate.share(lease);
         }
     }
 

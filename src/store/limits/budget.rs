@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-use crate::model::Spend;
+use super::Spend;
 use crate::store::SpendRow;
 
 const DAY: u64 = 86_400;

@@ -20,9 +20,8 @@ use redis::Value;
 use super::budget::{self, Over};
 use super::rate::Standing;
 use super::scripts::Scripts;
-use super::{Ask, Granted, KeyLimiter, OnSpent, Refusal, Settlement};
+use super::{Ask, Granted, KeyLimit, KeyLimiter, Keys, OnSpent, Refusal, Settlement, Spend};
 use crate::config::KeyLimits;
-use crate::model::Spend;
 use crate::store::StoreError;
 use crate::store::redis::Redis;
 
@@ -207,6 +206,34 @@ impl Shared {
                 return;
             }
         }
+    }
+}
+
+/// Every key's limits on the shared state, as the state backend hands
+/// them out: a key's policy when the state does not answer is its
+/// `on_state_error`, else `[state] on_error`.
+pub struct SharedKeys(pub Arc<Shared>);
+
+#[async_trait]
+impl Keys for SharedKeys {
+    fn key(&self, name: &str, limits: &KeyLimits, _today: i64) -> KeyLimit {
+        KeyLimit {
+            limiter: Arc::new(self.0.key(name, limits)),
+            policy: Some(limits.on_state_error.unwrap_or(self.0.redis.on_error)),
+            spent: None,
+        }
+    }
+
+    /// Spend is written as it is settled: nothing waits here.
+    fn flush_blocking(&self) {}
+
+    async fn finish(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, async {
+            // Settlements spawned a moment ago are in flight now.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.0.pay_owed().await;
+        })
+        .await;
     }
 }
 

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::{Instant, timeout_at};
 
-use super::shared::SharedLane;
 use super::{Admitted, LaneTimeout, Permit};
 use crate::sink::Metrics;
+use crate::store::lanes::Lease;
 use crate::telemetry::{LANE_QUEUE_DEPTH, LANE_SWAPS, LANE_WAIT};
 use crate::upstream::llama_swap::WarmProbe;
 
@@ -31,6 +31,22 @@ pub struct LocalLane {
     pub(super) state: Mutex<State>,
     /// The lease shared with other replicas, with `[state]`.
     pub(super) shared: OnceLock<SharedLane>,
+}
+
+/// The lease a local lane is shared through (`[state]`), and the bell
+/// that wakes its keeper (see [`super::shared`]).
+pub struct SharedLane {
+    pub(super) lease: Arc<dyn Lease>,
+    pub(super) wake: Notify,
+}
+
+impl SharedLane {
+    pub fn new(lease: Arc<dyn Lease>) -> SharedLane {
+        SharedLane {
+            lease,
+            wake: Notify::new(),
+        }
+    }
 }
 
 impl LocalLane {

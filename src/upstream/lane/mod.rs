@@ -14,21 +14,19 @@
 //! joining, so the lane drains and serves it next: nobody starves.
 //!
 //! With `[state]`, a local lane is shared by every replica on the same
-//! Redis ([`shared`], through the [`lease::Lease`] of the upstream): a
-//! replica starts serving a model only while it holds the lease for it,
-//! calls for a model another replica serves join it, and a call starving
-//! on one replica drains the others. Without Redis (or while it is down)
-//! each replica's lane works alone, as above.
+//! shared state ([`shared`], through the [`Lease`] of the upstream that
+//! the state backend hands out, see [`crate::store::lanes`]): a replica
+//! starts serving a model only while it holds the lease for it, calls
+//! for a model another replica serves join it, and a call starving on
+//! one replica drains the others. Without shared state (or while it is
+//! down) each replica's lane works alone, as above.
 //!
 //! A *cloud lane* runs calls in parallel, up to an optional
 //! `max_concurrency`. Either way a call holds its [`Permit`] until its
 //! answer has been read; a call that is dropped while queued leaves the
 //! queue at once, and the request deadline covers the wait.
 
-pub mod lease;
 mod local;
-#[cfg(test)]
-mod memory;
 mod shared;
 #[cfg(test)]
 mod shared_tests;
@@ -45,7 +43,9 @@ use tokio::time::{Instant, timeout_at};
 use super::llama_swap::WarmProbe;
 use crate::config::LaneLimits;
 use crate::sink::Metrics;
+use crate::store::lanes::Lease;
 use crate::telemetry::LANE_WAIT;
+use local::SharedLane;
 pub use local::{LocalLane, LocalPermit};
 
 /// How calls to one upstream are let through.
@@ -102,9 +102,9 @@ impl Gate {
 
     /// Shares a local lane with the other replicas through `lease`
     /// (once; a cloud lane is per replica).
-    pub fn share(&self, lease: Arc<dyn lease::Lease>) {
+    pub fn share(&self, lease: Arc<dyn Lease>) {
         if let Gate::Local(lane) = self {
-            let _ = lane.shared.set(shared::SharedLane::new(lease));
+            let _ = lane.shared.set(SharedLane::new(lease));
         }
     }
 

@@ -1,4 +1,6 @@
-//! A local lane shared by several replicas through a [`Lease`]: the lane
+//! A local lane shared by several replicas through a
+//! [`Lease`](crate::store::lanes::Lease) (held in the lane's
+//! [`SharedLane`](super::local::SharedLane)): the lane
 //! starts serving a model only once it holds the lease for it, and lets
 //! the hold go when its last call for the model ends. A keeper task runs
 //! while the lane holds the lease or has calls waiting: every
@@ -6,16 +8,14 @@
 //! starves, so this one drains), and every [`POLL`] while calls wait it
 //! asks for the model its queue wants next (warm first, as the lane
 //! chooses; a model another replica serves joins).
-//! When the lease cannot be asked (Redis down or slow), the lane serves
+//! When the lease cannot be asked (the shared state down or slow), the lane serves
 //! as a lane of its own would: coordination never blocks inference.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::lease::Lease;
 use super::local::{Grants, LocalLane, State, send};
 
 /// How often a keeper with waiting calls asks for the lease again.
@@ -23,20 +23,6 @@ pub const POLL: Duration = Duration::from_millis(25);
 /// How often a keeper renews its holds (well within the shortest
 /// `lease_ttl`, 1 s, and the 1 s a starving mark lasts).
 pub const RENEW: Duration = Duration::from_millis(250);
-
-pub struct SharedLane {
-    lease: Arc<dyn Lease>,
-    wake: Notify,
-}
-
-impl SharedLane {
-    pub fn new(lease: Arc<dyn Lease>) -> SharedLane {
-        SharedLane {
-            lease,
-            wake: Notify::new(),
-        }
-    }
-}
 
 impl LocalLane {
     pub(super) fn is_shared(&self) -> bool {
@@ -119,7 +105,7 @@ impl LocalLane {
                         Ok(Some((model, token))) => self.start(&mut st, model, Some(token)),
                         Ok(None) => Vec::new(),
                         // The lease cannot be asked: serve as a lane of
-                        // its own would (the Redis wrapper counts it).
+                        // its own would (the shared state counts it).
                         Err(_) => match candidates.into_iter().next() {
                             Some(model) => self.start(&mut st, model, None),
                             None => Vec::new(),

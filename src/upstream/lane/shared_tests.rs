@@ -8,9 +8,9 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::Gate;
-use super::memory::MemoryLeases;
 use crate::config::LaneLimits;
 use crate::sink::Metrics;
+use crate::store::lanes::memory::MemoryLeases;
 
 /// (replica, model, ms when admitted).
 type Log = Arc<Mutex<Vec<(usize, String, u128)>>>;

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::lease::{Lease, Renewed, STARVING_TTL};
+use super::{Lease, Renewed, STARVING_TTL};
 use crate::store::StoreError;
 
 #[derive(Default)]
