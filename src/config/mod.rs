@@ -41,7 +41,9 @@ pub use keys::digest;
 pub use price::DEFAULT_MAX_TOKENS;
 pub use raw::{Lane, Price};
 pub use resilience::{Eject, HealthCheck, Resilience, Retries, RetryBudget};
-pub use state::{OnError, RedisConfig};
+pub use state::{OnError, StateConfig};
+#[cfg(test)]
+pub(crate) use state::check_url as check_state_url;
 pub use strategies::{RouteSpec, Strategies};
 
 use crate::mock::{Behavior, Quirks, SwapSim};
@@ -61,7 +63,7 @@ pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 pub struct Config {
     pub server: Server,
     /// `[state]`: the shared Redis state, or `None` for the embedded store.
-    pub state: Option<RedisConfig>,
+    pub state: Option<StateConfig>,
     pub telemetry: TelemetryConfig,
     pub keys: Vec<Key>,
     pub upstreams: IndexMap<String, Upstream>,

@@ -37,9 +37,9 @@ impl OnError {
     }
 }
 
-/// A shared Redis (or Valkey) state.
+/// A shared state: a Redis (or Valkey) server.
 #[derive(Debug, Clone)]
-pub struct RedisConfig {
+pub struct StateConfig {
     /// The whole URL, password included.
     pub url: Secret,
     /// The URL as it may be shown: no password.
@@ -47,7 +47,7 @@ pub struct RedisConfig {
     /// The default policy of every key's governor (a key's
     /// `on_state_error` overrides it).
     pub on_error: OnError,
-    /// Longest wait for one Redis call.
+    /// Longest wait for one call to it.
     pub timeout: Duration,
     /// Prefix of every key conclave writes.
     pub prefix: String,
@@ -75,7 +75,7 @@ pub(super) fn state(
     v: Option<toml::Value>,
     env: &dyn Fn(&str) -> Option<String>,
     errs: &mut Errors,
-) -> Option<RedisConfig> {
+) -> Option<StateConfig> {
     let raw: Raw = errs.parse("state", v?)?;
     let url = match (raw.url, &raw.url_env) {
         (Some(u), None) => Secret(u),
@@ -118,7 +118,7 @@ pub(super) fn state(
             "must be non-empty, without spaces or braces (braces are Redis Cluster hash tags)",
         );
     }
-    Some(RedisConfig {
+    Some(StateConfig {
         url,
         shown,
         on_error: raw.on_error,
@@ -130,7 +130,7 @@ pub(super) fn state(
 
 /// Why `url` is not a Redis URL conclave can use: the rules the client
 /// reads a URL by (checked here, so `conclave check` reports them).
-fn check_url(url: &str) -> Result<(), &'static str> {
+pub(crate) fn check_url(url: &str) -> Result<(), &'static str> {
     let parsed = reqwest::Url::parse(url).map_err(|_| "is not a URL")?;
     let tcp = match parsed.scheme() {
         "redis" | "rediss" | "valkey" | "valkeys" if parsed.has_host() => true,
@@ -208,7 +208,7 @@ pub fn shown(url: &str) -> String {
 mod tests {
     use super::*;
 
-    fn read(toml: &str, env: &[(&str, &str)]) -> (Option<RedisConfig>, Vec<String>) {
+    fn read(toml: &str, env: &[(&str, &str)]) -> (Option<StateConfig>, Vec<String>) {
         let mut errs = Errors::default();
         let v: toml::Value = toml::from_str(toml).unwrap();
         let env = |k: &str| {

@@ -24,7 +24,7 @@ use super::responses::redis::RedisRows;
 use super::responses::sqlite::SqliteRows;
 use super::{Store, StoreError};
 use crate::clock::Clock;
-use crate::config::{OnError, RedisConfig};
+use crate::config::{OnError, StateConfig};
 use crate::sink::Metrics;
 
 /// Where the state lives: this process, or a shared server.
@@ -54,7 +54,7 @@ impl Backend {
     /// on first use, so a gateway starts while that is down.
     pub fn open(
         path: Option<&Path>,
-        shared: Option<&RedisConfig>,
+        shared: Option<&StateConfig>,
         clock: Clock,
         metrics: Metrics,
     ) -> Result<Backend, StoreError> {
@@ -74,7 +74,7 @@ impl Backend {
     }
 
     /// Whether the shared state answers `cfg` (`conclave check --probe`).
-    pub async fn ping_shared(cfg: &RedisConfig) -> Result<(), StoreError> {
+    pub async fn ping_shared(cfg: &StateConfig) -> Result<(), StoreError> {
         Redis::open(cfg, Metrics::noop())?.ping().await
     }
 

@@ -19,7 +19,7 @@ use redis::aio::ConnectionManager;
 use redis::{Client, FromRedisValue};
 
 use super::StoreError;
-use crate::config::{OnError, RedisConfig};
+use crate::config::{OnError, StateConfig};
 use crate::sink::Metrics;
 use crate::telemetry::STATE_ERRORS;
 
@@ -50,7 +50,7 @@ const DOWN: u8 = 2;
 impl Redis {
     /// A client for `cfg`; it connects on first use (Redis may be down
     /// at start).
-    pub fn open(cfg: &RedisConfig, metrics: Metrics) -> Result<Redis, StoreError> {
+    pub fn open(cfg: &StateConfig, metrics: Metrics) -> Result<Redis, StoreError> {
         let err = |e: redis::RedisError| StoreError::Redis {
             op: "connect",
             message: format!("{} ({})", e, cfg.shown),
@@ -196,4 +196,40 @@ impl Redis {
 fn no_script(e: &StoreError) -> bool {
     let e = e.to_string();
     e.contains("NOSCRIPT") || e.contains("NoScript")
+}
+
+#[cfg(test)]
+mod tests {
+    /// `[state] url` is checked when the config is read, by the rules
+    /// the client reads it by: both agree on what is a URL it can use.
+    #[test]
+    fn the_config_accepts_the_urls_the_client_reads() {
+        for url in [
+            "redis://cache:6379/0",
+            "redis://:pass@cache:6380/3",
+            "redis://u%C3%A9:p%20w@cache",
+            "redis://%zz@cache",
+            "redis://:%FF@cache",
+            "redis://cache/not-a-db",
+            "redis://cache:6379//2",
+            "redis://0.0.0.0:6379",
+            "redis://[::]:6379",
+            "redis://[::1]:6379",
+            "redis://cache/?protocol=resp3",
+            "redis://cache/?protocol=9",
+            "rediss://cache#insecure",
+            "rediss://cache#other",
+            "redis://cache#other",
+            "valkeys://cache:6379/1",
+            "unix:///tmp/redis.sock",
+            "unix:///tmp/redis.sock?db=x",
+            "redis+unix:///tmp/r.sock?db=2",
+            "redis://",
+            "http://cache:6379",
+        ] {
+            let config = crate::config::check_state_url(url).is_ok();
+            let client = redis::Client::open(url).is_ok();
+            assert_eq!(config, client, "{url}");
+        }
+    }
 }
