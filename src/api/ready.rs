@@ -1,9 +1,10 @@
 //! `/readyz`: whether every upstream answers, what each llama-swap
 //! upstream has loaded, each upstream's health and each of its models'
 //! (serving, ejected or on trial; an ejected one does not make the
-//! replica not ready), and
-//! whether the shared state answers (asked of the state backend; down, it makes the replica
-//! not ready only when governors fail closed). The answer comes from a short cache (`server.readyz_cache`,
+//! replica not ready), and whether the shared state answers (asked of
+//! the state backend, [`Backend::health`](crate::store::Backend::health);
+//! down, it makes the replica not ready only when governors fail
+//! closed). The answer comes from a short cache (`server.readyz_cache`,
 //! [`Cached`]): one probe round at a time, each upstream's probe bounded
 //! by [`PROBE_TIMEOUT`], and callers that arrive during a round wait for
 //! it and share its answer, so a burst of `/readyz` calls costs each

@@ -41,9 +41,9 @@ pub use keys::digest;
 pub use price::DEFAULT_MAX_TOKENS;
 pub use raw::{Lane, Price};
 pub use resilience::{Eject, HealthCheck, Resilience, Retries, RetryBudget};
-pub use state::{OnError, StateConfig};
 #[cfg(test)]
 pub(crate) use state::check_url as check_state_url;
+pub use state::{OnError, StateConfig};
 pub use strategies::{RouteSpec, Strategies};
 
 use crate::mock::{Behavior, Quirks, SwapSim};

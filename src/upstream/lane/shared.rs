@@ -1,15 +1,17 @@
 //! A local lane shared by several replicas through a
 //! [`Lease`](crate::store::lanes::Lease) (held in the lane's
-//! [`SharedLane`](super::local::SharedLane)): the lane
-//! starts serving a model only once it holds the lease for it, and lets
-//! the hold go when its last call for the model ends. A keeper task runs
+//! [`SharedLane`](super::local::SharedLane)): the lane starts serving a
+//! model only once it holds the lease for it, and lets the hold go when
+//! its last call for the model ends. A keeper task runs
 //! while the lane holds the lease or has calls waiting: every
 //! [`RENEW`] it renews the holds (learning whether another replica
 //! starves, so this one drains), and every [`POLL`] while calls wait it
 //! asks for the model its queue wants next (warm first, as the lane
 //! chooses; a model another replica serves joins).
-//! When the lease cannot be asked (the shared state down or slow), the lane serves
-//! as a lane of its own would: coordination never blocks inference.
+//! When the lease cannot be asked (the shared state down or slow), the
+//! lane serves as a lane of its own would: coordination never blocks
+//! inference. These methods extend [`LocalLane`], whose own file does
+//! not import this one.
 
 use std::sync::Arc;
 use std::time::Duration;
