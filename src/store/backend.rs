@@ -78,11 +78,6 @@ impl Backend {
         Redis::open(cfg, Metrics::noop())?.ping().await
     }
 
-    /// The embedded store.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
-    }
-
     /// Every key's limits: on the shared state, where a request's
     /// reservation lasts `hold_ttl` unless settled (and spend owed while
     /// it was down is written by a task, started here); else in this
