@@ -1,6 +1,6 @@
 //! Governors: what a key may spend and how fast. Per key, `rpm` and `tpm`
 //! (GCRA, [`rate`](crate::store::limits::rate)) and a daily token and
-//! cost budget ([`budget`](crate::store::limits::budget)),
+//! cost budget ([`budget`]),
 //! checked together when a request is admitted ([`key`]) and settled
 //! attempt by attempt ([`ticket`]), through a key's
 //! [`KeyLimiter`](crate::store::limits::KeyLimiter), which the state
