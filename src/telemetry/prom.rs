@@ -9,6 +9,7 @@ use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogra
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::sink::Metrics;
+use crate::strategy::vote;
 
 pub const REQUESTS_TOTAL: &str = "conclave_requests_total";
 pub const REQUEST_DURATION: &str = "conclave_request_duration_seconds";
@@ -80,7 +81,7 @@ pub fn recorder() -> Result<(Metrics, PrometheusHandle), BuildError> {
 }
 
 fn builder() -> Result<PrometheusBuilder, BuildError> {
-    let buckets: [(&str, &[f64]); 8] = [
+    let buckets: [(&str, &[f64]); 9] = [
         (REQUEST_DURATION, DURATION_BUCKETS),
         (ATTEMPT_DURATION, DURATION_BUCKETS),
         (REQUEST_TTFT, TTFT_BUCKETS),
@@ -89,6 +90,7 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         (LANE_WAIT, WAIT_BUCKETS),
         (GENERATION_TPS, TPS_BUCKETS),
         (RACE_SCORE, SCORE_BUCKETS),
+        (vote::AGREEMENT, vote::AGREEMENT_BUCKETS),
     ];
     let mut b = PrometheusBuilder::new();
     for (name, values) in buckets {
@@ -148,6 +150,7 @@ fn describe() {
         "Event-log lines dropped because the log's buffer was full"
     );
     describe_histogram!(RACE_SCORE, "Rubric totals of race candidates, by model");
+    describe_histogram!(vote::AGREEMENT, vote::AGREEMENT_HELP);
     describe_counter!(
         RACE_DOWNGRADES,
         "Races run as their first candidate alone, by reason"
