@@ -200,7 +200,9 @@ fn content(r: &Resp) -> String {
 }
 
 fn finished(ev: &[Value]) -> Vec<&Value> {
-    ev.iter().filter(|e| e["event"] == "vote_finished").collect()
+    ev.iter()
+        .filter(|e| e["event"] == "vote_finished")
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]
@@ -309,8 +311,11 @@ async fn one_model_is_sampled_at_the_route_temperature() {
 /// disagrees, and the other two agree only once the answer is extracted.
 #[tokio::test(start_paused = true)]
 async fn each_extractor_reads_the_final_answer() {
-    let routes = vote("num", &["num-fast", "num-a", "num-b"], "extract = \"number\"")
-        + &vote("num-text", &["num-fast", "num-a", "num-b"], "")
+    let routes = vote(
+        "num",
+        &["num-fast", "num-a", "num-b"],
+        "extract = \"number\"",
+    ) + &vote("num-text", &["num-fast", "num-a", "num-b"], "")
         + &vote(
             "json",
             &["json-fast", "json-a", "json-b"],
@@ -354,13 +359,7 @@ async fn each_extractor_reads_the_final_answer() {
     assert_eq!(
         winners,
         [
-            "7",
-            "maybe 9",
-            "paris",
-            "paris",
-            "paris",
-            "paris",
-            "no idea"
+            "7", "maybe 9", "paris", "paris", "paris", "paris", "no idea"
         ]
     );
     let fallback = ev.last().unwrap();
@@ -462,7 +461,11 @@ async fn a_streamed_vote_keeps_alive_then_replays_the_winner() {
     let text: String = events
         .iter()
         .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
         .collect();
     // "2" twice beats "1": two's answer, the first to say it.
     assert_eq!(text, "Answer: 2");
@@ -514,7 +517,11 @@ async fn every_sample_failing_is_a_502_that_lists_them() {
 /// A failed sample has no answer; the others still vote.
 #[tokio::test(start_paused = true)]
 async fn a_failed_sample_counts_as_no_answer() {
-    let gw = world(&vote("some", &["down", "seven", "eight"], "extract = \"number\""));
+    let gw = world(&vote(
+        "some",
+        &["down", "seven", "eight"],
+        "extract = \"number\"",
+    ));
     let r = gw.chat(&chat("some", "q")).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-conclave-served-by"), Some("seven"));
@@ -527,11 +534,15 @@ async fn a_failed_sample_counts_as_no_answer() {
 #[tokio::test(start_paused = true)]
 async fn a_pin_calls_one_member_alone() {
     let gw = world(&vote("maj", &["eight", "seven", "seven-too"], ""));
-    let r = gw.chat_with(&chat("maj", "q"), &[("x-conclave-pin", "eight")]).await;
+    let r = gw
+        .chat_with(&chat("maj", "q"), &[("x-conclave-pin", "eight")])
+        .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(content(&r), "I get 8.");
     assert_eq!(gw.arrivals("sim"), ["eight"]);
-    let r = gw.chat_with(&chat("maj", "q"), &[("x-conclave-pin", "nine")]).await;
+    let r = gw
+        .chat_with(&chat("maj", "q"), &[("x-conclave-pin", "nine")])
+        .await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(
         r.text.contains("members: eight, seven, seven-too"),

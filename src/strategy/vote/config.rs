@@ -127,8 +127,7 @@ pub(crate) fn parse(
             ),
         );
     }
-    if c
-        .temperature
+    if c.temperature
         .is_some_and(|t| !t.is_finite() || !(0.0..=2.0).contains(&t))
     {
         errs.push(

@@ -149,10 +149,7 @@ fn last_number(text: &str) -> Option<String> {
         // Thousands separators: groups of exactly three digits after a
         // first group of at most three (`1,2,3` is three numbers).
         if i - start <= 3 {
-            while b.get(i) == Some(&b',')
-                && (1..=3).all(|k| digit(i + k))
-                && !digit(i + 4)
-            {
+            while b.get(i) == Some(&b',') && (1..=3).all(|k| digit(i + k)) && !digit(i + 4) {
                 int.push_str(&text[i + 1..i + 4]);
                 i += 4;
             }

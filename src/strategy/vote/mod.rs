@@ -39,20 +39,13 @@ use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
 use crate::strategy::event;
 use crate::stream;
+use crate::telemetry::VOTE_AGREEMENT;
 use crate::wire::ChatRequest;
 use extract::{Extract, normalize};
 use tally::{Entry, Tally, TieBreak};
 
 /// A model a vote samples.
 pub type Member = crate::strategy::Member;
-
-/// The vote's metric: a histogram by route.
-pub const AGREEMENT: &str = "conclave_vote_agreement";
-pub const AGREEMENT_HELP: &str =
-    "Share of a vote's answered samples that gave the winning answer, by route";
-/// Shares from 0 to 1; `le="0.5"` holds the votes without a majority,
-/// `le="1"` above `le="0.999"` the unanimous ones.
-pub const AGREEMENT_BUCKETS: &[f64] = &[0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.999, 1.0];
 
 /// Most samples one vote may take.
 pub const MAX_SAMPLES: usize = 32;
@@ -132,7 +125,10 @@ impl Vote {
         if answer.is_empty() {
             let why = "an empty answer";
             reply.attempt.set_verdict(Verdict::Error, Some(why.into()));
-            return (i, Sampled::Lost(AttemptSummary::rejected(&m.name, "error", why)));
+            return (
+                i,
+                Sampled::Lost(AttemptSummary::rejected(&m.name, "error", why)),
+            );
         }
         let s = Sampled::Answered {
             reply,
@@ -214,7 +210,7 @@ impl Vote {
         let agreement = winner.map(|w| w.count as f64 / answered.max(1) as f64);
         if let Some(share) = agreement {
             call.ctx.metrics.scope(|| {
-                histogram!(AGREEMENT, "route" => self.name.clone()).record(share);
+                histogram!(VOTE_AGREEMENT, "route" => self.name.clone()).record(share);
             });
         }
         self.record(call, tally, &results, agreement, started);
@@ -274,9 +270,7 @@ impl Vote {
             .iter()
             .map(|e| (shown(&e.answer), json!(e.count)))
             .collect();
-        let models: Vec<&str> = (0..self.samples)
-            .map(|i| &*self.member(i).name)
-            .collect();
+        let models: Vec<&str> = (0..self.samples).map(|i| &*self.member(i).name).collect();
         let failed = results
             .iter()
             .filter(|r| matches!(r, Some(Sampled::Lost(_))))

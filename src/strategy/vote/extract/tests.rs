@@ -50,8 +50,10 @@ fn json_values_at_a_pointer_or_a_dotted_path() {
     let j = ex("json:/answer");
     assert_eq!(j.answer(r#"{"answer": 42}"#).as_deref(), Some("42"));
     assert_eq!(
-        j.answer("Thinking... {\"answer\": \"Paris\"} then ```json\n{\"answer\": \" PARIS. \"}\n```")
-            .as_deref(),
+        j.answer(
+            "Thinking... {\"answer\": \"Paris\"} then ```json\n{\"answer\": \" PARIS. \"}\n```"
+        )
+        .as_deref(),
         Some("paris")
     );
     // The last object that has the path wins, not the last object.
@@ -68,13 +70,16 @@ fn json_values_at_a_pointer_or_a_dotted_path() {
         Some(r#"{"a":[true,null],"b":2}"#)
     );
     let whole = ex("json:");
+    assert_eq!(whole.answer(r#"[1, 2]"#), whole.answer("Here: [1,2]"));
     assert_eq!(
-        whole.answer(r#"[1, 2]"#),
-        whole.answer("Here: [1,2]")
+        ex("json:/n").answer(r#"{"n": 1e20}"#).as_deref(),
+        Some("1e+20")
     );
-    assert_eq!(ex("json:/n").answer(r#"{"n": 1e20}"#).as_deref(), Some("1e+20"));
     assert_eq!(ex("json:/n").answer(r#"{"n": -3}"#).as_deref(), Some("-3"));
-    assert_eq!(ex("json:/ok").answer(r#"{"ok": false}"#).as_deref(), Some("false"));
+    assert_eq!(
+        ex("json:/ok").answer(r#"{"ok": false}"#).as_deref(),
+        Some("false")
+    );
 }
 
 #[test]
@@ -94,10 +99,7 @@ fn after_a_marker_the_rest_of_its_last_line() {
     assert_eq!(a.answer("answer:   "), None);
     assert_eq!(a.answer("ans"), None);
     // Multi-byte text before and after the marker.
-    assert_eq!(
-        ex("after:→").answer("é → ünï → ok").as_deref(),
-        Some("ok")
-    );
+    assert_eq!(ex("after:→").answer("é → ünï → ok").as_deref(), Some("ok"));
 }
 
 #[test]
@@ -130,6 +132,8 @@ fn bad_extractors_are_refused_with_what_is_accepted() {
     let long = format!("regex:{}", "a".repeat(MAX_PATTERN + 1));
     assert!(Extract::parse(&long).is_err());
     // A pattern that compiles too big is refused, not built.
-    let big = Extract::parse("regex:(\\w{100}){100}").err().unwrap_or_default();
+    let big = Extract::parse("regex:(\\w{100}){100}")
+        .err()
+        .unwrap_or_default();
     assert!(big.contains("does not compile"), "{big}");
 }
