@@ -658,4 +658,10 @@ async fn the_demo_vote_agrees_on_42() {
     assert_eq!(r.header("x-conclave-vote"), Some("3/5"));
     assert_eq!(r.header("x-conclave-served-by"), Some("sampler"));
     assert_eq!(content(&r), "Step by step: 6 times 7 is 42. Answer: 42");
+    // Calls 6 to 10: one 48 first, then four 42s at once. The third 42
+    // decides the vote; the fourth, already in, is counted, not cancelled.
+    let r = gw.chat(&chat("sc", "What is 6 times 7?")).await;
+    assert_eq!(r.header("x-conclave-vote"), Some("4/5"), "{}", r.text);
+    let ev = gw.events(&["vote_finished"]).await;
+    assert_eq!(ev[1]["cancelled"], 0, "{ev:?}");
 }

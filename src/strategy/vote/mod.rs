@@ -27,7 +27,7 @@ mod tally;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use futures::stream::FuturesUnordered;
 use metrics::histogram;
 use serde_json::{Map, Value, json};
@@ -154,7 +154,21 @@ impl Vote {
         let mut tally = Tally::new(self.tie_break);
         let mut results: Vec<Option<Sampled>> = (0..self.samples).map(|_| None).collect();
         let mut done = 0;
-        while let Some((i, s)) = pending.next().await {
+        let mut decided = false;
+        loop {
+            // Once decided, only the samples already in are still read: they
+            // cost nothing more, and cannot change the winner.
+            let next = if decided {
+                match pending.next().now_or_never() {
+                    Some(next) => next,
+                    None => break,
+                }
+            } else {
+                pending.next().await
+            };
+            let Some((i, s)) = next else {
+                break;
+            };
             done += 1;
             if let Sampled::Answered { answer, .. } = &s {
                 tally.add(answer, i, i % self.members.len());
@@ -162,10 +176,7 @@ impl Vote {
             if let Some(slot) = results.get_mut(i) {
                 *slot = Some(s);
             }
-            let remaining = self.samples - done;
-            if self.early_stop && remaining > 0 && tally.decided(remaining) {
-                break;
-            }
+            decided = decided || (self.early_stop && tally.decided(self.samples - done));
         }
         // Dropping the samples still running aborts their upstream calls;
         // their attempts end `cancelled`.
