@@ -101,7 +101,11 @@ impl Vote {
                     Arc::new(r)
                 })
                 .collect(),
-            None => vec![Arc::new(base); self.samples],
+            None => {
+                // One request, shared by every sample.
+                let one = Arc::new(base);
+                (0..self.samples).map(|_| one.clone()).collect()
+            }
         }
     }
 
