@@ -27,8 +27,8 @@ mod tally;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::{FutureExt, StreamExt};
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use metrics::histogram;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
