@@ -479,7 +479,7 @@ async fn a_streamed_vote_keeps_alive_then_replays_the_winner() {
 
 /// Other dialects get the vote as they get any strategy.
 #[tokio::test(start_paused = true)]
-async fn the_messages_dialect_gets_the_winner() {
+async fn the_messages_and_responses_dialects_get_the_winner() {
     let gw = world(&vote(
         "maj",
         &["eight", "seven", "seven-too"],
@@ -493,6 +493,27 @@ async fn the_messages_dialect_gets_the_winner() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json()["content"][0]["text"], "3 + 4 = 7. Answer: 7");
     assert_eq!(r.json()["usage"]["input_tokens"], 30, "{}", r.text);
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let r = gw.post_with("/v1/messages", &streamed, &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("event: message_stop"), "{}", r.text);
+    assert!(r.text.contains("Answer: 7"), "{}", r.text);
+
+    let body = json!({"model": "maj", "input": "3 + 4?", "store": false});
+    let r = gw.post_with("/v1/responses", &body, &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.json()["output_text"],
+        "3 + 4 = 7. Answer: 7",
+        "{}",
+        r.text
+    );
+    let body = json!({"model": "maj", "input": "3 + 4?", "store": false, "stream": true});
+    let r = gw.post_with("/v1/responses", &body, &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("event: response.completed"), "{}", r.text);
+    assert!(r.text.contains("Answer: 7"), "{}", r.text);
 }
 
 #[tokio::test(start_paused = true)]
