@@ -410,6 +410,11 @@ async fn early_stop_cancels_the_samples_that_cannot_change_the_winner() {
     assert_eq!(t.elapsed(), Duration::from_millis(30));
     assert_eq!(r.header("x-conclave-vote"), Some("3/3"));
     let stopped = r.json()["usage"]["completion_tokens"].as_u64().unwrap();
+    // Every sample went out as a stream, so dropping one stopped its
+    // server's generation.
+    let asked = gw.asked("sim", "steady");
+    assert_eq!(asked.len(), 5);
+    assert!(asked.iter().all(|b| b["stream"] == true), "{asked:?}");
 
     let t = Instant::now();
     let r = gw.chat(&chat("all", "q")).await;
