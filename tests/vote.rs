@@ -693,3 +693,21 @@ async fn the_demo_vote_agrees_on_42() {
     let ev = gw.events(&["vote_finished"]).await;
     assert_eq!(ev[1]["cancelled"], 0, "{ev:?}");
 }
+
+/// The vote's metric is recorded on its gateway's own recorder, never the
+/// global one (where it would be lost).
+#[tokio::test(start_paused = true)]
+async fn the_agreement_is_recorded_on_the_instance() {
+    conclave::sink::Strays::install();
+    let gw = world(&vote("maj", &["eight", "seven", "seven-too"], ""));
+    for body in [chat("maj", "q"), chat_stream("maj", "q")] {
+        assert_eq!(gw.chat(&body).await.status, 200);
+    }
+    assert!(
+        gw.metrics()
+            .contains("conclave_vote_agreement_count{route=\"maj\"} 2"),
+        "{}",
+        gw.metrics()
+    );
+    assert_eq!(conclave::sink::strays(), 0);
+}
