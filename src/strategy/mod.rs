@@ -21,6 +21,7 @@ pub mod judge;
 pub mod oracle;
 pub mod passthrough;
 pub mod race;
+pub mod vote;
 
 use std::sync::Arc;
 
@@ -40,6 +41,7 @@ pub const ALL: Strategies = Strategies {
         ("arena", arena::config::parse),
         ("oracle", oracle::config::parse),
         ("balance", balance::config::parse),
+        ("vote", vote::config::parse),
     ],
     later: &[],
 };
@@ -52,6 +54,7 @@ pub const BUILDERS: Builders = &[
     ("arena", arena::config::build),
     ("oracle", oracle::config::build),
     ("balance", balance::config::build),
+    ("vote", vote::config::build),
 ];
 
 /// A model a strategy route calls (a panellist, a candidate, a

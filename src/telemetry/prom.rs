@@ -30,6 +30,7 @@ pub const EVENTS_DROPPED: &str = "conclave_events_dropped_total";
 pub const RACE_SCORE: &str = "conclave_race_score";
 pub const RACE_DOWNGRADES: &str = "conclave_race_downgrades_total";
 pub const RACE_TOKENS_SAVED: &str = "conclave_race_tokens_saved_total";
+pub const VOTE_AGREEMENT: &str = "conclave_vote_agreement";
 pub const GOVERNOR_REJECTIONS: &str = "conclave_governor_rejections_total";
 pub const BUDGET_REMAINING: &str = "conclave_budget_remaining_tokens";
 pub const ARENA_VOTES: &str = "conclave_arena_votes_total";
@@ -65,6 +66,9 @@ const TPS_BUCKETS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0,
 ];
 const SCORE_BUCKETS: &[f64] = &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.999];
+/// Shares of agreeing samples: `le="0.5"` holds the votes without a
+/// majority, `le="1"` less `le="0.999"` the unanimous ones.
+const AGREEMENT_BUCKETS: &[f64] = &[0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.999, 1.0];
 
 /// A new Prometheus recorder for one gateway instance (its metrics
 /// described, the label-less counter at 0), and the handle that renders it.
@@ -80,7 +84,7 @@ pub fn recorder() -> Result<(Metrics, PrometheusHandle), BuildError> {
 }
 
 fn builder() -> Result<PrometheusBuilder, BuildError> {
-    let buckets: [(&str, &[f64]); 8] = [
+    let buckets: [(&str, &[f64]); 9] = [
         (REQUEST_DURATION, DURATION_BUCKETS),
         (ATTEMPT_DURATION, DURATION_BUCKETS),
         (REQUEST_TTFT, TTFT_BUCKETS),
@@ -89,6 +93,7 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         (LANE_WAIT, WAIT_BUCKETS),
         (GENERATION_TPS, TPS_BUCKETS),
         (RACE_SCORE, SCORE_BUCKETS),
+        (VOTE_AGREEMENT, AGREEMENT_BUCKETS),
     ];
     let mut b = PrometheusBuilder::new();
     for (name, values) in buckets {
@@ -148,6 +153,10 @@ fn describe() {
         "Event-log lines dropped because the log's buffer was full"
     );
     describe_histogram!(RACE_SCORE, "Rubric totals of race candidates, by model");
+    describe_histogram!(
+        VOTE_AGREEMENT,
+        "Share of a vote's answered samples that gave the winning answer, by route"
+    );
     describe_counter!(
         RACE_DOWNGRADES,
         "Races run as their first candidate alone, by reason"
