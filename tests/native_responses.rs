@@ -1,6 +1,6 @@
 //! Upstreams that speak the Responses API natively (`responses = true`),
 //! at the model level: a config's graph is built as the gateway builds it,
-//! and its concrete model's `forward(call, Endpoint::Responses, body)` is
+//! and its concrete model's `forward(call, Endpoint::RESPONSES, body)` is
 //! called as the `/v1/responses` handler calls it. The body reaches the
 //! upstream verbatim but for `model`; whole answers and streams come back
 //! as the upstream wrote them; the attempt gets the usage, the first
@@ -122,7 +122,7 @@ impl Rig {
             panic!("not an object")
         };
         self.model(name)
-            .forward(self.call(), Endpoint::Responses, body)
+            .forward(self.call(), Endpoint::RESPONSES, body)
             .await
     }
 }

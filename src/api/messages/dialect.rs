@@ -108,7 +108,7 @@ fn native<'a>(
 ) -> Result<Job<'a>, ApiError> {
     max_tokens(&raw)?;
     let bill = Billable::messages(&raw).map_err(ApiError::bad_cap)?;
-    let how = (Endpoint::Messages, ErrorStyle::Anthropic);
+    let how = (Endpoint::MESSAGES, ErrorStyle::Anthropic);
     Ok(crate::api::native::job(at, concrete, how, raw, bill))
 }
 

@@ -74,6 +74,6 @@ fn native<'a>(
     raw: Map<String, Value>,
 ) -> Result<Job<'a>, ApiError> {
     let bill = Billable::responses(&raw).map_err(ApiError::bad_cap)?;
-    let how = (Endpoint::Responses, ErrorStyle::OpenAi);
+    let how = (Endpoint::RESPONSES, ErrorStyle::OpenAi);
     Ok(crate::api::native::job(at, concrete, how, raw, bill))
 }
