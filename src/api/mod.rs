@@ -23,6 +23,7 @@ mod chat;
 pub mod error;
 mod forward;
 mod guard;
+mod headers;
 mod info;
 mod ingress;
 mod messages;
@@ -33,6 +34,7 @@ mod relay;
 mod render;
 mod respond;
 mod responses;
+mod sse;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::relay::KEEPALIVE;
+use super::sse::KEEPALIVE;
 use crate::model::Chunk;
 use crate::sink::Totals;
 use crate::wire::content_text;
