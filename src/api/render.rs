@@ -2,8 +2,9 @@
 //! conclave's internal chat form (a chat completion body, or a stream of
 //! chat chunks); a [`Render`] turns them into what its client speaks:
 //! chat completions as they are, the Responses API's `response` object
-//! and event stream, and so on. The request life cycle (`ingress`) and
-//! the stream relay (`respond`) know nothing else of a dialect.
+//! and event stream, and so on. The request life cycle (`ingress`), the
+//! answer (`respond`) and the stream relay (`relay`) know nothing else of
+//! a dialect.
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;

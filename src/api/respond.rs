@@ -1,9 +1,9 @@
 //! How answers go out, whole or streamed, in whatever dialect the
 //! request's [`Render`] writes: a whole JSON body; a stream of events
 //! (relayed by [`relay`](super::relay)); the error response of a request
-//! that reached its route; and the `x-conclave-*` headers, written from
-//! whatever the reply's meta and the request's late headers hold (no
-//! strategy-specific code here).
+//! that reached its route; each with the `x-conclave-*` headers
+//! ([`super::headers`], no strategy-specific code there). A request's
+//! bounded work ([`Work`]) is awaited here.
 //!
 //! While a model works on its first chunk, keep-alive comments may be sent
 //! (`server.sse_keepalive`, or a chain that verifies); the first one commits
