@@ -57,3 +57,52 @@ pub fn unsupported(endpoint: Endpoint) -> RawResponse {
 fn once(b: Bytes) -> BodyStream {
     Box::pin(futures::stream::once(async move { Ok(b) }))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use futures::StreamExt;
+
+    use super::*;
+
+    #[test]
+    fn a_family_s_endpoints_have_urls_and_no_others() {
+        let urls: Served<String> =
+            Served::build(Family::OpenAi, |p| Ok::<_, ()>(format!("http://x/v1{p}"))).unwrap();
+        assert_eq!(
+            urls.get(Endpoint::CHAT).map(String::as_str),
+            Some("http://x/v1/chat/completions")
+        );
+        assert!(urls.get(Endpoint::RESPONSES).is_some());
+        assert!(urls.get(Endpoint::MESSAGES).is_none());
+        let urls: Served<&str> = Served::build(Family::Anthropic, Ok::<_, ()>).unwrap();
+        assert_eq!(
+            urls.get(Endpoint::COUNT_TOKENS),
+            Some(&"/messages/count_tokens")
+        );
+        assert!(urls.get(Endpoint::EMBEDDINGS).is_none());
+        assert!(Served::build(Family::OpenAi, |_| Err::<(), _>("bad")).is_err());
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_a_kind_lacks_is_a_400_that_names_it() {
+        for (e, says) in [
+            (
+                Endpoint::EMBEDDINGS,
+                "an Anthropic upstream does not serve Embeddings (/v1/embeddings)",
+            ),
+            (
+                Endpoint::MESSAGES,
+                "an OpenAI-compatible upstream is not sent the Messages API natively",
+            ),
+        ] {
+            let r = unsupported(e);
+            assert_eq!(r.status, 400);
+            let body = r.body.into_future().await.0.unwrap().unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["error"]["message"], says);
+            assert_eq!(v["error"]["code"], "invalid_request");
+        }
+    }
+}

@@ -156,3 +156,68 @@ impl fmt::Debug for Endpoint {
         f.write_str(self.name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::UsageField;
+    use super::*;
+
+    #[test]
+    fn each_endpoint_has_its_own_path_and_says_how_its_stream_ends() {
+        for (i, a) in Endpoint::ALL.iter().enumerate() {
+            for b in &Endpoint::ALL[i + 1..] {
+                assert_ne!(a.path(), b.path());
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(Endpoint::RESPONSES.last_event(), Some("response.completed"));
+        assert_eq!(Endpoint::MESSAGES.last_event(), Some("message_stop"));
+        for e in [
+            Endpoint::CHAT,
+            Endpoint::COMPLETIONS,
+            Endpoint::EMBEDDINGS,
+            Endpoint::COUNT_TOKENS,
+        ] {
+            assert!(!e.typed_events(), "{e:?}");
+        }
+        assert_eq!(Endpoint::COUNT_TOKENS.family(), Family::Anthropic);
+        assert_eq!(Endpoint::RESPONSES.family(), Family::OpenAi);
+    }
+
+    #[test]
+    fn each_endpoint_reads_its_own_bodies() {
+        let chat = br#"{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}"#;
+        let embedding = br#"{"data":[{"embedding":[0.1]}]}"#;
+        assert!(Endpoint::CHAT.inspect(chat).is_ok());
+        assert!(Endpoint::CHAT.inspect(embedding).is_err());
+        assert!(Endpoint::EMBEDDINGS.inspect(embedding).is_ok());
+        assert!(Endpoint::MESSAGES.inspect(chat).is_err());
+        assert_eq!(
+            Endpoint::CHAT.output(chat).map(|o| o.text).ok().as_deref(),
+            Some("hi")
+        );
+        let mut body = Map::new();
+        body.insert("prompt".into(), Value::String("abcd".into()));
+        assert_eq!(Endpoint::COMPLETIONS.input_len(&body), 4);
+    }
+
+    #[test]
+    fn messages_usage_keeps_the_input_a_later_event_lacks() {
+        let start = Usage {
+            prompt_tokens: 25,
+            completion_tokens: 1,
+            ..Usage::default()
+        };
+        let delta = Usage {
+            completion_tokens: 15,
+            ..Usage::default()
+        };
+        let merged = Endpoint::MESSAGES.merge_usage(Some(start), delta);
+        assert_eq!((merged.prompt_tokens, merged.completion_tokens), (25, 15));
+        let replaced = Endpoint::RESPONSES.merge_usage(Some(start), delta);
+        assert_eq!(replaced.prompt_tokens, 0);
+        let event = br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}"#;
+        let info = Endpoint::MESSAGES.inspect_event(event, false, false);
+        assert!(matches!(info.map(|i| i.usage), Ok(UsageField::Present(_))));
+    }
+}
