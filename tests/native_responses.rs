@@ -219,8 +219,8 @@ fn codex_body(stream: bool) -> Value {
 #[tokio::test(start_paused = true)]
 async fn a_whole_request_goes_verbatim_and_its_usage_is_recorded() {
     let rig = Rig::new(MOCK);
-    assert!(rig.model("gpt").speaks_responses());
-    assert!(!rig.model("plain").speaks_responses());
+    assert!(rig.model("gpt").speaks(Endpoint::RESPONSES));
+    assert!(!rig.model("plain").speaks(Endpoint::RESPONSES));
     let sent = codex_body(false);
     let (body, usage) = whole(rig.forward("gpt", &sent).await.unwrap());
 

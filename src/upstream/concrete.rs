@@ -10,7 +10,7 @@
 //! to the health of its model and of its upstream, a call's retries
 //! counting once ([`super::health::watch`]).
 //! Completions, Embeddings and (to an upstream that speaks it,
-//! [`ConcreteModel::speaks_responses`]) Responses bodies are relayed by
+//! [`ConcreteModel::speaks`]) Responses bodies are relayed by
 //! [`ConcreteModel::forward`].
 
 use std::sync::Arc;
@@ -73,18 +73,17 @@ impl ConcreteModel {
         }
     }
 
-    /// Whether this model's upstream speaks the Responses API natively
-    /// (`responses = true`): a Responses request for it can be
-    /// [`forward`](Self::forward)ed verbatim with [`Endpoint::RESPONSES`].
-    pub fn speaks_responses(&self) -> bool {
-        self.upstream.responses
-    }
-
-    /// Whether this model's upstream speaks Anthropic's Messages API: a
-    /// Messages request for it can be [`forward`](Self::forward)ed
-    /// verbatim with [`Endpoint::MESSAGES`].
-    pub fn speaks_messages(&self) -> bool {
-        self.upstream.messages
+    /// Whether this model's upstream speaks `endpoint` natively, so a
+    /// request for it can be [`forward`](Self::forward)ed verbatim: the
+    /// Messages API's endpoints an Anthropic upstream (`kind =
+    /// "anthropic"`, or a mock with `api = "anthropic"`), the Responses
+    /// API one with `responses = true`, OpenAI's others any other.
+    pub fn speaks(&self, endpoint: Endpoint) -> bool {
+        match endpoint.family() {
+            Family::Anthropic => self.upstream.messages,
+            Family::OpenAi if endpoint == Endpoint::RESPONSES => self.upstream.responses,
+            Family::OpenAi => !self.upstream.messages,
+        }
     }
 
     /// Asks this model's upstream how many input tokens a Messages body

@@ -51,7 +51,11 @@ impl Dialect for MessagesApi {
             _ => return Err(ApiError::wrong_type("model", "a non-empty string")),
         };
         let (route, node) = ad.resolve(&model)?;
-        if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_messages()) {
+        if let Some(concrete) = node
+            .concrete
+            .clone()
+            .filter(|c| c.speaks(Endpoint::MESSAGES))
+        {
             return native((route, node), concrete, raw);
         }
         let req = from_object(&raw)?;
@@ -141,7 +145,10 @@ impl Errands for CountTokens {
             _ => return Err(ApiError::wrong_type("model", "a non-empty string")),
         };
         let (route, node) = ad.resolve(&model)?;
-        let upstream = node.concrete.clone().filter(|c| c.speaks_messages());
+        let upstream = node
+            .concrete
+            .clone()
+            .filter(|c| c.speaks(Endpoint::MESSAGES));
         let answer: Answer<'a> = Box::new(move |ctx| {
             Box::pin(async move {
                 if let Some(c) = upstream {

@@ -35,7 +35,11 @@ impl Dialect for ResponsesApi {
     async fn job<'a>(&self, ad: &'a Admitted) -> Result<Job<'a>, ApiError> {
         let (raw, model) = object_with_model(&ad.body)?;
         let (route, node) = ad.resolve(&model)?;
-        if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_responses()) {
+        if let Some(concrete) = node
+            .concrete
+            .clone()
+            .filter(|c| c.speaks(Endpoint::RESPONSES))
+        {
             return native((route, node), concrete, raw);
         }
         let req = from_object(&raw)?;
