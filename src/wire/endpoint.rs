@@ -50,9 +50,14 @@ pub type InputLen = fn(&Map<String, Value>) -> usize;
 /// A stream's usage so far merged with an event's ([`Endpoint::merge_usage`]).
 pub type MergeUsage = fn(Option<Usage>, Usage) -> Usage;
 
-/// One endpoint conclave relays. Compared by its path.
+/// One endpoint conclave relays: a reference to its [`Protocol`], so it
+/// is copied as one pointer. Compared by its path.
 #[derive(Clone, Copy)]
-pub struct Endpoint {
+pub struct Endpoint(pub(super) &'static Protocol);
+
+/// What an [`Endpoint`] is: defined once per endpoint, beside its
+/// dialect's reader.
+pub struct Protocol {
     pub(super) name: &'static str,
     pub(super) title: &'static str,
     pub(super) path: &'static str,
@@ -68,35 +73,35 @@ pub struct Endpoint {
 impl Endpoint {
     /// A short name (`chat`, `responses`, `messages`, …).
     pub fn name(self) -> &'static str {
-        self.name
+        self.0.name
     }
 
     /// What people call it, for messages (`Embeddings`, `the Messages
     /// API`).
     pub fn title(self) -> &'static str {
-        self.title
+        self.0.title
     }
 
     /// The path under an OpenAI base URL (`…/v1`); Anthropic's paths
     /// under its `…/v1` likewise.
     pub fn path(self) -> &'static str {
-        self.path
+        self.0.path
     }
 
     /// The API that speaks it natively.
     pub fn family(self) -> Family {
-        self.family
+        self.0.family
     }
 
     /// Its streams are typed events that end at their own last event
     /// (`response.completed`, `message_stop`), not at `[DONE]`.
     pub fn typed_events(self) -> bool {
-        matches!(self.events, Events::Typed { .. })
+        matches!(self.0.events, Events::Typed { .. })
     }
 
     /// The event a typed stream ends at; `None` for `[DONE]` streams.
     pub fn last_event(self) -> Option<&'static str> {
-        match self.events {
+        match self.0.events {
             Events::Typed { last } => Some(last),
             Events::Done => None,
         }
@@ -104,7 +109,7 @@ impl Endpoint {
 
     /// Validates a whole response body and reads its usage and end.
     pub fn inspect(self, body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
-        (self.whole)(body)
+        (self.0.whole)(body)
     }
 
     /// Inspects one stream event in one parse (its delta summarised when
@@ -115,18 +120,18 @@ impl Endpoint {
         summarize: bool,
         text: bool,
     ) -> Result<ChunkInfo, NotAnAnswer> {
-        (self.event)(data, summarize, text)
+        (self.0.event)(data, summarize, text)
     }
 
     /// What the assistant said in a whole body.
     pub fn output(self, body: &[u8]) -> Result<AssistantOutput, NotAnAnswer> {
-        (self.output)(body)
+        (self.0.output)(body)
     }
 
     /// The bytes a request's input stands for, for a usage estimate
     /// ([`super::estimate_tokens`]) when the upstream reports none.
     pub fn input_len(self, body: &Map<String, Value>) -> usize {
-        (self.input_len)(body)
+        (self.0.input_len)(body)
     }
 
     /// The usage a stream has reported so far (`before`) with an event's
@@ -134,7 +139,7 @@ impl Endpoint {
     /// Messages, whose `message_delta` may lack the input that
     /// `message_start` gave.
     pub fn merge_usage(self, before: Option<Usage>, later: Usage) -> Usage {
-        (self.usage)(before, later)
+        (self.0.usage)(before, later)
     }
 }
 
@@ -145,7 +150,7 @@ pub(super) fn latest_usage(_: Option<Usage>, later: Usage) -> Usage {
 
 impl PartialEq for Endpoint {
     fn eq(&self, other: &Self) -> bool {
-        self.path == other.path
+        std::ptr::eq(self.0, other.0) || self.0.path == other.0.path
     }
 }
 
@@ -153,7 +158,7 @@ impl Eq for Endpoint {}
 
 impl fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name)
+        f.write_str(self.0.name)
     }
 }
 

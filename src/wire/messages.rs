@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::billing::Billable;
-use super::endpoint::{Endpoint, Events, Family};
+use super::endpoint::{Endpoint, Events, Family, Protocol};
 use super::inspect::{
     ChunkInfo, NotAnAnswer, WholeBody, error_message, is_event_name, object_bytes,
 };
@@ -196,30 +196,32 @@ pub fn inspect_event(data: &[u8], summarize: bool, text: bool) -> Result<ChunkIn
 impl Endpoint {
     /// Anthropic's `POST /v1/messages`, relayed verbatim to an upstream
     /// of `kind = "anthropic"` (or a mock with `api = "anthropic"`).
-    pub const MESSAGES: Endpoint = Endpoint {
-        name: "messages",
-        title: "the Messages API",
-        path: "/messages",
-        family: Family::Anthropic,
-        events: Events::Typed {
-            last: "message_stop",
-        },
-        whole: inspect_message,
-        event: inspect_event,
-        output: AssistantOutput::from_message,
-        input_len,
-        usage: merged_usage,
-    };
+    pub const MESSAGES: Endpoint = Endpoint(&MESSAGES);
 
     /// Anthropic's `POST /v1/messages/count_tokens`: never streamed, its
     /// answer (`input_tokens`) read by the caller.
-    pub const COUNT_TOKENS: Endpoint = Endpoint {
+    pub const COUNT_TOKENS: Endpoint = Endpoint(&Protocol {
         name: "count_tokens",
         path: "/messages/count_tokens",
         events: Events::Done,
-        ..Endpoint::MESSAGES
-    };
+        ..MESSAGES
+    });
 }
+
+const MESSAGES: Protocol = Protocol {
+    name: "messages",
+    title: "the Messages API",
+    path: "/messages",
+    family: Family::Anthropic,
+    events: Events::Typed {
+        last: "message_stop",
+    },
+    whole: inspect_message,
+    event: inspect_event,
+    output: AssistantOutput::from_message,
+    input_len,
+    usage: merged_usage,
+};
 
 /// A stream's usage with an event's: `message_delta` may lack the input
 /// that `message_start` gave.

@@ -5,34 +5,34 @@
 
 use serde_json::{Map, Value};
 
-use super::endpoint::{Endpoint, Events, Family, latest_usage};
+use super::endpoint::{Endpoint, Events, Family, Protocol, latest_usage};
 use super::inspect::{inspect_completion, inspect_embeddings, read_chunk};
 use super::output::AssistantOutput;
 use super::request::text_len;
 
 impl Endpoint {
     /// `POST /v1/chat/completions`.
-    pub const CHAT: Endpoint = Endpoint {
+    pub const CHAT: Endpoint = Endpoint(&Protocol {
         name: "chat",
         title: "chat completions",
         path: "/chat/completions",
         ..COMPLETIONS
-    };
+    });
 
     /// `POST /v1/completions` (legacy completions).
-    pub const COMPLETIONS: Endpoint = COMPLETIONS;
+    pub const COMPLETIONS: Endpoint = Endpoint(&COMPLETIONS);
 
     /// `POST /v1/embeddings`.
-    pub const EMBEDDINGS: Endpoint = Endpoint {
+    pub const EMBEDDINGS: Endpoint = Endpoint(&Protocol {
         name: "embeddings",
         title: "Embeddings",
         path: "/embeddings",
         whole: inspect_embeddings,
         ..COMPLETIONS
-    };
+    });
 }
 
-const COMPLETIONS: Endpoint = Endpoint {
+const COMPLETIONS: Protocol = Protocol {
     name: "completions",
     title: "Completions",
     path: "/completions",

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::billing::Billable;
-use super::endpoint::{Endpoint, Events, Family, latest_usage};
+use super::endpoint::{Endpoint, Events, Family, Protocol, latest_usage};
 use super::finish::Reason;
 use super::inspect::{
     ChunkInfo, NotAnAnswer, WholeBody, error_message, is_event_name, object_bytes,
@@ -229,7 +229,7 @@ fn str_of(v: &Option<Value>) -> &str {
 impl Endpoint {
     /// The Responses API (`POST /v1/responses`), relayed verbatim to an
     /// upstream that speaks it natively (`responses = true`).
-    pub const RESPONSES: Endpoint = Endpoint {
+    pub const RESPONSES: Endpoint = Endpoint(&Protocol {
         name: "responses",
         title: "the Responses API",
         path: "/responses",
@@ -242,7 +242,7 @@ impl Endpoint {
         output: AssistantOutput::from_response,
         input_len,
         usage: latest_usage,
-    };
+    });
 }
 
 impl AssistantOutput {
