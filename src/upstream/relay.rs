@@ -14,8 +14,9 @@
 //! stream is handed on (committed) at its first real event, a loading
 //! banner or a finish: the events before (a role-only delta) are held, so
 //! a stream cut before its answer began fails the call.
-//! Responses streams ([`Endpoint::RESPONSES`](crate::wire::Endpoint::RESPONSES)) are typed events read by
-//! `wire::responses`: their first token is the first real one (an output
+//! Responses streams
+//! ([`Endpoint::RESPONSES`](crate::wire::Endpoint::RESPONSES)) are typed
+//! events read by `wire::responses`: their first token is the first real one (an output
 //! item or a delta, not `response.created`), they end at
 //! `response.completed` / `response.incomplete` (no `[DONE]` needed, and a
 //! `[DONE]` before them is a cut: what

@@ -8,8 +8,10 @@
 //! [`super::responses`], Anthropic's Messages API and `count_tokens` in
 //! [`super::messages`] (as `Endpoint::CHAT`, `Endpoint::RESPONSES`, …).
 //! Transports and relays call the value and never name a dialect, so a
-//! new pass-through dialect is its reader module here, its API module
-//! and its routes.
+//! new pass-through dialect is its reader module here (its `Protocol`,
+//! its `Endpoint` const, and a line in [`Endpoint::ALL`] so the
+//! transports of its [`Family`] have its URL), its API module (`api/NEW/`,
+//! relaying through `api::native`) and its routes.
 
 use std::fmt;
 
