@@ -11,9 +11,10 @@
 //!   decorator.
 //! - [`model`]: the [`model::ChatModel`] trait that concrete models and
 //!   strategies share, and the replies it returns (whole or streamed).
-//! - [`upstream`]: transports to real servers (`openai`) and the built-in
-//!   simulator (`mock`), response decoding, and [`upstream::ConcreteModel`],
-//!   the one decorator that opens an attempt for every upstream call.
+//! - [`upstream`]: transports to real servers (`openai`, `anthropic`) and
+//!   the built-in simulator (`mock`), response decoding and stream relaying
+//!   for any endpoint, and [`upstream::ConcreteModel`], the one decorator
+//!   that opens an attempt for every upstream call.
 //! - [`strategy`]: models made of models, one folder each (chain, judge,
 //!   race, arena, oracle).
 //! - [`governor`]: API keys' rate limits and daily budgets: admission,
@@ -55,8 +56,9 @@
 //! - [`labels`]: the bounded label sets (role, verdict, warm); a leaf.
 //! - [`clock`]: the instance's wall clock (the system's, or a test's that
 //!   follows tokio's paused time); a leaf.
-//! - [`wire`]: OpenAI wire types that keep unknown fields, and the
-//!   bounded inspection of what upstreams send.
+//! - [`wire`]: OpenAI wire types that keep unknown fields, the bounded
+//!   inspection of what upstreams send, and each endpoint as a protocol
+//!   value ([`wire::Endpoint`], defined beside its dialect's reader).
 //! - [`mock`]: the simulator and the standalone `conclave mock` server.
 //! - [`error`]: `ModelError`, what can go wrong while a model answers.
 //! - [`eval`]: `conclave eval`: checkable task sets run through routes,

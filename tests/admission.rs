@@ -21,15 +21,50 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use conclave::wire::Endpoint;
+use conclave::wire::Endpoint as Wire;
 use serde_json::{Value, json};
 
 /// The upstreams: one per dialect, each with three models.
 const FLAVOURS: [&str; 3] = ["resp", "anth", "plain"];
 
-/// Every endpoint that reaches a model. The match in [`anthropic`] has
-/// no wildcard: an endpoint added to the gateway fails to compile here
-/// until this table covers it.
+/// The gateway's endpoints that reach a model, as this test names them
+/// (the gateway's own are values, [`Wire`]). The match in [`anthropic`]
+/// has no wildcard, and [`every_endpoint_is_covered`] fails for an
+/// endpoint added to the gateway until this table covers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Chat,
+    Completions,
+    Embeddings,
+    Responses,
+    Messages,
+    CountTokens,
+}
+
+impl Endpoint {
+    fn wire(self) -> Wire {
+        match self {
+            Endpoint::Chat => Wire::CHAT,
+            Endpoint::Completions => Wire::COMPLETIONS,
+            Endpoint::Embeddings => Wire::EMBEDDINGS,
+            Endpoint::Responses => Wire::RESPONSES,
+            Endpoint::Messages => Wire::MESSAGES,
+            Endpoint::CountTokens => Wire::COUNT_TOKENS,
+        }
+    }
+
+    fn path(self) -> &'static str {
+        self.wire().path()
+    }
+}
+
+#[test]
+fn every_endpoint_is_covered() {
+    for w in Wire::ALL {
+        assert!(ENDPOINTS.iter().any(|e| e.wire() == w), "{w:?}");
+    }
+}
+
 const ENDPOINTS: [Endpoint; 6] = [
     Endpoint::Chat,
     Endpoint::Completions,

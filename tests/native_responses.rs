@@ -1,6 +1,6 @@
 //! Upstreams that speak the Responses API natively (`responses = true`),
 //! at the model level: a config's graph is built as the gateway builds it,
-//! and its concrete model's `forward(call, Endpoint::Responses, body)` is
+//! and its concrete model's `forward(call, Endpoint::RESPONSES, body)` is
 //! called as the `/v1/responses` handler calls it. The body reaches the
 //! upstream verbatim but for `model`; whole answers and streams come back
 //! as the upstream wrote them; the attempt gets the usage, the first
@@ -122,7 +122,7 @@ impl Rig {
             panic!("not an object")
         };
         self.model(name)
-            .forward(self.call(), Endpoint::Responses, body)
+            .forward(self.call(), Endpoint::RESPONSES, body)
             .await
     }
 }
@@ -219,8 +219,8 @@ fn codex_body(stream: bool) -> Value {
 #[tokio::test(start_paused = true)]
 async fn a_whole_request_goes_verbatim_and_its_usage_is_recorded() {
     let rig = Rig::new(MOCK);
-    assert!(rig.model("gpt").speaks_responses());
-    assert!(!rig.model("plain").speaks_responses());
+    assert!(rig.model("gpt").speaks(Endpoint::RESPONSES));
+    assert!(!rig.model("plain").speaks(Endpoint::RESPONSES));
     let sent = codex_body(false);
     let (body, usage) = whole(rig.forward("gpt", &sent).await.unwrap());
 

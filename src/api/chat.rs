@@ -142,7 +142,7 @@ fn frame_into(out: &mut BytesMut, parts: &[&[u8]]) {
     out.reserve(parts.iter().map(|p| p.len()).sum::<usize>() + 8);
     out.put_slice(b"data: ");
     for part in parts {
-        super::relay::put_data_line(out, part);
+        super::sse::put_data_line(out, part);
     }
     out.put_slice(b"\n\n");
 }

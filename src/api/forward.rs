@@ -28,7 +28,7 @@ pub async fn completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    serve(&gw, headers, body, &Forward(Endpoint::Completions)).await
+    serve(&gw, headers, body, &Forward(Endpoint::COMPLETIONS)).await
 }
 
 pub async fn embeddings(
@@ -36,7 +36,7 @@ pub async fn embeddings(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    serve(&gw, headers, body, &Forward(Endpoint::Embeddings)).await
+    serve(&gw, headers, body, &Forward(Endpoint::EMBEDDINGS)).await
 }
 
 /// A body relayed as it is to one concrete model.
@@ -79,7 +79,7 @@ impl Dialect for Forward {
         let (req, model) = object_with_model(&ad.body)?;
         let (route, node) = ad.resolve(&model)?;
         let concrete = concrete(node, &model)?;
-        let stream = endpoint == Endpoint::Completions
+        let stream = endpoint == Endpoint::COMPLETIONS
             && req.get("stream").and_then(Value::as_bool) == Some(true);
         let include_usage = req
             .get("stream_options")
@@ -97,9 +97,10 @@ impl Dialect for Forward {
             input: estimate_tokens(prompt)
                 .saturating_add(estimate_tokens(prompt_fields(&req, &counted) as usize)),
             images: 0,
-            output: match endpoint {
-                Endpoint::Embeddings => Some(0),
-                _ => output_cap(&req).map(|cap| cap.saturating_mul(answers(&req))),
+            output: if endpoint == Endpoint::EMBEDDINGS {
+                Some(0)
+            } else {
+                output_cap(&req).map(|cap| cap.saturating_mul(answers(&req)))
             },
         };
         Ok(Job {

@@ -18,7 +18,6 @@
 //! (`open`) before anything the node does runs.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -34,7 +33,8 @@ use super::auth::Caller;
 use super::error::{ApiError, ErrorStyle};
 use super::guard::{RequestGuard, finish_response, request_id};
 use super::render::Render;
-use super::{AppState, Gateway, body, options, respond};
+use super::respond::{self, Work};
+use super::{AppState, Gateway, body, options};
 use crate::context::{Options, RequestCtx};
 use crate::error::ModelError;
 use crate::governor::{RateHeaders, Refused, record_rejection};
@@ -400,9 +400,6 @@ async fn open(
     }
     Ok(Opened { ctx, guard, limits })
 }
-
-/// A model's answer in the making, bounded by its request (see [`bounded`]).
-pub type Work = Pin<Box<dyn Future<Output = Result<Reply, ApiError>> + Send>>;
 
 /// Runs a request's work under its deadline, until shutdown's grace
 /// period ends it.

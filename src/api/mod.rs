@@ -6,7 +6,8 @@
 //! `responses` (the Responses API: translated, or verbatim to a native
 //! upstream; and its stored responses), `messages` (Anthropic's Messages
 //! API, errors in Anthropic's shape).
-//! Answers go out through `respond` (whole, or streamed by `relay`);
+//! Answers go out through `respond` (whole, or streamed by `relay`, in
+//! `sse` framing), with the `x-conclave-*` response `headers`;
 //! `guard` counts each request. `info` and `arena` answer the other
 //! endpoints; `ready` answers `/readyz` from its cache; `auth`, `body`
 //! and `options` read what the client sent; `error` is the one OpenAI
@@ -23,6 +24,7 @@ mod chat;
 pub mod error;
 mod forward;
 mod guard;
+mod headers;
 mod info;
 mod ingress;
 mod messages;
@@ -33,6 +35,7 @@ mod relay;
 mod render;
 mod respond;
 mod responses;
+mod sse;
 
 use std::collections::HashMap;
 use std::sync::Arc;

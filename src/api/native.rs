@@ -81,7 +81,7 @@ impl Render for Native {
     fn keepalive(&mut self, out: &mut BytesMut) {
         match self.style {
             ErrorStyle::Anthropic => out.put_slice(b"event: ping\ndata: {\"type\":\"ping\"}\n\n"),
-            ErrorStyle::OpenAi => out.put_slice(super::relay::KEEPALIVE),
+            ErrorStyle::OpenAi => out.put_slice(super::sse::KEEPALIVE),
         }
     }
 
@@ -103,7 +103,7 @@ impl Render for Native {
         out.put_slice(b"event: ");
         out.put_slice(kind.as_bytes());
         out.put_slice(b"\ndata: ");
-        super::relay::put_data_line(out, &chunk.data);
+        super::sse::put_data_line(out, &chunk.data);
         out.put_slice(b"\n\n");
         Ok(())
     }

@@ -18,27 +18,9 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::error::ApiError;
 use super::guard::RequestGuard;
+use super::headers::{late_headers, meta_headers};
 use super::render::Render;
-use super::respond::{late_headers, meta_headers};
 use crate::model::{ChunkStream, Meta};
-
-pub const KEEPALIVE: &[u8] = b": keep-alive\n\n";
-
-/// Writes an upstream event's data on one line: the line breaks its
-/// `data:` lines were joined with (JSON allows them only between tokens)
-/// become spaces, so no part of it starts a line of its own and every
-/// client reads it whole.
-pub fn put_data_line(out: &mut BytesMut, data: &[u8]) {
-    let at = out.len();
-    out.put_slice(data);
-    if memchr::memchr2(b'\n', b'\r', data).is_some() {
-        for b in &mut out[at..] {
-            if matches!(*b, b'\n' | b'\r') {
-                *b = b' ';
-            }
-        }
-    }
-}
 
 /// Most bytes of events gathered into one write.
 const MAX_BATCH: usize = 64 * 1024;
@@ -323,17 +305,5 @@ mod tests {
         assert_eq!(Instant::now(), t0, "the first event waited for the second");
         assert!(matches!(first, Some(Ok(b)) if b.starts_with(b"data: ")));
         assert_eq!(writes(s).await.len(), 1);
-    }
-
-    #[test]
-    fn data_is_written_on_one_line() {
-        let mut out = BytesMut::new();
-        put_data_line(&mut out, b"{\"a\": 1,\n\"b\":\r\n2}");
-        assert_eq!(&out[..], b"{\"a\": 1, \"b\":  2}");
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["b"], 2);
-        out.clear();
-        put_data_line(&mut out, b"{}");
-        assert_eq!(&out[..], b"{}");
     }
 }

@@ -2,14 +2,15 @@
 //! conclave's internal chat form (a chat completion body, or a stream of
 //! chat chunks); a [`Render`] turns them into what its client speaks:
 //! chat completions as they are, the Responses API's `response` object
-//! and event stream, and so on. The request life cycle (`ingress`) and
-//! the stream relay (`respond`) know nothing else of a dialect.
+//! and event stream, and so on. The request life cycle (`ingress`), the
+//! answer (`respond`) and the stream relay (`relay`) know nothing else of
+//! a dialect.
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::relay::KEEPALIVE;
+use super::sse::KEEPALIVE;
 use crate::model::Chunk;
 use crate::sink::Totals;
 use crate::wire::content_text;

@@ -1,9 +1,9 @@
 //! How answers go out, whole or streamed, in whatever dialect the
 //! request's [`Render`] writes: a whole JSON body; a stream of events
 //! (relayed by [`relay`](super::relay)); the error response of a request
-//! that reached its route; and the `x-conclave-*` headers, written from
-//! whatever the reply's meta and the request's late headers hold (no
-//! strategy-specific code here).
+//! that reached its route; each with the `x-conclave-*` headers
+//! ([`super::headers`], no strategy-specific code there). A request's
+//! bounded work ([`Work`]) is awaited here.
 //!
 //! While a model works on its first chunk, keep-alive comments may be sent
 //! (`server.sse_keepalive`, or a chain that verifies); the first one commits
@@ -11,10 +11,12 @@
 //! error event.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
@@ -23,19 +25,18 @@ use tokio::time::Instant;
 use super::AppState;
 use super::error::{ApiError, ErrorStyle};
 use super::guard::RequestGuard;
-use super::ingress::Work;
+use super::headers::{Known, answer_headers};
 use super::relay::ClientStream;
 use super::render::Render;
 use crate::context::RequestCtx;
 use crate::graph::Node;
-use crate::model::{ChunkStream, Meta, ReplyBody};
+use crate::model::{ChunkStream, Reply, ReplyBody};
 use crate::stream::whole_to_stream;
 use crate::telemetry::status_label;
 
-pub const ROUTE: HeaderName = HeaderName::from_static("x-conclave-route");
-pub const STRATEGY: HeaderName = HeaderName::from_static("x-conclave-strategy");
-pub const SERVED_BY: HeaderName = HeaderName::from_static("x-conclave-served-by");
-pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-conclave-attempts");
+/// A model's answer in the making, bounded by its request (see
+/// `super::ingress`).
+pub type Work = Pin<Box<dyn Future<Output = Result<Reply, ApiError>> + Send>>;
 
 /// Everything an answer is written with.
 pub struct Answer<'a> {
@@ -92,64 +93,6 @@ pub fn failed(
     let mut resp = e.respond(style);
     answer_headers(resp.headers_mut(), ctx, node, Known::Failed);
     resp
-}
-
-/// What is known about the answer when the response headers go out.
-enum Known<'a> {
-    /// Keep-alives were sent before any answer existed.
-    Committed,
-    Answer(&'a Meta),
-    Failed,
-}
-
-/// The `x-conclave-*` response headers.
-fn answer_headers(h: &mut HeaderMap, ctx: &RequestCtx, node: &Node, known: Known<'_>) {
-    if let Ok(v) = HeaderValue::from_str(&ctx.route) {
-        h.insert(ROUTE, v);
-    }
-    h.insert(STRATEGY, HeaderValue::from_static(node.strategy));
-    match known {
-        Known::Committed => {}
-        Known::Failed => {
-            h.insert(ATTEMPTS, HeaderValue::from(ctx.attempts()));
-        }
-        Known::Answer(meta) => {
-            for (name, value) in meta_headers(meta, ctx) {
-                h.insert(name, value);
-            }
-        }
-    }
-}
-
-/// The headers an answer's meta becomes, with the attempt count so far.
-pub fn meta_headers(meta: &Meta, ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
-    let mut out = Vec::with_capacity(meta.headers.len() + 2);
-    if let Some(v) = meta
-        .served_by
-        .as_deref()
-        .and_then(|s| HeaderValue::from_str(s).ok())
-    {
-        out.push((SERVED_BY, v));
-    }
-    out.push((ATTEMPTS, HeaderValue::from(ctx.attempts())));
-    out.extend(meta.headers.iter().cloned());
-    out.extend(late_headers(ctx));
-    out
-}
-
-/// The headers learned while the answer was made
-/// ([`RequestCtx::add_late_header`]): a whole answer's, or a stream's
-/// closing comments.
-pub fn late_headers(ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
-    ctx.late_headers()
-        .into_iter()
-        .filter_map(|(name, value)| {
-            Some((
-                HeaderName::from_static(name),
-                HeaderValue::from_str(&value).ok()?,
-            ))
-        })
-        .collect()
 }
 
 /// The stream of a streamed request's reply: a strategy that worked on a

@@ -46,7 +46,7 @@ pub use anthropic::Api;
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
 pub use quirks::{Interrupt, Quirk, Quirks};
 
-use crate::wire::Endpoint;
+use crate::wire::{Endpoint, Family};
 
 /// Requests kept for `GET /mock/requests`.
 const RECORDED: usize = 1000;
@@ -312,11 +312,11 @@ impl Simulator {
         if self.api == Api::Anthropic {
             return anthropic::respond(self, endpoint, body, heard, guard).await;
         }
-        if matches!(endpoint, Endpoint::Messages | Endpoint::CountTokens) {
+        if endpoint.family() == Family::Anthropic {
             let msg = "mock: the Messages API is not served here (api = \"openai\")";
             return guard.done(error_response(404, msg, None));
         }
-        if endpoint == Endpoint::Responses && !self.responses {
+        if endpoint == Endpoint::RESPONSES && !self.responses {
             // What a chat-only server says.
             let msg = "mock: POST /v1/responses is not served here (responses = false)";
             return guard.done(error_response(404, msg, None));
@@ -341,10 +341,7 @@ impl Simulator {
             return guard.done(refused);
         }
         let call = self.count_call(&model);
-        let view = match endpoint {
-            Endpoint::Responses => Some(responses::chat_view(&req)),
-            _ => None,
-        };
+        let view = (endpoint == Endpoint::RESPONSES).then(|| responses::chat_view(&req));
         let text = request_text(view.as_ref().unwrap_or(&req));
         let mut b = match self.models.get(&model) {
             Some(b) => b.resolve(&text, call),
@@ -369,7 +366,7 @@ impl Simulator {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         if self.swap.loading_state
             && stream
-            && endpoint == Endpoint::Chat
+            && endpoint == Endpoint::CHAT
             && !fails
             && self.cold(&model)
         {
@@ -387,35 +384,31 @@ impl Simulator {
                 .unwrap_or_else(|| format!("mock: simulated HTTP {status}"));
             return guard.done(error_response(status, &msg, b.retry_after));
         }
-        if endpoint == Endpoint::Chat
+        if endpoint == Endpoint::CHAT
             && let Some(r) = self.play_quirks(&mut b, &req, &model, stream).await
         {
             return guard.done(r);
         }
-        match endpoint {
-            Endpoint::Embeddings => {
-                pause(b.ttft).await;
-                guard.done(embeddings::respond(&req, &model))
-            }
-            Endpoint::Responses => {
-                let view = view.unwrap_or_default();
-                responses::respond(b, &req, &view, &model, n, guard).await
-            }
-            Endpoint::Chat | Endpoint::Completions | Endpoint::Messages | Endpoint::CountTokens => {
-                let legacy = endpoint == Endpoint::Completions;
-                let interrupt = self
-                    .quirks
-                    .has(Quirk::InterruptsOnNewRequest)
-                    .then(|| Interrupt::after(&self.arrivals, arrival));
-                let how = answer::How {
-                    legacy,
-                    stream,
-                    include_usage,
-                    interrupt,
-                };
-                answer::respond(b, &req, &model, n, how, guard).await
-            }
+        if endpoint == Endpoint::EMBEDDINGS {
+            pause(b.ttft).await;
+            return guard.done(embeddings::respond(&req, &model));
         }
+        if endpoint == Endpoint::RESPONSES {
+            let view = view.unwrap_or_default();
+            return responses::respond(b, &req, &view, &model, n, guard).await;
+        }
+        let legacy = endpoint == Endpoint::COMPLETIONS;
+        let interrupt = self
+            .quirks
+            .has(Quirk::InterruptsOnNewRequest)
+            .then(|| Interrupt::after(&self.arrivals, arrival));
+        let how = answer::How {
+            legacy,
+            stream,
+            include_usage,
+            interrupt,
+        };
+        answer::respond(b, &req, &model, n, how, guard).await
     }
 
     /// Keeps the request for `GET /mock/requests`.

@@ -79,7 +79,7 @@ pub async fn serve(
 }
 
 async fn chat(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
-    answer(Endpoint::Chat, &sim, &headers, &body).await
+    answer(Endpoint::CHAT, &sim, &headers, &body).await
 }
 
 async fn completions(
@@ -87,7 +87,7 @@ async fn completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(Endpoint::Completions, &sim, &headers, &body).await
+    answer(Endpoint::COMPLETIONS, &sim, &headers, &body).await
 }
 
 async fn embeddings(
@@ -95,15 +95,15 @@ async fn embeddings(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(Endpoint::Embeddings, &sim, &headers, &body).await
+    answer(Endpoint::EMBEDDINGS, &sim, &headers, &body).await
 }
 
 async fn responses(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
-    answer(Endpoint::Responses, &sim, &headers, &body).await
+    answer(Endpoint::RESPONSES, &sim, &headers, &body).await
 }
 
 async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
-    answer(Endpoint::Messages, &sim, &headers, &body).await
+    answer(Endpoint::MESSAGES, &sim, &headers, &body).await
 }
 
 async fn count_tokens(
@@ -111,7 +111,7 @@ async fn count_tokens(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(Endpoint::CountTokens, &sim, &headers, &body).await
+    answer(Endpoint::COUNT_TOKENS, &sim, &headers, &body).await
 }
 
 async fn answer(

@@ -22,7 +22,7 @@ async fn echo_whole_and_streamed() {
     ));
     let (status, body) = collect(
         sim.respond(
-            Endpoint::Chat,
+            Endpoint::CHAT,
             br#"{"model":"m","messages":[{"role":"user","content":"hi there"}]}"#,
             None,
             None,
@@ -37,7 +37,7 @@ async fn echo_whole_and_streamed() {
 
     let (_, body) = collect(
         sim.respond(
-            Endpoint::Chat,
+            Endpoint::CHAT,
             br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a b c"}]}"#,
             None,
             None,
@@ -99,11 +99,11 @@ async fn a_new_request_ends_the_stream_in_flight_without_a_finish_reason() {
         true,
     ));
     let ask = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"a b c"}]}"#;
-    let mut first = sim.respond(Endpoint::Chat, ask, None, None).await;
+    let mut first = sim.respond(Endpoint::CHAT, ask, None, None).await;
     // Its role chunk went out; then another request arrives.
     let role = first.body.next().await.unwrap().unwrap();
     assert!(String::from_utf8_lossy(&role).contains("\"role\""));
-    let second = sim.respond(Endpoint::Chat, ask, None, None).await;
+    let second = sim.respond(Endpoint::CHAT, ask, None, None).await;
     let (_, rest) = collect(first).await;
     assert_eq!(rest, "data: [DONE]\n\n");
     // The second, alone, answers whole.
@@ -117,9 +117,9 @@ async fn a_new_request_ends_the_stream_in_flight_without_a_finish_reason() {
         Quirks::default(),
         true,
     ));
-    let mut first = calm.respond(Endpoint::Chat, ask, None, None).await;
+    let mut first = calm.respond(Endpoint::CHAT, ask, None, None).await;
     first.body.next().await.unwrap().unwrap();
-    let _second = calm.respond(Endpoint::Chat, ask, None, None).await;
+    let _second = calm.respond(Endpoint::CHAT, ask, None, None).await;
     let (_, rest) = collect(first).await;
     assert!(rest.contains("\"finish_reason\":\"stop\""), "{rest}");
 }

@@ -1,6 +1,7 @@
 //! `kind = "anthropic"`: Anthropic's Messages API over one pooled reqwest
-//! client per upstream with `TCP_NODELAY`. It sends Messages and
-//! `count_tokens` bodies verbatim to `{base_url}/v1/messages` (and
+//! client per upstream with `TCP_NODELAY`. It sends the bodies of the
+//! Messages API's endpoints ([`Family::Anthropic`]: Messages and
+//! `count_tokens`) verbatim to `{base_url}/v1/messages` (and
 //! `/v1/messages/count_tokens`) with `x-api-key` (marked sensitive, so it
 //! is never printed), `anthropic-version`, `anthropic-beta` when the call
 //! carries one, and the request id and `traceparent` as the OpenAI
@@ -16,12 +17,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 
-use super::openai::{BuildError, describe};
-use super::translate::unsupported;
+use super::http::{BuildError, describe, raw, send};
+use super::served::{Served, unsupported};
 use super::{CallIds, RawResponse, Transport, TransportError};
 use crate::clock::Clock;
 use crate::config::Anthropic;
-use crate::wire::Endpoint;
+use crate::wire::{Endpoint, Family};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READY_TIMEOUT: Duration = Duration::from_secs(3);
@@ -31,8 +32,8 @@ const LIMITS: [&str; 4] = ["requests", "tokens", "input-tokens", "output-tokens"
 
 pub struct AnthropicTransport {
     client: reqwest::Client,
-    messages_url: reqwest::Url,
-    count_url: reqwest::Url,
+    /// The Messages API's URLs (`messages`, `count_tokens`).
+    urls: Served<reqwest::Url>,
     models_url: reqwest::Url,
     /// Where active health check paths go (`{base_url}/v1`).
     base_url: String,
@@ -61,8 +62,7 @@ impl AnthropicTransport {
         };
         Ok(AnthropicTransport {
             client,
-            messages_url: url(Endpoint::Messages.path())?,
-            count_url: url(Endpoint::CountTokens.path())?,
+            urls: Served::build(Family::Anthropic, url)?,
             models_url: url("/models")?,
             base_url: format!("{}/v1", cfg.base_url),
             key,
@@ -81,10 +81,8 @@ impl Transport for AnthropicTransport {
         body: Bytes,
         ids: &CallIds<'_>,
     ) -> Result<RawResponse, TransportError> {
-        let url = match endpoint {
-            Endpoint::Messages => &self.messages_url,
-            Endpoint::CountTokens => &self.count_url,
-            other => return Ok(unsupported(other)),
+        let Some(url) = self.urls.get(endpoint) else {
+            return Ok(unsupported(endpoint));
         };
         let mut req = self
             .client
@@ -101,14 +99,14 @@ impl Transport for AnthropicTransport {
         {
             req = req.header("anthropic-beta", beta);
         }
-        let resp = super::openai::send(req, ids).await?;
+        let resp = send(req, ids).await?;
         let status = resp.status().as_u16();
         let retry_after = match resp.headers().get(RETRY_AFTER) {
             Some(v) => v.to_str().ok().map(str::to_owned),
             None if matches!(status, 429 | 529) => retry_after(resp.headers(), self.clock.now()),
             None => None,
         };
-        Ok(super::openai::raw(resp, retry_after))
+        Ok(raw(resp, retry_after))
     }
 
     async fn ready(&self) -> Result<(), String> {

@@ -10,7 +10,7 @@
 //! to the health of its model and of its upstream, a call's retries
 //! counting once ([`super::health::watch`]).
 //! Completions, Embeddings and (to an upstream that speaks it,
-//! [`ConcreteModel::speaks_responses`]) Responses bodies are relayed by
+//! [`ConcreteModel::speaks`]) Responses bodies are relayed by
 //! [`ConcreteModel::forward`].
 
 use std::sync::Arc;
@@ -22,11 +22,13 @@ use tokio::time::{Instant, timeout_at};
 
 use std::time::Duration;
 
-use super::decode::{self, Exchange, round_ms};
+use super::decode;
 use super::delivery::{self, Armed, StreamsTools, Wire};
+use super::exchange::{Exchange, round_ms};
 use super::health::{Health, Tenant, watch};
 use super::lane::{LaneTimeout, Permit};
 use super::limit::NoTurn;
+use super::relay;
 use super::retry;
 use super::{CallIds, RawResponse, Upstream};
 use crate::attempt::Attempt;
@@ -38,7 +40,7 @@ use crate::retry::RetryReason;
 use crate::sink::ModelInfo;
 use crate::store::limits::rate::retry_after_secs;
 use crate::store::limits::rejection::{Scope, record_rejection};
-use crate::wire::{ChatRequest, Endpoint, Usage, estimate_tokens, responses, text_len};
+use crate::wire::{ChatRequest, Endpoint, Family, Usage, estimate_tokens};
 
 pub struct ConcreteModel {
     pub info: Arc<ModelInfo>,
@@ -71,18 +73,17 @@ impl ConcreteModel {
         }
     }
 
-    /// Whether this model's upstream speaks the Responses API natively
-    /// (`responses = true`): a Responses request for it can be
-    /// [`forward`](Self::forward)ed verbatim with [`Endpoint::Responses`].
-    pub fn speaks_responses(&self) -> bool {
-        self.upstream.responses
-    }
-
-    /// Whether this model's upstream speaks Anthropic's Messages API: a
-    /// Messages request for it can be [`forward`](Self::forward)ed
-    /// verbatim with [`Endpoint::Messages`].
-    pub fn speaks_messages(&self) -> bool {
-        self.upstream.messages
+    /// Whether this model's upstream speaks `endpoint` natively, so a
+    /// request for it can be [`forward`](Self::forward)ed verbatim: the
+    /// Messages API's endpoints an Anthropic upstream (`kind =
+    /// "anthropic"`, or a mock with `api = "anthropic"`), the Responses
+    /// API one with `responses = true`, OpenAI's others any other.
+    pub fn speaks(&self, endpoint: Endpoint) -> bool {
+        match endpoint.family() {
+            Family::Anthropic => self.upstream.messages,
+            Family::OpenAi if endpoint == Endpoint::RESPONSES => self.upstream.responses,
+            Family::OpenAi => !self.upstream.messages,
+        }
     }
 
     /// Asks this model's upstream how many input tokens a Messages body
@@ -122,7 +123,7 @@ impl ConcreteModel {
         let send = self
             .upstream
             .transport
-            .send(Endpoint::CountTokens, bytes, &ids);
+            .send(Endpoint::COUNT_TOKENS, bytes, &ids);
         let resp = timeout_at(by, send).await.ok()?.ok()?;
         if resp.status != 200 {
             return None;
@@ -159,15 +160,7 @@ impl ConcreteModel {
                 o.insert("include_usage".into(), Value::Bool(true));
             }
         }
-        let input_tokens = estimate_tokens(match endpoint {
-            Endpoint::Responses => responses::input_len(&body),
-            Endpoint::Messages => crate::wire::messages::input_len(&body),
-            _ => ["prompt", "input"]
-                .iter()
-                .filter_map(|k| body.get(*k))
-                .map(text_len)
-                .sum(),
-        });
+        let input_tokens = estimate_tokens(endpoint.input_len(&body));
         let out = Outgoing {
             endpoint,
             body: Bytes::from(serde_json::to_vec(&body)?),
@@ -344,11 +337,11 @@ impl ConcreteModel {
             return Err(decode::status_error(resp, &x).await);
         }
         match out.wire {
-            Wire::Stream => decode::stream(resp, x, attempt, permit)
+            Wire::Stream => relay::stream(resp, x, attempt, permit)
                 .await
                 .map(ReplyBody::Stream),
             Wire::Assemble => {
-                let s = decode::stream(resp, x, attempt, permit).await?;
+                let s = relay::stream(resp, x, attempt, permit).await?;
                 let whole = delivery::collect(s, &up.name).await?;
                 delivery::with_usage(whole, attempt.usage()).map(ReplyBody::Whole)
             }
@@ -366,7 +359,7 @@ impl ConcreteModel {
     ) -> Result<Reply, ModelError> {
         let sent = wire.request(req);
         let out = Outgoing {
-            endpoint: Endpoint::Chat,
+            endpoint: Endpoint::CHAT,
             body: sent.to_upstream_body(&self.info.upstream_model)?,
             wire,
             input_tokens,
@@ -392,9 +385,9 @@ impl ConcreteModel {
             request_id: &ctx.upstream_id,
             traceparent: attempt.traceparent(),
             // The client's betas go with a body it wrote itself.
-            anthropic_beta: match out.endpoint {
-                Endpoint::Messages => ctx.options.anthropic_beta.as_deref(),
-                _ => None,
+            anthropic_beta: match out.endpoint.family() {
+                Family::Anthropic => ctx.options.anthropic_beta.as_deref(),
+                Family::OpenAi => None,
             },
         };
         let sent = up.transport.send(out.endpoint, out.body.clone(), &ids);

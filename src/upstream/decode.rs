@@ -1,7 +1,9 @@
-//! Turns an upstream's raw response into a [`Completion`] (here) or a
-//! committed [`ChunkStream`](crate::model::ChunkStream) ([`super::relay`]), enforcing the attempt's
-//! deadlines and bounds and keeping its [`Attempt`] up to date (first
-//! token, usage, end, failure), for chat and for the Responses API alike.
+//! Turns an upstream's raw response into a [`Completion`] (a streamed one
+//! becomes a committed [`ChunkStream`](crate::model::ChunkStream) in
+//! `super::relay`), enforcing the attempt's deadlines and bounds and
+//! keeping its [`Attempt`] up to date (usage, end, failure), for every
+//! endpoint alike (the body read as its [`crate::wire::Endpoint`] says);
+//! and the error of a non-2xx answer.
 //!
 //! Nothing an upstream sends is trusted: a body or an event past its size
 //! bound, a 200 that is not an answer (`{}`, `[]`, invalid UTF-8), a
@@ -14,113 +16,23 @@
 //! events). Stream events are relayed one by one as they arrive, each as
 //! its own bytes; only a `Retry-After` that is a number or a date is kept.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::time::{Instant, timeout_at};
 
-pub use super::relay::stream;
+use super::exchange::Exchange;
 use super::{BodyStream, RawResponse, validation};
 use crate::attempt::Attempt;
 use crate::error::{ModelError, TimeoutPhase, WITHHELD};
 use crate::model::Completion;
-use crate::redact::Redactor;
-use crate::wire::{
-    AssistantOutput, Endpoint, MAX_RESPONSE, Usage, WholeBody, error_message, inspect_completion,
-};
+use crate::wire::{MAX_RESPONSE, Usage, WholeBody, error_message};
 
 /// Why a whole answer that does not say it ended is a cut.
 const UNFINISHED: &str = "the answer has no finish_reason: it was cut short";
 
-/// Largest single SSE line or event accepted from an upstream.
-pub const MAX_EVENT: usize = 4 * 1024 * 1024;
 /// Largest error body read to find the upstream's message.
 const MAX_ERROR_BODY: usize = 64 * 1024;
-/// The longest upstream message quoted in an error.
-const MAX_MESSAGE_CHARS: usize = 1000;
-
-/// One upstream call: where it goes, by when each phase must end, and the
-/// secrets nothing it says may repeat. Every error built from upstream
-/// text is built here.
-pub struct Exchange {
-    pub upstream: Arc<str>,
-    /// What was asked: how the answer is read.
-    pub endpoint: Endpoint,
-    pub started: Instant,
-    /// The first stream event must arrive by then.
-    pub first: Instant,
-    /// The whole answer must be in by then.
-    pub total: Instant,
-    /// Longest gap between two stream events.
-    pub idle: Duration,
-    /// The request's estimated input tokens, for a usage estimate.
-    pub input_tokens: u64,
-    pub redactor: Arc<Redactor>,
-}
-
-impl Exchange {
-    pub fn timeout(&self, phase: TimeoutPhase) -> ModelError {
-        let after = match phase {
-            TimeoutPhase::FirstToken => self.first.saturating_duration_since(self.started),
-            TimeoutPhase::Total => self.total.saturating_duration_since(self.started),
-            TimeoutPhase::Idle => self.idle,
-            TimeoutPhase::Lane => Duration::ZERO,
-        };
-        ModelError::Timeout {
-            upstream: self.upstream.clone(),
-            phase,
-            after: round_ms(after),
-        }
-    }
-
-    /// The phase a timeout that fired at `first` belongs to.
-    pub fn first_phase(&self) -> TimeoutPhase {
-        if self.first < self.total {
-            TimeoutPhase::FirstToken
-        } else {
-            TimeoutPhase::Total
-        }
-    }
-
-    /// Upstream text, bounded and without secrets.
-    fn clean(&self, text: &str) -> String {
-        let text = self.redactor.redact(text);
-        match text.char_indices().nth(MAX_MESSAGE_CHARS) {
-            Some((at, _)) => format!("{}…", &text[..at]),
-            None => text.into_owned(),
-        }
-    }
-
-    pub fn invalid(&self, detail: &str) -> ModelError {
-        ModelError::Invalid {
-            upstream: self.upstream.clone(),
-            detail: self.clean(detail),
-        }
-    }
-
-    pub fn cut(&self, detail: &str) -> ModelError {
-        ModelError::StreamCut {
-            upstream: self.upstream.clone(),
-            detail: self.clean(detail),
-        }
-    }
-
-    pub(super) fn reported(&self, message: &str, streamed: bool) -> ModelError {
-        ModelError::Reported {
-            upstream: self.upstream.clone(),
-            message: self.clean(message),
-            streamed,
-        }
-    }
-}
-
-/// A duration to whole milliseconds, as errors quote it.
-pub(super) fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX))
-}
 
 enum ReadError {
     Cut(String),
@@ -224,7 +136,7 @@ pub async fn whole(
         }
         Ok(b) => x.redactor.redact_bytes(b),
     };
-    let usage = match inspect_completion(&body, x.endpoint) {
+    let usage = match x.endpoint.inspect(&body) {
         // No `finish_reason` (a null one, a Responses body still
         // `in_progress`): generation was cut short, not an answer.
         Ok(WholeBody::Answer {
@@ -247,12 +159,7 @@ pub async fn whole(
         attempt.set_usage(u);
     }
     if usage.is_none() || attempt.wants_summary() {
-        let out = match x.endpoint {
-            Endpoint::Responses => AssistantOutput::from_response(&body),
-            Endpoint::Messages => AssistantOutput::from_message(&body),
-            _ => AssistantOutput::from_completion(&body),
-        };
-        let out = out.unwrap_or_default();
+        let out = x.endpoint.output(&body).unwrap_or_default();
         if usage.is_none() {
             let output = out.text.len()
                 + out

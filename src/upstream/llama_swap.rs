@@ -255,14 +255,14 @@ impl WarmProbe {
             if e.is_timeout() {
                 format!("no answer within {:?}", self.timeout)
             } else {
-                super::openai::describe(&e)
+                super::http::describe(&e)
             }
         };
         let resp = req.send().await.map_err(failed)?;
         if !resp.status().is_success() {
             return Err(format!("HTTP {}", resp.status().as_u16()));
         }
-        let body = super::openai::read_capped(resp, MAX_BODY)
+        let body = super::http::read_capped(resp, MAX_BODY)
             .await
             .map_err(failed)?
             .ok_or_else(|| format!("more than {MAX_BODY} bytes"))?;

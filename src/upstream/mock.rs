@@ -106,8 +106,8 @@ impl Transport for MockTransport {
             "messages": [{"role": "user", "content": "health check"}],
         });
         let endpoint = match self.sim.api() {
-            Api::OpenAi => Endpoint::Chat,
-            Api::Anthropic => Endpoint::Messages,
+            Api::OpenAi => Endpoint::CHAT,
+            Api::Anthropic => Endpoint::MESSAGES,
         };
         let body = Bytes::from(body.to_string());
         let r = self.sim.respond_to(endpoint, &body, Heard::default()).await;

@@ -1,9 +1,12 @@
 //! Upstreams: where concrete models live. A [`Transport`] moves request
 //! bytes to a server and hands back its raw response (`openai` and
 //! `anthropic` over reqwest, `mock` in-process; an Anthropic-speaking one
-//! behind [`translate`], which makes chat of it); [`decode`] turns any raw response into a
-//! completion, [`relay`] into a committed chunk stream (chat or, for an
-//! upstream with `responses = true`, the Responses API's events);
+//! behind [`translate`], which makes chat of it; `http` is the reqwest
+//! plumbing they share, `served` which endpoints each kind serves).
+//! One call is an [`exchange`]: [`decode`] turns its raw response into a
+//! completion, [`relay`] into a committed chunk stream, reading bodies and
+//! events as the call's [`crate::wire::Endpoint`] says (no transport or
+//! relay names a dialect);
 //! [`ConcreteModel`] is the one decorator that makes an upstream model a
 //! [`crate::model::ChatModel`] and records every call as an attempt (a
 //! failed one sent again, as [`retry`] says, is a new attempt), after
@@ -19,8 +22,10 @@ mod concrete;
 pub mod decode;
 pub mod delivery;
 mod direct;
+pub mod exchange;
 mod fit;
 pub mod health;
+mod http;
 pub mod lane;
 pub mod limit;
 pub mod llama_swap;
@@ -29,6 +34,7 @@ pub mod openai;
 pub mod registry;
 mod relay;
 pub mod retry;
+mod served;
 pub mod server_kind;
 pub mod sse;
 pub mod translate;

@@ -7,13 +7,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::TryStreamExt;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 
-use super::direct::Direct;
-use super::{BoxError, CallIds, RawResponse, Transport, TransportError};
 use std::sync::Arc;
 
+use super::direct::Direct;
+use super::http::{describe, parse_url, raw, read_capped, send};
+use super::served::{Served, unsupported};
+use super::{CallIds, RawResponse, Transport, TransportError};
+
+pub use super::http::BuildError;
 use super::lane::Gate;
 use super::llama_swap::{ProbeSettings, WarmProbe};
 use super::server_kind::{self, ServerKind};
@@ -22,16 +25,7 @@ use super::window::count::{Counter, Tokens};
 use crate::config::{LlamaSwap, Secret};
 use crate::labels::Warm;
 use crate::sink::Metrics;
-use crate::wire::Endpoint;
-
-/// The transport could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    #[error("the HTTP client could not be built: {0}")]
-    Client(#[from] reqwest::Error),
-    #[error("invalid URL {0}")]
-    Url(String),
-}
+use crate::wire::{Endpoint, Family};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READY_TIMEOUT: Duration = Duration::from_secs(3);
@@ -40,11 +34,9 @@ pub struct OpenAiTransport {
     client: reqwest::Client,
     /// The lean client, for a plain-http upstream (see [`Direct`]).
     direct: Option<Direct>,
-    /// Parsed once: reqwest would parse a string URL on every request.
-    chat_url: reqwest::Url,
-    completions_url: reqwest::Url,
-    embeddings_url: reqwest::Url,
-    responses_url: reqwest::Url,
+    /// The OpenAI endpoints' URLs, parsed once: reqwest would parse a
+    /// string URL on every request.
+    urls: Served<reqwest::Url>,
     models_url: reqwest::Url,
     /// Where active health check paths go.
     base_url: String,
@@ -80,33 +72,14 @@ impl OpenAiTransport {
             windows,
             counter,
             client,
-            chat_url: parse_url(&format!("{base_url}{}", Endpoint::Chat.path()))?,
-            completions_url: parse_url(&format!("{base_url}{}", Endpoint::Completions.path()))?,
-            embeddings_url: parse_url(&format!("{base_url}{}", Endpoint::Embeddings.path()))?,
-            responses_url: parse_url(&format!("{base_url}{}", Endpoint::Responses.path()))?,
+            urls: Served::build(Family::OpenAi, |path| {
+                parse_url(&format!("{base_url}{path}"))
+            })?,
             models_url: parse_url(&format!("{base_url}/models"))?,
             base_url: base_url.to_owned(),
             auth,
         })
     }
-}
-
-/// A side answer's body (a probe's, a count's), read to its end unless
-/// it grows past `max` bytes: `Ok(None)` then, so no server can make conclave
-/// hold more. The caller bounds the time.
-pub async fn read_capped(
-    resp: reqwest::Response,
-    max: usize,
-) -> Result<Option<Bytes>, reqwest::Error> {
-    let mut body = bytes::BytesMut::new();
-    let mut parts = resp.bytes_stream();
-    while let Some(part) = parts.try_next().await? {
-        if body.len() + part.len() > max {
-            return Ok(None);
-        }
-        body.extend_from_slice(&part);
-    }
-    Ok(Some(body.freeze()))
 }
 
 impl OpenAiTransport {
@@ -155,46 +128,6 @@ impl OpenAiTransport {
     }
 }
 
-fn parse_url(s: &str) -> Result<reqwest::Url, BuildError> {
-    reqwest::Url::parse(s).map_err(|e| BuildError::Url(format!("{s}: {e}")))
-}
-
-/// Says why no response arrived, without URLs or internals.
-pub(super) fn describe(e: &reqwest::Error) -> String {
-    super::direct::describe(e, e.is_connect(), e.is_timeout())
-}
-
-/// Sends a request with the call's ids (`x-request-id`, `traceparent`),
-/// and says why when no response arrived.
-pub(super) async fn send(
-    mut req: reqwest::RequestBuilder,
-    ids: &CallIds<'_>,
-) -> Result<reqwest::Response, TransportError> {
-    if let Ok(id) = HeaderValue::from_str(ids.request_id) {
-        req = req.header("x-request-id", id);
-    }
-    if let Some(tp) = ids.traceparent.as_deref() {
-        req = req.header("traceparent", tp);
-    }
-    req.send().await.map_err(|e| TransportError {
-        reason: describe(&e),
-        connected: !e.is_connect() && !e.is_timeout(),
-        source: Some(Box::new(e.without_url())),
-    })
-}
-
-/// A response as a [`RawResponse`], its body streamed without its URL.
-pub(super) fn raw(resp: reqwest::Response, retry_after: Option<String>) -> RawResponse {
-    RawResponse {
-        status: resp.status().as_u16(),
-        retry_after,
-        body: Box::pin(
-            resp.bytes_stream()
-                .map_err(|e| Box::new(e.without_url()) as BoxError),
-        ),
-    }
-}
-
 #[async_trait]
 impl Transport for OpenAiTransport {
     async fn send(
@@ -208,14 +141,8 @@ impl Transport for OpenAiTransport {
         {
             return direct.post(uri, self.auth.as_ref(), body, ids).await;
         }
-        let url = match endpoint {
-            Endpoint::Chat => &self.chat_url,
-            Endpoint::Completions => &self.completions_url,
-            Endpoint::Embeddings => &self.embeddings_url,
-            Endpoint::Responses => &self.responses_url,
-            Endpoint::Messages | Endpoint::CountTokens => {
-                return Ok(super::translate::unsupported(endpoint));
-            }
+        let Some(url) = self.urls.get(endpoint) else {
+            return Ok(unsupported(endpoint));
         };
         let mut req = self
             .client

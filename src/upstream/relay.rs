@@ -14,20 +14,24 @@
 //! stream is handed on (committed) at its first real event, a loading
 //! banner or a finish: the events before (a role-only delta) are held, so
 //! a stream cut before its answer began fails the call.
-//! Responses streams ([`Endpoint::Responses`]) are typed events read by
-//! `wire::responses`: their first token is the first real one (an output
+//! Responses streams
+//! ([`Endpoint::RESPONSES`](crate::wire::Endpoint::RESPONSES)) are typed
+//! events read by `wire::responses`: their first token is the first real one (an output
 //! item or a delta, not `response.created`), they end at
 //! `response.completed` / `response.incomplete` (no `[DONE]` needed, and a
 //! `[DONE]` before them is a cut: what
 //! is already buffered after it is relayed, nothing is waited for), and a
 //! `response.failed` or `error` event fails the attempt. Messages streams
-//! ([`Endpoint::Messages`], an Anthropic upstream answering verbatim) are
+//! ([`Endpoint::MESSAGES`](crate::wire::Endpoint::MESSAGES), an Anthropic upstream answering verbatim) are
 //! read alike by `wire::messages`: first token at the first content
 //! block, end at `message_stop` (a `[DONE]` before it is a cut), the usage of `message_start` completed
 //! by `message_delta`'s, an `error` event a failure. Such events are
 //! handed on with `usage` [`UsageField::Absent`] (they have no top-level
-//! `usage` for a relay to edit) and `choices` 0.
+//! `usage` for a relay to edit) and `choices` 0. Which of these a stream
+//! is, and how its events and usage read, is its endpoint's to say
+//! ([`crate::wire::Endpoint`]); nothing here names a dialect.
 
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -37,8 +41,8 @@ use tokio::time::{Instant, Sleep, sleep_until, timeout_at};
 
 use super::BodyStream;
 use super::RawResponse;
-use super::decode::{Exchange, MAX_EVENT};
 use super::delivery::EMPTY_STREAM;
+use super::exchange::{Exchange, MAX_EVENT};
 use super::lane::Permit;
 use super::sse::SseParser;
 use crate::attempt::Attempt;
@@ -46,9 +50,7 @@ use crate::error::{ModelError, TimeoutPhase};
 use crate::labels::Warm;
 use crate::model::{Chunk, ChunkStream};
 use crate::redact::Carry;
-use crate::wire::messages;
-use crate::wire::responses::inspect_event;
-use crate::wire::{Endpoint, Usage, UsageField, inspect_chunk, inspect_chunk_text};
+use crate::wire::{Usage, UsageField};
 
 /// Why a stream that ended before any of its answer is a cut.
 const NOTHING_CAME: &str = "the stream ended before its first event";
@@ -162,6 +164,15 @@ impl Relay {
         e
     }
 
+    /// Why a stream that ended early is cut: before its typed last
+    /// event, or `untyped` for a `[DONE]` stream.
+    fn missing_end(&self, untyped: &'static str) -> Cow<'static, str> {
+        match self.x.endpoint.last_event() {
+            Some(last) => format!("the stream ended before {last}").into(),
+            None => untyped.into(),
+        }
+    }
+
     fn done(&mut self) -> Next {
         if !self.relayed {
             return self.fail(self.x.cut(NOTHING_CAME));
@@ -169,12 +180,8 @@ impl Relay {
         if !self.finished_choice {
             // `[DONE]` with no `finish_reason` before it (llama-cpp-python
             // interrupted by another request): cut short, not an answer.
-            let missing = match self.x.endpoint {
-                Endpoint::Responses => "the stream ended before response.completed",
-                Endpoint::Messages => "the stream ended before message_stop",
-                _ => "the stream ended without a finish_reason",
-            };
-            return self.fail(self.x.cut(missing));
+            let missing = self.missing_end("the stream ended without a finish_reason");
+            return self.fail(self.x.cut(&missing));
         }
         self.open = false;
         self.permit = None;
@@ -189,13 +196,9 @@ impl Relay {
 
     fn chunk(&mut self, data: Bytes) -> Result<Chunk, ModelError> {
         let (summarize, redactor) = (self.attempt.wants_summary(), &self.x.redactor);
-        let responses = self.x.endpoint.typed_events();
-        let info = match (self.x.endpoint, redactor.is_active()) {
-            (Endpoint::Responses, text) => inspect_event(&data, summarize, text),
-            (Endpoint::Messages, text) => messages::inspect_event(&data, summarize, text),
-            (_, true) => inspect_chunk_text(&data, summarize),
-            (_, false) => inspect_chunk(&data, summarize),
-        };
+        let endpoint = self.x.endpoint;
+        let responses = endpoint.typed_events();
+        let info = endpoint.inspect_event(&data, summarize, redactor.is_active());
         let info = info.map_err(|e| {
             self.x
                 .invalid(&format!("a stream event is not a chunk: {e}"))
@@ -209,11 +212,8 @@ impl Relay {
         if let UsageField::Present(u) = info.usage {
             // Anthropic's `message_delta` may lack the input that
             // `message_start` gave.
-            let u = match self.x.endpoint {
-                Endpoint::Messages => self.attempt.usage().map_or(u, |before| before.update(u)),
-                _ => u,
-            };
-            self.attempt.set_usage(u);
+            self.attempt
+                .set_usage(endpoint.merge_usage(self.attempt.usage(), u));
         }
         let loading = info.loading && !self.answering;
         if loading {
@@ -316,12 +316,8 @@ impl Stream for Relay {
                     // it fails after the response began.
                     return this.fail(this.x.cut(EMPTY_STREAM));
                 }
-                let missing = match this.x.endpoint {
-                    Endpoint::Responses => "the stream ended before response.completed",
-                    Endpoint::Messages => "the stream ended before message_stop",
-                    _ => "the stream ended without [DONE]",
-                };
-                return this.fail(this.x.cut(missing));
+                let missing = this.missing_end("the stream ended without [DONE]");
+                return this.fail(this.x.cut(&missing));
             }
             match this.body.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(bytes))) => {

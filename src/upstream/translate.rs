@@ -4,7 +4,7 @@
 //!
 //! A chat body becomes a Messages body ([`to_messages`], with the model's
 //! `max_tokens` when the request sets none) sent to
-//! [`Endpoint::Messages`]; what comes back is made to look exactly like an
+//! [`Endpoint::MESSAGES`]; what comes back is made to look exactly like an
 //! OpenAI upstream's answer, so [`super::decode`] and [`super::relay`]
 //! read it with every bound, deadline and redaction they apply:
 //!
@@ -25,8 +25,9 @@
 //!
 //! A chat request Messages cannot express answers 400 `untranslatable`
 //! without a call; Completions, Embeddings and the Responses API are 400s
-//! too (an Anthropic upstream has none of them). Messages and
-//! `count_tokens` bodies pass through verbatim (the native path).
+//! too (an Anthropic upstream has none of them). The bodies of Anthropic's
+//! own endpoints (Messages, `count_tokens`: [`Family::Anthropic`]) pass
+//! through verbatim (the native path).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,7 +37,8 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
-use super::decode::MAX_EVENT;
+use super::exchange::MAX_EVENT;
+use super::served::unsupported;
 use super::sse::SseParser;
 use super::{BodyStream, BoxError, CallIds, RawResponse, Transport, TransportError};
 use crate::clock::Clock;
@@ -44,7 +46,7 @@ use crate::config::DEFAULT_MAX_TOKENS;
 use crate::labels::Warm;
 use crate::mock::Simulator;
 use crate::wire::anthropic::{ChunkMaker, StreamFault, Translation, to_completion, to_messages};
-use crate::wire::{Endpoint, MAX_RESPONSE};
+use crate::wire::{Endpoint, Family, MAX_RESPONSE};
 
 /// The largest error body rewritten (a longer one goes on as it came).
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -90,7 +92,7 @@ impl Translate {
                 connected: false,
                 source: None,
             })?;
-        let resp = self.inner.send(Endpoint::Messages, body, ids).await?;
+        let resp = self.inner.send(Endpoint::MESSAGES, body, ids).await?;
         let created = self.clock.unix_secs();
         let body = match (resp.status, t.stream) {
             (200..=299, true) => stream(resp.body, t, created),
@@ -109,12 +111,12 @@ impl Transport for Translate {
         body: Bytes,
         ids: &CallIds<'_>,
     ) -> Result<RawResponse, TransportError> {
-        match endpoint {
-            Endpoint::Chat => self.chat(&body, ids).await,
-            Endpoint::Messages | Endpoint::CountTokens => {
-                self.inner.send(endpoint, body, ids).await
-            }
-            other => Ok(unsupported(other)),
+        if endpoint == Endpoint::CHAT {
+            return self.chat(&body, ids).await;
+        }
+        match endpoint.family() {
+            Family::Anthropic => self.inner.send(endpoint, body, ids).await,
+            Family::OpenAi => Ok(unsupported(endpoint)),
         }
     }
 
@@ -161,26 +163,6 @@ fn rejected(message: &str, param: Option<&str>) -> RawResponse {
         retry_after: None,
         body: once(Bytes::from(body.to_string())),
     }
-}
-
-/// What an upstream answers, without a call, for an endpoint its kind
-/// does not have (an Anthropic one: Completions, Embeddings, Responses;
-/// an OpenAI one: the Messages API).
-pub fn unsupported(endpoint: Endpoint) -> RawResponse {
-    let what = match endpoint {
-        Endpoint::Completions => {
-            "an Anthropic upstream does not serve Completions (/v1/completions)"
-        }
-        Endpoint::Embeddings => "an Anthropic upstream does not serve Embeddings (/v1/embeddings)",
-        Endpoint::Responses => {
-            "an Anthropic upstream does not serve the Responses API natively (/v1/responses)"
-        }
-        Endpoint::Messages | Endpoint::CountTokens => {
-            "an OpenAI-compatible upstream is not sent the Messages API natively"
-        }
-        Endpoint::Chat => "this upstream does not serve chat completions",
-    };
-    rejected(what, None)
 }
 
 fn once(b: Bytes) -> BodyStream {

@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::finish::{Reason, WholeChoices};
-use super::{Endpoint, Usage, UsageField};
+use super::request::{Usage, UsageField};
 
 /// At most this many `choices` in one answer or chunk (OpenAI caps `n` at 128).
 pub const MAX_CHOICES: usize = 128;
@@ -289,7 +289,13 @@ pub fn inspect_chunk_text(data: &[u8], summarize: bool) -> Result<ChunkInfo, Not
     read_chunk(data, summarize, true)
 }
 
-fn read_chunk(data: &[u8], summarize: bool, text: bool) -> Result<ChunkInfo, NotAnAnswer> {
+/// [`inspect_chunk`], with the answer text when `text`: a chat stream
+/// event as [`super::Endpoint::inspect_event`] reads it.
+pub(super) fn read_chunk(
+    data: &[u8],
+    summarize: bool,
+    text: bool,
+) -> Result<ChunkInfo, NotAnAnswer> {
     object_bytes(data)?;
     let probe: ChunkProbe = super::from_json(data)?;
     let usage = match probe.usage {
@@ -397,30 +403,13 @@ pub enum WholeBody {
     Error(String),
 }
 
-/// Validates a whole response body of `endpoint` and reads its usage:
-/// chat and legacy completions need `choices`, embeddings `data`, a
-/// Responses body `output` ([`super::responses::inspect_response`]), a
-/// Messages body `content` ([`super::messages::inspect_message`]).
-pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, NotAnAnswer> {
-    match endpoint {
-        Endpoint::Responses => return super::responses::inspect_response(body),
-        Endpoint::Messages => return super::messages::inspect_message(body),
-        _ => {}
-    }
-    object_bytes(body)?;
-    let probe: CompletionProbe = super::from_json(body)?;
+/// Validates a whole chat or legacy completions body and reads its
+/// usage: it needs `choices`. (Each endpoint reads its own whole body:
+/// [`super::Endpoint::inspect`].)
+pub fn inspect_completion(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
+    let probe = completion_probe(body)?;
     if let Some(e) = probe.error.filter(|e| !e.is_null()) {
         return Ok(WholeBody::Error(error_message(&e)));
-    }
-    if endpoint == Endpoint::Embeddings {
-        return match probe.data {
-            Some(d) if !d.is_empty() => Ok(WholeBody::Answer {
-                usage: probe.usage,
-                finish_reason: None,
-                finished: true,
-            }),
-            _ => Err(NotAnAnswer::NoData),
-        };
     }
     match probe.choices {
         None => Err(NotAnAnswer::NoChoices),
@@ -432,6 +421,28 @@ pub fn inspect_completion(body: &[u8], endpoint: Endpoint) -> Result<WholeBody, 
             finished: c.finished,
         }),
     }
+}
+
+/// Validates a whole embeddings body and reads its usage: it needs
+/// `data`, and is always finished.
+pub fn inspect_embeddings(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
+    let probe = completion_probe(body)?;
+    if let Some(e) = probe.error.filter(|e| !e.is_null()) {
+        return Ok(WholeBody::Error(error_message(&e)));
+    }
+    match probe.data {
+        Some(d) if !d.is_empty() => Ok(WholeBody::Answer {
+            usage: probe.usage,
+            finish_reason: None,
+            finished: true,
+        }),
+        _ => Err(NotAnAnswer::NoData),
+    }
+}
+
+fn completion_probe(body: &[u8]) -> Result<CompletionProbe, NotAnAnswer> {
+    object_bytes(body)?;
+    Ok(super::from_json(body)?)
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@
 //!   words (`stop`, `length`, `tool_calls`, `content_filter`).
 //!
 //! [`input_len`] measures a Messages request for a usage estimate, by
-//! the billing rule.
+//! the billing rule. [`Endpoint::MESSAGES`] and [`Endpoint::COUNT_TOKENS`]
+//! are the dialect's endpoint values.
 
 use std::borrow::Cow;
 
@@ -24,6 +25,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::billing::Billable;
+use super::endpoint::{Endpoint, Events, Family, Protocol};
 use super::inspect::{
     ChunkInfo, NotAnAnswer, WholeBody, error_message, is_event_name, object_bytes,
 };
@@ -189,6 +191,42 @@ pub fn inspect_event(data: &[u8], summarize: bool, text: bool) -> Result<ChunkIn
         _ => {}
     }
     Ok(info)
+}
+
+impl Endpoint {
+    /// Anthropic's `POST /v1/messages`, relayed verbatim to an upstream
+    /// of `kind = "anthropic"` (or a mock with `api = "anthropic"`).
+    pub const MESSAGES: Endpoint = Endpoint(&MESSAGES);
+
+    /// Anthropic's `POST /v1/messages/count_tokens`: never streamed, its
+    /// answer (`input_tokens`) read by the caller.
+    pub const COUNT_TOKENS: Endpoint = Endpoint(&Protocol {
+        name: "count_tokens",
+        path: "/messages/count_tokens",
+        events: Events::Done,
+        ..MESSAGES
+    });
+}
+
+const MESSAGES: Protocol = Protocol {
+    name: "messages",
+    title: "the Messages API",
+    path: "/messages",
+    family: Family::Anthropic,
+    events: Events::Typed {
+        last: "message_stop",
+    },
+    whole: inspect_message,
+    event: inspect_event,
+    output: AssistantOutput::from_message,
+    input_len,
+    usage: merged_usage,
+};
+
+/// A stream's usage with an event's: `message_delta` may lack the input
+/// that `message_start` gave.
+fn merged_usage(before: Option<Usage>, later: Usage) -> Usage {
+    before.map_or(later, |b| b.update(later))
 }
 
 impl Usage {

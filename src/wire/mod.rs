@@ -11,57 +11,42 @@
 //! bodies and stream events, for upstreams that speak it natively.
 //! [`anthropic`] translates chat requests to Anthropic's Messages API and
 //! its answers and event streams back, for Anthropic upstreams.
+//!
+//! An [`Endpoint`] is a protocol value: its path, its API [`Family`], how
+//! its stream ends and how its bodies, events and requests are read.
+//! Each dialect defines its own beside its reader ([`messages`],
+//! [`responses`]; OpenAI's chat, completions and embeddings in `openai`),
+//! so transports and relays never match on a dialect.
 
 pub mod anthropic;
 pub mod assemble;
 pub mod billing;
+mod endpoint;
 mod finish;
 mod flat;
 mod inspect;
 pub mod messages;
+mod openai;
 mod output;
 mod request;
 pub mod responses;
 
+pub use endpoint::*;
 pub use inspect::*;
 pub use output::*;
 pub use request::*;
 
-/// The OpenAI endpoints conclave relays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    Chat,
-    Completions,
-    Embeddings,
-    /// The Responses API, relayed verbatim to an upstream that speaks it
-    /// natively (`responses = true`).
-    Responses,
-    /// Anthropic's Messages API (`POST /v1/messages`), to an upstream of
-    /// `kind = "anthropic"` (or a mock with `api = "anthropic"`).
-    Messages,
-    /// Anthropic's `POST /v1/messages/count_tokens`.
-    CountTokens,
-}
-
 impl Endpoint {
-    /// Its streams are typed events that end at their own last event
-    /// (`response.completed`, `message_stop`), not at `[DONE]`.
-    pub fn typed_events(self) -> bool {
-        matches!(self, Endpoint::Responses | Endpoint::Messages)
-    }
-
-    /// The path under an OpenAI base URL (`…/v1`); Anthropic's paths
-    /// under its `…/v1` likewise.
-    pub fn path(self) -> &'static str {
-        match self {
-            Endpoint::Chat => "/chat/completions",
-            Endpoint::Completions => "/completions",
-            Endpoint::Embeddings => "/embeddings",
-            Endpoint::Responses => "/responses",
-            Endpoint::Messages => "/messages",
-            Endpoint::CountTokens => "/messages/count_tokens",
-        }
-    }
+    /// Every endpoint conclave relays, for transports that precompute
+    /// the URLs of the ones their [`Family`] serves.
+    pub const ALL: [Endpoint; 6] = [
+        Endpoint::CHAT,
+        Endpoint::COMPLETIONS,
+        Endpoint::EMBEDDINGS,
+        Endpoint::RESPONSES,
+        Endpoint::MESSAGES,
+        Endpoint::COUNT_TOKENS,
+    ];
 }
 
 /// `serde_json::from_slice`, with the UTF-8 checked once for the whole

@@ -16,7 +16,7 @@
 //!   (`max_output_tokens`), `content_filter`.
 //!
 //! [`input_len`] measures a request for a usage estimate, by the
-//! billing rule.
+//! billing rule. [`Endpoint::RESPONSES`] is the dialect's endpoint value.
 
 use std::borrow::Cow;
 
@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::billing::Billable;
+use super::endpoint::{Endpoint, Events, Family, Protocol, latest_usage};
 use super::finish::Reason;
 use super::inspect::{
     ChunkInfo, NotAnAnswer, WholeBody, error_message, is_event_name, object_bytes,
@@ -223,6 +224,25 @@ pub fn inspect_event(data: &[u8], summarize: bool, text: bool) -> Result<ChunkIn
 
 fn str_of(v: &Option<Value>) -> &str {
     v.as_ref().and_then(Value::as_str).unwrap_or_default()
+}
+
+impl Endpoint {
+    /// The Responses API (`POST /v1/responses`), relayed verbatim to an
+    /// upstream that speaks it natively (`responses = true`).
+    pub const RESPONSES: Endpoint = Endpoint(&Protocol {
+        name: "responses",
+        title: "the Responses API",
+        path: "/responses",
+        family: Family::OpenAi,
+        events: Events::Typed {
+            last: "response.completed",
+        },
+        whole: inspect_response,
+        event: inspect_event,
+        output: AssistantOutput::from_response,
+        input_len,
+        usage: latest_usage,
+    });
 }
 
 impl AssistantOutput {

@@ -4,7 +4,8 @@
 //! user turn); an assistant's `tool_use` blocks become its `tool_calls`
 //! and its signed `thinking` / `redacted_thinking` blocks its
 //! `thinking_blocks`, which an Anthropic member sends back (unsigned
-//! thinking is dropped).
+//! thinking is dropped). `system` text (top-level or between turns) is
+//! read here too.
 
 use serde_json::{Map, Value, json};
 
@@ -19,10 +20,9 @@ pub fn turn(i: usize, turn: &Value, out: &mut Vec<Message>) -> Result<(), ApiErr
         Some(r @ ("user" | "assistant")) => r,
         // Newer clients (Claude Code) put system text between turns.
         Some("system") => {
-            let text = super::request::system_text(turn.get("content").unwrap_or(&Value::Null))
-                .map_err(|_| {
-                    ApiError::wrong_type(&at(".content"), "a string or an array of text blocks")
-                })?;
+            let text = system_text(turn.get("content").unwrap_or(&Value::Null)).map_err(|_| {
+                ApiError::wrong_type(&at(".content"), "a string or an array of text blocks")
+            })?;
             out.push(Message::new("system", text));
             return Ok(());
         }
@@ -303,4 +303,32 @@ pub fn tools(v: &Value) -> Result<(Vec<Value>, Vec<String>), ApiError> {
         kept.push(json!({"type": "function", "function": f}));
     }
     Ok((kept, dropped))
+}
+
+/// `system` as one text: a string, or text blocks joined by blank lines
+/// (`cache_control` and citations left out).
+pub(super) fn system_text(v: &Value) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(blocks) => {
+            let mut texts = Vec::with_capacity(blocks.len());
+            for (i, b) in blocks.iter().enumerate() {
+                match (b.get("type").and_then(Value::as_str), b.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => texts.push(t.as_str()),
+                    _ => {
+                        return Err(ApiError::wrong_type(
+                            &format!("system.{i}"),
+                            "a text block (`{\"type\": \"text\", \"text\": …}`)",
+                        ));
+                    }
+                }
+            }
+            Ok(texts.join("\n\n"))
+        }
+        _ => Err(ApiError::wrong_type(
+            "system",
+            "a string or an array of text blocks",
+        )),
+    }
 }

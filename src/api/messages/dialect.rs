@@ -51,7 +51,11 @@ impl Dialect for MessagesApi {
             _ => return Err(ApiError::wrong_type("model", "a non-empty string")),
         };
         let (route, node) = ad.resolve(&model)?;
-        if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_messages()) {
+        if let Some(concrete) = node
+            .concrete
+            .clone()
+            .filter(|c| c.speaks(Endpoint::MESSAGES))
+        {
             return native((route, node), concrete, raw);
         }
         let req = from_object(&raw)?;
@@ -108,7 +112,7 @@ fn native<'a>(
 ) -> Result<Job<'a>, ApiError> {
     max_tokens(&raw)?;
     let bill = Billable::messages(&raw).map_err(ApiError::bad_cap)?;
-    let how = (Endpoint::Messages, ErrorStyle::Anthropic);
+    let how = (Endpoint::MESSAGES, ErrorStyle::Anthropic);
     Ok(crate::api::native::job(at, concrete, how, raw, bill))
 }
 
@@ -141,7 +145,10 @@ impl Errands for CountTokens {
             _ => return Err(ApiError::wrong_type("model", "a non-empty string")),
         };
         let (route, node) = ad.resolve(&model)?;
-        let upstream = node.concrete.clone().filter(|c| c.speaks_messages());
+        let upstream = node
+            .concrete
+            .clone()
+            .filter(|c| c.speaks(Endpoint::MESSAGES));
         let answer: Answer<'a> = Box::new(move |ctx| {
             Box::pin(async move {
                 if let Some(c) = upstream {

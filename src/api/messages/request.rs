@@ -47,7 +47,7 @@ pub fn from_object(fields: &Map<String, Value>) -> Result<MessagesRequest, ApiEr
     extra.insert("max_tokens".into(), max_tokens(fields)?.into());
     let mut messages = Vec::new();
     if let Some(system) = fields.get("system") {
-        let text = system_text(system)?;
+        let text = super::blocks::system_text(system)?;
         if !text.is_empty() {
             messages.push(Message::new("system", text));
         }
@@ -156,34 +156,6 @@ fn missing(param: &str) -> ApiError {
         "missing_required_parameter",
         format!("`{param}`: Field required."),
     )
-}
-
-/// `system` as one text: a string, or text blocks joined by blank lines
-/// (`cache_control` and citations left out).
-pub(super) fn system_text(v: &Value) -> Result<String, ApiError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Null => Ok(String::new()),
-        Value::Array(blocks) => {
-            let mut texts = Vec::with_capacity(blocks.len());
-            for (i, b) in blocks.iter().enumerate() {
-                match (b.get("type").and_then(Value::as_str), b.get("text")) {
-                    (Some("text"), Some(Value::String(t))) => texts.push(t.as_str()),
-                    _ => {
-                        return Err(ApiError::wrong_type(
-                            &format!("system.{i}"),
-                            "a text block (`{\"type\": \"text\", \"text\": …}`)",
-                        ));
-                    }
-                }
-            }
-            Ok(texts.join("\n\n"))
-        }
-        _ => Err(ApiError::wrong_type(
-            "system",
-            "a string or an array of text blocks",
-        )),
-    }
 }
 
 fn strings(key: &str, v: &Value) -> Result<Vec<Value>, ApiError> {

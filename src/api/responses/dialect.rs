@@ -35,7 +35,11 @@ impl Dialect for ResponsesApi {
     async fn job<'a>(&self, ad: &'a Admitted) -> Result<Job<'a>, ApiError> {
         let (raw, model) = object_with_model(&ad.body)?;
         let (route, node) = ad.resolve(&model)?;
-        if let Some(concrete) = node.concrete.clone().filter(|c| c.speaks_responses()) {
+        if let Some(concrete) = node
+            .concrete
+            .clone()
+            .filter(|c| c.speaks(Endpoint::RESPONSES))
+        {
             return native((route, node), concrete, raw);
         }
         let req = from_object(&raw)?;
@@ -74,6 +78,6 @@ fn native<'a>(
     raw: Map<String, Value>,
 ) -> Result<Job<'a>, ApiError> {
     let bill = Billable::responses(&raw).map_err(ApiError::bad_cap)?;
-    let how = (Endpoint::Responses, ErrorStyle::OpenAi);
+    let how = (Endpoint::RESPONSES, ErrorStyle::OpenAi);
     Ok(crate::api::native::job(at, concrete, how, raw, bill))
 }

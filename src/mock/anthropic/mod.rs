@@ -49,8 +49,8 @@ pub(super) async fn respond(
     guard: Finish,
 ) -> MockResponse {
     let count = match endpoint {
-        Endpoint::Messages => false,
-        Endpoint::CountTokens => true,
+        e if e == Endpoint::MESSAGES => false,
+        e if e == Endpoint::COUNT_TOKENS => true,
         other => {
             let msg = format!(
                 "mock: {} is not served here (api = \"anthropic\": POST /v1/messages)",

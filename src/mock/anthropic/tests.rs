@@ -40,7 +40,7 @@ async fn a_whole_message_in_anthropics_shape() {
     );
     let body = json!({"model": "m", "max_tokens": 100, "system": "be brief",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hello big world"}]}]});
-    let (status, text) = ask(&s, Endpoint::Messages, body).await;
+    let (status, text) = ask(&s, Endpoint::MESSAGES, body).await;
     assert_eq!(status, 200, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["type"], "message");
@@ -61,7 +61,7 @@ async fn a_stream_with_thinking_and_a_tool_call() {
     let body = json!({"model": "m", "max_tokens": 2000, "stream": true,
         "thinking": {"type": "enabled", "budget_tokens": 1024},
         "messages": [{"role": "user", "content": "hi"}]});
-    let (status, text) = ask(&s, Endpoint::Messages, body).await;
+    let (status, text) = ask(&s, Endpoint::MESSAGES, body).await;
     assert_eq!(status, 200);
     let kinds: Vec<&str> = text
         .lines()
@@ -115,7 +115,7 @@ async fn refuses_what_anthropic_refuses() {
             "temperature",
         ),
     ] {
-        let (status, text) = ask(&s, Endpoint::Messages, body).await;
+        let (status, text) = ask(&s, Endpoint::MESSAGES, body).await;
         assert_eq!(status, 400, "{text}");
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["type"], "error");
@@ -127,7 +127,7 @@ async fn refuses_what_anthropic_refuses() {
     }
     let (status, text) = ask(
         &s,
-        Endpoint::Chat,
+        Endpoint::CHAT,
         json!({"model": "m", "messages": [user]}),
     )
     .await;
@@ -140,7 +140,7 @@ async fn counts_tokens_and_fails_in_anthropics_shape() {
     let s = sim("[busy]\nstatus = 529\n[slow]\nstatus = 429\nretry_after = 7");
     let (status, text) = ask(
         &s,
-        Endpoint::CountTokens,
+        Endpoint::COUNT_TOKENS,
         json!({"model": "m", "messages": [{"role": "user", "content": "12345678"}]}),
     )
     .await;
@@ -148,7 +148,7 @@ async fn counts_tokens_and_fails_in_anthropics_shape() {
     let user = json!([{"role": "user", "content": "hi"}]);
     let (status, text) = ask(
         &s,
-        Endpoint::Messages,
+        Endpoint::MESSAGES,
         json!({"model": "busy", "max_tokens": 5, "messages": user}),
     )
     .await;
@@ -156,7 +156,7 @@ async fn counts_tokens_and_fails_in_anthropics_shape() {
     assert!(text.contains("overloaded_error"), "{text}");
     let r = s
         .respond(
-            Endpoint::Messages,
+            Endpoint::MESSAGES,
             json!({"model": "slow", "max_tokens": 5, "messages": user})
                 .to_string()
                 .as_bytes(),

@@ -14,7 +14,7 @@ fn sim(responses: bool, models: IndexMap<String, Behavior>) -> Arc<Simulator> {
 
 async fn ask(sim: &Arc<Simulator>, body: Value) -> (u16, String) {
     let r = sim
-        .respond(Endpoint::Responses, body.to_string().as_bytes(), None, None)
+        .respond(Endpoint::RESPONSES, body.to_string().as_bytes(), None, None)
         .await;
     let mut out = Vec::new();
     let mut b = r.body;

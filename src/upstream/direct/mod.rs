@@ -22,8 +22,9 @@ use hyper::Request;
 use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue, RETRY_AFTER};
 use hyper::http::uri::Uri;
 
+use super::served::Served;
 use super::{BoxError, CallIds, RawResponse, TransportError};
-use crate::wire::Endpoint;
+use crate::wire::{Endpoint, Family};
 use pool::{Pool, Returning, Sender};
 
 /// The environment variables that send plain-http requests through a
@@ -39,10 +40,8 @@ pub struct Direct {
     connect_timeout: Duration,
     /// The `Host` header.
     host: HeaderValue,
-    chat: Uri,
-    completions: Uri,
-    embeddings: Uri,
-    responses: Uri,
+    /// The OpenAI endpoints' paths (origin form).
+    uris: Served<Uri>,
 }
 
 impl Direct {
@@ -64,28 +63,22 @@ impl Direct {
         let host = HeaderValue::from_str(authority.as_str()).ok()?;
         // HTTP/1 requests name their path (origin form), not the whole URI.
         let base_path = base.path().trim_end_matches('/');
-        let path = |e: Endpoint| Uri::try_from(format!("{base_path}{}", e.path())).ok();
+        let uris = Served::build(Family::OpenAi, |path| {
+            Uri::try_from(format!("{base_path}{path}")).map_err(drop)
+        })
+        .ok()?;
         Some(Direct {
             pool: Arc::default(),
             addr,
             connect_timeout,
             host,
-            chat: path(Endpoint::Chat)?,
-            completions: path(Endpoint::Completions)?,
-            embeddings: path(Endpoint::Embeddings)?,
-            responses: path(Endpoint::Responses)?,
+            uris,
         })
     }
 
     /// The URI of an OpenAI endpoint (`None` for the others).
     pub fn uri(&self, endpoint: Endpoint) -> Option<&Uri> {
-        match endpoint {
-            Endpoint::Chat => Some(&self.chat),
-            Endpoint::Completions => Some(&self.completions),
-            Endpoint::Embeddings => Some(&self.embeddings),
-            Endpoint::Responses => Some(&self.responses),
-            Endpoint::Messages | Endpoint::CountTokens => None,
-        }
+        self.uris.get(endpoint)
     }
 
     /// POSTs a JSON `body` to `uri` with `auth` and the call's ids, and
@@ -267,7 +260,7 @@ mod tests {
             traceparent: None,
             anthropic_beta: None,
         };
-        let uri = d.uri(Endpoint::Chat).unwrap();
+        let uri = d.uri(Endpoint::CHAT).unwrap();
         let r = d
             .post(uri, None, Bytes::from_static(b"{}"), &ids)
             .await

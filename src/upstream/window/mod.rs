@@ -257,7 +257,7 @@ pub(super) async fn read_json(resp: reqwest::Response, max: usize) -> Result<Opt
     if !status.is_success() {
         return Ok(None);
     }
-    let body = super::openai::read_capped(resp, max).await.map_err(drop)?;
+    let body = super::http::read_capped(resp, max).await.map_err(drop)?;
     Ok(body.and_then(|b| serde_json::from_slice(&b).ok()))
 }
 

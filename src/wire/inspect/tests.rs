@@ -113,17 +113,17 @@ fn a_success_status_is_not_an_answer_by_itself() {
         b"{\"choices\":[{\"message\":{\"content\":\"\xff\"}}]}",
     ] {
         assert!(
-            inspect_completion(body, Endpoint::Chat).is_err(),
+            inspect_completion(body).is_err(),
             "{}",
             String::from_utf8_lossy(body)
         );
     }
     assert!(matches!(
-        inspect_completion(br#"{"error":{"message":"nope"}}"#, Endpoint::Chat),
+        inspect_completion(br#"{"error":{"message":"nope"}}"#),
         Ok(WholeBody::Error(m)) if m == "nope"
     ));
     assert!(matches!(
-        inspect_completion(br#"{"choices":[{"message":{}}]}"#, Endpoint::Chat),
+        inspect_completion(br#"{"choices":[{"message":{}}]}"#),
         Ok(WholeBody::Answer { usage: None, .. })
     ));
     for chunk in [&b"{}"[..], b"[]", b"[{\"choices\":[]}]", b"{\"id\":\"x\"}"] {
