@@ -41,6 +41,7 @@ pub use price::DEFAULT_MAX_TOKENS;
 pub use raw::{Lane, Price};
 pub use resilience::{Eject, HealthCheck, Resilience, Retries, RetryBudget};
 pub use state::{OnError, RedisConfig};
+pub(crate) use strategies::Parse;
 pub use strategies::{RouteSpec, Strategies};
 
 use crate::mock::{Behavior, Quirks, SwapSim};
@@ -278,7 +279,8 @@ pub enum Route {
         /// Overrides the upstream's `stream_idle_timeout` for this route.
         stream_idle_timeout: Option<Duration>,
     },
-    Strategy(Box<dyn RouteSpec>),
+    /// Shared, so what serves a strategy's endpoints can read its routes.
+    Strategy(std::sync::Arc<dyn RouteSpec>),
 }
 
 impl Route {

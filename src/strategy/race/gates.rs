@@ -14,7 +14,7 @@ use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, Reply};
 use crate::strategy::event;
-use crate::telemetry::RACE_DOWNGRADES;
+use super::metrics::RACE_DOWNGRADES;
 use crate::wire::ChatRequest;
 
 #[derive(Debug, Clone, Copy)]
