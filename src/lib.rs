@@ -167,15 +167,13 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         clock,
         &strategy::metrics(),
     )
-    .map_err(|source| {
-            ServeError::EventLog {
-                path: log_path
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                source,
-            }
-        })?;
+    .map_err(|source| ServeError::EventLog {
+        path: log_path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        source,
+    })?;
     let (store, persisted) = match config.server.state_path.as_deref() {
         Some(path) => (Arc::new(store::Store::open(path, clock)?), true),
         None => (Arc::new(store::Store::in_memory(clock)?), false),

@@ -25,10 +25,7 @@ use crate::graph::Strategy;
 use crate::graph::endpoint::{Caller, Endpoint, EndpointCall, Method};
 
 /// `router` with every endpoint of `table` mounted.
-pub fn mount(
-    mut router: Router<Arc<Gateway>>,
-    table: &'static [Strategy],
-) -> Router<Arc<Gateway>> {
+pub fn mount(mut router: Router<Arc<Gateway>>, table: &'static [Strategy]) -> Router<Arc<Gateway>> {
     for strategy in table {
         for endpoint in strategy.endpoints {
             let name = strategy.name;
@@ -98,10 +95,7 @@ async fn serve(
 }
 
 /// The routes of `strategy` in the running config, in config order.
-fn routes_of(
-    app: &AppState,
-    strategy: &str,
-) -> Vec<(String, Arc<dyn crate::config::RouteSpec>)> {
+fn routes_of(app: &AppState, strategy: &str) -> Vec<(String, Arc<dyn crate::config::RouteSpec>)> {
     app.specs
         .iter()
         .filter(|(_, spec)| spec.strategy() == strategy)

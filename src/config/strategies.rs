@@ -108,9 +108,9 @@ impl Strategies {
                         stream_idle_timeout: p.stream_idle_timeout,
                     }
                 }),
-                Some(s) if self.registered(s).is_some() => self
-                    .registered(s)
-                    .and_then(|parse| parse(item, &path, errs).map(|spec| Route::Strategy(spec.into()))),
+                Some(s) if self.registered(s).is_some() => self.registered(s).and_then(|parse| {
+                    parse(item, &path, errs).map(|spec| Route::Strategy(spec.into()))
+                }),
                 Some(s) if self.later.contains(&s) => {
                     errs.push(
                         format!("{path}.strategy"),

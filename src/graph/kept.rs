@@ -26,7 +26,10 @@ impl Kept {
         let key = (TypeId::of::<T>(), route.to_owned(), member.to_owned());
         let mut values = self.values.lock();
         // Keyed by its type, so a kept value is always a `T`.
-        if let Some(t) = values.get(&key).and_then(|v| v.clone().downcast::<T>().ok()) {
+        if let Some(t) = values
+            .get(&key)
+            .and_then(|v| v.clone().downcast::<T>().ok())
+        {
             return t;
         }
         let t = Arc::new(T::default());

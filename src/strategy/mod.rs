@@ -35,8 +35,8 @@ use serde_json::{Map, Value};
 
 use crate::config::{Errors, Strategies};
 use crate::context::RequestCtx;
-use crate::graph::{BuildError, Resolve};
 pub use crate::graph::Strategy;
+use crate::graph::{BuildError, Resolve};
 use crate::model::ChatModel;
 use crate::telemetry::MetricSpec;
 

@@ -32,7 +32,10 @@ fn build(routes: &str, kept: &Kept, table: &[Strategy]) -> Result<Graph, BuildEr
 /// A route of each strategy of the table.
 const ROUTES: &[(&str, &str)] = &[
     ("chain", "tiers = [\"a\", \"b\"]"),
-    ("judge", "panel = [\"a\", \"b\"]\nsynthesis = \"a\"\ndefault = \"b\""),
+    (
+        "judge",
+        "panel = [\"a\", \"b\"]\nsynthesis = \"a\"\ndefault = \"b\"",
+    ),
     ("race", "candidates = [\"a\", \"b\"]"),
     ("arena", "contestants = [\"a\", \"b\"]"),
     ("oracle", "base = \"a\"\noracle = \"b\""),

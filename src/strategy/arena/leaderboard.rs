@@ -43,9 +43,7 @@ pub(super) async fn answer(call: EndpointCall) -> Result<Response, ModelError> {
         return Err(ModelError::Strategy {
             status: 404,
             code: "model_not_found",
-            message: format!(
-                "The model `{route}` does not exist or you do not have access to it."
-            ),
+            message: format!("The model `{route}` does not exist or you do not have access to it."),
             param: Some("model"),
             retry_after: None,
         });

@@ -41,9 +41,10 @@ use crate::wire::{ChatRequest, Usage, content_text};
 use shape::Face;
 
 /// `strategy = "arena"`: its entry in [`crate::strategy::STRATEGIES`].
-pub const STRATEGY: crate::graph::Strategy = crate::graph::Strategy::new("arena", config::parse, config::build)
-    .with_metrics(votes::METRICS)
-    .with_endpoints(votes::ENDPOINTS);
+pub const STRATEGY: crate::graph::Strategy =
+    crate::graph::Strategy::new("arena", config::parse, config::build)
+        .with_metrics(votes::METRICS)
+        .with_endpoints(votes::ENDPOINTS);
 
 /// The header that carries the arena id.
 pub const ARENA_ID: &str = "x-conclave-arena-id";

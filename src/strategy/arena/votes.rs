@@ -63,7 +63,11 @@ pub(super) fn arenas(call: &EndpointCall) -> Vec<(&str, &ArenaSpec)> {
 /// the client gets what failed.
 pub(super) fn stored(what: &str, e: &dyn std::fmt::Display) -> ModelError {
     tracing::error!("{what}: {e}");
-    ModelError::strategy(500, "internal_error", format!("{what}; see the gateway's log."))
+    ModelError::strategy(
+        500,
+        "internal_error",
+        format!("{what}; see the gateway's log."),
+    )
 }
 
 fn bad_pick(message: String) -> ModelError {
@@ -80,7 +84,9 @@ fn not_found(id: &str) -> ModelError {
     ModelError::strategy(
         404,
         "arena_not_found",
-        format!("No open arena `{id}`: it is unknown, or expired unvoted after its route's vote_ttl."),
+        format!(
+            "No open arena `{id}`: it is unknown, or expired unvoted after its route's vote_ttl."
+        ),
     )
 }
 

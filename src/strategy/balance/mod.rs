@@ -48,7 +48,8 @@ use pick::{Candidate, Policy};
 use state::{MemberState, Slot};
 
 /// `strategy = "balance"`: its entry in [`crate::strategy::STRATEGIES`].
-pub const STRATEGY: crate::graph::Strategy = crate::graph::Strategy::new("balance", config::parse, config::build);
+pub const STRATEGY: crate::graph::Strategy =
+    crate::graph::Strategy::new("balance", config::parse, config::build);
 
 /// The longest a pick waits for the members' warm states.
 const WARM_WAIT: Duration = Duration::from_millis(50);
