@@ -7,10 +7,17 @@
 //! built: `nodes.kept::<T>(route, member)`), its errors (a
 //! [`crate::error::ModelError::Strategy`]: status, code, message), its
 //! metrics and any HTTP endpoints of its own. The folder exports all of
-//! that as one [`Strategy`] value (`STRATEGY`), so adding a strategy means
-//! adding a folder and one line in [`STRATEGIES`]. Each implements
-//! [`crate::model::ChatModel`] over the nodes it names, so strategies nest.
-//! Attempts are recorded by the concrete models underneath; a strategy
+//! that as one [`Strategy`] value, so adding a strategy means adding a
+//! folder and one line in [`STRATEGIES`]:
+//!
+//! ```text
+//! pub const STRATEGY: Strategy = Strategy::new("race", config::parse, config::build)
+//!     .with_metrics(metrics::METRICS);      // optional: its own metrics
+//!     // .with_endpoints(votes::ENDPOINTS)  // optional: its own HTTP endpoints
+//! ```
+//!
+//! Each implements [`crate::model::ChatModel`] over the nodes it names, so
+//! strategies nest. Attempts are recorded by the concrete models underneath; a strategy
 //! only sets verdicts. `x-conclave-pin` is not a strategy's concern: the
 //! graph wraps every strategy node in [`crate::graph::Pinned`].
 //!
