@@ -32,7 +32,7 @@ pub trait Resolve {
     fn keepalive(&self, name: &str) -> Option<Duration>;
     /// Where strategies keep records (arenas, oracle spend).
     fn records(&self) -> Records;
-    /// Where strategies keep state across reloads (see [`Resolve::kept`]).
+    /// Where strategies keep state across reloads (see [`super::kept`]).
     fn kept_state(&self) -> &Kept;
 }
 

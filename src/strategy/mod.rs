@@ -49,7 +49,7 @@ use crate::telemetry::MetricSpec;
 
 /// Every strategy of this build, one entry each: the one table the config
 /// ([`ALL`]), the graph ([`crate::graph::Graph::build`]), telemetry
-/// ([`metrics`]) and the API (its endpoints) read.
+/// ([`metrics()`]) and the API (its endpoints) read.
 pub const STRATEGIES: &[Strategy] = &[
     chain::STRATEGY,
     judge::STRATEGY,
