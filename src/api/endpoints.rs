@@ -29,11 +29,11 @@ pub fn mount(mut router: Router<Arc<Gateway>>, table: &'static [Strategy]) -> Ro
     for strategy in table {
         for endpoint in strategy.endpoints {
             let name = strategy.name;
-            let serve = move |State(gw): State<Arc<Gateway>>,
-                              params: RawPathParams,
-                              Query(query): Query<HashMap<String, String>>,
-                              headers: HeaderMap,
-                              body: Body| async move {
+            let answer = move |State(gw): State<Arc<Gateway>>,
+                               params: RawPathParams,
+                               Query(query): Query<HashMap<String, String>>,
+                               headers: HeaderMap,
+                               body: Body| async move {
                 let params = params
                     .iter()
                     .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -41,8 +41,8 @@ pub fn mount(mut router: Router<Arc<Gateway>>, table: &'static [Strategy]) -> Ro
                 serve(&gw, (name, endpoint), params, query, headers, body).await
             };
             let method: MethodRouter<Arc<Gateway>> = match endpoint.method {
-                Method::Get => get(serve),
-                Method::Post => post(serve),
+                Method::Get => get(answer),
+                Method::Post => post(answer),
             };
             router = router
                 .route(&format!("/v1{}", endpoint.path), method.clone())
@@ -101,4 +101,47 @@ fn routes_of(app: &AppState, strategy: &str) -> Vec<(String, Arc<dyn crate::conf
         .filter(|(_, spec)| spec.strategy() == strategy)
         .map(|(name, spec)| (name.clone(), spec.clone()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use axum::body::to_bytes;
+    use axum::http::{Request, StatusCode};
+    use serde_json::Value;
+    use tower::ServiceExt;
+
+    const CONFIG: &str = "[upstreams.sim]\nkind = \"mock\"\n\n[models.a]\nupstream = \"sim\"\n\n\
+        [models.b]\nupstream = \"sim\"\n\n[routes.ab]\nstrategy = \"arena\"\n\
+        contestants = [\"a\", \"b\"]\n";
+
+    async fn get(path: &str) -> (StatusCode, bool, Value) {
+        let config = crate::config::parse(CONFIG, "t.toml", &|_| None, &crate::strategy::ALL)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let gw = crate::prepare_with(config, crate::clock::Clock::system()).unwrap();
+        let req = Request::get(path).body(axum::body::Body::empty()).unwrap();
+        let resp = gw.router().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let id = resp.headers().contains_key("x-request-id");
+        let body = to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, id, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_strategys_endpoints_answer_under_v1_and_bare_as_requests() {
+        for path in ["/v1/arena/leaderboard", "/arena/leaderboard?route=ab"] {
+            let (status, id, body) = get(path).await;
+            assert_eq!(status, StatusCode::OK, "{path}: {body}");
+            assert!(id, "{path}: no x-request-id");
+            assert_eq!(body["object"], "arena.leaderboard");
+            assert_eq!(body["route"], "ab");
+        }
+        // Its errors go through the one mapping.
+        let (status, id, body) = get("/v1/arena/leaderboard?route=nope").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(id);
+        assert_eq!(body["error"]["code"], "model_not_found");
+        assert_eq!(body["error"]["param"], "model");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+    }
 }
