@@ -174,10 +174,19 @@ pub enum ModelError {
         attempts: Vec<AttemptSummary>,
     },
 
-    /// Every member of a `balance` route that is not ejected is at its
-    /// `max_concurrency`: none was called (a 429, back in a second).
-    #[error("every member of `{route}` is ejected or at its max_concurrency; try again shortly")]
-    MembersBusy { route: Arc<str> },
+    /// A strategy's own refusal (a balance whose members are all busy, a
+    /// vote on an unknown arena): its HTTP status, error `code` (also the
+    /// `kind` label of its metric), what the client reads, the request
+    /// field it is about, and the `Retry-After` in seconds. One variant for
+    /// every strategy, so none adds its own here or in the HTTP mapping.
+    #[error("{message}")]
+    Strategy {
+        status: u16,
+        code: &'static str,
+        message: String,
+        param: Option<&'static str>,
+        retry_after: Option<u64>,
+    },
 }
 
 /// A request's input estimate (`needed`, in tokens) against a context
@@ -333,6 +342,18 @@ pub fn secs(d: Duration) -> u64 {
 pub const WITHHELD: &str = "(message withheld: it may quote the gateway's credentials)";
 
 impl ModelError {
+    /// A strategy's refusal with `status`, `code` and `message` (see
+    /// [`ModelError::Strategy`]); no param, no `Retry-After`.
+    pub fn strategy(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        ModelError::Strategy {
+            status,
+            code,
+            message: message.into(),
+            param: None,
+            retry_after: None,
+        }
+    }
+
     /// What a client is told (see the module's docs); `Display` keeps the
     /// detail for the logs.
     pub fn public_message(&self) -> String {
@@ -503,7 +524,7 @@ impl ModelError {
             ModelError::Exhausted { .. } => "exhausted",
             ModelError::Ejected { .. } => "ejected",
             ModelError::NoHealthy { .. } => "no_healthy_upstream",
-            ModelError::MembersBusy { .. } => "members_busy",
+            ModelError::Strategy { code, .. } => code,
         }
     }
 
@@ -519,6 +540,8 @@ impl ModelError {
             ModelError::BadRequest { .. } | ModelError::Rejected { .. } | ModelError::Encode(_) => {
                 false
             }
+            // A strategy's 4xx is about the request, but a 429 (busy) is not.
+            ModelError::Strategy { status, .. } => *status == 429 || *status >= 500,
             _ => true,
         }
     }

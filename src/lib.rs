@@ -6,9 +6,11 @@
 //! - [`config`]: the TOML file, validated once into a [`config::Config`]
 //!   (every error with its key path); plain data, no runtime types.
 //! - [`graph`]: compiles the config into `Arc<dyn ChatModel>` nodes, one per
-//!   concrete model and per route (strategy routes by their strategy's
-//!   builder), and wraps each strategy node in the one `x-conclave-pin`
-//!   decorator.
+//!   concrete model and per route (passthrough routes itself, strategy
+//!   routes by the builders of the strategy table it is handed), and wraps
+//!   each strategy node in the one `x-conclave-pin` decorator; keeps the
+//!   state strategies ask for across reloads; defines the strategy-table
+//!   entry. It never names a strategy.
 //! - [`model`]: the [`model::ChatModel`] trait that concrete models and
 //!   strategies share, and the replies it returns (whole or streamed).
 //! - [`upstream`]: transports to real servers (`openai`, `anthropic`) and
@@ -16,7 +18,9 @@
 //!   for any endpoint, and [`upstream::ConcreteModel`], the one decorator
 //!   that opens an attempt for every upstream call.
 //! - [`strategy`]: models made of models, one folder each (chain, judge,
-//!   race, arena, oracle).
+//!   race, arena, oracle, balance; `failover` continues broken streams for
+//!   them), each exported as one entry of the one table,
+//!   `strategy::STRATEGIES` (its parser, builder, metrics and endpoints).
 //! - [`governor`]: API keys' rate limits and daily budgets: admission,
 //!   settlement, rejections and the usage view.
 //! - [`store`]: what must hold across requests, and the one
@@ -161,16 +165,20 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
     };
     let log_path = config.server.event_log.clone();
     let buffer = config.server.event_log_buffer;
-    let telemetry =
-        Telemetry::new(log_path.as_deref(), buffer, tracer, clock).map_err(|source| {
-            ServeError::EventLog {
-                path: log_path
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                source,
-            }
-        })?;
+    let telemetry = Telemetry::new(
+        log_path.as_deref(),
+        buffer,
+        tracer,
+        clock,
+        &strategy::metrics(),
+    )
+    .map_err(|source| ServeError::EventLog {
+        path: log_path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        source,
+    })?;
     let metrics = telemetry.metrics.clone();
     // The one place that picks where state lives: with `[state]`, keys'
     // limits, arenas, oracle spend, stored answers, lanes and upstream
@@ -198,6 +206,7 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         responses,
         records,
         upstreams: Arc::new(upstream::registry::Registry::with_clock(clock)),
+        kept: Arc::default(),
         retry_budgets: Arc::default(),
         started_at: clock.unix_secs(),
         clock,

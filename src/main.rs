@@ -114,8 +114,9 @@ async fn probe_upstreams(config: &conclave::config::Config) -> ExitCode {
         config,
         &conclave::store::records::Records::sqlite(&store),
         &conclave::upstream::registry::Registry::new(),
+        &conclave::graph::Kept::default(),
         &conclave::sink::Metrics::noop(),
-        conclave::strategy::BUILDERS,
+        conclave::strategy::STRATEGIES,
     ) {
         Ok(g) => g,
         Err(e) => {

@@ -88,8 +88,9 @@ impl Rig {
             &config,
             &conclave::store::records::Records::sqlite(&store),
             &conclave::upstream::registry::Registry::new(),
+            &conclave::graph::Kept::default(),
             &Metrics::noop(),
-            conclave::strategy::BUILDERS,
+            conclave::strategy::STRATEGIES,
         )
         .unwrap();
         Rig {

@@ -47,6 +47,11 @@ impl Caller {
     pub fn may_use(&self, model: &str) -> bool {
         self.models.as_ref().is_none_or(|m| m.contains(model))
     }
+
+    /// The names the key may use; `None`: every name.
+    pub fn models(&self) -> Option<Arc<HashSet<String>>> {
+        self.models.clone()
+    }
 }
 
 impl Keys {

@@ -8,8 +8,9 @@
 //! API, errors in Anthropic's shape).
 //! Answers go out through `respond` (whole, or streamed by `relay`, in
 //! `sse` framing), with the `x-conclave-*` response `headers`;
-//! `guard` counts each request. `info` and `arena` answer the other
-//! endpoints; `ready` answers `/readyz` from its cache; `auth`, `body`
+//! `guard` counts each request. `info` answers the other endpoints, and
+//! `endpoints` mounts those the strategies serve (the arena's votes);
+//! `ready` answers `/readyz` from its cache; `auth`, `body`
 //! and `options` read what the client sent; `error` is the one OpenAI
 //! error mapping.
 //!
@@ -17,10 +18,10 @@
 //! config reload (SIGHUP) changes what new requests see while requests in
 //! flight keep the state they started with.
 
-mod arena;
 mod auth;
 mod body;
 mod chat;
+mod endpoints;
 pub mod error;
 mod forward;
 mod guard;
@@ -48,14 +49,13 @@ use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::config::{Config, Route};
+use crate::config::{Config, Route, RouteSpec};
 use crate::governor::Governor;
-use crate::graph::{BuildError, Graph};
+use crate::graph::{BuildError, Graph, Kept};
 use crate::retry::{RetryBudget, RetryBudgets};
 use crate::store::Backend;
 use crate::store::records::Records;
 use crate::store::responses::Responses;
-use crate::strategy::arena::config::ArenaSpec;
 use crate::telemetry::Telemetry;
 use crate::upstream::registry::Registry;
 pub use auth::Keys;
@@ -64,7 +64,8 @@ use error::ApiError;
 use indexmap::IndexMap;
 
 /// What outlives config reloads: telemetry, the governor's spend, the
-/// upstreams, the routes' retry budgets, and the start time.
+/// upstreams, the strategies' kept state, the routes' retry budgets, and
+/// the start time.
 #[derive(Clone)]
 pub struct Shared {
     pub telemetry: Arc<Telemetry>,
@@ -77,6 +78,8 @@ pub struct Shared {
     pub records: Records,
     /// The upstreams built so far, reused by reloads that leave them be.
     pub upstreams: Arc<Registry>,
+    /// The state strategies keep (a balance's members'), across reloads.
+    pub kept: Arc<Kept>,
     /// Each route's retry budget, its counts kept across reloads.
     pub retry_budgets: Arc<RetryBudgets>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
@@ -105,8 +108,9 @@ pub struct AppState {
     /// and within its `responses_max_*` bounds.
     pub responses: Arc<Responses>,
     pub clock: Clock,
-    /// Arena routes and their contestants, for votes and the leaderboard.
-    pub arenas: IndexMap<String, Vec<String>>,
+    /// The strategy routes, by name in config order, for the endpoints
+    /// strategies serve (the arena's votes and leaderboard).
+    pub specs: IndexMap<String, Arc<dyn RouteSpec>>,
     /// Unix time the gateway started (the `created` of `/v1/models`).
     pub started_at: u64,
     /// The digest of the key `/metrics` and `/readyz` require, if any.
@@ -124,8 +128,9 @@ impl AppState {
             config,
             &shared.records,
             &shared.upstreams,
+            &shared.kept,
             &shared.telemetry.metrics,
-            crate::strategy::BUILDERS,
+            crate::strategy::STRATEGIES,
         )?;
         shared
             .upstreams
@@ -169,15 +174,12 @@ impl AppState {
                 config.server.responses_bounds,
             )),
             clock: shared.clock,
-            arenas: config
+            specs: config
                 .routes
                 .iter()
-                .filter_map(|(name, r)| {
-                    match r {
-                        Route::Strategy(s) => s.as_any().downcast_ref::<ArenaSpec>(),
-                        Route::Passthrough { .. } => None,
-                    }
-                    .map(|a| (name.clone(), a.contestants.clone()))
+                .filter_map(|(name, r)| match r {
+                    Route::Strategy(s) => Some((name.clone(), s.clone())),
+                    Route::Passthrough { .. } => None,
                 })
                 .collect(),
             started_at: shared.started_at,
@@ -222,7 +224,7 @@ impl Gateway {
 
 pub fn router(gateway: Arc<Gateway>) -> Router {
     let chat = post(chat::chat_completions);
-    Router::new()
+    let router = Router::new()
         .route("/v1/chat/completions", chat.clone())
         .route("/chat/completions", chat)
         .route("/v1/completions", post(forward::completions))
@@ -261,15 +263,12 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/models", get(info::models))
         .route("/v1/models/{id}", get(info::model))
         .route("/models/{id}", get(info::model))
-        .route("/v1/arena/{id}/vote", post(arena::vote))
-        .route("/arena/{id}/vote", post(arena::vote))
-        .route("/v1/arena/leaderboard", get(arena::leaderboard))
-        .route("/arena/leaderboard", get(arena::leaderboard))
         .route("/v1/keys/usage", get(info::keys_usage))
         .route("/keys/usage", get(info::keys_usage))
         .route("/metrics", get(info::metrics))
         .route("/healthz", get(info::healthz))
-        .route("/readyz", get(ready::readyz))
+        .route("/readyz", get(ready::readyz));
+    endpoints::mount(router, crate::strategy::STRATEGIES)
         .fallback(unknown_url)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(gateway)

@@ -44,6 +44,7 @@ pub use resilience::{Eject, HealthCheck, Resilience, Retries, RetryBudget};
 #[cfg(test)]
 pub(crate) use state::check_url as check_state_url;
 pub use state::{OnError, StateConfig};
+pub(crate) use strategies::Parse;
 pub use strategies::{RouteSpec, Strategies};
 
 use crate::mock::{Behavior, Quirks, SwapSim};
@@ -281,7 +282,8 @@ pub enum Route {
         /// Overrides the upstream's `stream_idle_timeout` for this route.
         stream_idle_timeout: Option<Duration>,
     },
-    Strategy(Box<dyn RouteSpec>),
+    /// Shared, so what serves a strategy's endpoints can read its routes.
+    Strategy(std::sync::Arc<dyn RouteSpec>),
 }
 
 impl Route {

@@ -1,6 +1,7 @@
 //! What the config knows of strategies: the validated config a strategy's
 //! folder parses its route table into ([`RouteSpec`]), and the registry of
-//! strategies ([`Strategies`]) that the caller hands to [`super::load`].
+//! strategies ([`Strategies`]: the parsers of the strategy table) that the
+//! caller hands to [`super::load`].
 //! The config reads a strategy route through its registered parser without
 //! knowing the strategy, so imports flow one way: strategies depend on the
 //! config, never the reverse. A spec is data: building it into a node is
@@ -43,14 +44,26 @@ pub trait RouteSpec: Debug + Send + Sync {
 /// Reads one route table of a strategy.
 pub(crate) type Parse = fn(toml::Value, &str, &mut Errors) -> Option<Box<dyn RouteSpec>>;
 
-/// The strategies of a build, by name.
+/// The strategies of a build, by name: the parsers of the strategy table
+/// (`conclave::strategy::STRATEGIES`), as the config reads them.
 pub struct Strategies {
-    pub(crate) known: &'static [(&'static str, Parse)],
+    known: Vec<(&'static str, Parse)>,
     /// Strategies the design names that this build does not have yet.
-    pub(crate) later: &'static [&'static str],
+    later: &'static [&'static str],
 }
 
 impl Strategies {
+    /// The strategies `known` (name, parser), and those still to come.
+    pub(crate) fn new(
+        known: impl IntoIterator<Item = (&'static str, Parse)>,
+        later: &'static [&'static str],
+    ) -> Strategies {
+        Strategies {
+            known: known.into_iter().collect(),
+            later,
+        }
+    }
+
     /// The parser of a registered strategy.
     fn registered(&self, name: &str) -> Option<Parse> {
         self.known
@@ -95,9 +108,9 @@ impl Strategies {
                         stream_idle_timeout: p.stream_idle_timeout,
                     }
                 }),
-                Some(s) if self.registered(s).is_some() => self
-                    .registered(s)
-                    .and_then(|parse| parse(item, &path, errs).map(Route::Strategy)),
+                Some(s) if self.registered(s).is_some() => self.registered(s).and_then(|parse| {
+                    parse(item, &path, errs).map(|spec| Route::Strategy(spec.into()))
+                }),
                 Some(s) if self.later.contains(&s) => {
                     errs.push(
                         format!("{path}.strategy"),

@@ -1,19 +1,20 @@
-//! How a strategy route becomes a node: the registry of builders by
-//! strategy name ([`Builders`]), what a builder sees of the graph being
-//! built ([`Resolve`]) and what it returns ([`Built`]: the node, its
-//! keep-alive need and its pin targets). The config only describes a
-//! route ([`RouteSpec`]); building it is the graph's business, so the
-//! config never reaches up into runtime types.
+//! How a strategy route becomes a node: its builder ([`BuildFn`], in its
+//! strategy-table entry), what a builder sees of the graph being built
+//! ([`Resolve`]: the nodes it names, where records and kept state live)
+//! and what it returns ([`Built`]: the node, its keep-alive need and its
+//! pin targets). The config only describes a route ([`RouteSpec`]);
+//! building it is the graph's business, so the config never reaches up
+//! into runtime types.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::BuildError;
+use super::kept::Kept;
 use super::pin::Pins;
 use crate::config::{Config, RouteSpec};
 use crate::model::ChatModel;
 use crate::store::records::Records;
-use crate::strategy::balance::state::MemberState;
 
 /// A built strategy node, its keep-alive need (see [`super::Node`]) and
 /// what `x-conclave-pin` may name on it (see [`super::pin`]).
@@ -31,9 +32,17 @@ pub trait Resolve {
     fn keepalive(&self, name: &str) -> Option<Duration>;
     /// Where strategies keep records (arenas, oracle spend).
     fn records(&self) -> Records;
-    /// A balance member's state, kept across reloads (see
-    /// [`crate::strategy::balance::state`]).
-    fn balance_state(&self, route: &str, member: &str) -> Arc<MemberState>;
+    /// Where strategies keep state across reloads (see [`super::kept`]).
+    fn kept_state(&self) -> &Kept;
+}
+
+impl dyn Resolve + '_ {
+    /// The `T` kept for `member` of `route` (`""` for the whole route):
+    /// the one the running gateway has, across reloads, or a new default
+    /// (see [`super::kept`]).
+    pub fn kept<T: Default + Send + Sync + 'static>(&self, route: &str, member: &str) -> Arc<T> {
+        self.kept_state().get(route, member)
+    }
 }
 
 /// A name the graph does not have: the config was not validated.
@@ -44,20 +53,8 @@ pub struct Unresolved(pub String);
 /// Builds one strategy route (`name`) from its validated spec.
 pub type BuildFn = fn(&dyn RouteSpec, &str, &Config, &mut dyn Resolve) -> Result<Built, BuildError>;
 
-/// The strategy builders of a build, by strategy name (the names of
-/// [`crate::config::Strategies`]); `conclave::strategy::BUILDERS`.
-pub type Builders = &'static [(&'static str, BuildFn)];
-
-/// The builder of `strategy`, if this build has one.
-pub(super) fn builder(builders: Builders, strategy: &str) -> Option<BuildFn> {
-    builders
-        .iter()
-        .find(|(n, _)| *n == strategy)
-        .map(|(_, build)| *build)
-}
-
 /// The spec of route `route` as its strategy's own type: a builder's
-/// first step. A spec of another type (a registry that hands a builder
+/// first step. A spec of another type (a table that hands a builder
 /// another strategy's route) is a [`BuildError::NoBuilder`] too: the route
 /// has no builder of its own type.
 pub fn spec<'s, T: 'static>(spec: &'s dyn RouteSpec, route: &str) -> Result<&'s T, BuildError> {

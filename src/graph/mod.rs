@@ -2,25 +2,35 @@
 //! `Arc<dyn ChatModel>` node per concrete model and per route, built once
 //! at start-up. Routes refer to their parts by `Arc`, so a request walks
 //! the graph without name lookups. A strategy route is built by its
-//! strategy's builder ([`build`]: the registry the caller hands in) and
-//! wrapped in the one decorator that honours `x-conclave-pin` ([`pin`]).
+//! strategy's builder ([`build`]), from the strategy table the caller
+//! hands in ([`table`]: the graph never names a strategy), and wrapped in
+//! the one decorator that honours `x-conclave-pin` ([`pin`]). A
+//! `passthrough` route is the node it names, or a thin [`Passthrough`]
+//! node. State strategies keep across reloads lives in [`kept`];
+//! [`endpoint`] is how a strategy serves HTTP of its own.
 
 pub mod build;
+pub mod endpoint;
+pub mod kept;
+mod passthrough;
 pub mod pin;
+pub mod table;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use build::{BuildFn, Builders, Built, Resolve, Unresolved, spec};
+pub use build::{BuildFn, Built, Resolve, Unresolved, spec};
+pub use kept::Kept;
+pub use passthrough::Passthrough;
 pub use pin::{Pinned, Pins};
+pub use table::Strategy;
 
 use crate::config::{Config, Route};
 use crate::model::ChatModel;
 use crate::redact::Redactor;
 use crate::sink::{Metrics, ModelInfo};
 use crate::store::records::Records;
-use crate::strategy::passthrough::Passthrough;
 use crate::upstream::registry::Registry;
 use crate::upstream::{ConcreteModel, Upstream};
 
@@ -59,8 +69,8 @@ pub enum BuildError {
     },
     #[error(transparent)]
     Unresolved(#[from] Unresolved),
-    /// A route of a strategy this build has no builder for (or whose
-    /// builder reads another spec): the config and the builders disagree.
+    /// A route of a strategy the table has no builder for (or whose
+    /// builder reads another spec): the config and the table disagree.
     #[error("route `{route}`: strategy \"{strategy}\" has no builder in this build")]
     NoBuilder {
         route: String,
@@ -69,17 +79,19 @@ pub enum BuildError {
 }
 
 impl Graph {
-    /// The graph of `config`, its strategy routes built by `builders`
-    /// (`conclave::strategy::BUILDERS`); strategies that keep records
-    /// (arenas) keep them in `store`; upstreams come from `registry` (the
-    /// running ones where a reload left them as they were) and record
-    /// their metrics to `metrics`.
+    /// The graph of `config`, its strategy routes built by the builders
+    /// of `strategies` (`conclave::strategy::STRATEGIES`); strategies that
+    /// keep records (arenas) keep them in `store`, and their state in
+    /// `kept` (the running gateway's, across reloads); upstreams come from
+    /// `registry` (the running ones where a reload left them as they were)
+    /// and record their metrics to `metrics`.
     pub fn build(
         config: &Config,
         store: &Records,
         registry: &Registry,
+        kept: &Kept,
         metrics: &Metrics,
-        builders: Builders,
+        strategies: &[Strategy],
     ) -> Result<Graph, BuildError> {
         let mut upstreams = HashMap::new();
         for (name, u) in &config.upstreams {
@@ -146,8 +158,8 @@ impl Graph {
         let with = Building {
             config,
             store,
-            builders,
-            registry,
+            strategies,
+            kept,
         };
         for name in config.routes.keys() {
             g.route(&with, name)?;
@@ -188,7 +200,7 @@ impl Graph {
             }),
             Route::Strategy(spec) => {
                 let strategy = spec.strategy();
-                let build = build::builder(with.builders, strategy).ok_or_else(|| {
+                let build = table::builder(with.strategies, strategy).ok_or_else(|| {
                     BuildError::NoBuilder {
                         route: name.to_owned(),
                         strategy,
@@ -241,8 +253,8 @@ impl Graph {
 struct Building<'a> {
     config: &'a Config,
     store: &'a Records,
-    builders: Builders,
-    registry: &'a Registry,
+    strategies: &'a [Strategy],
+    kept: &'a Kept,
 }
 
 /// What a strategy's build sees of the graph being built.
@@ -264,12 +276,8 @@ impl Resolve for Resolver<'_> {
         self.with.store.clone()
     }
 
-    fn balance_state(
-        &self,
-        route: &str,
-        member: &str,
-    ) -> Arc<crate::strategy::balance::state::MemberState> {
-        self.with.registry.balance.get(route, member)
+    fn kept_state(&self) -> &Kept {
+        self.with.kept
     }
 }
 
@@ -279,53 +287,32 @@ mod tests {
     use super::*;
 
     const CONFIG: &str = "[upstreams.sim]\nkind = \"mock\"\n\n[models.a]\nupstream = \"sim\"\n\n\
-        [models.b]\nupstream = \"sim\"\n\n[routes.c]\nstrategy = \"chain\"\ntiers = [\"a\", \"b\"]\n";
+        [routes.p]\nstrategy = \"passthrough\"\nmodel = \"a\"\n";
 
-    fn build(builders: Builders) -> Result<Graph, BuildError> {
-        let config =
-            crate::config::parse(CONFIG, "t.toml", &|_| None, &crate::strategy::ALL).unwrap();
+    #[test]
+    fn a_passthrough_route_is_the_node_it_names() {
+        let config = crate::config::parse(
+            CONFIG,
+            "t.toml",
+            &|_| None,
+            &crate::config::Strategies::new([], &[]),
+        )
+        .unwrap();
         let store =
             Arc::new(crate::store::Store::in_memory(crate::clock::Clock::system()).unwrap());
-        Graph::build(
+        let g = Graph::build(
             &config,
             &Records::sqlite(&store),
             &Registry::new(),
+            &Kept::default(),
             &Metrics::noop(),
-            builders,
+            &[],
         )
-    }
-
-    #[test]
-    fn every_strategy_has_a_builder() {
-        for (name, _) in crate::strategy::ALL.known {
-            assert!(
-                build::builder(crate::strategy::BUILDERS, name).is_some(),
-                "{name}"
-            );
-        }
-        let g = build(crate::strategy::BUILDERS).unwrap();
-        let (_, node) = g.get("c").unwrap();
-        assert_eq!(node.strategy, "chain");
-        assert!(node.is_route);
-    }
-
-    #[test]
-    fn a_strategy_without_a_builder_is_an_error_not_a_panic() {
-        let err = build(&[]).err().unwrap();
-        assert!(
-            matches!(&err, BuildError::NoBuilder { route, strategy: "chain" } if route == "c"),
-            "{err}"
-        );
-        assert_eq!(
-            err.to_string(),
-            "route `c`: strategy \"chain\" has no builder in this build"
-        );
-    }
-
-    #[test]
-    fn a_builder_of_another_strategy_is_an_error_not_a_panic() {
-        const WRONG: Builders = &[("chain", crate::strategy::judge::config::build)];
-        let err = build(WRONG).err().unwrap();
-        assert!(matches!(&err, BuildError::NoBuilder { .. }), "{err}");
+        .unwrap();
+        let (_, a) = g.get("a").unwrap();
+        let (_, p) = g.get("p").unwrap();
+        assert!(Arc::ptr_eq(&a.model, &p.model));
+        assert_eq!((p.strategy, p.is_route), ("passthrough", true));
+        assert!(p.concrete.is_some());
     }
 }

@@ -1,17 +1,30 @@
 //! Strategies: models made of models. Each lives in a folder of its own
 //! (`chain/`) that owns its config keys, their validation, the names it
 //! refers to, how `check` shows it and its warnings (a
-//! [`crate::config::RouteSpec`]), and its graph build (a `build` fn: the
-//! node, its keep-alive need and its pin targets, see
-//! [`crate::graph::Built`]); adding one means adding a folder and one line
-//! in [`ALL`] and in [`BUILDERS`]. Each implements
-//! [`crate::model::ChatModel`] over the nodes it names, so strategies nest.
-//! Attempts are recorded by the concrete models underneath; a strategy
+//! [`crate::config::RouteSpec`]), its graph build (a `build` fn: the node,
+//! its keep-alive need and its pin targets, see [`crate::graph::Built`]),
+//! the state it keeps across reloads (asked of the graph while it is
+//! built: `nodes.kept::<T>(route, member)`), its errors (a
+//! [`crate::error::ModelError::Strategy`]: status, code, message), its
+//! metrics and any HTTP endpoints of its own. The folder exports all of
+//! that as one [`Strategy`] value, so adding a strategy means adding a
+//! folder and one line in [`STRATEGIES`]:
+//!
+//! ```text
+//! pub const STRATEGY: Strategy = Strategy::new("race", config::parse, config::build)
+//!     .with_metrics(metrics::METRICS);      // optional: its own metrics
+//!     // .with_endpoints(votes::ENDPOINTS)  // optional: its own HTTP endpoints
+//! ```
+//!
+//! Each implements [`crate::model::ChatModel`] over the nodes it names, so
+//! strategies nest. Attempts are recorded by the concrete models underneath; a strategy
 //! only sets verdicts. `x-conclave-pin` is not a strategy's concern: the
 //! graph wraps every strategy node in [`crate::graph::Pinned`].
 //!
 //! `passthrough` is the one built into the config: an alias of its model's
-//! node, or a thin node when it sets options (see `graph`).
+//! node, or a thin node when it sets options ([`crate::graph::Passthrough`]).
+//! `failover` is not a strategy of its own: it is how a route's members
+//! continue a broken stream.
 
 pub mod arena;
 pub mod balance;
@@ -19,43 +32,51 @@ pub mod chain;
 pub mod failover;
 pub mod judge;
 pub mod oracle;
-pub mod passthrough;
 pub mod race;
 pub mod vote;
 
-use std::sync::Arc;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, LazyLock};
 
 use serde_json::{Map, Value};
 
 use crate::config::{Errors, Strategies};
 use crate::context::RequestCtx;
-use crate::graph::{BuildError, Builders, Resolve};
+pub use crate::graph::Strategy;
+use crate::graph::{BuildError, Resolve};
 use crate::model::ChatModel;
+use crate::telemetry::MetricSpec;
 
-/// Every strategy of this build, by name, for [`crate::config::load`].
-pub const ALL: Strategies = Strategies {
-    known: &[
-        ("chain", chain::config::parse),
-        ("judge", judge::config::parse),
-        ("race", race::config::parse),
-        ("arena", arena::config::parse),
-        ("oracle", oracle::config::parse),
-        ("balance", balance::config::parse),
-        ("vote", vote::config::parse),
-    ],
-    later: &[],
-};
-
-/// How each strategy of [`ALL`] is built, for [`crate::graph::Graph::build`].
-pub const BUILDERS: Builders = &[
-    ("chain", chain::config::build),
-    ("judge", judge::config::build),
-    ("race", race::config::build),
-    ("arena", arena::config::build),
-    ("oracle", oracle::config::build),
-    ("balance", balance::config::build),
-    ("vote", vote::config::build),
+/// Every strategy of this build, one entry each: the one table the config
+/// ([`ALL`]), the graph ([`crate::graph::Graph::build`]), telemetry
+/// ([`metrics()`]) and the API (its endpoints) read.
+pub const STRATEGIES: &[Strategy] = &[
+    chain::STRATEGY,
+    judge::STRATEGY,
+    race::STRATEGY,
+    arena::STRATEGY,
+    oracle::STRATEGY,
+    balance::STRATEGY,
+    vote::STRATEGY,
 ];
+
+/// Strategies the design names that this build does not have yet.
+const LATER: &[&str] = &[];
+
+/// The strategies of [`STRATEGIES`] as [`crate::config::load`] reads them.
+pub static ALL: LazyLock<Strategies> =
+    LazyLock::new(|| Strategies::new(STRATEGIES.iter().map(|s| (s.name, s.parse)), LATER));
+
+/// The metrics every strategy of [`STRATEGIES`] records, for the recorder
+/// ([`crate::telemetry::Telemetry::new`]).
+pub fn metrics() -> Vec<MetricSpec> {
+    STRATEGIES
+        .iter()
+        .flat_map(|s| s.metrics.iter().copied())
+        .collect()
+}
 
 /// A model a strategy route calls (a panellist, a candidate, a
 /// contestant), by its config name.

@@ -60,17 +60,18 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// A new recorder (its histograms drained every few seconds by a task
-    /// on the current runtime, if any), the event log at `event_log`
-    /// (queueing up to `buffer` events), traces to `tracer`, requests
-    /// stamped by `clock`.
+    /// A new recorder (with the metrics `declared` besides the contract's;
+    /// its histograms drained every few seconds by a task on the current
+    /// runtime, if any), the event log at `event_log` (queueing up to
+    /// `buffer` events), traces to `tracer`, requests stamped by `clock`.
     pub fn new(
         event_log: Option<&Path>,
         buffer: usize,
         tracer: Option<Arc<Tracer>>,
         clock: Clock,
+        declared: &[MetricSpec],
     ) -> std::io::Result<Arc<Self>> {
-        let (metrics, prometheus) = match recorder() {
+        let (metrics, prometheus) = match recorder(declared) {
             Ok((m, h)) => (m, Some(h)),
             Err(e) => {
                 tracing::warn!("metrics disabled: {e}");

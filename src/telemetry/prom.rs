@@ -1,7 +1,9 @@
 //! The metric contract the dashboards read: every name, its help text and
 //! its histogram buckets, and the Prometheus recorder each gateway
 //! instance gets (no global recorder: tests run several gateways in one
-//! process).
+//! process). A strategy's own metrics are declared in its folder (a
+//! [`MetricSpec`] in its strategy-table entry) and handed to
+//! [`recorder`], which describes them alike.
 
 use std::sync::Arc;
 
@@ -27,13 +29,8 @@ pub const LANE_WAIT: &str = "conclave_lane_wait_seconds";
 pub const LANE_SWAPS: &str = "conclave_llama_swap_swaps_total";
 pub const GENERATION_TPS: &str = "conclave_generation_tokens_per_second";
 pub const EVENTS_DROPPED: &str = "conclave_events_dropped_total";
-pub const RACE_SCORE: &str = "conclave_race_score";
-pub const RACE_DOWNGRADES: &str = "conclave_race_downgrades_total";
-pub const RACE_TOKENS_SAVED: &str = "conclave_race_tokens_saved_total";
-pub const VOTE_AGREEMENT: &str = "conclave_vote_agreement";
 pub const GOVERNOR_REJECTIONS: &str = "conclave_governor_rejections_total";
 pub const BUDGET_REMAINING: &str = "conclave_budget_remaining_tokens";
-pub const ARENA_VOTES: &str = "conclave_arena_votes_total";
 pub const STATE_ERRORS: &str = "conclave_state_errors_total";
 pub const GOVERNOR_UNCHECKED: &str = "conclave_governor_unchecked_total";
 pub const RETRIES_TOTAL: &str = "conclave_retries_total";
@@ -65,26 +62,48 @@ const WAIT_BUCKETS: &[f64] = &[
 const TPS_BUCKETS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0,
 ];
-const SCORE_BUCKETS: &[f64] = &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.999];
-/// Shares of agreeing samples: `le="0.5"` holds the votes without a
-/// majority, `le="1"` less `le="0.999"` the unanimous ones.
-const AGREEMENT_BUCKETS: &[f64] = &[0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.999, 1.0];
 
-/// A new Prometheus recorder for one gateway instance (its metrics
-/// described, the label-less counter at 0), and the handle that renders it.
-pub fn recorder() -> Result<(Metrics, PrometheusHandle), BuildError> {
-    let recorder = builder()?.build_recorder();
+/// A metric declared outside this contract (a strategy's own, by its
+/// folder): its name, help text and kind.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricSpec {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: MetricKind,
+}
+
+/// What a [`MetricSpec`] records.
+#[derive(Debug, Clone, Copy)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+    /// A histogram with these buckets.
+    Histogram(&'static [f64]),
+}
+
+/// A new Prometheus recorder for one gateway instance (its metrics and
+/// those of `declared` described, the label-less counter at 0), and the
+/// handle that renders it.
+pub fn recorder(declared: &[MetricSpec]) -> Result<(Metrics, PrometheusHandle), BuildError> {
+    let recorder = builder(declared)?.build_recorder();
     let handle = recorder.handle();
     let metrics = Metrics::new(Arc::new(recorder));
     metrics.scope(|| {
         describe();
+        for m in declared {
+            match m.kind {
+                MetricKind::Counter => describe_counter!(m.name, m.help),
+                MetricKind::Gauge => describe_gauge!(m.name, m.help),
+                MetricKind::Histogram(_) => describe_histogram!(m.name, m.help),
+            }
+        }
         counter!(EVENTS_DROPPED).absolute(0);
     });
     Ok((metrics, handle))
 }
 
-fn builder() -> Result<PrometheusBuilder, BuildError> {
-    let buckets: [(&str, &[f64]); 9] = [
+fn builder(declared: &[MetricSpec]) -> Result<PrometheusBuilder, BuildError> {
+    let mut buckets: Vec<(&str, &[f64])> = vec![
         (REQUEST_DURATION, DURATION_BUCKETS),
         (ATTEMPT_DURATION, DURATION_BUCKETS),
         (REQUEST_TTFT, TTFT_BUCKETS),
@@ -92,9 +111,11 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         (OVERHEAD, OVERHEAD_BUCKETS),
         (LANE_WAIT, WAIT_BUCKETS),
         (GENERATION_TPS, TPS_BUCKETS),
-        (RACE_SCORE, SCORE_BUCKETS),
-        (VOTE_AGREEMENT, AGREEMENT_BUCKETS),
     ];
+    buckets.extend(declared.iter().filter_map(|m| match m.kind {
+        MetricKind::Histogram(values) => Some((m.name, values)),
+        MetricKind::Counter | MetricKind::Gauge => None,
+    }));
     let mut b = PrometheusBuilder::new();
     for (name, values) in buckets {
         b = b.set_buckets_for_metric(Matcher::Full(name.into()), values)?;
@@ -152,26 +173,9 @@ fn describe() {
         EVENTS_DROPPED,
         "Event-log lines dropped because the log's buffer was full"
     );
-    describe_histogram!(RACE_SCORE, "Rubric totals of race candidates, by model");
-    describe_histogram!(
-        VOTE_AGREEMENT,
-        "Share of a vote's answered samples that gave the winning answer, by route"
-    );
-    describe_counter!(
-        RACE_DOWNGRADES,
-        "Races run as their first candidate alone, by reason"
-    );
-    describe_counter!(
-        RACE_TOKENS_SAVED,
-        "Output tokens not generated because race candidates were cancelled early (estimate)"
-    );
     describe_counter!(
         GOVERNOR_REJECTIONS,
         "Requests turned away by a key's or an upstream's limit, by key and scope"
-    );
-    describe_counter!(
-        ARENA_VOTES,
-        "Arena votes by route and model: outcome win, loss or tie"
     );
     describe_counter!(
         STATE_ERRORS,

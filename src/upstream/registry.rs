@@ -25,8 +25,6 @@ use crate::sink::Metrics;
 #[derive(Default)]
 pub struct Registry {
     entries: Mutex<HashMap<String, Entry>>,
-    /// Balance members' states (in flight, latency), kept alike.
-    pub balance: crate::strategy::balance::state::States,
     /// The instance's wall clock, for what upstreams date (an
     /// Anthropic limit's reset, a translated answer's `created`).
     clock: Clock,
@@ -162,7 +160,7 @@ mod tests {
 
     fn upstream(registry: &Registry, toml: &str, key: &str) -> Arc<Upstream> {
         let env = |v: &str| (v == "KEY").then(|| key.to_owned());
-        let c = config::parse(toml, "t.toml", &env, &crate::strategy::ALL).unwrap();
+        let c = config::parse(toml, "t.toml", &env, &config::Strategies::new([], &[])).unwrap();
         registry
             .upstream(
                 "u",

@@ -42,12 +42,6 @@ pub enum ApiError {
     OperatorOnly { what: &'static str },
     #[error("{}", .0.message)]
     Governed(Box<Rejection>),
-    #[error("No open arena `{id}`: it is unknown, or expired unvoted after its route's vote_ttl.")]
-    ArenaNotFound { id: String },
-    #[error("Only the key that asked for this arena may vote on it.")]
-    ArenaNotYours,
-    #[error("Arena `{id}` already has its vote ({outcome}); an arena takes one.")]
-    ArenaVoted { id: String, outcome: String },
     /// A stored response that is unknown, expired, deleted or another
     /// key's: all alike, in OpenAI's words.
     #[error("Response with id '{id}' not found.")]
@@ -155,19 +149,6 @@ impl ApiError {
                     },
                 )
             },
-            ApiError::ArenaNotFound { .. } => plain(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "arena_not_found",
-            ),
-            ApiError::ArenaNotYours => {
-                plain(StatusCode::FORBIDDEN, "permission_error", "arena_not_yours")
-            }
-            ApiError::ArenaVoted { .. } => plain(
-                StatusCode::CONFLICT,
-                "invalid_request_error",
-                "arena_already_voted",
-            ),
             // OpenAI sends neither a param nor a code here.
             ApiError::ResponseNotFound { .. } => {
                 plain(StatusCode::NOT_FOUND, "invalid_request_error", "")

@@ -2,7 +2,9 @@
 //! status, OpenAI `type` and `code`, and what a strategy that ran out of
 //! members tells about its attempts. An ejected upstream (or a route
 //! whose members all are) is a 503 with `Retry-After`; a server's 500
-//! that is a request-validation error is the client's 400.
+//! that is a request-validation error is the client's 400. A strategy's
+//! own refusal ([`ModelError::Strategy`]) says its status and code; its
+//! `type` follows from the status.
 
 use axum::http::StatusCode;
 use serde_json::Value;
@@ -162,14 +164,20 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
                 "no_healthy_upstream",
             )
         },
-        ModelError::MembersBusy { .. } => Shape {
-            retry_after: Some("1".into()),
-            ..upstream_err(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                "members_busy",
-            )
-        },
+        ModelError::Strategy {
+            status,
+            code,
+            param,
+            retry_after,
+            ..
+        } => {
+            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY);
+            Shape {
+                param: param.map(str::to_owned),
+                retry_after: retry_after.map(|s| s.to_string()),
+                ..upstream_err(status, strategy_type(status), code)
+            }
+        }
         ModelError::Exhausted {
             strategy, attempts, ..
         } => Shape {
@@ -183,6 +191,17 @@ pub(super) fn model_shape(e: &ModelError) -> Shape {
                 &format!("{strategy}_exhausted"),
             )
         },
+    }
+}
+
+/// The OpenAI error `type` of a strategy's refusal, by its status.
+fn strategy_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        403 => "permission_error",
+        429 => "rate_limit_error",
+        500 => "server_error",
+        s if s > 500 => "upstream_error",
+        _ => "invalid_request_error",
     }
 }
 
@@ -245,9 +264,43 @@ mod tests {
         assert_eq!(ejected.status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(ejected.code.as_deref(), Some("no_healthy_upstream"));
         assert_eq!(ejected.retry_after.as_deref(), Some("13"), "rounded up");
-        let busy = model_shape(&ModelError::MembersBusy { route: "r".into() });
+    }
+
+    #[test]
+    fn a_strategys_refusal_keeps_its_status_code_param_and_retry_after() {
+        let busy = model_shape(&ModelError::Strategy {
+            status: 429,
+            code: "members_busy",
+            message: "busy".into(),
+            param: None,
+            retry_after: Some(1),
+        });
         assert_eq!(busy.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(busy.kind, "rate_limit_error");
         assert_eq!(busy.code.as_deref(), Some("members_busy"));
         assert_eq!(busy.retry_after.as_deref(), Some("1"));
+        assert_eq!(busy.message, "busy");
+        let types = [
+            (400, "invalid_request_error"),
+            (403, "permission_error"),
+            (404, "invalid_request_error"),
+            (409, "invalid_request_error"),
+            (500, "server_error"),
+            (502, "upstream_error"),
+        ];
+        for (status, kind) in types {
+            let s = model_shape(&ModelError::Strategy {
+                status,
+                code: "c",
+                message: String::new(),
+                param: Some("pick"),
+                retry_after: None,
+            });
+            assert_eq!((s.status.as_u16(), s.kind), (status, kind));
+            assert_eq!((s.param.as_deref(), s.retry_after), (Some("pick"), None));
+        }
+        // Not a status: a 502, never a panic.
+        let s = model_shape(&ModelError::strategy(1000, "c", "m"));
+        assert_eq!(s.status, StatusCode::BAD_GATEWAY);
     }
 }

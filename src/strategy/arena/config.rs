@@ -135,7 +135,7 @@ impl RouteSpec for ArenaSpec {
     }
 }
 
-/// Builds a `strategy = "arena"` route (its entry in `crate::strategy::BUILDERS`).
+/// Builds a `strategy = "arena"` route (the `build` of its [`super::STRATEGY`]).
 pub fn build(
     spec: &dyn RouteSpec,
     name: &str,

@@ -1,20 +1,23 @@
 //! `strategy = "arena"`: a blind A/B comparison. Two contestants answer at
 //! once (through the lanes); the client gets both answers as choices 0
 //! (A) and 1 (B) in a shuffled order, with no model name anywhere, and an
-//! arena id to vote on later (`POST /v1/arena/{id}/vote`, in `api`).
+//! arena id to vote on later (`POST /v1/arena/{id}/vote`, an endpoint of
+//! its own: [`votes`]).
 //! Streamed, the two answers arrive interleaved as OpenAI streams several
 //! choices. What the client gets is built from scratch by allow-list, so
 //! nothing in it differs by model except what each model said ([`shape`]
 //! for whole answers, [`chunks`] for streams); the models' names stay in
 //! the store and the events. The arena and its vote live in the store, so
 //! a restart loses neither; the leaderboard is computed from the votes
-//! ([`board`]).
+//! ([`board`]) and served by [`leaderboard`].
 
 pub mod board;
 mod chunks;
 pub mod config;
+mod leaderboard;
 pub mod pick;
 mod shape;
+pub mod votes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +39,12 @@ use crate::strategy::event;
 use crate::stream;
 use crate::wire::{ChatRequest, Usage, content_text};
 use shape::Face;
+
+/// `strategy = "arena"`: its entry in [`crate::strategy::STRATEGIES`].
+pub const STRATEGY: crate::graph::Strategy =
+    crate::graph::Strategy::new("arena", config::parse, config::build)
+        .with_metrics(votes::METRICS)
+        .with_endpoints(votes::ENDPOINTS);
 
 /// The header that carries the arena id.
 pub const ARENA_ID: &str = "x-conclave-arena-id";

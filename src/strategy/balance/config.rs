@@ -1,7 +1,7 @@
 //! The balance's own config: the `[routes.NAME]` keys of
 //! `strategy = "balance"` (raw and validated), the names it refers to,
 //! how `check` shows it, its warnings, and how it is built into a
-//! [`Balance`] node (its members' states taken from the registry, so they
+//! [`Balance`] node (its members' states kept by the graph, so they
 //! outlive a reload).
 
 use std::sync::Arc;
@@ -11,11 +11,11 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 
 use super::pick::Policy;
+use super::state::MemberState;
 use super::{Balance, BalanceMember};
 use crate::config::{Config, Errors, RouteSpec, positive};
-use crate::graph::{self, BuildError, Built, Pins, Resolve};
+use crate::graph::{self, BuildError, Built, Passthrough, Pins, Resolve};
 use crate::labels::Role;
-use crate::strategy::passthrough::Passthrough;
 use crate::strategy::{member_refs, members};
 
 /// Default tries on another member after a failure.
@@ -202,7 +202,7 @@ impl RouteSpec for BalanceSpec {
     }
 }
 
-/// Builds a `strategy = "balance"` route (its entry in `crate::strategy::BUILDERS`).
+/// Builds a `strategy = "balance"` route (the `build` of its [`super::STRATEGY`]).
 pub fn build(
     spec: &dyn RouteSpec,
     name: &str,
@@ -218,7 +218,7 @@ pub fn build(
             weight: spec.weight(m),
             max_concurrency: spec.max_concurrency.get(m).copied(),
             local: config.is_local(m),
-            state: nodes.balance_state(name, m),
+            state: nodes.kept::<MemberState>(name, m),
         });
     }
     // A pin names a member, which answers alone under the balance's own

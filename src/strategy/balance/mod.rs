@@ -18,7 +18,7 @@
 //! text went out is continued by the other members ([`super::failover`]). No
 //! member to call at all fails fast: every one ejected is a 503
 //! `no_healthy_upstream`, some at their `max_concurrency` a 429
-//! `members_busy` ([`ModelError::NoHealthy`], [`ModelError::MembersBusy`]).
+//! `members_busy` ([`ModelError::NoHealthy`], a [`ModelError::Strategy`]).
 //!
 //! The answer's `usage` counts every try (and continuation) of the
 //! request, whole or streamed alike.
@@ -46,6 +46,10 @@ use crate::stream;
 use crate::wire::ChatRequest;
 use pick::{Candidate, Policy};
 use state::{MemberState, Slot};
+
+/// `strategy = "balance"`: its entry in [`crate::strategy::STRATEGIES`].
+pub const STRATEGY: crate::graph::Strategy =
+    crate::graph::Strategy::new("balance", config::parse, config::build);
 
 /// The longest a pick waits for the members' warm states.
 const WARM_WAIT: Duration = Duration::from_millis(50);
@@ -208,8 +212,16 @@ impl Balance {
                 retry_after,
                 attempts: Vec::new(),
             },
-            None => ModelError::MembersBusy {
-                route: self.name.clone(),
+            // Back in a second: a call ends soon.
+            None => ModelError::Strategy {
+                status: 429,
+                code: "members_busy",
+                message: format!(
+                    "every member of `{}` is ejected or at its max_concurrency; try again shortly",
+                    self.name
+                ),
+                param: None,
+                retry_after: Some(1),
             },
         }
     }

@@ -1,11 +1,10 @@
 //! What a balance knows of each member between requests: its calls in
 //! flight (held by a [`Slot`] until the answer, or its stream, ends) and an
 //! EWMA of its time to first token (streams) or to the whole answer. The
-//! states of a running gateway ([`States`]) are kept by (route, member)
-//! across reloads, so `max_concurrency` holds for calls still running on
-//! the old config and latency estimates go on.
+//! graph keeps each (route, member)'s state across reloads
+//! ([`crate::graph::kept`]), so `max_concurrency` holds for calls still
+//! running on the old config and latency estimates go on.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -76,23 +75,6 @@ impl Drop for Slot {
     }
 }
 
-/// The member states of a running gateway, by (route, member).
-#[derive(Default)]
-pub struct States {
-    members: Mutex<HashMap<(String, String), Arc<MemberState>>>,
-}
-
-impl States {
-    /// The state of `member` in balance `route` (the running one, or new).
-    pub fn get(&self, route: &str, member: &str) -> Arc<MemberState> {
-        self.members
-            .lock()
-            .entry((route.to_owned(), member.to_owned()))
-            .or_default()
-            .clone()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -118,12 +100,5 @@ mod tests {
         assert!((s.latency().unwrap() - 1.3).abs() < 1e-9);
         tokio::time::advance(STALE).await;
         assert_eq!(s.latency(), None);
-    }
-
-    #[test]
-    fn states_are_shared_by_route_and_member() {
-        let states = States::default();
-        assert!(Arc::ptr_eq(&states.get("r", "a"), &states.get("r", "a")));
-        assert!(!Arc::ptr_eq(&states.get("r", "a"), &states.get("q", "a")));
     }
 }

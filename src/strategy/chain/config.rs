@@ -10,9 +10,8 @@ use serde::Deserialize;
 use super::verifier::Verifier;
 use super::{Chain, Tier};
 use crate::config::{Config, Errors, Route, RouteSpec, positive};
-use crate::graph::{self, BuildError, Built, Pins, Resolve};
+use crate::graph::{self, BuildError, Built, Passthrough, Pins, Resolve};
 use crate::labels::Role;
-use crate::strategy::passthrough::Passthrough;
 use crate::strategy::{member_refs, members};
 
 /// Default gap between SSE keep-alive comments while a chain verifies.
@@ -248,7 +247,7 @@ impl RouteSpec for ChainSpec {
     }
 }
 
-/// Builds a `strategy = "chain"` route (its entry in `crate::strategy::BUILDERS`).
+/// Builds a `strategy = "chain"` route (the `build` of its [`super::STRATEGY`]).
 pub fn build(
     spec: &dyn RouteSpec,
     name: &str,

@@ -36,6 +36,10 @@ use crate::wire::{ChatRequest, FEEDBACK_NOTE, Message};
 use config::OnExhausted;
 use verifier::{Decision, Verifier};
 
+/// `strategy = "chain"`: its entry in [`crate::strategy::STRATEGIES`].
+pub const STRATEGY: crate::graph::Strategy =
+    crate::graph::Strategy::new("chain", config::parse, config::build);
+
 pub struct Tier {
     pub name: Arc<str>,
     pub model: Arc<dyn ChatModel>,

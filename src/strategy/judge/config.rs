@@ -196,7 +196,7 @@ impl RouteSpec for JudgeSpec {
     }
 }
 
-/// Builds a `strategy = "judge"` route (its entry in `crate::strategy::BUILDERS`).
+/// Builds a `strategy = "judge"` route (the `build` of its [`super::STRATEGY`]).
 pub fn build(
     spec: &dyn RouteSpec,
     name: &str,

@@ -32,6 +32,10 @@ use crate::stream;
 use crate::wire::{ChatRequest, Message};
 use synthesis::{Judgement, Synthesis};
 
+/// `strategy = "judge"`: its entry in [`crate::strategy::STRATEGIES`].
+pub const STRATEGY: crate::graph::Strategy =
+    crate::graph::Strategy::new("judge", config::parse, config::build);
+
 /// How the default receives the synthesis's guidance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -166,7 +166,7 @@ impl RouteSpec for OracleSpec {
     }
 }
 
-/// Builds a `strategy = "oracle"` route (its entry in `crate::strategy::BUILDERS`).
+/// Builds a `strategy = "oracle"` route (the `build` of its [`super::STRATEGY`]).
 pub fn build(
     spec: &dyn RouteSpec,
     name: &str,

@@ -33,6 +33,10 @@ use consult::{Question, TOOL};
 use ledger::Ledger;
 use turn::{ToolCall, Turn};
 
+/// `strategy = "oracle"`: its entry in [`crate::strategy::STRATEGIES`].
+pub const STRATEGY: crate::graph::Strategy =
+    crate::graph::Strategy::new("oracle", config::parse, config::build);
+
 /// Longest question or answer kept in an `oracle_consult` event.
 const EVENT_TEXT: usize = 4000;
 

@@ -260,7 +260,7 @@ impl RouteSpec for RaceSpec {
     }
 }
 
-/// Builds a `strategy = "race"` route (its entry in `crate::strategy::BUILDERS`).
+/// Builds a `strategy = "race"` route (the `build` of its [`super::STRATEGY`]).
 pub fn build(
     spec: &dyn RouteSpec,
     name: &str,

@@ -10,11 +10,11 @@ use metrics::counter;
 use serde_json::{Map, json};
 
 use super::Race;
+use super::metrics::RACE_DOWNGRADES;
 use crate::error::ModelError;
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, Reply};
 use crate::strategy::event;
-use crate::telemetry::RACE_DOWNGRADES;
 use crate::wire::ChatRequest;
 
 #[derive(Debug, Clone, Copy)]

@@ -20,6 +20,7 @@
 pub mod config;
 mod first;
 mod gates;
+pub mod metrics;
 pub mod rubric;
 pub mod scorers;
 
@@ -27,25 +28,30 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ::metrics::{counter, histogram};
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use metrics::{counter, histogram};
 use serde::Deserialize;
 use serde_json::{Map, json};
 use tokio::time::Instant;
 
+use self::metrics::{RACE_SCORE, RACE_TOKENS_SAVED};
 use crate::attempt::Attempt;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, ReplyBody, Spend, Unstopped};
 use crate::strategy::event;
 use crate::stream;
-use crate::telemetry::{RACE_SCORE, RACE_TOKENS_SAVED};
 use crate::wire::{AssistantOutput, ChatRequest, estimate_tokens};
 pub use gates::Gates;
 use rubric::{Caps, Rubric, Standing};
 use scorers::{Judge, Webhook};
+
+/// `strategy = "race"`: its entry in [`crate::strategy::STRATEGIES`].
+pub const STRATEGY: crate::graph::Strategy =
+    crate::graph::Strategy::new("race", config::parse, config::build)
+        .with_metrics(self::metrics::METRICS);
 
 /// A model that races.
 pub type Candidate = crate::strategy::Member;

@@ -22,27 +22,33 @@
 
 pub mod config;
 mod extract;
+mod metrics;
 mod tally;
 
 use std::sync::Arc;
 
+use ::metrics::histogram;
 use async_trait::async_trait;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use metrics::histogram;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
+use self::metrics::VOTE_AGREEMENT;
 use crate::error::{AttemptSummary, ModelError};
 use crate::labels::{Role, Verdict};
 use crate::model::{Call, CallSize, ChatModel, Reply, Spend};
 use crate::strategy::event;
 use crate::stream;
-use crate::telemetry::VOTE_AGREEMENT;
 use crate::wire::ChatRequest;
 use extract::{Extract, normalize};
 use tally::{Entry, Tally, TieBreak};
+
+/// `strategy = "vote"`: its entry in [`crate::strategy::STRATEGIES`].
+pub const STRATEGY: crate::graph::Strategy =
+    crate::graph::Strategy::new("vote", config::parse, config::build)
+        .with_metrics(self::metrics::METRICS);
 
 /// A model a vote samples.
 pub type Member = crate::strategy::Member;

@@ -1,7 +1,8 @@
-//! `strategy = "passthrough"`: another name for one model. A route that
-//! sets no options of its own is the very node it names (see `graph`); one
-//! that does is this thin node, which applies them to the call and
-//! delegates.
+//! `strategy = "passthrough"`, the one strategy built into the config:
+//! another name for one model. A route that sets no options of its own is
+//! the very node it names (see [`super::Graph`]); one that does is this
+//! thin node, which applies them to the call and delegates. Strategies
+//! use it for a pinned member that answers under their own options.
 
 use std::sync::Arc;
 use std::time::Duration;
