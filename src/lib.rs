@@ -1,72 +1,72 @@
 //! conclave: an OpenAI-compatible gateway that convenes several models
 //! behind one model name.
 //!
-//! A request flows through these parts, each owning one thing:
+//! A request flows: the API admits it (keys, limits, budgets) and looks its
+//! model name up once; the node the graph built for that name answers it
+//! (the pin decorator, a strategy, [`upstream::ConcreteModel`], a
+//! transport); the answer goes back in the client's dialect.
 //!
-//! - [`config`]: the TOML file, validated once into a [`config::Config`]
-//!   (every error with its key path); plain data, no runtime types.
-//! - [`graph`]: compiles the config into `Arc<dyn ChatModel>` nodes, one per
-//!   concrete model and per route (passthrough routes itself, strategy
-//!   routes by the builders of the strategy table it is handed), and wraps
-//!   each strategy node in the one `x-conclave-pin` decorator; keeps the
-//!   state strategies ask for across reloads; defines the strategy-table
-//!   entry. It never names a strategy.
-//! - [`model`]: the [`model::ChatModel`] trait that concrete models and
-//!   strategies share, and the replies it returns (whole or streamed).
-//! - [`upstream`]: transports to real servers (`openai`, `anthropic`) and
-//!   the built-in simulator (`mock`), response decoding and stream relaying
-//!   for any endpoint, and [`upstream::ConcreteModel`], the one decorator
-//!   that opens an attempt for every upstream call.
-//! - [`strategy`]: models made of models, one folder each (chain, judge,
-//!   race, arena, oracle, balance; `failover` continues broken streams for
-//!   them), each exported as one entry of the one table,
-//!   `strategy::STRATEGIES` (its parser, builder, metrics and endpoints).
-//! - [`governor`]: API keys' rate limits and daily budgets: admission,
-//!   settlement, rejections and the usage view.
-//! - [`store`]: what must hold across requests, and the one
-//!   [`store::Backend`] that decides where it lives (the embedded SQLite
-//!   store and this process, or `[state]`'s shared Redis, named nowhere
-//!   above the store): keys' limits and spend, arenas and votes, oracle
-//!   spend, stored Responses API answers, shared lanes' leases and
-//!   upstreams' shared `rpm`.
-//! - [`stream`]: the streaming toolkit strategies share (whole to stream,
-//!   rewrite chunks, commit at the first real delta, merge).
-//! - [`api`]: the axum router, auth, SSE relaying and the single mapping of
-//!   errors to OpenAI-shaped HTTP responses.
-//! - [`server`]: the accept loop: connection and in-flight cap, HTTP/2
-//!   stream and header bounds, header, idle and request timeouts, graceful
-//!   shutdown.
-//! - `reload`: SIGHUP, a new config for new requests.
-//! - [`redact`]: keeps the config's secrets out of what upstreams say.
-//! - [`retry`]: why a failed call may be sent again, and each route's
-//!   retry budget.
-//! - [`log_line`]: stderr's text log, one line per event.
-//! - [`attempt`]: the record of one upstream call, reported once to the
-//!   request's sinks.
-//! - [`retry`]: why a failed call may be sent again, each route's retry
-//!   budget (kept across reloads), and the one check every retry makes
-//!   (`RequestCtx::retry`).
-//! - [`telemetry`]: the metric contract and each instance's Prometheus
-//!   recorder, the JSONL event log, OpenTelemetry traces; it implements
-//!   the sinks below and records each finished request.
-//! - [`context`]: the per-request context (id, route, key, deadline,
-//!   options, running usage totals, the sinks it reports to).
-//! - [`sink`]: what a request reports (attempt and request records) and
-//!   the traits of what takes it (attempt and event sinks, the instance's
-//!   metrics recorder, a route's retry budget); below the context, so context and telemetry do
-//!   not import each other.
-//! - [`span`]: a request's place in its trace (ids, phases, finished
-//!   spans), exported through a trait telemetry implements; a leaf.
-//! - [`labels`]: the bounded label sets (role, verdict, warm); a leaf.
-//! - [`clock`]: the instance's wall clock (the system's, or a test's that
-//!   follows tokio's paused time); a leaf.
-//! - [`wire`]: OpenAI wire types that keep unknown fields, the bounded
-//!   inspection of what upstreams send, and each endpoint as a protocol
-//!   value ([`wire::Endpoint`], defined beside its dialect's reader).
-//! - [`mock`]: the simulator and the standalone `conclave mock` server.
-//! - [`error`]: `ModelError`, what can go wrong while a model answers.
-//! - [`eval`]: `conclave eval`: checkable task sets run through routes,
-//!   graded, and compared.
+//! # The module map, by layer
+//!
+//! Bottom to top. A module imports only from its own layer or lower ones,
+//! and no two modules import each other at any depth (siblings such as
+//! `api::relay` and `api::render`; a parent and its own children may).
+//! `tests/it/layers.rs` reads this table and checks every path in `src/`.
+//!
+//! 1. [`wire`], [`labels`], [`clock`], [`redact`], [`span`], [`log_line`], [`error`]: the leaves.
+//!    `wire`: each dialect's wire types (OpenAI chat, Responses,
+//!    Anthropic Messages), keeping unknown fields; each endpoint as a
+//!    protocol value ([`wire::Endpoint`], beside its dialect's reader); the
+//!    bounded inspection of what upstreams send. `labels`: the bounded
+//!    label sets (role, verdict, warm). `clock`: the instance's wall clock
+//!    (the system's, or a test's on paused tokio time). `redact`: keeps
+//!    the config's secrets out of what upstreams say. `span`: a request's
+//!    place in its trace, exported through a trait telemetry implements.
+//!    `log_line`: stderr's text log and its throttle. `error`:
+//!    `ModelError`, what can go wrong while a model answers.
+//! 2. [`sink`], [`mock`]: what a request reports (attempt and request
+//!    records) and the traits of what takes it (attempt and event sinks,
+//!    the instance's metrics recorder, a route's retry budget); the
+//!    simulator and the standalone `conclave mock` server.
+//! 3. [`config`]: the TOML file, validated once into a [`config::Config`]
+//!    (every error with its key path); plain data, no runtime types.
+//! 4. [`context`], [`telemetry`]: the per-request context (id, route, key,
+//!    deadline, options, running usage, the sinks it reports to); the
+//!    metric contract (and the metrics strategies declare), each
+//!    instance's Prometheus recorder, the JSONL event log, OpenTelemetry
+//!    traces. The two meet only through the sinks.
+//! 5. [`store`]: what must hold across requests, and the one
+//!    [`store::Backend`] that decides where it lives (SQLite and this
+//!    process, or `[state]`'s shared Redis, named nowhere above the
+//!    store): keys' limits and spend, arenas and votes, oracle spend,
+//!    stored Responses answers, lane leases, upstreams' shared `rpm`.
+//! 6. [`retry`], [`attempt`]: why a failed call may be sent again, each
+//!    route's retry budget and the one check every retry makes; the
+//!    record of one upstream call, reported once to the request's sinks.
+//! 7. [`model`], [`stream`]: the [`model::ChatModel`] trait that concrete
+//!    models and strategies share, and its replies (whole or streamed);
+//!    the streaming toolkit strategies share.
+//! 8. [`upstream`]: transports to real servers (`openai`, `anthropic`)
+//!    and the simulator, response decoding and stream relaying for any
+//!    endpoint, local lanes, health and ejection, and
+//!    [`upstream::ConcreteModel`], the one decorator that opens an attempt
+//!    for every upstream call.
+//! 9. [`graph`]: compiles the config into `Arc<dyn ChatModel>` nodes (a
+//!    strategy route by the builder of the strategy table it is handed),
+//!    pass-through routes, the one `x-conclave-pin` decorator, the state
+//!    it keeps for strategies across reloads, and the table's entry type.
+//! 10. [`strategy`]: models made of models, one folder each, each one
+//!     line of [`strategy::STRATEGIES`] (its parser, builder, metrics and
+//!     endpoints).
+//! 11. [`governor`]: API keys' rate limits and daily budgets: admission,
+//!     settlement, rejections and the usage view.
+//! 12. [`eval`], [`api`]: `conclave eval` (task sets run through routes,
+//!     graded, compared); the axum router, admission, each dialect's
+//!     endpoints, SSE relaying and the one mapping of errors to HTTP.
+//! 13. [`server`], `reload`, `main`: the accept loop (connection and
+//!     in-flight caps, HTTP/2 bounds, timeouts, graceful shutdown);
+//!     SIGHUP's new config for new requests; the CLI. This file's
+//!     [`prepare`] opens what a gateway needs, once.
 
 pub mod api;
 pub mod attempt;

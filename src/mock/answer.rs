@@ -231,6 +231,13 @@ pub(super) fn event_stream(body: MockBody) -> MockResponse {
     }
 }
 
+/// A 200 event stream with nothing in it: llama-cpp-python's answer when
+/// the handler fails after the response began (streamed automatic tool
+/// choice, a prompt longer than the context).
+pub(super) fn empty_stream() -> MockResponse {
+    event_stream(Box::pin(futures::stream::empty()))
+}
+
 /// A 200 that is not an answer: a proxy's HTML error page.
 pub(super) fn garbage(mut guard: Finish) -> MockResponse {
     guard.complete();

@@ -127,7 +127,7 @@ pub(super) fn overflow(
         return None;
     }
     if stream && quirks.has(Quirk::EmptyStreamOnOverflow) {
-        return Some(super::quirks::empty_stream());
+        return Some(super::answer::empty_stream());
     }
     // llama-cpp-python's words, `None` for an unset max_tokens included.
     let cap = req.get("max_tokens").and_then(Value::as_u64);

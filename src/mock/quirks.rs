@@ -112,7 +112,7 @@ impl Simulator {
         }
         let ask = ToolAsk::of(req);
         if stream && ask == ToolAsk::Auto && self.quirks.has(Quirk::NoStreamToolChoice) {
-            return Some(empty_stream());
+            return Some(answer::empty_stream());
         }
         if ask == ToolAsk::Auto && self.quirks.has(Quirk::IgnoresToolChoiceAuto) {
             b.reply = ReplySpec::Echo;
@@ -177,13 +177,6 @@ impl ToolAsk {
             Some(_) => ToolAsk::Forced,
         }
     }
-}
-
-/// A 200 event stream with nothing in it: llama-cpp-python's answer when
-/// the handler fails after the response began (streamed automatic tool
-/// choice, a prompt longer than the context).
-pub fn empty_stream() -> MockResponse {
-    super::answer::event_stream(Box::pin(futures::stream::empty()))
 }
 
 /// Generates a whole answer's `tokens` on a task of its own, as a server

@@ -30,6 +30,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::{AttemptSummary, ModelError};
+use crate::graph::endpoint::{Endpoint, Method};
 use crate::labels::{Role, Verdict};
 use crate::model::Call;
 use crate::model::{CallSize, ChatModel, Completion, Meta, Reply, ReplyBody, Spend};
@@ -40,11 +41,25 @@ use crate::stream;
 use crate::wire::{ChatRequest, Usage, content_text};
 use shape::Face;
 
+/// Served in the arena's strategy-table entry.
+pub const ENDPOINTS: &[Endpoint] = &[
+    Endpoint {
+        method: Method::Post,
+        path: "/arena/{id}/vote",
+        handler: |call| Box::pin(votes::vote(call)),
+    },
+    Endpoint {
+        method: Method::Get,
+        path: "/arena/leaderboard",
+        handler: |call| Box::pin(leaderboard::answer(call)),
+    },
+];
+
 /// `strategy = "arena"`: its entry in [`crate::strategy::STRATEGIES`].
 pub const STRATEGY: crate::graph::Strategy =
     crate::graph::Strategy::new("arena", config::parse, config::build)
         .with_metrics(votes::METRICS)
-        .with_endpoints(votes::ENDPOINTS);
+        .with_endpoints(ENDPOINTS);
 
 /// The header that carries the arena id.
 pub const ARENA_ID: &str = "x-conclave-arena-id";

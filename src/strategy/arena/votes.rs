@@ -12,11 +12,10 @@ use metrics::counter;
 use serde_json::{Map, Value, json};
 
 use super::config::ArenaSpec;
-use super::leaderboard;
 use super::pick::Pick;
 use crate::config::RouteSpec;
 use crate::error::ModelError;
-use crate::graph::endpoint::{Endpoint, EndpointCall, Method};
+use crate::graph::endpoint::EndpointCall;
 use crate::store::arena::Closed;
 use crate::telemetry::{Event, EventBody, MetricKind, MetricSpec};
 
@@ -28,20 +27,6 @@ pub const METRICS: &[MetricSpec] = &[MetricSpec {
     help: "Arena votes by route and model: outcome win, loss or tie",
     kind: MetricKind::Counter,
 }];
-
-/// Served in the arena's strategy-table entry.
-pub const ENDPOINTS: &[Endpoint] = &[
-    Endpoint {
-        method: Method::Post,
-        path: "/arena/{id}/vote",
-        handler: |call| Box::pin(vote(call)),
-    },
-    Endpoint {
-        method: Method::Get,
-        path: "/arena/leaderboard",
-        handler: |call| Box::pin(leaderboard::answer(call)),
-    },
-];
 
 /// Longest arena id looked up.
 const MAX_ID: usize = 100;
@@ -90,7 +75,7 @@ fn not_found(id: &str) -> ModelError {
     )
 }
 
-async fn vote(call: EndpointCall) -> Result<Response, ModelError> {
+pub(super) async fn vote(call: EndpointCall) -> Result<Response, ModelError> {
     let id = call.params.get("id").map_or("", String::as_str);
     let v: Value = serde_json::from_slice(&call.body).map_err(|e| {
         ModelError::strategy(
