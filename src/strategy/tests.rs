@@ -1,5 +1,6 @@
-//! The strategy table against the graph: every entry builds its own
-//! routes, and a builder handed another strategy's route fails cleanly.
+//! The strategy table against the graph: every entry builds its routes
+//! (the demo shows one of each), and a builder handed another strategy's
+//! route fails cleanly.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -29,30 +30,33 @@ fn build(routes: &str, kept: &Kept, table: &[Strategy]) -> Result<Graph, BuildEr
     )
 }
 
-/// A route of each strategy of the table.
-const ROUTES: &[(&str, &str)] = &[
-    ("chain", "tiers = [\"a\", \"b\"]"),
-    (
-        "judge",
-        "panel = [\"a\", \"b\"]\nsynthesis = \"a\"\ndefault = \"b\"",
-    ),
-    ("race", "candidates = [\"a\", \"b\"]"),
-    ("arena", "contestants = [\"a\", \"b\"]"),
-    ("oracle", "base = \"a\"\noracle = \"b\""),
-    ("balance", "members = [\"a\", \"b\"]"),
-];
+/// The demo config, which shows a route of every strategy.
+const DEMO: &str = include_str!("../../config/demo.toml");
 
 #[test]
-fn every_strategy_of_the_table_builds_its_own_routes() {
+fn the_demo_builds_a_route_of_every_strategy_of_the_table() {
+    let config =
+        crate::config::parse(DEMO, "demo.toml", &|_| None, &ALL).unwrap_or_else(|e| panic!("{e}"));
+    let store = Arc::new(crate::store::Store::in_memory(crate::clock::Clock::system()).unwrap());
+    let g = Graph::build(
+        &config,
+        &Records::sqlite(&store),
+        &Registry::new(),
+        &Kept::default(),
+        &Metrics::noop(),
+        STRATEGIES,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     for s in STRATEGIES {
-        let (_, keys) = ROUTES
-            .iter()
-            .find(|(n, _)| *n == s.name)
-            .unwrap_or_else(|| panic!("no route of strategy `{}` here", s.name));
-        let route = format!("[routes.r]\nstrategy = \"{}\"\n{keys}\n", s.name);
-        let g = build(&route, &Kept::default(), STRATEGIES).unwrap_or_else(|e| panic!("{e}"));
-        let (_, node) = g.get("r").unwrap();
-        assert_eq!((node.strategy, node.is_route), (s.name, true));
+        let built = g.names.iter().any(|n| {
+            g.get(n)
+                .is_some_and(|(_, node)| node.is_route && node.strategy == s.name)
+        });
+        assert!(
+            built,
+            "config/demo.toml has no route of strategy `{}`",
+            s.name
+        );
     }
 }
 
