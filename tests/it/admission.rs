@@ -563,7 +563,7 @@ async fn native_bodies_hold_a_budget_under_concurrency() {
         env.push((format!("KEY_{i}"), format!("k-{}", l.name)));
     }
     let env: Vec<(&str, &str)> = env.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-    let gw = Proc::gateway_env(&toml, &env);
+    let gw = Srv::gateway_env(&toml, &env);
     let http = client();
     let mut report = Vec::new();
     for l in &loads {

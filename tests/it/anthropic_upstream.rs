@@ -431,7 +431,7 @@ async fn cache_reads_and_writes_are_priced() {
 /// Anthropic, which sees the key and version headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kind_anthropic_over_http() {
-    let mock = Proc::mock(
+    let mock = Srv::mock(
         "[upstreams.claude]\nkind = \"mock\"\napi = \"anthropic\"\n\
          [upstreams.claude.models.claude-sonnet-4-5]\nreply = { text = \"Over the wire.\" }\n\
          [upstreams.claude.models.limited]\nstatus = 429\n",

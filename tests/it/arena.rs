@@ -51,9 +51,9 @@ fn arena(name: &str, contestants: &[&str], extra: &str) -> String {
     )
 }
 
-fn world(routes: &str) -> (Proc, Proc) {
-    let mock = Proc::mock(MOCK);
-    let gw = Proc::gateway(&front_of(&mock.v1(), MODELS, routes));
+fn world(routes: &str) -> (Srv, Srv) {
+    let mock = Srv::mock(MOCK);
+    let gw = Srv::gateway(&front_of(&mock.v1(), MODELS, routes));
     (mock, gw)
 }
 
@@ -67,7 +67,7 @@ fn assert_anonymous(r: &Resp) {
     }
 }
 
-async fn vote(gw: &Proc, id: &str, pick: &str, headers: &[(&str, &str)]) -> Resp {
+async fn vote(gw: &impl Served, id: &str, pick: &str, headers: &[(&str, &str)]) -> Resp {
     let mut req = client()
         .post(gw.url(&format!("/v1/arena/{id}/vote")))
         .json(&json!({ "pick": pick }));
@@ -78,7 +78,7 @@ async fn vote(gw: &Proc, id: &str, pick: &str, headers: &[(&str, &str)]) -> Resp
 }
 
 /// The models shown as A and B in arena `id`, from the event log.
-async fn shown(gw: &Proc, id: &str) -> (String, String) {
+async fn shown(gw: &impl Served, id: &str) -> (String, String) {
     for _ in 0..500 {
         let ev = gw.events_of(&["arena_started"], 1).await;
         if let Some(e) = ev.iter().find(|e| e["arena_id"] == id) {
@@ -283,7 +283,7 @@ async fn votes_are_forgiving_counted_once_and_ranked() {
 #[tokio::test]
 async fn votes_and_the_leaderboard_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let toml = front_of(&mock.v1(), MODELS, &arena("ab", &["alpha", "beta"], "")).replace(
         "[server]\n",
         &format!(
@@ -619,11 +619,11 @@ fn now_secs() -> u64 {
         .as_secs()
 }
 
-async fn vendors() -> Proc {
+async fn vendors() -> Srv {
     let v1 = vendor::start().await;
     let routes = arena("ab", &["vendor-a", "vendor-b"], "")
         + &arena("half", &["vendor-b", "vendor-down"], "");
-    Proc::gateway(&front_of(
+    Srv::gateway(&front_of(
         &v1,
         &["vendor-a", "vendor-b", "vendor-down"],
         &routes,

@@ -94,7 +94,7 @@ async fn a_budget_holds_whatever_the_body_holds() {
     let kinds = kinds();
     let (toml, env) = config(&billing_v1, &kinds);
     let env: Vec<(&str, &str)> = env.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-    let gw = Proc::gateway_env(&toml, &env);
+    let gw = Srv::gateway_env(&toml, &env);
     let mut report = Vec::new();
     for k in &kinds {
         let before = bill.tokens.load(Ordering::SeqCst);
@@ -163,7 +163,7 @@ tpm = 1000
 "#;
 
 /// Posts a chat body as written (numbers JSON cannot round-trip).
-async fn post_raw(gw: &Proc, body: String, auth: &str) -> Resp {
+async fn post_raw(gw: &Srv, body: String, auth: &str) -> Resp {
     let req = client()
         .post(gw.url("/v1/chat/completions"))
         .header("authorization", auth)
@@ -174,7 +174,7 @@ async fn post_raw(gw: &Proc, body: String, auth: &str) -> Resp {
 
 #[tokio::test]
 async fn caps_that_are_not_positive_integers_are_a_400_and_huge_ones_never_fit() {
-    let gw = Proc::gateway_env(SIM, &[("KEY_A", "k-alpha")]);
+    let gw = Srv::gateway_env(SIM, &[("KEY_A", "k-alpha")]);
     let h = [("authorization", "Bearer k-alpha")];
     for (field, bad) in [
         ("max_tokens", "5000.0"),

@@ -95,13 +95,13 @@ min_panel = 2
 "#;
 
 struct World {
-    mock: Proc,
-    gw: Proc,
+    mock: Srv,
+    gw: Srv,
 }
 
 fn world() -> World {
-    let mock = Proc::mock(MOCK);
-    let gw = Proc::gateway(&front_of(&mock.v1(), &["small", "big", "syn"], ROUTES));
+    let mock = Srv::mock(MOCK);
+    let gw = Srv::gateway(&front_of(&mock.v1(), &["small", "big", "syn"], ROUTES));
     World { mock, gw }
 }
 
@@ -331,7 +331,7 @@ async fn near_the_window_the_gateway_refuses_what_the_server_would() {
 
 #[tokio::test]
 async fn the_mock_plays_llama_cpp_python_and_llama_cpp() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let http = client();
     // Whole: llama-cpp-python's 400, in its words.
     let mut body = chat("small", &long());
@@ -378,8 +378,8 @@ async fn the_mock_plays_llama_cpp_python_and_llama_cpp() {
 #[tokio::test]
 async fn behind_llama_swap_only_a_warm_models_props_are_asked() {
     let quirks = "quirks = [\"empty_stream_on_overflow\"]";
-    let mock = Proc::mock(&MOCK.replace(quirks, &format!("{quirks}\nswap_delay = \"100ms\"")));
-    let gw = Proc::gateway(&format!(
+    let mock = Srv::mock(&MOCK.replace(quirks, &format!("{quirks}\nswap_delay = \"100ms\"")));
+    let gw = Srv::gateway(&format!(
         "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n[upstreams.up]\nkind = \"openai\"\n\
          base_url = \"{}\"\nllama_swap = \"{}\"\nprobe_cache = \"50ms\"\ntimeout = \"5s\"\n\n\
          [models.small]\nupstream = \"up\"\n\n[models.big]\nupstream = \"up\"\n",
@@ -393,7 +393,7 @@ async fn behind_llama_swap_only_a_warm_models_props_are_asked() {
     let r = post(&gw.base, &chat("small", &long())).await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(r.text.contains("rejected the request"), "{}", r.text);
-    let received = |m: &Proc| {
+    let received = |m: &Srv| {
         let m = m.url("/mock/requests");
         async move {
             let v = get_json(&client(), &m).await;
@@ -461,7 +461,7 @@ async fn vllm() -> (String, Arc<Vllm>) {
 #[tokio::test]
 async fn a_window_is_learned_from_vllms_max_model_len() {
     let (v1, server) = vllm().await;
-    let gw = Proc::gateway(&front_of(&v1, &["qwen"], ""));
+    let gw = Srv::gateway(&front_of(&v1, &["qwen"], ""));
     let r = post(&gw.base, &chat("qwen", &long())).await;
     assert_too_long(&r, 1024);
     assert_eq!(server.chats.load(Ordering::SeqCst), 0);
@@ -518,7 +518,7 @@ async fn llama_cpp_python() -> (String, Arc<AtomicUsize>) {
 #[tokio::test]
 async fn a_window_stated_in_a_servers_error_is_kept() {
     let (v1, chats) = llama_cpp_python().await;
-    let gw = Proc::gateway(&front_of(&v1, &["smol"], ""));
+    let gw = Srv::gateway(&front_of(&v1, &["smol"], ""));
     let r = post(&gw.base, &chat("smol", &long())).await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(

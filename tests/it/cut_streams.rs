@@ -340,8 +340,8 @@ async fn a_llama_cpp_python_lane_takes_one_call_at_a_time_by_default() {
 /// recognises it and sends one call at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recognised_llama_cpp_python_over_http_is_served_one_at_a_time() {
-    let mock = Proc::mock(&interrupting(""));
-    let gw = Proc::gateway(&format!(
+    let mock = Srv::mock(&interrupting(""));
+    let gw = Srv::gateway(&format!(
         "[upstreams.py]\nkind = \"openai\"\nbase_url = \"{}\"\nlane = \"local\"\n\
          [models.small]\nupstream = \"py\"\nmodel = \"small\"\n",
         mock.v1()

@@ -260,22 +260,26 @@ fn host(base: &str) -> &str {
     base.trim_start_matches("http://")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_traffic_fills_every_metric_and_every_dashboard_panel() {
-    let demo = Proc::gateway(&local("config/demo.toml"));
-    let governed = Proc::gateway(&local("config/governed.toml"));
-    let out = Command::new("python3")
-        .arg(repo().join("dashboards/traffic.py"))
-        .args([
-            "--demo",
-            &demo.base,
-            "--governed",
-            &governed.base,
-            "--rounds",
-            "1",
-        ])
-        .output()
-        .unwrap();
+    let demo = Srv::gateway(&local("config/demo.toml"));
+    let governed = Srv::gateway(&local("config/governed.toml"));
+    // The gateways run on this test's runtime: the script is waited for
+    // off it.
+    let out = tokio::task::block_in_place(|| {
+        Command::new("python3")
+            .arg(repo().join("dashboards/traffic.py"))
+            .args([
+                "--demo",
+                &demo.base,
+                "--governed",
+                &governed.base,
+                "--rounds",
+                "1",
+            ])
+            .output()
+    })
+    .unwrap();
     assert!(
         out.status.success(),
         "traffic.py failed:\n{}\n{}",

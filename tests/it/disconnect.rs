@@ -26,13 +26,13 @@ reply = { text = "finally" }
 ttft = "20s"
 "#;
 
-fn gateway_for(mock: &Proc) -> Proc {
+fn gateway_for(mock: &Srv) -> Srv {
     gateway_with(mock, "")
 }
 
 /// `server` goes into `[server]`.
-fn gateway_with(mock: &Proc, server: &str) -> Proc {
-    Proc::gateway(&format!(
+fn gateway_with(mock: &Srv, server: &str) -> Srv {
+    Srv::gateway(&format!(
         r#"
 [server]
 {server}
@@ -60,13 +60,13 @@ model = "sleepy"
     ))
 }
 
-async fn cancelled(mock: &Proc) -> u64 {
+async fn cancelled(mock: &Srv) -> u64 {
     mock.stats().await["cancelled"].as_u64().unwrap_or(0)
 }
 
 /// Waits until the gateway's metrics show the route's request as 499 and
 /// its attempt as cancelled.
-async fn assert_recorded_as_abandoned(gw: &Proc, route: &str, model: &str) {
+async fn assert_recorded_as_abandoned(gw: &Srv, route: &str, model: &str) {
     let ok = eventually(10, || async {
         let m = gw.metrics().await;
         samples(
@@ -94,14 +94,14 @@ async fn assert_recorded_as_abandoned(gw: &Proc, route: &str, model: &str) {
     );
 }
 
-async fn assert_healthy(gw: &Proc) {
+async fn assert_healthy(gw: &Srv) {
     let r = client().get(gw.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
 }
 
 #[tokio::test]
 async fn dropping_a_stream_cancels_the_upstream_call() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway_for(&mock);
 
     let resp = client()
@@ -136,7 +136,7 @@ async fn dropping_a_stream_cancels_the_upstream_call() {
 
 #[tokio::test]
 async fn a_client_timeout_cancels_a_whole_answer() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway_for(&mock);
 
     let started = tokio::time::Instant::now();
@@ -165,7 +165,7 @@ async fn a_client_timeout_cancels_a_whole_answer() {
 
 #[tokio::test]
 async fn leaving_during_keepalives_cancels_the_upstream_call() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway_with(&mock, "sse_keepalive = \"100ms\"");
 
     // The upstream takes 20 s to its first token; the client hears a

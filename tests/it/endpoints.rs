@@ -30,8 +30,8 @@ status = 500
 error_message = "embedding service down"
 "#;
 
-fn gateway(mock: &Proc) -> Proc {
-    Proc::gateway_env(
+fn gateway(mock: &Srv) -> Srv {
+    Srv::gateway_env(
         &format!(
             r#"
 [server]
@@ -78,11 +78,11 @@ tiers = ["broken", "text"]
     )
 }
 
-fn openai(gw: &Proc, key: &str) -> Client<OpenAIConfig> {
+fn openai(gw: &Srv, key: &str) -> Client<OpenAIConfig> {
     Client::with_config(OpenAIConfig::new().with_api_base(gw.v1()).with_api_key(key))
 }
 
-async fn post_to(gw: &Proc, path: &str, key: &str, body: serde_json::Value) -> Resp {
+async fn post_to(gw: &Srv, path: &str, key: &str, body: serde_json::Value) -> Resp {
     let r = client()
         .post(gw.url(path))
         .bearer_auth(key)
@@ -99,7 +99,7 @@ async fn post_to(gw: &Proc, path: &str, key: &str, body: serde_json::Value) -> R
 
 #[tokio::test]
 async fn completions_and_embeddings_are_relayed_like_chat() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock);
     let sdk = openai(&gw, "sk-all-0123456789");
 
@@ -166,7 +166,7 @@ async fn completions_and_embeddings_are_relayed_like_chat() {
 
 #[tokio::test]
 async fn outside_chat_strategies_keys_and_errors_answer_clearly() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock);
     let all = "sk-all-0123456789";
 
@@ -238,7 +238,7 @@ async fn outside_chat_strategies_keys_and_errors_answer_clearly() {
 
 #[tokio::test]
 async fn models_retrieve_answers_for_every_name_a_key_may_use() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock);
     let sdk = openai(&gw, "sk-all-0123456789");
     for id in ["text", "writer", "ladder"] {
@@ -272,7 +272,7 @@ async fn models_retrieve_answers_for_every_name_a_key_may_use() {
 /// metrics, so a key cannot enumerate the gateway's model names.
 #[tokio::test]
 async fn a_forbidden_model_answers_exactly_like_an_unknown_one() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock);
     let narrow = "sk-narrow-0123456789";
     // `text` exists (the narrow key may not use it); `nope` does not.

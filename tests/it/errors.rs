@@ -69,7 +69,7 @@ fail = "error_event"
 /// A gateway in front of `mock`: upstream `cloudy` (300 ms timeout) for
 /// most models, `roomy` (5 s) for the slow ones, and `dead` (30 s) at a port
 /// nothing listens on. `server` goes into `[server]`.
-fn gateway(mock: &Proc, server: &str) -> Proc {
+fn gateway(mock: &Srv, server: &str) -> Srv {
     let toml = r#"
 [server]
 event_log = "{dir}/events.jsonl"
@@ -134,7 +134,7 @@ model = "ok"
     .replace("SERVER", server)
     .replace("MOCK_V1", &mock.v1())
     .replace("DEAD_PORT", &closed_port().to_string());
-    Proc::gateway_env(&toml, &[("CLOUDY_KEY", SECRET)])
+    Srv::gateway_env(&toml, &[("CLOUDY_KEY", SECRET)])
 }
 
 /// A port nothing listens on (bound, read, released).
@@ -185,14 +185,14 @@ fn assert_no_secret(r: &Resp) {
     }
 }
 
-async fn assert_healthy(gw: &Proc) {
+async fn assert_healthy(gw: &Srv) {
     let r = send(client().get(gw.url("/healthz"))).await;
     assert_eq!(r.status, 200, "{}", r.text);
 }
 
 #[tokio::test]
 async fn malformed_requests_are_400_and_name_the_field() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "");
     let msgs = json!([{"role": "user", "content": "hi"}]);
 
@@ -238,7 +238,7 @@ async fn malformed_requests_are_400_and_name_the_field() {
 
 #[tokio::test]
 async fn keys_401_404_and_the_models_a_key_sees() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let keys = r#"
 [[keys]]
 name = "team"
@@ -302,17 +302,17 @@ key_env = "KEY_ADMIN"
     assert_healthy(&gw).await;
 }
 
-fn gateway_keys(mock: &Proc, keys: &str) -> Proc {
+fn gateway_keys(mock: &Srv, keys: &str) -> Srv {
     let toml = format!(
         "{keys}\n[upstreams.cloudy]\nkind = \"openai\"\nbase_url = \"{}\"\ntimeout = \"2s\"\n\n[models.ok]\nupstream = \"cloudy\"\n\n[models.other]\nupstream = \"cloudy\"\n",
         mock.v1()
     );
-    Proc::gateway_env(&toml, &[("KEY_TEAM", "k-team"), ("KEY_ADMIN", "k-admin")])
+    Srv::gateway_env(&toml, &[("KEY_TEAM", "k-team"), ("KEY_ADMIN", "k-admin")])
 }
 
 #[tokio::test]
 async fn unknown_model_url_and_method() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "");
     let ghost = "ghost-model-7f3a";
 
@@ -342,7 +342,7 @@ async fn unknown_model_url_and_method() {
 
 #[tokio::test]
 async fn bodies_over_the_limit_are_413() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "max_body_bytes = 1024");
     let big = chat("ok", &"a".repeat(3000)).to_string();
 
@@ -379,7 +379,7 @@ async fn bodies_over_the_limit_are_413() {
 
 #[tokio::test]
 async fn upstream_failures_map_to_statuses_and_never_leak_the_key() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "");
 
     // (model, status, code if the spec fixes one, upstream in the message,
@@ -467,7 +467,7 @@ async fn upstream_failures_map_to_statuses_and_never_leak_the_key() {
 
 #[tokio::test]
 async fn stream_errors_before_the_first_chunk_are_plain_http_errors() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "");
     let cases = [
         ("gone", 502, "dead"),
@@ -504,7 +504,7 @@ fn error_events(r: &Resp) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_stream_cut_midway_ends_with_one_error_event_and_no_done() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "");
     let r = post(&gw.base, &chat_stream("midcut", "hi")).await;
     assert_eq!(r.status, 200, "{}", r.text);
@@ -538,7 +538,7 @@ async fn a_stream_cut_midway_ends_with_one_error_event_and_no_done() {
 
 #[tokio::test]
 async fn keepalives_commit_the_stream_and_a_later_failure_is_an_event() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "sse_keepalive = \"100ms\"");
 
     // A slow first token: keep-alive comments come before the first data.
@@ -577,7 +577,7 @@ async fn keepalives_commit_the_stream_and_a_later_failure_is_an_event() {
 
 #[tokio::test]
 async fn successful_answers_carry_conclave_headers() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "");
 
     let r = post_with(
@@ -617,7 +617,7 @@ async fn successful_answers_carry_conclave_headers() {
 /// The `x-conclave-*` options are read once, each with its own 400.
 #[tokio::test]
 async fn malformed_conclave_headers_are_400() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "");
     for (header, value) in [
         ("x-conclave-confirm", "perhaps"),

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::Served;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -688,7 +689,7 @@ fn broken_config(mock_v1: &str) -> String {
 /// upstream's recorded bodies show.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_that_are_not_answers_are_errors_and_sampling_is_sent() {
-    let mock = common::Proc::mock(BROKEN_MOCK);
+    let mock = common::Srv::mock(BROKEN_MOCK);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("conclave.toml");
     std::fs::write(&config, broken_config(&mock.v1())).unwrap();

@@ -49,12 +49,12 @@ price = { input_per_mtok = 100.0, output_per_mtok = 100.0 }
 
 const KEYS: &[(&str, &str)] = &[("KEY_A", "k-alpha"), ("KEY_ADMIN", "k-admin")];
 
-fn gateway(keys: &str, extra: &str) -> Proc {
+fn gateway(keys: &str, extra: &str) -> Srv {
     let toml = format!(
         "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n{keys}\n{SIM}\n{extra}\n\n\
          [[keys]]\nname = \"admin\"\nkey_env = \"KEY_ADMIN\"\nadmin = true\n"
     );
-    Proc::gateway_env(&toml, KEYS)
+    Srv::gateway_env(&toml, KEYS)
 }
 
 /// [`gateway`] in-process, its clock at [`inproc::START`] (23:59:00 UTC):
@@ -93,10 +93,10 @@ fn bearer(key: &str) -> Vec<(String, String)> {
     vec![("authorization".into(), format!("Bearer {key}"))]
 }
 
-async fn call(gw: &Proc, body: &Value, key: &str) -> Resp {
+async fn call(gw: &impl Served, body: &Value, key: &str) -> Resp {
     let h = bearer(key);
     let h: Vec<(&str, &str)> = h.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-    post_with(&gw.base, body, &h).await
+    post_with(gw.base(), body, &h).await
 }
 
 fn capped(model: &str, text: &str, max_tokens: u64) -> Value {
@@ -110,7 +110,7 @@ fn error_of(r: &Resp, status: u16) -> Value {
     r.json()["error"].clone()
 }
 
-async fn usage_of(gw: &Proc, name: &str) -> Value {
+async fn usage_of(gw: &impl Served, name: &str) -> Value {
     key_usage(gw, "k-admin", name).await
 }
 

@@ -105,13 +105,13 @@ fn judge(name: &str, panel: &[&str], synthesis: &str, default: &str, extra: &str
 }
 
 struct World {
-    mock: Proc,
-    gw: Proc,
+    mock: Srv,
+    gw: Srv,
 }
 
 fn world(routes: &str) -> World {
-    let mock = Proc::mock(&mock_toml());
-    let gw = Proc::gateway(&front_of(&mock.v1(), MODELS, routes));
+    let mock = Srv::mock(&mock_toml());
+    let gw = Srv::gateway(&front_of(&mock.v1(), MODELS, routes));
     World { mock, gw }
 }
 

@@ -53,8 +53,8 @@ reply = {{ text = "from d" }}
 
 /// A llama-swap in front of models `a`..`d`, `slow` and `busy`, taking
 /// `swap` to load a model.
-fn swap_mock(swap: &str, extra: &str) -> Proc {
-    Proc::mock(&format!(
+fn swap_mock(swap: &str, extra: &str) -> Srv {
+    Srv::mock(&format!(
         "[upstreams.sim]\nkind = \"mock\"\nswap_delay = \"{swap}\"\n{extra}\n{}",
         swap_models("sim")
     ))
@@ -122,12 +122,12 @@ fn queued_of(events: &[Value], model: &str) -> Vec<f64> {
 
 /// A gateway whose upstream `local` is the llama-swap at `mock`, with
 /// `lane_keys` added to it and every model of the mock configured.
-fn gateway(mock: &Proc, lane_keys: &str, extra: &str) -> Proc {
+fn gateway(mock: &Srv, lane_keys: &str, extra: &str) -> Srv {
     gateway_in(mock, "", lane_keys, extra)
 }
 
 /// [`gateway`] with `server` keys added to `[server]`.
-fn gateway_in(mock: &Proc, server: &str, lane_keys: &str, extra: &str) -> Proc {
+fn gateway_in(mock: &Srv, server: &str, lane_keys: &str, extra: &str) -> Srv {
     let toml = format!(
         r#"
 [server]
@@ -156,7 +156,7 @@ timeout = "20s"
             .collect::<Vec<_>>()
             .join("\n"),
     );
-    Proc::gateway(&toml)
+    Srv::gateway(&toml)
 }
 
 /// Attempt events of `model`.
@@ -427,8 +427,8 @@ async fn fake_running() -> FakeRunning {
 
 /// A gateway on upstream `local` (the mock's models) whose llama-swap is
 /// `fake`, probed every 20 ms, each probe given `probe_timeout`.
-fn probed_gateway(mock: &Proc, fake: &FakeRunning, probe_timeout: &str) -> Proc {
-    Proc::gateway(&format!(
+fn probed_gateway(mock: &Srv, fake: &FakeRunning, probe_timeout: &str) -> Srv {
+    Srv::gateway(&format!(
         r#"
 [server]
 event_log = "{{dir}}/events.jsonl"
@@ -550,7 +550,7 @@ async fn a_request_never_waits_for_a_slow_probe() {
 #[tokio::test]
 async fn a_probe_of_a_server_that_is_down_reads_unknown() {
     let mock = swap_mock("0s", "");
-    let gw = Proc::gateway(&format!(
+    let gw = Srv::gateway(&format!(
         "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n[upstreams.local]\nkind = \"openai\"\nbase_url = \"{}\"\nllama_swap = \"http://127.0.0.1:{}\"\n\n[models.c]\nupstream = \"local\"\n",
         mock.v1(),
         closed_port()
@@ -577,12 +577,12 @@ async fn a_probe_of_a_server_that_is_down_reads_unknown() {
 /// A gateway whose local lane (no probe) is a llama-swap with
 /// `sendLoadingState`, plus a cloud upstream with a verifier `v` and a
 /// fallback model `c2`.
-async fn loading_world(routes: &str) -> (Proc, Proc, Proc) {
+async fn loading_world(routes: &str) -> (Srv, Srv, Srv) {
     let mock = swap_mock("500ms", "send_loading_state = true");
-    let cloud = Proc::mock(
+    let cloud = Srv::mock(
         "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.c2]\nreply = { text = \"from the cloud\" }\n\n[upstreams.sim.models.v]\nreply = { json = { accept = true, feedback = \"\" } }\n",
     );
-    let gw = Proc::gateway(&format!(
+    let gw = Srv::gateway(&format!(
         r#"
 [server]
 event_log = "{{dir}}/events.jsonl"
@@ -689,8 +689,8 @@ async fn a_verifier_never_reads_the_loading_banner() {
 
 /// `conclave check --probe` says what each upstream answered and what
 /// each llama-swap has loaded, and fails when any cannot say.
-#[test]
-fn check_probe_reports_what_llama_swap_has_loaded() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_probe_reports_what_llama_swap_has_loaded() {
     let mock = swap_mock("0s", "");
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, extra: &str| {
@@ -703,11 +703,14 @@ fn check_probe_reports_what_llama_swap_has_loaded() {
         std::fs::write(&path, text).unwrap();
         path.display().to_string()
     };
+    // The mock runs on this test's runtime: the CLI is waited for off it.
     let check = |path: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
-            .args(["check", "--probe", "--config", path])
-            .output()
-            .unwrap();
+        let out = tokio::task::block_in_place(|| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_conclave"))
+                .args(["check", "--probe", "--config", path])
+                .output()
+                .unwrap()
+        });
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -721,8 +724,7 @@ fn check_probe_reports_what_llama_swap_has_loaded() {
         "{out}"
     );
     // Load a model straight on the mock, then ask again.
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async { assert_eq!(post(&mock.base, &chat("a", "x")).await.status, 200) });
+    assert_eq!(post(&mock.base, &chat("a", "x")).await.status, 200);
     let (_, out) = check(&good);
     assert!(out.contains("llama-swap has loaded: a"), "{out}");
     let dead = write(

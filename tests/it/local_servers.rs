@@ -81,9 +81,9 @@ panel_timeout = "150ms"
 "#
 }
 
-fn world() -> (Proc, Proc) {
-    let mock = Proc::mock(&mock_toml());
-    let gw = Proc::gateway(&front_of(
+fn world() -> (Srv, Srv) {
+    let mock = Srv::mock(&mock_toml());
+    let gw = Srv::gateway(&front_of(
         &mock.v1(),
         &["quick", "slowpoke", "caller", "base", "sage"],
         routes(),
@@ -339,7 +339,7 @@ async fn read_request(sock: &mut TcpStream) -> Option<String> {
 #[tokio::test]
 async fn an_empty_stream_is_asked_again_whole_on_a_live_connection() {
     let (base, seen) = closes_after_empty_streams().await;
-    let gw = Proc::gateway(&front_of(&base, &["m"], ""));
+    let gw = Srv::gateway(&front_of(&base, &["m"], ""));
     for _ in 0..10 {
         let r = post(&gw.base, &chat_stream("m", "hi")).await;
         assert_eq!(r.status, 200, "{}", r.text);
@@ -399,7 +399,7 @@ async fn ends_badly_after_finishing() -> String {
 #[tokio::test]
 async fn a_stream_that_breaks_after_its_finish_is_a_whole_answer() {
     let base = ends_badly_after_finishing().await;
-    let gw = Proc::gateway(&format!(
+    let gw = Srv::gateway(&format!(
         "[upstreams.up]\nkind = \"openai\"\nbase_url = \"{base}\"\nstream_idle_timeout = \"300ms\"\n\
          retries = {{ max = 0 }}\n\n[models.m]\nupstream = \"up\"\n"
     ));

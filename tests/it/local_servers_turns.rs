@@ -147,8 +147,8 @@ verifier = "trace500"
 verify = ["def"]
 "#;
 
-fn world() -> (Proc, Proc) {
-    let mock = Proc::mock(&mock_toml());
+fn world() -> (Srv, Srv) {
+    let mock = Srv::mock(&mock_toml());
     // The upstream fails on purpose, more often than `eject.after`, and
     // one call per failure (no upstream retries): the count below is of
     // the routes' calls of trace500.
@@ -158,7 +158,7 @@ fn world() -> (Proc, Proc) {
             "timeout = \"5s\"\n",
             "timeout = \"5s\"\nretries = { max = 0 }\n",
         );
-    let gw = Proc::gateway(&toml);
+    let gw = Srv::gateway(&toml);
     (mock, gw)
 }
 

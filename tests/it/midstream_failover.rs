@@ -21,8 +21,8 @@ const PARAPHRASE: &str = "Rome, Italy's capital city, has a storied history that
 
 /// The HTTP mock behind the `far` upstream (an OpenAI-compatible server:
 /// no prefill, so its continuations are asked with an instruction).
-fn far_mock() -> Proc {
-    Proc::mock(&format!(
+fn far_mock() -> Srv {
+    Srv::mock(&format!(
         r#"
 [upstreams.far]
 kind = "mock"
@@ -69,8 +69,8 @@ fail_after_chars = 12
     ))
 }
 
-fn gateway(far: &Proc) -> Proc {
-    Proc::gateway(&format!(
+fn gateway(far: &Srv) -> Srv {
+    Srv::gateway(&format!(
         r#"
 [server]
 event_log = "{{dir}}/events.jsonl"

@@ -128,7 +128,7 @@ async fn one_model_is_loaded_at_a_time_and_swaps_take_time() {
 
 #[tokio::test]
 async fn replies_rules_and_failures() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let r = post(&mock.base, &chat("a", "say this back")).await;
     assert_eq!(
         r.json()["choices"][0]["message"]["content"],
@@ -180,7 +180,7 @@ async fn replies_rules_and_failures() {
 
 #[tokio::test]
 async fn streamed_tool_calls_arrive_in_pieces() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let r = post(&mock.base, &chat_stream("tool", "x")).await;
     let events = r.data_events();
     assert_eq!(events.last().unwrap(), "[DONE]");
@@ -234,7 +234,7 @@ async fn a_cancelled_swap_completes_and_running_stays_true() {
 
 #[tokio::test]
 async fn with_a_config_only_its_models_answer_unless_echo_unknown() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let r = post(&mock.base, &chat("not-in-the-config", "x")).await;
     assert_eq!(r.status, 404, "{}", r.text);
     assert_eq!(r.json()["error"]["code"], "model_not_found");

@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::common::Served;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -573,7 +574,7 @@ async fn a_hundred_megabytes_without_a_line_end_stay_bounded() {
 
 #[tokio::test]
 async fn conclave_mock_serves_responses_over_http_only_when_asked() {
-    let on = common::Proc::mock(
+    let on = common::Srv::mock(
         "[upstreams.sim]\nkind = \"mock\"\nresponses = true\n[upstreams.sim.models.m]\nreply = { text = \"hello there\" }\n",
     );
     let http = common::client();
@@ -609,7 +610,7 @@ async fn conclave_mock_serves_responses_over_http_only_when_asked() {
         Some((2, false))
     );
 
-    let off = common::Proc::mock("[upstreams.sim]\nkind = \"mock\"\n[upstreams.sim.models.m]\n");
+    let off = common::Srv::mock("[upstreams.sim]\nkind = \"mock\"\n[upstreams.sim.models.m]\n");
     let r = common::send(
         http.post(off.url("/v1/responses"))
             .json(&json!({"model": "m", "input": "hi"})),

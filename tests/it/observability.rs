@@ -47,7 +47,7 @@ fn series(text: &str, prefix: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn metrics_follow_the_contract() {
-    let gw = Proc::gateway(GATEWAY);
+    let gw = Srv::gateway(GATEWAY);
     assert_eq!(post(&gw.base, &chat("fast", "hi")).await.status, 200);
     assert_eq!(post(&gw.base, &chat_stream("big", "hi")).await.status, 200);
     assert_eq!(
@@ -120,7 +120,7 @@ async fn metrics_follow_the_contract() {
 
 #[tokio::test]
 async fn the_event_log_has_one_attempt_per_upstream_call() {
-    let gw = Proc::gateway(GATEWAY);
+    let gw = Srv::gateway(GATEWAY);
     let r = post_with(
         &gw.base,
         &chat("fast", "hi"),
@@ -155,7 +155,7 @@ async fn the_event_log_has_one_attempt_per_upstream_call() {
 
 #[tokio::test]
 async fn models_health_and_readiness() {
-    let gw = Proc::gateway(GATEWAY);
+    let gw = Srv::gateway(GATEWAY);
     let models = get_json(&client(), &gw.url("/v1/models")).await;
     assert_eq!(models["object"], "list");
     let ids: Vec<&str> = models["data"]
@@ -189,7 +189,7 @@ async fn readiness_fails_while_an_upstream_is_unreachable() {
         .local_addr()
         .unwrap()
         .port();
-    let gw = Proc::gateway(&format!(
+    let gw = Srv::gateway(&format!(
         "[upstreams.gone]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\n[models.m]\nupstream = \"gone\"\n"
     ));
     let r = client().get(gw.url("/readyz")).send().await.unwrap();
@@ -216,7 +216,7 @@ async fn readiness_fails_while_an_upstream_is_unreachable() {
 
 #[tokio::test]
 async fn a_made_up_name_never_becomes_a_label_value() {
-    let gw = Proc::gateway(GATEWAY);
+    let gw = Srv::gateway(GATEWAY);
     let made_up = "made-up-model-7f3a";
     let http = client();
     assert_eq!(post(&gw.base, &chat(made_up, "hi")).await.status, 404);

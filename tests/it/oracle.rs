@@ -51,9 +51,9 @@ fn routes(extra: &str) -> String {
     )
 }
 
-fn world(extra: &str) -> (Proc, Proc) {
-    let mock = Proc::mock(MOCK);
-    let gw = Proc::gateway(&front_of(
+fn world(extra: &str) -> (Srv, Srv) {
+    let mock = Srv::mock(MOCK);
+    let gw = Srv::gateway(&front_of(
         &mock.v1(),
         &["base", "sage", "broken-sage"],
         &routes(extra),
@@ -238,7 +238,7 @@ async fn a_failing_oracle_is_a_tool_error_and_the_base_answers_alone() {
 const PRICED_SAGE: &str = "\n[models.sage]\nupstream = \"up\"\nprice = { input_per_mtok = 0.0, output_per_mtok = 2000.0 }\n";
 const CONSULT_USD: f64 = 0.012;
 
-fn priced(mock: &Proc, extra: &str, server: &str) -> String {
+fn priced(mock: &Srv, extra: &str, server: &str) -> String {
     front_of(
         &mock.v1(),
         &["base", "broken-sage"],
@@ -251,7 +251,7 @@ fn priced(mock: &Proc, extra: &str, server: &str) -> String {
 #[tokio::test]
 async fn a_sessions_cost_cap_holds_across_requests_and_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     // The first consult reserves $0.05 of $0.06 and costs $0.012; a
     // second would reserve $0.05 more: over the cap, so it is refused.
     let toml = priced(
@@ -300,9 +300,9 @@ async fn a_sessions_cost_cap_holds_across_requests_and_a_restart() {
 /// case before it is made, so together they stay within the session's cap.
 #[tokio::test]
 async fn concurrent_consults_of_one_session_stay_within_its_cap() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let cap = 0.1;
-    let gw = Proc::gateway(&priced(&mock, &format!("max_session_cost_usd = {cap}"), ""));
+    let gw = Srv::gateway(&priced(&mock, &format!("max_session_cost_usd = {cap}"), ""));
     let asks = (0..10).map(|i| {
         let base = gw.base.clone();
         async move {
@@ -337,12 +337,12 @@ async fn concurrent_consults_of_one_session_stay_within_its_cap() {
 /// has its own.
 #[tokio::test]
 async fn new_sessions_do_not_escape_the_keys_daily_cap() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let cap = 0.1;
     let keys = "[[keys]]\nname = \"one\"\nkey_env = \"K1\"\n\n[[keys]]\nname = \"two\"\nkey_env = \"K2\"\n\n";
     let toml = priced(&mock, &format!("max_key_daily_cost_usd = {cap}"), "")
         .replace("[upstreams.up]", &format!("{keys}[upstreams.up]"));
-    let gw = Proc::gateway_env(&toml, &[("K1", "k-one"), ("K2", "k-two")]);
+    let gw = Srv::gateway_env(&toml, &[("K1", "k-one"), ("K2", "k-two")]);
     for i in 0..10 {
         let session = format!("fresh-{i}");
         let r = post_with(
@@ -428,13 +428,13 @@ async fn client_tool_calls_beside_a_consult_go_to_the_client_alone() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let both = format!("http://{}/v1", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let toml = front_of(&mock.v1(), &["sage"], "")
         + &format!(
             "[upstreams.two]\nkind = \"openai\"\nbase_url = \"{both}\"\n\n[models.both]\nupstream = \"two\"\n\n\
              [routes.mixed]\nstrategy = \"oracle\"\nbase = \"both\"\noracle = \"sage\"\n"
         );
-    let gw = Proc::gateway(&toml);
+    let gw = Srv::gateway(&toml);
     let mut body = chat("mixed", "weather and a hard question");
     body["tools"] = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
     for stream in [false, true] {

@@ -30,8 +30,8 @@ usage = { prompt_tokens = 11, completion_tokens = 3 }
 extra = { id = "chatcmpl-fixed", created = 1700000000 }
 "#;
 
-fn gateway_for(mock: &Proc) -> Proc {
-    Proc::gateway(&format!(
+fn gateway_for(mock: &Srv) -> Srv {
+    Srv::gateway(&format!(
         r#"
 [server]
 event_log = "{{dir}}/events.jsonl"
@@ -77,7 +77,7 @@ fn request(model: &str, text: &str) -> async_openai::types::chat::CreateChatComp
 
 #[tokio::test]
 async fn async_openai_whole_answer_is_what_the_upstream_sent() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway_for(&mock);
 
     let through = openai(&gw.v1())
@@ -114,7 +114,7 @@ async fn async_openai_whole_answer_is_what_the_upstream_sent() {
 /// other); the client keeps its own id in the response.
 #[tokio::test]
 async fn the_upstream_request_id_is_always_a_uuid() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway_for(&mock);
     let sent = |r: &Value| r["request_id"].as_str().unwrap_or_default().to_owned();
     let own = post_with(
@@ -139,7 +139,7 @@ async fn the_upstream_request_id_is_always_a_uuid() {
 
 #[tokio::test]
 async fn async_openai_stream_is_what_the_upstream_sent() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway_for(&mock);
 
     let collect = |base: String, model: &'static str| async move {
@@ -177,7 +177,7 @@ async fn async_openai_stream_is_what_the_upstream_sent() {
 
 #[tokio::test]
 async fn usage_is_relayed_when_asked_and_counted_when_not() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway_for(&mock);
 
     // Asked for: the client gets exactly the upstream's usage chunk.
@@ -216,7 +216,7 @@ async fn usage_is_relayed_when_asked_and_counted_when_not() {
 
 #[tokio::test]
 async fn unknown_request_fields_reach_the_upstream_unchanged() {
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let gw = gateway_for(&mock);
     let body = json!({
         "model": "fast",

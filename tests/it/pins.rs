@@ -57,7 +57,7 @@ model = "duel"
 "#;
 
 /// The attempt events of the request with id `id`.
-async fn attempts(gw: &Proc, id: &str) -> Vec<Value> {
+async fn attempts(gw: &Srv, id: &str) -> Vec<Value> {
     let mut got = Vec::new();
     for _ in 0..500 {
         got = gw
@@ -74,13 +74,13 @@ async fn attempts(gw: &Proc, id: &str) -> Vec<Value> {
     got
 }
 
-async fn pinned(gw: &Proc, route: &str, pin: &str) -> Resp {
+async fn pinned(gw: &Srv, route: &str, pin: &str) -> Resp {
     post_with(&gw.base, &chat(route, "q"), &[("x-conclave-pin", pin)]).await
 }
 
 #[tokio::test]
 async fn a_pinned_member_answers_alone_in_its_role() {
-    let gw = Proc::gateway(CONFIG);
+    let gw = Srv::gateway(CONFIG);
     for (route, pin, role) in [
         ("fast", "beta", "candidate"),
         ("duel", "beta", "contestant"),
@@ -113,7 +113,7 @@ async fn a_pinned_member_answers_alone_in_its_role() {
 
 #[tokio::test]
 async fn a_pin_that_is_not_a_member_is_refused_with_the_members() {
-    let gw = Proc::gateway(CONFIG);
+    let gw = Srv::gateway(CONFIG);
     for (route, pin, message) in [
         (
             "fast",
@@ -152,7 +152,7 @@ async fn a_pin_that_is_not_a_member_is_refused_with_the_members() {
 
 #[tokio::test]
 async fn a_pinned_nested_route_runs_whole_without_the_pin() {
-    let gw = Proc::gateway(CONFIG);
+    let gw = Srv::gateway(CONFIG);
     // `fast` is pinned on `outer`: it races its own candidates as usual
     // (a pin reaching it would name none of them and be refused).
     let r = pinned(&gw, "outer", "fast").await;
@@ -166,7 +166,7 @@ async fn a_pinned_nested_route_runs_whole_without_the_pin() {
 #[tokio::test]
 async fn a_pinned_tier_keeps_its_chains_stream_idle_timeout() {
     let evil_v1 = common::evil::start().await;
-    let gw = Proc::gateway_env(
+    let gw = Srv::gateway_env(
         &format!(
             "[upstreams.evil]\nkind = \"openai\"\nbase_url = \"{evil_v1}\"\napi_key_env = \"EVIL_KEY\"\n\
              timeout = \"5s\"\nstream_idle_timeout = \"2s\"\n\n\

@@ -59,7 +59,7 @@ async fn readyz_probes_each_upstream_once_per_period_however_many_ask() {
     let (base, hits) = counting_upstream().await;
     // A period far longer than the test, however slow the machine: every
     // ask after the first round is within it.
-    let gw = Proc::gateway_env(
+    let gw = Srv::gateway_env(
         &format!(
             "[server]\nreadyz_cache = \"60s\"\n\n{}",
             upstreams(&base, &["a", "b", "hang"])
@@ -105,7 +105,7 @@ async fn the_metrics_key_guards_metrics_and_readyz_but_not_healthz() {
          [[keys]]\nname = \"team\"\nkey_env = \"KEY_TEAM\"\n\n{}",
         upstreams(&base, &["a"])
     );
-    let gw = Proc::gateway_env(
+    let gw = Srv::gateway_env(
         &toml,
         &[
             ("UP_KEY", "sk-upstream-secret-1234"),

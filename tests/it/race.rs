@@ -107,9 +107,9 @@ fn race(name: &str, candidates: &[&str], extra: &str) -> String {
     )
 }
 
-fn world(routes: &str) -> (Proc, Proc) {
-    let mock = Proc::mock(MOCK);
-    let gw = Proc::gateway(&front_of(&mock.v1(), MODELS, routes));
+fn world(routes: &str) -> (Srv, Srv) {
+    let mock = Srv::mock(MOCK);
+    let gw = Srv::gateway(&front_of(&mock.v1(), MODELS, routes));
     (mock, gw)
 }
 
@@ -546,7 +546,7 @@ async fn a_streamed_race_sends_keepalives_then_the_winner() {
 async fn an_all_failing_race_never_leaks_the_upstream_key() {
     const KEY: &str = "sk-conclave-RACE-SECRET-0123456789";
     let evil_v1 = evil::start().await;
-    let gw = Proc::gateway_env(
+    let gw = Srv::gateway_env(
         &format!(
             "[server]\nevent_log = \"{{dir}}/events.jsonl\"\n\n[upstreams.evil]\nkind = \"openai\"\nbase_url = \"{evil_v1}\"\napi_key_env = \"EVIL_KEY\"\ntimeout = \"2s\"\n\n[models.echo-500]\nupstream = \"evil\"\n\n[models.echo-error-body]\nupstream = \"evil\"\n\n{}",
             race("doomed", &["echo-500", "echo-error-body"], "")

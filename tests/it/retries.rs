@@ -349,7 +349,7 @@ async fn a_refused_connection_is_retried() {
          base_url = \"http://127.0.0.1:{port}/v1\"\nretries = {{ max = 2, backoff = \"10ms\" }}\n\n\
          [models.m]\nupstream = \"gone\"\n"
     );
-    let gw = Proc::gateway(&toml);
+    let gw = Srv::gateway(&toml);
     let r = post(&gw.base, &chat("m", "hi")).await;
     assert_eq!(r.status, 502, "{}", r.text);
     assert_eq!(

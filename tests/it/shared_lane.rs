@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use common::redis::RedisServer;
 use common::*;
 
-fn llama_swap() -> Proc {
-    Proc::mock(
+fn llama_swap() -> Srv {
+    Srv::mock(
         r#"
 [upstreams.sim]
 kind = "mock"
@@ -37,7 +37,7 @@ ttft = "20s"
 }
 
 /// A gateway in front of `mock`, sharing its lane on `redis` if given.
-fn replica(mock: &Proc, redis: Option<&RedisServer>) -> Proc {
+fn replica(mock: &Srv, redis: Option<&RedisServer>) -> Srv {
     let state = redis
         .map(|r| {
             format!(
@@ -46,7 +46,7 @@ fn replica(mock: &Proc, redis: Option<&RedisServer>) -> Proc {
             )
         })
         .unwrap_or_default();
-    Proc::gateway(&format!(
+    Srv::gateway(&format!(
         r#"
 {state}
 [upstreams.local]
@@ -70,7 +70,7 @@ upstream = "local"
     ))
 }
 
-async fn loads(mock: &Proc) -> u64 {
+async fn loads(mock: &Srv) -> u64 {
     mock.stats().await["loads"].as_u64().unwrap()
 }
 
@@ -78,7 +78,7 @@ async fn loads(mock: &Proc) -> u64 {
 /// `replicas[i % len]`; the models llama-swap loaded meanwhile. Each
 /// answer takes 1 s, so all five are in flight or queued together unless
 /// the machine stalls the test for most of a second.
-async fn swaps_of(mock: &Proc, replicas: &[&Proc]) -> u64 {
+async fn swaps_of(mock: &Srv, replicas: &[&Srv]) -> u64 {
     assert_eq!(
         post(&replicas[0].base, &chat("a", "warm")).await.status,
         200

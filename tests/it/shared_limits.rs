@@ -44,16 +44,16 @@ const ENV: &[(&str, &str)] = &[
     ("KEY_ADMIN", "k-admin"),
 ];
 
-fn replica(redis: &RedisServer, timeout: &str, keys: &str) -> Proc {
+fn replica(redis: &RedisServer, timeout: &str, keys: &str) -> Srv {
     let toml = format!(
         "[server]\nreadyz_cache = \"10ms\"\n\n[state]\nurl = \"{}\"\ntimeout = \"{timeout}\"\n\n\
          {keys}\n[[keys]]\nname = \"admin\"\nkey_env = \"KEY_ADMIN\"\nadmin = true\n\n{MODELS}",
         redis.url()
     );
-    Proc::gateway_env(&toml, ENV)
+    Srv::gateway_env(&toml, ENV)
 }
 
-async fn ready(gw: &Proc) {
+async fn ready(gw: &Srv) {
     let ok = eventually(10, || async {
         reqwest::get(gw.url("/readyz"))
             .await
@@ -63,7 +63,7 @@ async fn ready(gw: &Proc) {
     assert!(ok, "{} never became ready", gw.url(""));
 }
 
-async fn ask(gw: &Proc, body: &Value, key: &str) -> Resp {
+async fn ask(gw: &Srv, body: &Value, key: &str) -> Resp {
     let auth = format!("Bearer {key}");
     post_with(&gw.url(""), body, &[("authorization", auth.as_str())]).await
 }
@@ -75,7 +75,7 @@ fn capped(model: &str, max_tokens: u64) -> Value {
 }
 
 /// Key `name`'s line of `GET /v1/keys/usage` on `gw`.
-async fn usage(gw: &Proc, name: &str) -> Value {
+async fn usage(gw: &Srv, name: &str) -> Value {
     key_usage(gw, "k-admin", name).await
 }
 

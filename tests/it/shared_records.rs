@@ -52,7 +52,7 @@ const TWO: (&str, &str) = ("authorization", "Bearer k-two");
 
 /// A replica's config: the mock's models, an arena and an oracle route,
 /// two keys, and the shared state at `redis`.
-fn config(mock: &Proc, redis: &str) -> String {
+fn config(mock: &Srv, redis: &str) -> String {
     let routes = "[routes.ab]\nstrategy = \"arena\"\ncontestants = [\"alpha\", \"beta\"]\n\n\
          [routes.wise]\nstrategy = \"oracle\"\nbase = \"base\"\noracle = \"sage\"\n\
          oracle_max_tokens = 25\nmax_session_cost_usd = 0.06\n\n\
@@ -63,11 +63,11 @@ fn config(mock: &Proc, redis: &str) -> String {
     )
 }
 
-fn replica(toml: &str) -> Proc {
-    Proc::gateway_env(toml, ENV)
+fn replica(toml: &str) -> Srv {
+    Srv::gateway_env(toml, ENV)
 }
 
-async fn respond(gw: &Proc, body: &Value) -> Resp {
+async fn respond(gw: &impl Served, body: &Value) -> Resp {
     send(
         client()
             .post(gw.url("/v1/responses"))
@@ -77,11 +77,11 @@ async fn respond(gw: &Proc, body: &Value) -> Resp {
     .await
 }
 
-async fn get(gw: &Proc, path: &str, key: (&str, &str)) -> Resp {
+async fn get(gw: &impl Served, path: &str, key: (&str, &str)) -> Resp {
     send(client().get(gw.url(path)).header(key.0, key.1)).await
 }
 
-async fn vote(gw: &Proc, id: &str, pick: &str) -> Resp {
+async fn vote(gw: &impl Served, id: &str, pick: &str) -> Resp {
     send(
         client()
             .post(gw.url(&format!("/v1/arena/{id}/vote")))
@@ -91,7 +91,7 @@ async fn vote(gw: &Proc, id: &str, pick: &str) -> Resp {
     .await
 }
 
-async fn board(gw: &Proc) -> Value {
+async fn board(gw: &impl Served) -> Value {
     let r = get(gw, "/v1/arena/leaderboard?route=ab", ONE).await;
     assert_eq!(r.status, 200, "{}", r.text);
     r.json()
@@ -109,9 +109,10 @@ fn wins(board: &Value) -> u64 {
 #[tokio::test]
 async fn an_arena_opened_on_one_replica_is_voted_on_the_other_and_survives_a_restart() {
     let redis = RedisServer::start();
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let toml = config(&mock, &redis.url());
-    let (a, b) = (replica(&toml), replica(&toml));
+    // `a` is killed: a process.
+    let (a, b) = (Proc::gateway_env(&toml, ENV), replica(&toml));
     let r = post_with(&a.base, &chat("ab", "compare these"), &[ONE]).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let id = r.json()["arena_id"].as_str().unwrap().to_owned();
@@ -130,8 +131,7 @@ async fn an_arena_opened_on_one_replica_is_voted_on_the_other_and_survives_a_res
     assert_eq!(v["recorded"], true);
     assert_eq!(v["winner"], v["a"]);
     // Voting again, on either replica, is told the first vote.
-    for gw in [&a, &b] {
-        let again = vote(gw, &id, "B").await;
+    for again in [vote(&a, &id, "B").await, vote(&b, &id, "B").await] {
         assert_eq!(again.status, 409, "{}", again.text);
     }
     assert_eq!(vote(&a, "arena-unknown", "A").await.status, 404);
@@ -151,14 +151,14 @@ async fn an_arena_opened_on_one_replica_is_voted_on_the_other_and_survives_a_res
     let open = r.json()["arena_id"].as_str().unwrap().to_owned();
     a.signal("KILL");
     drop(a);
-    let a = replica(&toml);
+    let a = Proc::gateway_env(&toml, ENV);
     assert_eq!(board(&a).await, on_b);
     assert_eq!(vote(&a, &open, "tie").await.status, 200);
     assert_eq!(board(&b).await["votes"], 2);
 }
 
 /// Polls `path` on `gw` (for up to 5 s) until it answers `want`.
-async fn answers(gw: &Proc, path: &str, key: (&str, &str), want: u16) -> Resp {
+async fn answers(gw: &impl Served, path: &str, key: (&str, &str), want: u16) -> Resp {
     let start = Instant::now();
     loop {
         let r = get(gw, path, key).await;
@@ -172,9 +172,10 @@ async fn answers(gw: &Proc, path: &str, key: (&str, &str), want: u16) -> Resp {
 #[tokio::test]
 async fn a_response_stored_on_one_replica_is_read_continued_and_deleted_on_the_other() {
     let redis = RedisServer::start();
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let toml = config(&mock, &redis.url());
-    let (a, b) = (replica(&toml), replica(&toml));
+    // `a` is killed: a process.
+    let (a, b) = (Proc::gateway_env(&toml, ENV), replica(&toml));
     let body = json!({"model": "alpha", "input": "my name is Ada", "store": true});
     let r = respond(&a, &body).await;
     assert_eq!(r.status, 200, "{}", r.text);
@@ -190,8 +191,7 @@ async fn a_response_stored_on_one_replica_is_read_continued_and_deleted_on_the_o
     assert_eq!(items.status, 200, "{}", items.text);
     assert!(items.text.contains("my name is Ada"), "{}", items.text);
     // Another key cannot read it, on either replica.
-    for gw in [&a, &b] {
-        let theirs = get(gw, &path, TWO).await;
+    for theirs in [get(&a, &path, TWO).await, get(&b, &path, TWO).await] {
         assert_eq!(theirs.status, 404, "{}", theirs.text);
     }
 
@@ -209,7 +209,7 @@ async fn a_response_stored_on_one_replica_is_read_continued_and_deleted_on_the_o
     // A restarted replica still has both.
     a.signal("KILL");
     drop(a);
-    let a = replica(&toml);
+    let a = Proc::gateway_env(&toml, ENV);
     assert_eq!(get(&a, &path, ONE).await.status, 200);
     assert_eq!(
         answers(&a, &format!("/v1/responses/{second}"), ONE, 200)
@@ -219,14 +219,19 @@ async fn a_response_stored_on_one_replica_is_read_continued_and_deleted_on_the_o
     );
 
     // Deleted on B by another key: nothing; by its own: gone on A too.
-    let del =
-        |gw: &Proc, key: (&str, &str)| send(client().delete(gw.url(&path)).header(key.0, key.1));
-    assert_eq!(del(&b, TWO).await.status, 404);
-    let r = del(&b, ONE).await;
+    let del = |base: &str, key: (&str, &str)| {
+        send(
+            client()
+                .delete(format!("{base}{path}"))
+                .header(key.0, key.1),
+        )
+    };
+    assert_eq!(del(&b.base, TWO).await.status, 404);
+    let r = del(&b.base, ONE).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json()["deleted"], true);
     assert_eq!(get(&a, &path, ONE).await.status, 404);
-    assert_eq!(del(&a, ONE).await.status, 404);
+    assert_eq!(del(&a.base, ONE).await.status, 404);
     // Each answer is one key with its retention as TTL (30 days by default).
     let ttl: i64 = redis
         .cli(&["TTL", &format!("{{conclave:response}}:{second}")])
@@ -239,7 +244,7 @@ async fn a_response_stored_on_one_replica_is_read_continued_and_deleted_on_the_o
 #[tokio::test]
 async fn oracle_spend_on_one_replica_counts_against_the_cap_on_the_other() {
     let redis = RedisServer::start();
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let toml = config(&mock, &redis.url());
     let (a, b) = (replica(&toml), replica(&toml));
     // A consult reserves $0.05 of the session's $0.06 and costs $0.012; a
@@ -280,7 +285,7 @@ async fn oracle_spend_on_one_replica_counts_against_the_cap_on_the_other() {
 #[tokio::test]
 async fn redis_down_is_a_clear_error_within_the_timeout_not_a_hang() {
     let mut redis = RedisServer::start();
-    let mock = Proc::mock(MOCK);
+    let mock = Srv::mock(MOCK);
     let toml = config(&mock, &redis.url());
     let a = replica(&toml);
     let r = post_with(&a.base, &chat("ab", "compare these"), &[ONE]).await;

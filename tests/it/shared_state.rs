@@ -18,14 +18,14 @@ fn config(redis_url: &str, on_error: &str) -> String {
     )
 }
 
-async fn ready(gw: &Proc) -> (u16, Value) {
+async fn ready(gw: &Srv) -> (u16, Value) {
     let r = reqwest::get(gw.url("/readyz")).await.unwrap();
     let status = r.status().as_u16();
     (status, r.json().await.unwrap())
 }
 
 /// Polls `/readyz` until its status is `want` (for up to 10 s).
-async fn ready_becomes(gw: &Proc, want: u16) -> Value {
+async fn ready_becomes(gw: &Srv, want: u16) -> Value {
     let mut last = Value::Null;
     for _ in 0..200 {
         let (s, body) = ready(gw).await;
@@ -41,7 +41,7 @@ async fn ready_becomes(gw: &Proc, want: u16) -> Value {
 #[tokio::test]
 async fn readyz_and_the_start_line_name_redis_and_follow_it_down_and_up() {
     let mut redis = RedisServer::start_with(Some("hunter2"));
-    let gw = Proc::gateway(&config(&redis.url(), "fail_closed"));
+    let gw = Srv::gateway(&config(&redis.url(), "fail_closed"));
     let body = ready_becomes(&gw, 200).await;
     assert_eq!(body["state"]["backend"], "redis");
     assert_eq!(body["state"]["status"], "ok");
@@ -68,7 +68,7 @@ async fn readyz_and_the_start_line_name_redis_and_follow_it_down_and_up() {
 #[tokio::test]
 async fn a_fail_open_replica_stays_ready_while_redis_is_down() {
     let mut redis = RedisServer::start();
-    let gw = Proc::gateway(&config(&redis.url(), "fail_open"));
+    let gw = Srv::gateway(&config(&redis.url(), "fail_open"));
     ready_becomes(&gw, 200).await;
     redis.stop();
     let body = ready_becomes(&gw, 200).await;
@@ -120,9 +120,9 @@ async fn an_upstreams_rpm_holds_across_replicas() {
          [upstreams.sim]\nkind = \"mock\"\nrpm = 3\n\n[models.m]\nupstream = \"sim\"\n",
         redis.url()
     );
-    let (a, b) = (Proc::gateway(&toml), Proc::gateway(&toml));
+    let (a, b) = (Srv::gateway(&toml), Srv::gateway(&toml));
     let client = reqwest::Client::new();
-    let ask = |gw: &Proc| {
+    let ask = |gw: &Srv| {
         client
             .post(gw.url("/v1/chat/completions"))
             .json(
@@ -177,7 +177,7 @@ async fn settlements_land_after_redis_loses_its_scripts() {
          [upstreams.sim]\nkind = \"mock\"\n\n[models.m]\nupstream = \"sim\"\n",
         redis.url()
     );
-    let gw = Proc::gateway_env(&toml, &[("KEY_T", "k-team"), ("KEY_O", "k-ops")]);
+    let gw = Srv::gateway_env(&toml, &[("KEY_T", "k-team"), ("KEY_O", "k-ops")]);
     let client = reqwest::Client::new();
     let ask = || async {
         let r = client

@@ -44,7 +44,7 @@ fn usage_chunk(r: &Resp) -> Value {
 
 #[tokio::test]
 async fn a_stream_without_usage_is_estimated_and_marked() {
-    let gw = Proc::gateway(GATEWAY);
+    let gw = Srv::gateway(GATEWAY);
     // 16 bytes of prompt: 4 tokens, plus the chat template (32 per request,
     // 7 per message): 43; "twelve bytes" streamed: 3 tokens.
     let mut body = chat_stream("quiet", "sixteen bytes!!!");
@@ -109,7 +109,7 @@ async fn a_stream_without_usage_is_estimated_and_marked() {
 
 #[tokio::test]
 async fn logs_are_plain_text_off_a_terminal_and_json_on_request() {
-    let gw = Proc::gateway(GATEWAY);
+    let gw = Srv::gateway(GATEWAY);
     post(&gw.base, &chat("chatty", "hi")).await;
     let text = gw.stderr();
     assert!(!text.contains('\u{1b}'), "ANSI codes in a log file: {text}");

@@ -102,7 +102,7 @@ weights = { b = 0 }
 "#;
 
 /// The usage of `route`'s answer, whole or streamed.
-async fn usage_of(gw: &Proc, route: &str, stream: bool) -> (u64, u64) {
+async fn usage_of(gw: &Srv, route: &str, stream: bool) -> (u64, u64) {
     let mut body = chat(route, "A hard one: what is the capital of France?");
     if stream {
         body["stream"] = json!(true);
@@ -137,7 +137,7 @@ async fn usage_of(gw: &Proc, route: &str, stream: bool) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_strategy_counts_every_call_whole_and_streamed_alike() {
-    let gw = Proc::gateway(CONFIG);
+    let gw = Srv::gateway(CONFIG);
     let cases = [
         // drafty, the verifier rejecting it, a.
         ("chain", (10 + 20 + 30, 2 + 3 + 4)),

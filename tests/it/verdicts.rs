@@ -90,7 +90,7 @@ fn user_text(req: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn verdicts_small_models_write_are_read_and_echoes_are_dropped() {
-    let mock = Proc::mock(&mock());
+    let mock = Srv::mock(&mock());
     let mut routes = String::new();
     for (v, short) in [
         ("v-acceptance", "acc"),
@@ -110,7 +110,7 @@ async fn verdicts_small_models_write_are_read_and_echoes_are_dropped() {
         "v-echo",
         "v-example",
     ];
-    let gw = Proc::gateway(&front_of(&mock.v1(), &names, &routes));
+    let gw = Srv::gateway(&front_of(&mock.v1(), &names, &routes));
     let http = client();
 
     // (route, who serves it, the feedback the next tier must get)

@@ -18,6 +18,8 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
+use super::Served;
+
 /// Every fault the evil upstream plays, by model name.
 pub const FAULTS: &[&str] = &[
     "echo-500",

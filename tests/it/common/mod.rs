@@ -1,21 +1,107 @@
-//! Black-box test harness: starts the real `conclave` binary (`serve` or
-//! `mock`) on 127.0.0.1:0 with a temporary config, and talks HTTP to it.
+//! Test harness: servers on 127.0.0.1:0 with a temporary config, talked to
+//! over HTTP: in-process ([`Srv`]), or the real `conclave` binary (`serve`
+//! or `mock`) where the process is the point ([`Proc`]).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod billing;
 pub mod evil;
 pub mod fake;
 pub mod inproc;
+pub mod logs;
 pub mod redis;
+pub mod srv;
 pub mod vendor;
 pub mod world;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+
+pub use srv::Srv;
+
+/// A server a test talks HTTP to, in-process ([`Srv`]) or not ([`Proc`]).
+#[allow(async_fn_in_trait)]
+pub trait Served {
+    /// `http://127.0.0.1:PORT`
+    fn base(&self) -> &str;
+
+    /// Its temp dir (`{dir}` in its config).
+    fn dir(&self) -> &Path;
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base())
+    }
+
+    /// The OpenAI base URL (`…/v1`).
+    fn v1(&self) -> String {
+        self.url("/v1")
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir().join(name)
+    }
+
+    /// The JSONL event log at `{dir}/events.jsonl` without the `request`
+    /// line that closes each request, once `n` such lines are in.
+    async fn events(&self, n: usize) -> Vec<Value> {
+        self.events_of(&[], n).await
+    }
+
+    /// The log's events of the given kinds, once there are at least `n` of
+    /// them; with no kinds, every event but `request` ([`events_in`]).
+    async fn events_of(&self, kinds: &[&str], n: usize) -> Vec<Value> {
+        events_in(&self.path("events.jsonl"), kinds, n).await
+    }
+
+    /// `GET /metrics` as text.
+    async fn metrics(&self) -> String {
+        client()
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Waits (up to 20 s) until the gateway has `n` requests in flight;
+    /// fails the test with its metrics if it never does.
+    async fn wait_in_flight(&self, n: f64) {
+        let in_flight = eventually(10, || async {
+            samples(&self.metrics().await, "conclave_inflight_requests", &[])
+                .iter()
+                .sum::<f64>()
+                == n
+        })
+        .await;
+        assert!(in_flight, "{}", self.metrics().await);
+    }
+
+    /// What a mock server received (`GET /mock/requests`).
+    async fn received(&self) -> Vec<Value> {
+        let v = get_json(&client(), &self.url("/mock/requests")).await;
+        v["requests"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The bodies a mock server received for `model`.
+    async fn asked(&self, model: &str) -> Vec<Value> {
+        self.received()
+            .await
+            .into_iter()
+            .filter(|q| q["model"] == model)
+            .map(|q| q["body"].clone())
+            .collect()
+    }
+
+    /// A mock server's counters (`GET /mock/stats`).
+    async fn stats(&self) -> Value {
+        get_json(&client(), &self.url("/mock/stats")).await
+    }
+}
 
 /// A running `conclave` process; killed when dropped.
 pub struct Proc {
@@ -122,102 +208,18 @@ impl Proc {
         None
     }
 
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// The OpenAI base URL (`…/v1`).
-    pub fn v1(&self) -> String {
-        self.url("/v1")
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(self.path("stderr.log")).unwrap_or_default()
     }
+}
 
-    /// The JSONL event log at `{dir}/events.jsonl` without the `request`
-    /// line that closes each request, once `n` such lines are in.
-    pub async fn events(&self, n: usize) -> Vec<Value> {
-        self.events_of(&[], n).await
+impl Served for Proc {
+    fn base(&self) -> &str {
+        &self.base
     }
 
-    /// The log's events of the given kinds, once there are at least `n` of
-    /// them (waiting up to 20 s: the log is written off the request path,
-    /// and a busy machine may take a while); with no kinds, every event
-    /// but `request`.
-    pub async fn events_of(&self, kinds: &[&str], n: usize) -> Vec<Value> {
-        for _ in 0..2000 {
-            let text = std::fs::read_to_string(self.path("events.jsonl")).unwrap_or_default();
-            // Only whole lines: the writer may be mid-line.
-            let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-            let lines: Vec<Value> = whole
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| serde_json::from_str::<Value>(l).unwrap())
-                .filter(|e| match kinds {
-                    [] => e["event"] != "request",
-                    _ => kinds.iter().any(|k| e["event"] == *k),
-                })
-                .collect();
-            if lines.len() >= n {
-                return lines;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!(
-            "fewer than {n} events in the log:\n{}",
-            std::fs::read_to_string(self.path("events.jsonl")).unwrap_or_default()
-        );
-    }
-
-    /// `GET /metrics` as text.
-    pub async fn metrics(&self) -> String {
-        client()
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    }
-
-    /// Waits (up to 10 s) until the gateway has `n` requests in flight;
-    /// fails the test with its metrics if it never does.
-    pub async fn wait_in_flight(&self, n: f64) {
-        let in_flight = eventually(10, || async {
-            samples(&self.metrics().await, "conclave_inflight_requests", &[])
-                .iter()
-                .sum::<f64>()
-                == n
-        })
-        .await;
-        assert!(in_flight, "{}", self.metrics().await);
-    }
-
-    /// What a mock server received (`GET /mock/requests`).
-    pub async fn received(&self) -> Vec<Value> {
-        let v = get_json(&client(), &self.url("/mock/requests")).await;
-        v["requests"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// The bodies a mock server received for `model`.
-    pub async fn asked(&self, model: &str) -> Vec<Value> {
-        self.received()
-            .await
-            .into_iter()
-            .filter(|q| q["model"] == model)
-            .map(|q| q["body"].clone())
-            .collect()
-    }
-
-    /// A mock server's counters (`GET /mock/stats`).
-    pub async fn stats(&self) -> Value {
-        get_json(&client(), &self.url("/mock/stats")).await
+    fn dir(&self) -> &Path {
+        self.dir.path()
     }
 }
 
@@ -226,6 +228,36 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The events of the JSONL log at `path` of the given kinds, once there
+/// are at least `n` of them (waiting up to 20 s: the log is written off the
+/// request path, and a busy machine may take a while); with no kinds, every
+/// event but `request`.
+pub async fn events_in(path: &std::path::Path, kinds: &[&str], n: usize) -> Vec<Value> {
+    let mut lines = Vec::new();
+    let enough = eventually(20, || {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        // Only whole lines: the writer may be mid-line.
+        let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        lines = whole
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| match kinds {
+                [] => e["event"] != "request",
+                _ => kinds.iter().any(|k| e["event"] == *k),
+            })
+            .collect();
+        std::future::ready(lines.len() >= n)
+    })
+    .await;
+    assert!(
+        enough,
+        "fewer than {n} events in the log:\n{}",
+        std::fs::read_to_string(path).unwrap_or_default()
+    );
+    lines
 }
 
 pub fn client() -> reqwest::Client {
@@ -396,7 +428,7 @@ pub fn front_of(mock_v1: &str, names: &[&str], extra: &str) -> String {
 
 /// Key `name`'s line of `GET /v1/keys/usage` on `gw`, read with the
 /// admin key `admin`.
-pub async fn key_usage(gw: &Proc, admin: &str, name: &str) -> Value {
+pub async fn key_usage(gw: &impl Served, admin: &str, name: &str) -> Value {
     let r = send(client().get(gw.url("/v1/keys/usage")).bearer_auth(admin)).await;
     assert_eq!(r.status, 200, "{}", r.text);
     r.json()["data"]

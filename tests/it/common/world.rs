@@ -247,8 +247,8 @@ pub const Q: &str = "What is the capital of France?";
 /// A mock, a gateway in front of it, and one HTTP client for both (an
 /// HTTP client costs tens of milliseconds to build in a debug build).
 pub struct World {
-    pub mock: Proc,
-    pub gw: Proc,
+    pub mock: Srv,
+    pub gw: Srv,
     pub http: reqwest::Client,
 }
 
@@ -259,8 +259,8 @@ pub async fn world(routes: &str) -> World {
 pub async fn world_with(routes: &str, http: reqwest::Client) -> World {
     let routes = routes.to_owned();
     tokio::task::spawn_blocking(move || {
-        let mock = Proc::mock(&mock_toml());
-        let gw = Proc::gateway(&gateway_toml(&mock.v1(), &routes));
+        let mock = Srv::mock(&mock_toml());
+        let gw = Srv::gateway(&gateway_toml(&mock.v1(), &routes));
         World { mock, gw, http }
     })
     .await

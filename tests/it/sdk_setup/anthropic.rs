@@ -4,7 +4,7 @@
 //! and one Chat Completions, and the gateway in front with a route per
 //! strategy; running a `tests/sdk/*.py` script against one route.
 
-use crate::common::Proc;
+use crate::common::{Proc, Served};
 
 use super::{python_script, tail};
 
