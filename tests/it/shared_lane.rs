@@ -38,6 +38,11 @@ ttft = "20s"
 
 /// A gateway in front of `mock`, sharing its lane on `redis` if given.
 fn replica(mock: &Srv, redis: Option<&RedisServer>) -> Srv {
+    Srv::gateway(&replica_toml(mock, redis))
+}
+
+/// The config of [`replica`].
+fn replica_toml(mock: &Srv, redis: Option<&RedisServer>) -> String {
     let state = redis
         .map(|r| {
             format!(
@@ -46,7 +51,7 @@ fn replica(mock: &Srv, redis: Option<&RedisServer>) -> Srv {
             )
         })
         .unwrap_or_default();
-    Srv::gateway(&format!(
+    format!(
         r#"
 {state}
 [upstreams.local]
@@ -67,7 +72,7 @@ upstream = "local"
 "#,
         v1 = mock.v1(),
         base = mock.base,
-    ))
+    )
 }
 
 async fn loads(mock: &Srv) -> u64 {
@@ -98,7 +103,7 @@ async fn swaps_of(mock: &Srv, replicas: &[&Srv]) -> u64 {
     loads(mock).await - before
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interleaved_calls_on_two_replicas_swap_no_more_than_on_one() {
     let redis = RedisServer::start();
     let mock = llama_swap();
@@ -124,7 +129,8 @@ async fn interleaved_calls_on_two_replicas_swap_no_more_than_on_one() {
 async fn a_killed_replica_holds_the_lane_no_longer_than_lease_ttl() {
     let redis = RedisServer::start();
     let mock = llama_swap();
-    let r1 = replica(&mock, Some(&redis));
+    // Replica 1 is killed: a process.
+    let r1 = Proc::gateway(&replica_toml(&mock, Some(&redis)));
     let r2 = replica(&mock, Some(&redis));
     // Replica 1 serves slow (20 s) and holds the lease for it.
     let base = r1.base.clone();

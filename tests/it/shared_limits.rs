@@ -128,7 +128,7 @@ async fn rpm_60_across_two_replicas_admits_exactly_60() {
     assert!(ttl > 0 && ttl <= 60_000, "pttl {ttl}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daily_budget_holds_across_two_replicas_and_their_restarts() {
     let redis = RedisServer::start();
     let keys = "[[keys]]\nname = \"alpha\"\nkey_env = \"KEY_A\"\ndaily_tokens = 2000\n";

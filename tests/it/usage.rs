@@ -109,7 +109,7 @@ async fn a_stream_without_usage_is_estimated_and_marked() {
 
 #[tokio::test]
 async fn logs_are_plain_text_off_a_terminal_and_json_on_request() {
-    let gw = Srv::gateway(GATEWAY);
+    let gw = Proc::gateway(GATEWAY);
     post(&gw.base, &chat("chatty", "hi")).await;
     let text = gw.stderr();
     assert!(!text.contains('\u{1b}'), "ANSI codes in a log file: {text}");

@@ -28,6 +28,13 @@ impl Log {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock()).into_owned()
     }
+
+    /// Adds `line` (what the binary itself would log).
+    pub fn line(&self, line: &str) {
+        let mut log = self.0.lock();
+        log.extend_from_slice(&conclave::log_line::escape(line.as_bytes(), false));
+        log.push(b'\n');
+    }
 }
 
 /// This thread's log, capturing from now on.

@@ -76,7 +76,10 @@ impl Srv {
         let prepared = conclave::prepare_with(config, clock)
             .unwrap_or_else(|e| panic!("the gateway did not start: {e}"));
         let listener = listen();
-        let base = format!("http://{}", listener.local_addr().unwrap());
+        let addr = listener.local_addr().unwrap();
+        // The start-up line `conclave serve` logs.
+        log.line(&format!("INFO conclave: {}", prepared.config().summary(addr)));
+        let base = format!("http://{addr}");
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             if let Err(e) = prepared.run(listener, Some(path), rx).await {
