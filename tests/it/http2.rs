@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, timeout};
 
-fn addr(p: &Proc) -> String {
-    p.base.trim_start_matches("http://").to_owned()
+fn addr(p: &impl Served) -> String {
+    p.base().trim_start_matches("http://").to_owned()
 }
 
 /// An upstream that counts the calls it is answering at once and the
@@ -68,7 +68,7 @@ async fn counting_upstream(delay: Duration) -> (String, Arc<Counting>) {
 
 /// An HTTP/2 (prior knowledge) connection to the gateway; `window` is the
 /// client's initial stream window (`None`: h2's default).
-async fn h2_connect(p: &Proc, window: Option<u32>) -> h2::client::SendRequest<Bytes> {
+async fn h2_connect(p: &impl Served, window: Option<u32>) -> h2::client::SendRequest<Bytes> {
     let tcp = TcpStream::connect(addr(p)).await.unwrap();
     let mut b = h2::client::Builder::new();
     if let Some(w) = window {
@@ -81,9 +81,9 @@ async fn h2_connect(p: &Proc, window: Option<u32>) -> h2::client::SendRequest<By
     send
 }
 
-fn chat_request(p: &Proc, headers: &[(&str, &str)]) -> Request<()> {
-    let mut r = Request::post(format!("{}/v1/chat/completions", p.base))
-        .header("content-type", "application/json");
+fn chat_request(p: &impl Served, headers: &[(&str, &str)]) -> Request<()> {
+    let mut r =
+        Request::post(p.url("/v1/chat/completions")).header("content-type", "application/json");
     for (k, v) in headers {
         r = r.header(*k, *v);
     }
@@ -131,8 +131,9 @@ async fn h2_post(send: &h2::client::SendRequest<Bytes>, req: Request<()>, body: 
     run.await.unwrap_or_else(|e| Got::Reset(e.to_string()))
 }
 
-fn gateway_in_front(upstream_v1: &str, server: &str) -> Proc {
-    Proc::gateway(&format!(
+/// The config of a gateway in front of `upstream_v1` with `server` keys.
+fn in_front(upstream_v1: &str, server: &str) -> String {
+    format!(
         r#"
 [server]
 {server}
@@ -145,7 +146,11 @@ timeout = "30s"
 [models.m]
 upstream = "up"
 "#
-    ))
+    )
+}
+
+fn gateway_in_front(upstream_v1: &str, server: &str) -> Srv {
+    Srv::gateway(&in_front(upstream_v1, server))
 }
 
 /// Several HTTP/2 connections, each with many concurrent requests: the
@@ -156,10 +161,11 @@ upstream = "up"
 async fn http2_streams_count_against_max_connections() {
     const CAP: usize = 4;
     let (up, counts) = counting_upstream(Duration::from_millis(400)).await;
-    let gw = gateway_in_front(
+    // The process's descriptors are counted: a process.
+    let gw = Proc::gateway(&in_front(
         &up,
         &format!("max_connections = {CAP}\nheader_read_timeout = \"2s\""),
-    );
+    ));
     let fds_before = gw.open_fds();
     let peak_fds = Arc::new(AtomicUsize::new(fds_before));
     let sampling = {
@@ -243,7 +249,7 @@ async fn http2_max_streams_is_what_the_server_allows() {
 /// left in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_with_a_closed_window_ends_at_the_request_deadline() {
-    let gw = Proc::gateway(
+    let gw = Srv::gateway(
         r#"
 [server]
 request_timeout = "1s"

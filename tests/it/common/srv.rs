@@ -78,7 +78,10 @@ impl Srv {
         let listener = listen();
         let addr = listener.local_addr().unwrap();
         // The start-up line `conclave serve` logs.
-        log.line(&format!("INFO conclave: {}", prepared.config().summary(addr)));
+        log.line(&format!(
+            "INFO conclave: {}",
+            prepared.config().summary(addr)
+        ));
         let base = format!("http://{addr}");
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
