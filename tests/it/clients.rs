@@ -7,6 +7,8 @@
 
 use crate::common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
@@ -14,8 +16,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 
+/// A gateway process (for the tests that count its descriptors).
 fn gateway(server: &str) -> Proc {
-    Proc::gateway(&format!(
+    Proc::gateway(&config(server))
+}
+
+/// The gateway in-process.
+fn in_process(server: &str) -> Srv {
+    Srv::gateway(&config(server))
+}
+
+fn config(server: &str) -> String {
+    format!(
         r#"
 [server]
 {server}
@@ -29,15 +41,15 @@ reply = {{ text = "fine" }}
 [models.ok]
 upstream = "sim"
 "#
-    ))
+    )
 }
 
-fn addr(p: &Proc) -> String {
-    p.base.trim_start_matches("http://").to_owned()
+fn addr(p: &impl Served) -> String {
+    p.base().trim_start_matches("http://").to_owned()
 }
 
 /// A connection that sent part of a request head.
-async fn half_head(p: &Proc) -> TcpStream {
+async fn half_head(p: &impl Served) -> TcpStream {
     let mut s = TcpStream::connect(addr(p)).await.unwrap();
     s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         .await
@@ -58,7 +70,7 @@ async fn closed_within(s: &mut TcpStream, limit: Duration) -> Option<Duration> {
     }
 }
 
-async fn healthz_fast(p: &Proc) -> bool {
+async fn healthz_fast(p: &impl Served) -> bool {
     let r = timeout(
         Duration::from_secs(10),
         client().get(p.url("/healthz")).send(),
@@ -94,7 +106,7 @@ async fn half_sent_headers_are_closed_and_healthz_answers_meanwhile() {
 
 #[tokio::test]
 async fn a_trickled_body_ends_with_408_and_a_huge_declared_body_with_413() {
-    let gw = gateway("body_read_timeout = \"400ms\"");
+    let gw = in_process("body_read_timeout = \"400ms\"");
     let mut s = TcpStream::connect(addr(&gw)).await.unwrap();
     s.write_all(
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":",
@@ -142,7 +154,7 @@ async fn a_trickled_body_ends_with_408_and_a_huge_declared_body_with_413() {
 
 #[tokio::test]
 async fn idle_keep_alive_connections_are_closed() {
-    let gw = gateway("idle_timeout = \"300ms\"");
+    let gw = in_process("idle_timeout = \"300ms\"");
     let mut s = TcpStream::connect(addr(&gw)).await.unwrap();
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
@@ -201,7 +213,7 @@ async fn connections_past_the_cap_wait_in_the_backlog() {
 }
 
 /// A keep-alive connection that has been served once and now idles.
-async fn served_then_idle(p: &Proc) -> TcpStream {
+async fn served_then_idle(p: &impl Served) -> TcpStream {
     let mut s = TcpStream::connect(addr(p)).await.unwrap();
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
@@ -212,16 +224,17 @@ async fn served_then_idle(p: &Proc) -> TcpStream {
     s
 }
 
-#[tokio::test]
+/// On paused time: the idle ages below are the server's tokio timers.
+#[tokio::test(start_paused = true)]
 async fn at_the_cap_the_longest_idle_connection_makes_room() {
-    let gw = gateway("max_connections = 4\nidle_timeout = \"60s\"");
+    let gw = in_process("max_connections = 4\nidle_timeout = \"60s\"");
     let mut idle = Vec::new();
     for _ in 0..4 {
         idle.push(served_then_idle(&gw).await);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::advance(Duration::from_millis(100)).await;
     }
     // Idle for longer than the shortest idle time that may be cut short.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::advance(Duration::from_millis(1200)).await;
     let t0 = Instant::now();
     assert!(
         healthz_fast(&gw).await,
@@ -284,21 +297,36 @@ async fn a_request_head_over_max_header_bytes_is_431() {
 }
 
 /// An upstream whose streamed answer never ends and always has the next
-/// chunk ready: only a client that does not read can hold it up.
-async fn endless_upstream() -> String {
+/// chunk ready: only a client that does not read can hold it up. With it,
+/// how many of its answers are being sent (one ends when the gateway drops
+/// its connection).
+async fn endless_upstream() -> (String, Arc<AtomicUsize>) {
     use axum::body::{Body, Bytes};
+    /// Counts an answer as sent while its stream lives.
+    struct Live(Arc<AtomicUsize>);
+    impl Drop for Live {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
     let chunk = Bytes::from(format!(
         "data: {}\n\n",
         serde_json::json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
             "choices": [{"index": 0, "delta": {"content": "w".repeat(4000)}, "finish_reason": null}]})
     ));
+    let live = Arc::new(AtomicUsize::new(0));
+    let sending = live.clone();
     let app = axum::Router::new().route(
         "/v1/chat/completions",
         axum::routing::post(move || {
             let chunk = chunk.clone();
+            sending.fetch_add(1, Ordering::SeqCst);
+            let held = Live(sending.clone());
             async move {
-                let s =
-                    futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
+                let s = futures::stream::repeat_with(move || {
+                    let _ = &held;
+                    Ok::<_, std::io::Error>(chunk.clone())
+                });
                 axum::response::Response::builder()
                     .header("content-type", "text/event-stream")
                     .body(Body::from_stream(s))
@@ -311,13 +339,14 @@ async fn endless_upstream() -> String {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    format!("http://{a}/v1")
+    (format!("http://{a}/v1"), live)
 }
 
-#[tokio::test]
+/// On paused time: the request's limit is the server's tokio timer.
+#[tokio::test(start_paused = true)]
 async fn an_http1_client_that_stops_reading_is_cut_off_at_the_request_limit() {
-    let up = endless_upstream().await;
-    let gw = Proc::gateway(&format!(
+    let (up, live) = endless_upstream().await;
+    let gw = Srv::gateway(&format!(
         r#"
 [server]
 request_timeout = "1s"
@@ -330,14 +359,11 @@ base_url = "{up}"
 timeout = "60s"
 stream_idle_timeout = "60s"
 
-# Known: no lookup of the upstream's /models, whose idle keep-alive
-# connection (another pool than the chat call's) would count below.
 [models.m]
 upstream = "up"
 context_window = 8192
 "#
     ));
-    let fds = gw.open_fds();
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.set_recv_buffer_size(4096).unwrap();
     let mut s = sock.connect(addr(&gw).parse().unwrap()).await.unwrap();
@@ -349,16 +375,17 @@ context_window = 8192
     s.write_all(format!("{head}{body}").as_bytes())
         .await
         .unwrap();
+    let called = eventually(10, || async { live.load(Ordering::SeqCst) == 1 }).await;
+    assert!(called, "the upstream was never called");
     // The client reads nothing until past the request's limit (1 s slot
     // wait + 1 s body + 1 s request + 2 s grace): the answer is stuck
     // behind it, so the handler cannot end it; the server must. (The
     // connection to the upstream goes with it.)
     tokio::time::sleep(Duration::from_secs(7)).await;
-    let closed = eventually(10, || async { gw.open_fds() <= fds }).await;
+    let closed = eventually(10, || async { live.load(Ordering::SeqCst) == 0 }).await;
     assert!(
         closed,
-        "the connection of a request past its limit is still open ({fds} -> {} descriptors)",
-        gw.open_fds()
+        "the upstream connection of a request past its limit is still open"
     );
     // What was sent before reaches the client, then the end.
     let mut buf = vec![0u8; 64 * 1024];
