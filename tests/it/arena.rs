@@ -79,17 +79,18 @@ async fn vote(gw: &impl Served, id: &str, pick: &str, headers: &[(&str, &str)]) 
 
 /// The models shown as A and B in arena `id`, from the event log.
 async fn shown(gw: &impl Served, id: &str) -> (String, String) {
-    for _ in 0..500 {
+    let started = || async {
         let ev = gw.events_of(&["arena_started"], 1).await;
-        if let Some(e) = ev.iter().find(|e| e["arena_id"] == id) {
-            return (
-                e["a"].as_str().unwrap().to_owned(),
-                e["b"].as_str().unwrap().to_owned(),
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("no arena_started for {id}");
+        ev.into_iter().find(|e| e["arena_id"] == id)
+    };
+    eventually(10, || async { started().await.is_some() }).await;
+    let e = started()
+        .await
+        .unwrap_or_else(|| panic!("no arena_started for {id}"));
+    (
+        e["a"].as_str().unwrap().to_owned(),
+        e["b"].as_str().unwrap().to_owned(),
+    )
 }
 
 #[tokio::test]

@@ -58,20 +58,15 @@ model = "duel"
 
 /// The attempt events of the request with id `id`.
 async fn attempts(gw: &Srv, id: &str) -> Vec<Value> {
-    let mut got = Vec::new();
-    for _ in 0..500 {
-        got = gw
-            .events_of(&["attempt"], 1)
+    let of_id = || async {
+        gw.events_of(&["attempt"], 1)
             .await
             .into_iter()
             .filter(|e| e["request_id"] == id)
-            .collect();
-        if !got.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    got
+            .collect::<Vec<Value>>()
+    };
+    eventually(10, || async { !of_id().await.is_empty() }).await;
+    of_id().await
 }
 
 async fn pinned(gw: &Srv, route: &str, pin: &str) -> Resp {

@@ -67,7 +67,8 @@ async fn load_across_a_reload(new_timeout: &str) -> usize {
         })
     };
     let before: Vec<_> = (0..8).map(|_| ask()).collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // All eight are in flight (on the lane or queued for it) at the reload.
+    gw.wait_in_flight(8.0).await;
     std::fs::write(gw.path("conclave.toml"), config(&base, new_timeout)).unwrap();
     gw.signal("HUP");
     let reloaded = eventually(5, || async { gw.stderr().contains("reloaded") }).await;

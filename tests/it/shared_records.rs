@@ -159,14 +159,8 @@ async fn an_arena_opened_on_one_replica_is_voted_on_the_other_and_survives_a_res
 
 /// Polls `path` on `gw` (for up to 5 s) until it answers `want`.
 async fn answers(gw: &impl Served, path: &str, key: (&str, &str), want: u16) -> Resp {
-    let start = Instant::now();
-    loop {
-        let r = get(gw, path, key).await;
-        if r.status == want || start.elapsed() > Duration::from_secs(5) {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(5, || async { get(gw, path, key).await.status == want }).await;
+    get(gw, path, key).await
 }
 
 #[tokio::test]

@@ -94,11 +94,17 @@ async fn sigterm_drains_streams_and_closes_idle_connections_at_once() {
         .unwrap();
     let mut buf = [0u8; 1024];
     let _ = idle.read(&mut buf).await.unwrap();
+    let fds = gw.open_fds();
     let mut half = TcpStream::connect(addr(&gw)).await.unwrap();
     half.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The gateway holds the half-sent head's connection.
+    let accepted = eventually(10, || async { gw.open_fds() > fds }).await;
+    assert!(
+        accepted,
+        "the half-sent head's connection was never accepted"
+    );
 
     gw.signal("TERM");
     assert!(
@@ -167,7 +173,8 @@ async fn a_second_signal_exits_at_once() {
     ));
     let _stream = open_stream(&gw, "forever").await;
     gw.signal("TERM");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let draining = eventually(10, || async { gw.stderr().contains("draining requests") }).await;
+    assert!(draining, "the first signal was not taken: {}", gw.stderr());
     assert_eq!(gw.wait_exit(0), None, "exited before the grace period");
     gw.signal("INT");
     assert_eq!(gw.wait_exit(10), Some(130));

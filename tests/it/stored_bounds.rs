@@ -13,6 +13,7 @@ use crate::common;
 
 use std::time::{Duration, UNIX_EPOCH};
 
+use common::eventually;
 use common::inproc;
 use common::redis::RedisServer;
 use conclave::store::responses::StoredResponse;
@@ -267,13 +268,8 @@ async fn the_redis_sweep_forgets_expired_answers_and_their_figures() {
     let gone = later.responses().sweep().await;
     // Its own first sweep (at start) may have taken them already.
     assert!(gone <= 2);
-    for _ in 0..500 {
-        if usage(&redis).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(usage(&redis).is_empty(), "{:?}", usage(&redis));
+    let swept = eventually(10, || async { usage(&redis).is_empty() }).await;
+    assert!(swept, "{:?}", usage(&redis));
     assert_eq!(redis.cli(&["HLEN", "{conclave:response}:#meta"]), "0");
     assert_eq!(redis.cli(&["ZCARD", "{conclave:response}:#exp"]), "0");
     assert_eq!(redis.cli(&["EXISTS", "{conclave:response}:resp_a1"]), "0");
@@ -334,8 +330,19 @@ async fn a_full_redis_refuses_a_fail_closed_key_before_its_request_is_admitted()
     // `maxmemory`, so at rest it stays just under; a Redis past it (one
     // big write let through, buffers, fragmentation) is one whose limit
     // is now below what it holds.
-    // (After Redis's cron has given back the big requests' buffers.)
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // (After Redis's cron has given back the big requests' buffers: no
+    // client holds more than a small buffer.)
+    let small = |line: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix("tot-mem="))
+            .and_then(|m| m.parse::<u64>().ok())
+            .is_some_and(|m| m < 64 << 10)
+    };
+    let given_back = eventually(10, || async {
+        redis.cli(&["CLIENT", "LIST"]).lines().all(small)
+    })
+    .await;
+    assert!(given_back, "{}", redis.cli(&["CLIENT", "LIST"]));
     let (used, _) = memory(&redis);
     let max = (used - (300 << 10)).to_string();
     assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", &max]), "OK");
@@ -377,14 +384,8 @@ async fn a_full_redis_refuses_a_fail_closed_key_before_its_request_is_admitted()
         "{served} served, {refused} refused"
     );
     // Settlements are written off the request path: give them a moment.
-    let mut total = spent(&redis);
-    for _ in 0..500 {
-        if total == served * 60 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        total = spent(&redis);
-    }
-    assert_eq!(total, served * 60, "every served request recorded");
+    let recorded = eventually(10, || async { spent(&redis) == served * 60 }).await;
+    let total = spent(&redis);
+    assert!(recorded, "every served request recorded: {total}");
     assert!(total <= 2000, "spent {total} of a 2000 budget");
 }
