@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release
-//! CONCLAVE_BIN=target/release/conclave cargo test --test server_figures -- --ignored --nocapture --test-threads 1
+//! CONCLAVE_BIN=target/release/conclave cargo test --test it server_figures:: -- --ignored --nocapture --test-threads 1
 //! ```
 //!
 //! `CONCLAVE_BIN` may name any build (an older one, for a before/after);

@@ -79,10 +79,11 @@ async fn loads(mock: &Srv) -> u64 {
     mock.stats().await["loads"].as_u64().unwrap()
 }
 
-/// Loads `a`, then sends `A B A B A` 40 ms apart, call `i` to
-/// `replicas[i % len]`; the models llama-swap loaded meanwhile. Each
-/// answer takes 1 s, so all five are in flight or queued together unless
-/// the machine stalls the test for most of a second.
+/// Loads `a`, then sends `A B A B A` in that order (each once the one
+/// before is in flight), call `i` to `replicas[i % len]`; the models
+/// llama-swap loaded meanwhile. Each answer takes 1 s, so all five are in
+/// flight or queued together unless the machine stalls the test for most
+/// of a second.
 async fn swaps_of(mock: &Srv, replicas: &[&Srv]) -> u64 {
     assert_eq!(
         post(&replicas[0].base, &chat("a", "warm")).await.status,
@@ -94,7 +95,17 @@ async fn swaps_of(mock: &Srv, replicas: &[&Srv]) -> u64 {
         let base = replicas[i % replicas.len()].base.clone();
         let body = chat(m, &format!("call {i}"));
         calls.push(tokio::spawn(async move { post(&base, &body).await }));
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        let in_flight = || async {
+            let mut n = 0.0;
+            for r in replicas {
+                n += samples(&r.metrics().await, "conclave_inflight_requests", &[])
+                    .iter()
+                    .sum::<f64>();
+            }
+            n
+        };
+        let sent = eventually(10, || async { in_flight().await > i as f64 }).await;
+        assert!(sent, "call {i} never arrived");
     }
     for c in calls {
         let r = c.await.unwrap();
