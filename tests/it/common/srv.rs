@@ -137,6 +137,12 @@ impl Srv {
 
     /// What this test's servers logged so far (see the module docs).
     pub fn stderr(&self) -> String {
+        let flavor = tokio::runtime::Handle::current().runtime_flavor();
+        assert_eq!(
+            flavor,
+            tokio::runtime::RuntimeFlavor::CurrentThread,
+            "the log is captured on the test's thread: a multi-thread runtime would lose lines"
+        );
         self.log.text()
     }
 }
