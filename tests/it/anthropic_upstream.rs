@@ -427,7 +427,7 @@ async fn cache_reads_and_writes_are_priced() {
     assert!((cost - want).abs() < 1e-12, "cost {cost}, want {want}");
 }
 
-/// Over HTTP: `kind = "anthropic"` against `conclave mock` playing
+/// Over HTTP: `kind = "anthropic"` against the mock server playing
 /// Anthropic, which sees the key and version headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kind_anthropic_over_http() {

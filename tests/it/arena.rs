@@ -1,4 +1,4 @@
-//! Blind A/B arenas, black-box: a gateway in front of `conclave mock`,
+//! Blind A/B arenas, over HTTP: a gateway in front of the mock server,
 //! arena routes over simulated contestants, votes and the leaderboard.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

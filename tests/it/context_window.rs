@@ -1,4 +1,4 @@
-//! Context windows, black-box: a gateway in front of `conclave mock`
+//! Context windows, over HTTP: a gateway in front of the mock server
 //! playing llama-cpp-python with SmolLM2 (`context_window = 512`, a
 //! too-long stream answered with an empty 200 stream), learning windows
 //! from llama.cpp's `/props`, llama-swap's `/upstream/<model>/props` and

@@ -335,7 +335,7 @@ async fn a_llama_cpp_python_lane_takes_one_call_at_a_time_by_default() {
     assert_eq!(waited, 3, "{attempts:?}");
 }
 
-/// `conclave mock` playing llama-cpp-python over HTTP (no `/props`, models
+/// The mock server playing llama-cpp-python over HTTP (no `/props`, models
 /// `owned_by` "me") behind an `openai` upstream on a local lane: conclave
 /// recognises it and sends one call at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

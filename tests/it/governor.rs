@@ -2,8 +2,9 @@
 //! budgets under concurrency, across the UTC day's end and across
 //! restarts, a strategy's fan-out in the estimate, and upstream limits
 //! (rpm, 429 retries). Windows, waits and the day roll-over run
-//! in-process on paused time (exact figures); a restart, a `kill -9` and
-//! the process's log stay out of process.
+//! in-process on paused time (exact figures), the rest against a gateway
+//! served in-process over HTTP; a restart after a `kill -9` runs the
+//! binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;

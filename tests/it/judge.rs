@@ -1,4 +1,4 @@
-//! Model-judge panels: a gateway in front of `conclave mock`, judge routes
+//! Model-judge panels: a gateway in front of the mock server, judge routes
 //! over simulated panellists, syntheses and defaults. The tests of the
 //! panel's timing (parallel panellists, `panel_timeout`) run in-process
 //! on paused time against the same simulator, so their waits are exact.

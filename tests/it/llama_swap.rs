@@ -1,4 +1,4 @@
-//! llama-swap awareness. Out of process, `conclave mock` plays llama-swap
+//! llama-swap awareness. Over HTTP, the mock server plays llama-swap
 //! (one model loaded at a time, a load delay) and the gateway probes its
 //! `/running` and reads its `sendLoadingState` banner. The local lane's
 //! scheduling (order, concurrency, starvation, deadlines, a client that

@@ -2,7 +2,7 @@
 //! ones (the simulator with `quirks`): cancelled internal calls stop
 //! generating, and tools work where a server refuses them on a stream.
 //! What a server generates after its caller left is counted in-process on
-//! paused time; the tests of connections run `conclave mock`.
+//! paused time; the tests of connections run the mock server over HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;

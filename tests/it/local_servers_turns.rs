@@ -1,6 +1,6 @@
 //! conclave's own turns and errors in front of servers that behave like
-//! llama-cpp-python (issue 23, items 2, 3 and 6), black-box against
-//! `conclave mock`:
+//! llama-cpp-python (issue 23, items 2, 3 and 6), over HTTP against the
+//! mock server:
 //! - with `quirks = ["rejects_null_content"]` (a 500 with a pydantic dump
 //!   and a traceback for any `"content": null`), the oracle's second turn
 //!   and the judge synthesis's second turn are accepted: the client gets 200;

@@ -1,6 +1,6 @@
 //! `conclave mock`: the standalone simulated OpenAI + llama-swap server.
-//! Replies, rules and failures are checked on the `conclave mock` binary
-//! over HTTP; the swap timing (a load takes `swap_delay`, a cancelled
+//! Replies, rules and failures are checked on its server over HTTP
+//! (in-process; the binary for its command-line flags); the swap timing (a load takes `swap_delay`, a cancelled
 //! load still completes, the banner streams while a model is "starting")
 //! runs the same router in-process on paused time, so those waits are
 //! exact however busy the machine is.

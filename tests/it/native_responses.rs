@@ -570,7 +570,7 @@ async fn a_hundred_megabytes_without_a_line_end_stay_bounded() {
     }
 }
 
-// ---- `conclave mock` over HTTP ----
+// ---- the mock server over HTTP ----
 
 #[tokio::test]
 async fn conclave_mock_serves_responses_over_http_only_when_asked() {

@@ -1,4 +1,4 @@
-//! Oracle consults, black-box: a gateway in front of `conclave mock`, a
+//! Oracle consults, over HTTP: a gateway in front of the mock server, a
 //! base model that calls `oracle_consult` on hard questions, and oracles
 //! that answer, fail or cost too much.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

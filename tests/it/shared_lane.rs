@@ -1,5 +1,5 @@
 //! The local lane shared across replicas: two gateways on one real
-//! `redis-server` in front of one llama-swap (`conclave mock` playing it,
+//! `redis-server` in front of one llama-swap (the mock server playing it,
 //! one model loaded at a time, 300 ms a swap) group their calls by model
 //! as one gateway does, and a replica killed while holding the lease
 //! blocks the other no longer than `lease_ttl`.
