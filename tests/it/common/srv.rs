@@ -183,6 +183,12 @@ fn written(toml: &str) -> (tempfile::TempDir, PathBuf) {
 
 /// A listener on a free port of 127.0.0.1, on the test's runtime.
 fn listen() -> tokio::net::TcpListener {
+    // Every in-process server's connections (and their clients') are this
+    // process's descriptors: the limit is raised as `conclave serve` does.
+    static RAISE: std::sync::Once = std::sync::Once::new();
+    RAISE.call_once(|| {
+        let _ = rlimit::increase_nofile_limit(u64::MAX);
+    });
     let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     std.set_nonblocking(true).unwrap();
     tokio::net::TcpListener::from_std(std).unwrap()
