@@ -3,8 +3,10 @@
 //! gateway is `conclave::prepare_with` run by `Prepared::run` (the real
 //! accept loop of `conclave::server`), a mock is `conclave::mock::server`
 //! on a config's `kind = "mock"` upstream, as `conclave mock` serves it.
-//! Both run on the test's runtime and stop when dropped; a gateway's clock
-//! may be injected ([`Srv::gateway_at`]) for a test on paused tokio time.
+//! Both run on the test's runtime and stop when dropped. The server's
+//! timers are tokio's: under `#[tokio::test(start_paused = true)]` paused
+//! time drives its deadlines too (the router alone, on an injected clock:
+//! `inproc::Gw`).
 //!
 //! What stays a process ([`Proc`]): the CLI, signals and reloads, the real
 //! SDK clients, docker, a count of the process's file descriptors, and an
@@ -20,7 +22,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -48,16 +49,6 @@ impl Srv {
 
     /// A gateway whose config reads `env` before the process environment.
     pub fn gateway_env(toml: &str, env: &[(&str, &str)]) -> Srv {
-        Srv::start(toml, env, None)
-    }
-
-    /// A gateway whose clock reads `at` when it starts (paused tokio time
-    /// then drives it).
-    pub fn gateway_at(toml: &str, env: &[(&str, &str)], at: SystemTime) -> Srv {
-        Srv::start(toml, env, Some(at))
-    }
-
-    fn start(toml: &str, env: &[(&str, &str)], at: Option<SystemTime>) -> Srv {
         let (dir, path) = written(toml);
         let log = logs::capture();
         let text = std::fs::read_to_string(&path).unwrap();
@@ -69,11 +60,7 @@ impl Srv {
         };
         let config = conclave::config::parse_file(&text, &path, &lookup, &conclave::strategy::ALL)
             .unwrap_or_else(|e| panic!("the gateway's config: {e}"));
-        let clock = match at {
-            Some(at) => conclave::clock::Clock::starting_at(at),
-            None => conclave::clock::Clock::system(),
-        };
-        let prepared = conclave::prepare_with(config, clock)
+        let prepared = conclave::prepare_with(config, conclave::clock::Clock::system())
             .unwrap_or_else(|e| panic!("the gateway did not start: {e}"));
         let listener = listen();
         let addr = listener.local_addr().unwrap();
