@@ -377,7 +377,7 @@ async fn bodies_over_the_limit_are_413() {
     assert_healthy(&gw).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn upstream_failures_map_to_statuses_and_never_leak_the_key() {
     let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "");
@@ -465,7 +465,7 @@ async fn upstream_failures_map_to_statuses_and_never_leak_the_key() {
     assert_healthy(&gw).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn stream_errors_before_the_first_chunk_are_plain_http_errors() {
     let mock = Srv::mock(MOCK);
     let gw = gateway(&mock, "");

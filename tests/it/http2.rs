@@ -247,7 +247,7 @@ async fn http2_max_streams_is_what_the_server_allows() {
 /// (initial window 0): each stream still ends by the request's deadline
 /// (here 1 s + 1 s body read + 1 s admission + grace), and no request is
 /// left in flight.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_stream_with_a_closed_window_ends_at_the_request_deadline() {
     let gw = Srv::gateway(
         r#"

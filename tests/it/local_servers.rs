@@ -396,7 +396,7 @@ async fn ends_badly_after_finishing() -> String {
 
 /// Issue 40: a stream cut (or stalled) after its `finish_reason` is a
 /// whole answer, not an error.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_that_breaks_after_its_finish_is_a_whole_answer() {
     let base = ends_badly_after_finishing().await;
     let gw = Srv::gateway(&format!(

@@ -54,7 +54,7 @@ fn upstreams(base: &str, names: &[&str]) -> String {
     t
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn readyz_probes_each_upstream_once_per_period_however_many_ask() {
     let (base, hits) = counting_upstream().await;
     // A period far longer than the test, however slow the machine: every

@@ -234,13 +234,13 @@ impl Drop for Proc {
 /// are at least `n` of them (waiting up to 20 s: the log is written off the
 /// request path, and a busy machine may take a while); with no kinds, every
 /// event but `request`.
-pub async fn events_in(path: &std::path::Path, kinds: &[&str], n: usize) -> Vec<Value> {
-    let mut lines = Vec::new();
-    let enough = eventually(20, || {
+pub async fn events_in(path: &Path, kinds: &[&str], n: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         // Only whole lines: the writer may be mid-line.
         let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-        lines = whole
+        let lines: Vec<Value> = whole
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -249,15 +249,19 @@ pub async fn events_in(path: &std::path::Path, kinds: &[&str], n: usize) -> Vec<
                 _ => kinds.iter().any(|k| e["event"] == *k),
             })
             .collect();
-        std::future::ready(lines.len() >= n)
-    })
-    .await;
-    assert!(
-        enough,
-        "fewer than {n} events in the log:\n{}",
-        std::fs::read_to_string(path).unwrap_or_default()
-    );
-    lines
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fewer than {n} events in the log:\n{text}"
+        );
+        // The log's writer is a thread of its own: wait for it in real
+        // time, off the runtime (which keeps a paused clock where it is).
+        tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(10)))
+            .await
+            .unwrap();
+    }
 }
 
 pub fn client() -> reqwest::Client {
