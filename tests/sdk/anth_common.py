@@ -1,7 +1,7 @@
 """Shared by the `anthropic` SDK scripts: the client, the route under test,
 checks that say what they saw, and what the mock upstreams were asked.
 
-Each script is run by tests/anthropic_sdk.rs with ANTHROPIC_BASE_URL (the
+Each script is run by tests/it/anthropic_sdk.rs with ANTHROPIC_BASE_URL (the
 gateway, without /v1), OPENAI_BASE_URL (the gateway's /v1), OPENAI_API_KEY
 (a key of the gateway), OTHER_API_KEY (another key), MODEL (the route),
 MOCK_URL (the OpenAI mock upstream) and ANTH_MOCK_URL (the Anthropic mock
@@ -20,7 +20,7 @@ BASE_URL = os.environ["ANTHROPIC_BASE_URL"]
 KEY = os.environ["OPENAI_API_KEY"]
 MOCKS = {"openai": os.environ["MOCK_URL"], "anthropic": os.environ["ANTH_MOCK_URL"]}
 
-# The mock's answers (tests/sdk_setup/mod.rs writes the same strings into
+# The mock's answers (tests/it/sdk_setup/mod.rs writes the same strings into
 # its config).
 CAPITAL = "The capital of France is Paris."
 WEATHER = "It is 18C and sunny in Paris."

@@ -1,7 +1,7 @@
 """Shared by the SDK scripts: the client, the route under test, checks that
 say what they saw, and what the mock upstream was asked.
 
-Each script is run by tests/sdk.rs with OPENAI_BASE_URL (the gateway's /v1),
+Each script is run by tests/it/sdk.rs with OPENAI_BASE_URL (the gateway's /v1),
 OPENAI_API_KEY (a key of the gateway), OTHER_API_KEY (another key), MODEL
 (the route) and MOCK_URL (the mock upstream, for /mock/requests).
 """
@@ -16,7 +16,7 @@ from openai import OpenAI
 MODEL = os.environ["MODEL"]
 MOCK_URL = os.environ["MOCK_URL"]
 
-# The mock's answers (tests/sdk.rs writes the same strings into its config).
+# The mock's answers (tests/it/sdk.rs writes the same strings into its config).
 CAPITAL = "The capital of France is Paris."
 WEATHER = "It is 18C and sunny in Paris."
 TOOL_RESULT = "TOOL-RESULT: 18C, sunny"
