@@ -22,7 +22,7 @@ use super::guard::{finish_response, request_id};
 use super::ingress::receive;
 use super::{AppState, Gateway};
 use crate::graph::Strategy;
-use crate::graph::endpoint::{Caller, Endpoint, EndpointCall, Method};
+use crate::graph::endpoint::{Caller, EndpointCall, HttpEndpoint, Method};
 
 /// `router` with every endpoint of `table` mounted.
 pub fn mount(mut router: Router<Arc<Gateway>>, table: &'static [Strategy]) -> Router<Arc<Gateway>> {
@@ -54,7 +54,7 @@ pub fn mount(mut router: Router<Arc<Gateway>>, table: &'static [Strategy]) -> Ro
 
 async fn serve(
     gw: &Gateway,
-    (strategy, endpoint): (&'static str, &'static Endpoint),
+    (strategy, endpoint): (&'static str, &'static HttpEndpoint),
     params: HashMap<String, String>,
     query: HashMap<String, String>,
     headers: HeaderMap,

@@ -21,7 +21,7 @@ use crate::telemetry::Telemetry;
 
 /// One endpoint: its method, its path (without the `/v1` prefix; `{id}`
 /// is a path parameter) and its handler.
-pub struct Endpoint {
+pub struct HttpEndpoint {
     pub method: Method,
     pub path: &'static str,
     pub handler: Handler,

@@ -5,7 +5,7 @@
 //! its builders, telemetry its metrics, the API its endpoints.
 
 use super::build::BuildFn;
-use super::endpoint::Endpoint;
+use super::endpoint::HttpEndpoint;
 use crate::config::Parse;
 use crate::telemetry::MetricSpec;
 
@@ -18,7 +18,7 @@ pub struct Strategy {
     pub(crate) parse: Parse,
     pub build: BuildFn,
     pub metrics: &'static [MetricSpec],
-    pub endpoints: &'static [Endpoint],
+    pub endpoints: &'static [HttpEndpoint],
 }
 
 impl Strategy {
@@ -39,7 +39,7 @@ impl Strategy {
     }
 
     /// The strategy, serving `endpoints` too.
-    pub const fn with_endpoints(self, endpoints: &'static [Endpoint]) -> Strategy {
+    pub const fn with_endpoints(self, endpoints: &'static [HttpEndpoint]) -> Strategy {
         Strategy { endpoints, ..self }
     }
 }

@@ -46,7 +46,19 @@ pub fn unsupported(endpoint: Endpoint) -> RawResponse {
             endpoint.title()
         ),
     };
-    let body = json!({"error": {"message": what, "type": "invalid_request_error", "param": null, "code": "invalid_request"}});
+    rejected(&what, None)
+}
+
+/// A 400 in OpenAI's shape, answered without a call: `untranslatable`
+/// when it names the field (`param`) that cannot be sent, else
+/// `invalid_request`.
+pub fn rejected(message: &str, param: Option<&str>) -> RawResponse {
+    let code = if param.is_some() {
+        "untranslatable"
+    } else {
+        "invalid_request"
+    };
+    let body = json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}});
     RawResponse {
         status: 400,
         retry_after: None,

@@ -38,7 +38,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
 use super::exchange::MAX_EVENT;
-use super::served::unsupported;
+use super::served::{rejected, unsupported};
 use super::sse::SseParser;
 use super::{BodyStream, BoxError, CallIds, RawResponse, Transport, TransportError};
 use crate::clock::Clock;
@@ -148,25 +148,6 @@ impl Transport for Translate {
     fn simulator(&self) -> Option<Arc<Simulator>> {
         self.inner.simulator()
     }
-}
-
-/// A 400 in OpenAI's shape, answered without a call.
-fn rejected(message: &str, param: Option<&str>) -> RawResponse {
-    let code = if param.is_some() {
-        "untranslatable"
-    } else {
-        "invalid_request"
-    };
-    let body = json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}});
-    RawResponse {
-        status: 400,
-        retry_after: None,
-        body: once(Bytes::from(body.to_string())),
-    }
-}
-
-fn once(b: Bytes) -> BodyStream {
-    Box::pin(futures::stream::once(async move { Ok(b) }))
 }
 
 fn fail(reason: String) -> BoxError {

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::{AttemptSummary, ModelError};
-use crate::graph::endpoint::{Endpoint, Method};
+use crate::graph::endpoint::{HttpEndpoint, Method};
 use crate::labels::{Role, Verdict};
 use crate::model::Call;
 use crate::model::{CallSize, ChatModel, Completion, Meta, Reply, ReplyBody, Spend};
@@ -42,13 +42,13 @@ use crate::wire::{ChatRequest, Usage, content_text};
 use shape::Face;
 
 /// Served in the arena's strategy-table entry.
-pub const ENDPOINTS: &[Endpoint] = &[
-    Endpoint {
+pub const ENDPOINTS: &[HttpEndpoint] = &[
+    HttpEndpoint {
         method: Method::Post,
         path: "/arena/{id}/vote",
         handler: |call| Box::pin(votes::vote(call)),
     },
-    Endpoint {
+    HttpEndpoint {
         method: Method::Get,
         path: "/arena/leaderboard",
         handler: |call| Box::pin(leaderboard::answer(call)),
