@@ -12,7 +12,8 @@
 //! Samples are asked for whole answers; a streamed client gets keep-alive
 //! comments while they run, then the winner replayed as a stream. A sample
 //! that fails or says nothing has no answer; every sample failing is a
-//! 502 `vote_exhausted` listing them.
+//! 502 `vote_exhausted` listing them (an error event of that code when a
+//! streamed vote's first keep-alive already committed its 200).
 //!
 //! Records: verdicts `winner` (the sample returned), `ok` (a sample that
 //! agreed with it), `loser` (another answer), `error`, `cancelled`; the
