@@ -34,9 +34,9 @@ const MAX_PATTERN: usize = 1024;
 /// Most memory a compiled `regex:` pattern may take.
 const REGEX_SIZE: usize = 1 << 20;
 /// Most places in one answer where a JSON value is tried.
-pub const MAX_JSON_TRIES: usize = 64;
+const MAX_JSON_TRIES: usize = 64;
 /// How many bytes at the end of a text the extractors read.
-pub const MAX_TAIL: usize = 64 * 1024;
+const MAX_TAIL: usize = 64 * 1024;
 /// A number written with more zeros than this between its digits and its
 /// point (`1e40`, `1e-40`) is put as `d.ddde±N`, not spelt out.
 const MAX_ZEROS: i64 = 32;
