@@ -26,6 +26,7 @@ mod finish;
 mod flat;
 mod inspect;
 pub mod messages;
+pub mod numbers;
 mod openai;
 mod output;
 mod request;

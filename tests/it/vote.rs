@@ -305,6 +305,17 @@ async fn one_model_is_sampled_at_the_route_temperature() {
     let r = gw.chat(&body).await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(r.json()["error"]["param"], "n");
+    // An unset (null) or 1 is the one choice a vote gives (`1.0` is the
+    // ingress's 400 before any route sees it).
+    for n in [json!(null), json!(1)] {
+        sim.clear_recorded();
+        let mut body = chat("sc", "2 + 2?");
+        body["n"] = n.clone();
+        let r = gw.chat(&body).await;
+        assert_eq!(r.status, 200, "n = {n}: {}", r.text);
+        let asked = gw.asked("sim", "roll");
+        assert!(asked.iter().all(|b| b.get("n").is_none()), "{asked:?}");
+    }
 }
 
 /// Each extractor, on three members whose texts differ: the fastest

@@ -5,79 +5,15 @@
 
 use serde_json::Value;
 
+use crate::wire::numbers;
+
 /// How many `{` are tried for the first JSON object.
 const MAX_STARTS: usize = 32;
 
-/// The answer's last number; `None` when it has none.
+/// The answer's last number ([`numbers::last_number`]); `None` when it
+/// has none.
 pub(super) fn last_number(text: &str) -> Option<f64> {
-    let bytes = text.as_bytes();
-    let mut last = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        let starts = bytes[i].is_ascii_digit()
-            || (bytes[i] == b'.' && bytes.get(i + 1).is_some_and(u8::is_ascii_digit));
-        if !starts {
-            i += 1;
-            continue;
-        }
-        let (end, digits) = number_at(bytes, i);
-        let negative = text[..i]
-            .strip_suffix(['-', '\u{2212}'])
-            .is_some_and(|before| {
-                !before
-                    .chars()
-                    .next_back()
-                    .is_some_and(char::is_alphanumeric)
-            });
-        if let Ok(x) = digits.parse::<f64>() {
-            last = Some(if negative { -x } else { x });
-        }
-        i = end;
-    }
-    last
-}
-
-/// The number starting at `i` (a digit, or a '.' before one): where it
-/// ends and its digits without thousands separators.
-fn number_at(bytes: &[u8], i: usize) -> (usize, String) {
-    let digits_from = |mut j: usize| {
-        while j < bytes.len() && bytes[j].is_ascii_digit() {
-            j += 1;
-        }
-        j
-    };
-    let mut out = String::new();
-    let mut j = digits_from(i);
-    push(&mut out, bytes, i, j);
-    // "1,234,567": groups of exactly three after a lead of one to three.
-    if (1..=3).contains(&(j - i)) {
-        while bytes.get(j) == Some(&b',') {
-            let end = digits_from(j + 1);
-            if end - (j + 1) != 3 {
-                break;
-            }
-            push(&mut out, bytes, j + 1, end);
-            j = end;
-        }
-    }
-    if bytes.get(j) == Some(&b'.') && bytes.get(j + 1).is_some_and(u8::is_ascii_digit) {
-        let end = digits_from(j + 1);
-        push(&mut out, bytes, j, end);
-        j = end;
-    }
-    if matches!(bytes.get(j), Some(b'e' | b'E')) {
-        let sign = usize::from(matches!(bytes.get(j + 1), Some(b'+' | b'-')));
-        let end = digits_from(j + 1 + sign);
-        if end > j + 1 + sign {
-            push(&mut out, bytes, j, end);
-            j = end;
-        }
-    }
-    (j, out)
-}
-
-fn push(out: &mut String, bytes: &[u8], from: usize, to: usize) {
-    out.extend(bytes[from..to].iter().map(|&b| char::from(b)));
+    numbers::last_number(text)?.value()
 }
 
 /// The letter an answer chooses.

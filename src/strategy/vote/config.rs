@@ -200,7 +200,7 @@ impl RouteSpec for VoteSpec {
     }
 }
 
-/// Builds a `strategy = "vote"` route (its entry in `crate::strategy::BUILDERS`).
+/// Builds a `strategy = "vote"` route (the `build` of its [`super::STRATEGY`]).
 pub fn build(
     spec: &dyn RouteSpec,
     name: &str,

@@ -4,7 +4,9 @@
 //! normalised ([`normalize`]), so every answered sample votes.
 //!
 //! - `text` (the default): the whole text, normalised.
-//! - `number`: the last number (`1,234.50` → `1234.5`, `-0` → `0`).
+//! - `number`: the last number ([`crate::wire::numbers`] reads it: `.5`,
+//!   `3.5e2`, `−7`), in one canonical form so equal values vote together
+//!   (`42`, `42.0` and `4.2e1` → `42`; `1,234.50` → `1234.5`; `-0` → `0`).
 //! - `json:PATH`: the value at `PATH` (a JSON pointer `/a/0`, or dotted
 //!   `a.0`; empty: the whole value) of the last JSON object or array in
 //!   the text that has it; strings normalised, numbers as `number` does,
@@ -12,11 +14,20 @@
 //! - `after:MARKER`: the rest of the line after the marker's last
 //!   occurrence (ASCII letters in any case; the next non-empty line when
 //!   the marker ends its line), normalised.
-//! - `regex:PATTERN`: the first match's first capture group (else the
+//! - `regex:PATTERN`: the last match's first capture group (else the
 //!   whole match), normalised; the pattern is bounded and compiled once,
 //!   at load (Rust's `regex`: linear time, no backtracking).
+//!
+//! Every extractor but `text` reads only the text's last [`MAX_TAIL`]
+//! bytes (cut on a character boundary): a final answer is at the end, and
+//! so the work per sample stays bounded however long the text. `json:`
+//! looks for values backwards from the end, parsing at most
+//! [`MAX_JSON_TRIES`] of them. `text` (and the whole-text fallback) is one
+//! linear pass over the whole text, which the answer's size limit bounds.
 
 use serde_json::{Map, Value};
+
+use crate::wire::numbers::{self, Written};
 
 /// Longest `regex:` pattern, in bytes.
 const MAX_PATTERN: usize = 1024;
@@ -24,6 +35,11 @@ const MAX_PATTERN: usize = 1024;
 const REGEX_SIZE: usize = 1 << 20;
 /// Most places in one answer where a JSON value is tried.
 const MAX_JSON_TRIES: usize = 64;
+/// How many bytes at the end of a text the extractors read.
+const MAX_TAIL: usize = 64 * 1024;
+/// A number written with more zeros than this between its digits and its
+/// point (`1e40`, `1e-40`) is put as `d.ddde±N`, not spelt out.
+const MAX_ZEROS: i64 = 32;
 
 /// Characters stripped from both ends of an answer: emphasis and quotes.
 const WRAPPERS: &[char] = &['*', '_', '`', '"'];
@@ -71,10 +87,10 @@ impl Extract {
     pub fn answer(&self, text: &str) -> Option<String> {
         let found = match self {
             Extract::Text => Some(normalize(text)),
-            Extract::Number => last_number(text),
-            Extract::Json(path) => json_at(text, path),
-            Extract::After(marker) => after(text, marker),
-            Extract::Regex(re) => re.captures(text).and_then(|c| {
+            Extract::Number => number(tail(text)),
+            Extract::Json(path) => json_at(tail(text), path),
+            Extract::After(marker) => after(tail(text), marker),
+            Extract::Regex(re) => re.captures_iter(tail(text)).last().and_then(|c| {
                 let m = c.get(1).or_else(|| c.get(0))?;
                 Some(normalize(m.as_str()))
             }),
@@ -130,89 +146,105 @@ pub fn normalize(text: &str) -> String {
     s.to_owned()
 }
 
-/// The last number in `text`, in its canonical form.
-fn last_number(text: &str) -> Option<String> {
-    let b = text.as_bytes();
-    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
-    let mut last = None;
-    let mut i = 0;
-    while i < b.len() {
-        if !digit(i) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while digit(i) {
-            i += 1;
-        }
-        let mut int: String = text[start..i].to_owned();
-        // Thousands separators: groups of exactly three digits after a
-        // first group of at most three (`1,2,3` is three numbers).
-        if i - start <= 3 {
-            while b.get(i) == Some(&b',') && (1..=3).all(|k| digit(i + k)) && !digit(i + 4) {
-                int.push_str(&text[i + 1..i + 4]);
-                i += 4;
-            }
-        }
-        let mut frac = "";
-        if b.get(i) == Some(&b'.') && digit(i + 1) {
-            let from = i + 1;
-            i += 1;
-            while digit(i) {
-                i += 1;
-            }
-            frac = &text[from..i];
-        }
-        // A minus sign right before it, not a hyphen inside a word (`3-5`).
-        let negative = start > 0
-            && b[start - 1] == b'-'
-            && (start < 2 || !b[start - 2].is_ascii_alphanumeric());
-        last = Some(canonical_number(negative, &int, frac));
+/// The last [`MAX_TAIL`] bytes of `text`, cut on a character boundary.
+fn tail(text: &str) -> &str {
+    let Some(mut at) = text.len().checked_sub(MAX_TAIL) else {
+        return text;
+    };
+    while !text.is_char_boundary(at) {
+        at += 1;
     }
-    last
+    &text[at..]
 }
 
-/// `-007.500` → `-7.5`; `0.0` → `0`.
-fn canonical_number(negative: bool, int: &str, frac: &str) -> String {
-    let int = int.trim_start_matches('0');
-    let int = if int.is_empty() { "0" } else { int };
-    let frac = frac.trim_end_matches('0');
-    let mut out = String::new();
-    if negative && (int != "0" || !frac.is_empty()) {
-        out.push('-');
+/// The last number in `text`, in its canonical form.
+fn number(text: &str) -> Option<String> {
+    numbers::last_number(text).map(|n| canonical(&n))
+}
+
+/// One form per value: `-007.500` → `-7.5`, `4.2e1` → `42`, `0.0` and
+/// `-0` → `0`; past [`MAX_ZEROS`] zeros, `1.5e40`.
+fn canonical(n: &Written) -> String {
+    let (mantissa, exp) = match n.digits.split_once(['e', 'E']) {
+        Some((m, e)) => {
+            let big = if e.starts_with('-') {
+                -(1 << 40)
+            } else {
+                1 << 40
+            };
+            (
+                m,
+                e.parse::<i64>().unwrap_or(big).clamp(-(1 << 40), 1 << 40),
+            )
+        }
+        None => (n.digits.as_str(), 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all = format!("{int}{frac}");
+    // The value is 0.ALL × 10^point.
+    let mut point = i64::try_from(int.len()).unwrap_or(0) + exp;
+    let lead = all.len() - all.trim_start_matches('0').len();
+    point -= i64::try_from(lead).unwrap_or(0);
+    let digits = all.trim_start_matches('0').trim_end_matches('0');
+    if digits.is_empty() {
+        return "0".into();
     }
-    out.push_str(int);
-    if !frac.is_empty() {
+    let len = i64::try_from(digits.len()).unwrap_or(i64::MAX);
+    let mut out = String::from(if n.negative { "-" } else { "" });
+    if point > len + MAX_ZEROS || point < -MAX_ZEROS {
+        let (first, rest) = digits.split_at(1);
+        out.push_str(first);
+        if !rest.is_empty() {
+            out.push('.');
+            out.push_str(rest);
+        }
+        out.push_str(&format!("e{}", point - 1));
+    } else if point <= 0 {
+        out.push_str("0.");
+        out.extend((0..-point).map(|_| '0'));
+        out.push_str(digits);
+    } else if point >= len {
+        out.push_str(digits);
+        out.extend((0..point - len).map(|_| '0'));
+    } else {
+        let (i, f) = digits.split_at(usize::try_from(point).unwrap_or(0));
+        out.push_str(i);
         out.push('.');
-        out.push_str(frac);
+        out.push_str(f);
     }
     out
 }
 
-/// The value at `path` of the last JSON object or array in `text` that has
-/// it, as an answer.
+/// The value at `path` of the last JSON object or array in `text` that
+/// has it, as an answer. Starts are tried backwards from the end; a value
+/// that encloses the one found replaces it when it has the path too (so
+/// `json:` gives the whole last value, not its last part), and the first
+/// complete value before the one found ends the search.
 fn json_at(text: &str, path: &str) -> Option<String> {
-    let mut found = None;
-    let mut from = 0;
+    let mut found: Option<(usize, usize, String)> = None;
+    let mut before = text.len();
     for _ in 0..MAX_JSON_TRIES {
-        let Some(at) = text[from..].find(['{', '[']).map(|i| from + i) else {
+        let Some(at) = text[..before].rfind(['{', '[']) else {
             break;
         };
+        before = at;
         let mut values = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Value>();
-        match values.next() {
-            Some(Ok(v)) => {
-                if let Some(x) = v.pointer(path) {
-                    found = Some(json_answer(x));
-                }
-                from = at + values.byte_offset().max(1);
-            }
-            _ => from = at + 1,
+        let Some(Ok(v)) = values.next() else {
+            continue;
+        };
+        let end = at + values.byte_offset();
+        match &found {
+            // A whole value before the one found: that one is the last.
+            Some((start, _, _)) if end <= *start => break,
+            // Inside the one found, or across its edge.
+            Some((_, found_end, _)) if end < *found_end => continue,
+            _ => {}
         }
-        if from >= text.len() {
-            break;
+        if let Some(x) = v.pointer(path) {
+            found = Some((at, end, json_answer(x)));
         }
     }
-    found
+    found.map(|(_, _, answer)| answer)
 }
 
 fn json_answer(v: &Value) -> String {
@@ -220,11 +252,7 @@ fn json_answer(v: &Value) -> String {
         Value::String(s) => normalize(s),
         Value::Number(n) => {
             let s = n.to_string();
-            if s.contains(['e', 'E']) {
-                s
-            } else {
-                last_number(&s).unwrap_or(s)
-            }
+            number(&s).unwrap_or(s)
         }
         other => sorted(other).to_string(),
     }

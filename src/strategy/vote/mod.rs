@@ -12,7 +12,8 @@
 //! Samples are asked for whole answers; a streamed client gets keep-alive
 //! comments while they run, then the winner replayed as a stream. A sample
 //! that fails or says nothing has no answer; every sample failing is a
-//! 502 `vote_exhausted` listing them.
+//! 502 `vote_exhausted` listing them (an error event of that code when a
+//! streamed vote's first keep-alive already committed its 200).
 //!
 //! Records: verdicts `winner` (the sample returned), `ok` (a sample that
 //! agreed with it), `loser` (another answer), `error`, `cancelled`; the
@@ -93,6 +94,8 @@ impl Vote {
         let mut base = req.clone();
         base.stream = None;
         base.stream_options = None;
+        // `n` is one choice (or unset) here: see `one_choice`.
+        base.extra.remove("n");
         if let Some(t) = self.temperature
             && base.extra.get("temperature").is_none_or(Value::is_null)
         {
@@ -355,6 +358,14 @@ fn shown(answer: &str) -> String {
     format!("{head}… #{tag}")
 }
 
+/// Whether a client's `n` asks for the one choice a vote gives: unset
+/// (`null`) or an integral 1 (`1`, `1.0`).
+fn one_choice(n: &Value) -> bool {
+    n.is_null()
+        || n.as_u64() == Some(1)
+        || n.as_f64().is_some_and(|x| x.to_bits() == 1f64.to_bits())
+}
+
 #[async_trait]
 impl ChatModel for Vote {
     /// Every sample, each priced by its member.
@@ -365,7 +376,7 @@ impl ChatModel for Vote {
     }
 
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        if let Some(n) = req.extra.get("n").filter(|n| n.as_u64() != Some(1)) {
+        if let Some(n) = req.extra.get("n").filter(|n| !one_choice(n)) {
             return Err(ModelError::BadRequest {
                 message: format!(
                     "A vote answers with the one winning choice; `n` must be 1 (got {n})."
@@ -382,6 +393,23 @@ impl ChatModel for Vote {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn n_is_one_choice_when_unset_or_an_integral_one() {
+        for n in [json!(null), json!(1), json!(1.0)] {
+            assert!(one_choice(&n), "{n}");
+        }
+        for n in [
+            json!(2),
+            json!(0),
+            json!(1.5),
+            json!("1"),
+            json!(-1),
+            json!([1]),
+        ] {
+            assert!(!one_choice(&n), "{n}");
+        }
+    }
 
     #[test]
     fn long_answers_are_shown_short_and_kept_apart() {

@@ -43,6 +43,50 @@ fn the_last_number_in_its_canonical_form() {
     assert_eq!(a("no digits here"), None);
     // Digits of other scripts are not read as numbers.
     assert_eq!(a("٣"), None);
+    // Leading points, exponents and a Unicode minus.
+    assert_eq!(a("about .5 of it").as_deref(), Some("0.5"));
+    assert_eq!(a("3.5e2").as_deref(), Some("350"));
+    assert_eq!(a("x = 1e-3").as_deref(), Some("0.001"));
+    assert_eq!(a("it is −7").as_deref(), Some("-7"));
+    assert_eq!(a("1.5E+40").as_deref(), Some("1.5e40"));
+    assert_eq!(a("2e-40").as_deref(), Some("2e-40"));
+    assert_eq!(
+        a("1e99999999999999999999999").as_deref(),
+        Some("1e1099511627776")
+    );
+    // One value, one vote.
+    for same in ["42", "42.0", "4.2e1", "420e-1", "0042.00"] {
+        assert_eq!(a(same).as_deref(), Some("42"), "{same}");
+    }
+}
+
+#[test]
+fn only_the_tail_is_read_and_the_last_answer_found() {
+    // More than MAX_JSON_TRIES brackets before the final JSON.
+    let noise = "[x] {y} ".repeat(MAX_JSON_TRIES * 2);
+    let text = format!("{{\"answer\": 1}} {noise} final: {{\"answer\": 2}}");
+    assert_eq!(ex("json:/answer").answer(&text).as_deref(), Some("2"));
+    // A number, JSON and a match past the tail are not read; the answer
+    // at the end is, however long the text before it.
+    let long = format!("{{\"answer\": 9}} 9 final: nine\n{}", "é".repeat(MAX_TAIL));
+    assert_eq!(ex("json:/answer").answer(&long), None);
+    assert_eq!(ex("number").answer(&long), None);
+    assert_eq!(ex("regex:final: (\\w+)").answer(&long), None);
+    assert_eq!(ex("after:final:").answer(&long), None);
+    let ends = format!("{long} the answer is 12, final: ten {{\"answer\": 3}}");
+    assert_eq!(ex("json:/answer").answer(&ends).as_deref(), Some("3"));
+    assert_eq!(ex("number").answer(&ends).as_deref(), Some("3"));
+    assert_eq!(
+        ex("regex:final: (\\w+)").answer(&ends).as_deref(),
+        Some("ten")
+    );
+    // The whole last value for an empty path, not its last part.
+    assert_eq!(
+        ex("json:")
+            .answer(r#"{"a": 1} then {"b": [1, {"c": 2}]}"#)
+            .as_deref(),
+        Some(r#"{"b":[1,{"c":2}]}"#)
+    );
 }
 
 #[test]
@@ -73,7 +117,7 @@ fn json_values_at_a_pointer_or_a_dotted_path() {
     assert_eq!(whole.answer(r#"[1, 2]"#), whole.answer("Here: [1,2]"));
     assert_eq!(
         ex("json:/n").answer(r#"{"n": 1e20}"#).as_deref(),
-        Some("1e+20")
+        Some("100000000000000000000")
     );
     assert_eq!(ex("json:/n").answer(r#"{"n": -3}"#).as_deref(), Some("-3"));
     assert_eq!(
@@ -103,11 +147,11 @@ fn after_a_marker_the_rest_of_its_last_line() {
 }
 
 #[test]
-fn a_regex_gives_its_first_group_else_its_match() {
+fn a_regex_gives_its_last_match_first_group_else_the_match() {
     let r = ex("regex:(?i)final: (\\w+)");
     assert_eq!(
         r.answer("draft: x\nFINAL: Blue\nfinal: red").as_deref(),
-        Some("blue")
+        Some("red")
     );
     assert_eq!(r.answer("nothing final"), None);
     let whole = ex("regex:[A-D]\\)");
