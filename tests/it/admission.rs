@@ -158,6 +158,11 @@ fn kinds() -> Vec<Kind> {
             strategy: "balance",
             route: Some(|f| format!("strategy = \"balance\"\nmembers = [\"{f}-1\", \"{f}-2\"]")),
         },
+        Kind {
+            name: "vote",
+            strategy: "vote",
+            route: Some(|f| format!("strategy = \"vote\"\nmembers = [\"{f}-1\", \"{f}-2\"]")),
+        },
     ]
 }
 

@@ -347,39 +347,6 @@ fn every_config_key_is_in_its_tables_section() {
 }
 
 #[test]
-fn the_module_map_lists_every_module() {
-    let lib = read("src/lib.rs");
-    let declared: BTreeSet<String> = lib
-        .lines()
-        .filter_map(|l| {
-            l.trim()
-                .trim_start_matches("pub ")
-                .strip_prefix("mod ")
-                .and_then(|m| m.strip_suffix(';'))
-                .map(str::to_owned)
-        })
-        .collect();
-    assert!(declared.len() > 10, "{declared:?}");
-    // `//! - [`name`]: …` or `//! - `name`: …`
-    let mapped: BTreeSet<String> = lib
-        .lines()
-        .filter_map(|l| l.strip_prefix("//! - "))
-        .filter_map(|l| l.split('`').nth(1))
-        .map(str::to_owned)
-        .collect();
-    let missing: Vec<&String> = declared.difference(&mapped).collect();
-    assert!(
-        missing.is_empty(),
-        "src/lib.rs's module map lacks {missing:?}"
-    );
-    let extra: Vec<&String> = mapped.difference(&declared).collect();
-    assert!(
-        extra.is_empty(),
-        "src/lib.rs's module map names {extra:?}, not modules"
-    );
-}
-
-#[test]
 fn the_readme_links_the_references_and_not_outside_the_repository() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
