@@ -13,6 +13,8 @@
 //! - [`jsonl`]: bounded line reading of files being written or cut;
 //! - [`report`]: `report.md`: each route's figures, the pairs' tests;
 //! - [`pareto`]: `pareto.svg`: cost or latency against accuracy;
+//! - [`html`]: `report.html`: the report's tables, an interactive Pareto
+//!   chart and each task's answers side by side, in one offline page;
 //! - [`cli`]: the command's arguments, config, output and exit status.
 
 pub mod ask;
@@ -20,6 +22,7 @@ pub mod baselines;
 pub mod check;
 pub mod cli;
 pub mod events;
+pub mod html;
 pub mod jsonl;
 pub mod pareto;
 pub mod report;
@@ -157,8 +160,8 @@ pub struct Summary {
 /// candidates after that).
 const SETTLE: Duration = Duration::from_secs(5);
 
-/// Runs `plan` on `gateway`, then writes `report.md` and `pareto.svg`
-/// beside `results.jsonl`.
+/// Runs `plan` on `gateway`, then writes `report.md`, `pareto.svg` and
+/// `report.html` beside `results.jsonl`.
 pub async fn run(
     gateway: Gateway,
     plan: &Plan,
@@ -223,6 +226,17 @@ pub async fn run(
     let svg_path = plan.out.join("pareto.svg");
     let svg = pareto::svg(&rows, plan.cost);
     std::fs::write(&svg_path, svg).map_err(|e| io_error(&svg_path, e))?;
+    let page = html::page(&html::Input {
+        head: &head,
+        rows: &rows,
+        groups: &groups,
+        pairs: &pairs,
+        routes: &plan.routes,
+        tasks: &tasks,
+        outcomes: &this,
+    });
+    let html_path = plan.out.join("report.html");
+    std::fs::write(&html_path, page).map_err(|e| io_error(&html_path, e))?;
     Ok(Summary {
         rows,
         pairs,

@@ -230,7 +230,7 @@ fn mark_front(rows: &mut [RouteRow]) {
 
 /// A route's cost: total (per task), or a dash when no answer of it has
 /// a record in the event log.
-fn cost(r: &RouteRow) -> String {
+pub fn cost(r: &RouteRow) -> String {
     if r.recorded == 0 {
         return "–".into();
     }
@@ -309,18 +309,24 @@ pub fn groups(outcomes: &[Outcome], routes: &[String], tasks: &[Task]) -> Vec<Gr
 
 /// What a pair's test lets one say.
 pub fn verdict(p: &PairRow) -> String {
-    if p.p_value >= 0.05 {
-        return "no significant difference".into();
+    match winner(p) {
+        Some((w, l)) => format!("**{w}** beats {l}"),
+        None => "no significant difference".into(),
     }
-    let (winner, loser) = if p.a_only > p.b_only {
-        (&p.a, &p.b)
-    } else {
-        (&p.b, &p.a)
-    };
-    format!("**{winner}** beats {loser}")
 }
 
-fn ms(v: Option<f64>) -> String {
+/// The pair's winner and loser when the difference is significant.
+pub fn winner(p: &PairRow) -> Option<(&str, &str)> {
+    if p.p_value >= 0.05 {
+        None
+    } else if p.a_only > p.b_only {
+        Some((&p.a, &p.b))
+    } else {
+        Some((&p.b, &p.a))
+    }
+}
+
+pub fn ms(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format!("{v:.0}"))
 }
 
@@ -338,7 +344,7 @@ pub struct Head {
 
 /// What a route's Pareto cell says: on the front, excluded for its
 /// failed or degraded answers, or nothing.
-fn front_cell(r: &RouteRow) -> String {
+pub fn front_cell(r: &RouteRow) -> String {
     if r.on_front {
         "★".into()
     } else if !r.fair && r.n > 0 {
@@ -353,7 +359,7 @@ fn front_cell(r: &RouteRow) -> String {
 
 /// The route's name, marked when some answers were made of fewer samples
 /// than its strategy asks for.
-fn route_cell(r: &RouteRow) -> String {
+pub fn route_cell(r: &RouteRow) -> String {
     if r.degraded > 0 {
         format!("{} (degraded)", r.route)
     } else {
@@ -361,8 +367,18 @@ fn route_cell(r: &RouteRow) -> String {
     }
 }
 
+/// Accuracy with its interval, in percent: `75.0 % (46.8–91.1)`.
+pub fn accuracy_cell(r: &RouteRow) -> String {
+    format!(
+        "{:.1} % ({:.1}–{:.1})",
+        100.0 * r.accuracy,
+        100.0 * r.interval.0,
+        100.0 * r.interval.1
+    )
+}
+
 /// `k of N`, or a dash when nothing is recorded.
-fn of(k: u64, n: u64, recorded: u64) -> String {
+pub fn of(k: u64, n: u64, recorded: u64) -> String {
     if recorded == 0 {
         "–".into()
     } else {
@@ -404,12 +420,10 @@ pub fn markdown(head: &Head, rows: &[RouteRow], groups: &[GroupRow], pairs: &[Pa
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} % ({:.1}–{:.1}) | {} | {} / {} | {} / {} | {} / {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} / {} | {} / {} | {} / {} | {} | {} | {} |",
             route_cell(r),
             r.n,
-            100.0 * r.accuracy,
-            100.0 * r.interval.0,
-            100.0 * r.interval.1,
+            accuracy_cell(r),
             cost(r),
             r.input_tokens,
             r.output_tokens,
