@@ -106,6 +106,32 @@ fn the_report_is_what_the_gateway_recorded() {
     );
     // The chain says what it did.
     assert!(report.contains("**cascade**: answered by"), "{report}");
+    // report.html: each route's accuracy cell as report.md states it, a
+    // focusable chart point per route, every task with every answer.
+    let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    for route in ["small", "large", "cascade"] {
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(&format!("| {route} | ")))
+            .unwrap();
+        let accuracy = line.split(" | ").nth(2).unwrap();
+        assert!(accuracy.ends_with(')'), "{line}");
+        assert!(
+            html.contains(&format!("<td class=\"n\">{accuracy}</td>")),
+            "{route}: {accuracy} not in report.html"
+        );
+        assert!(html.contains(&format!("data-route=\"{route}\" data-accuracy=")));
+    }
+    assert_eq!(html.matches("<details class=\"task\"").count(), 12);
+    for r in &results {
+        let id = r["id"].as_str().unwrap();
+        assert!(html.contains(&format!("<code>{id}</code>")), "{id}");
+        let answer = r["answer"].as_str().unwrap();
+        let shown = conclave::eval::html::escape::escape(answer);
+        assert!(html.contains(&format!("<pre>{shown}</pre>")), "{answer}");
+    }
+    assert!(!html.contains("https:") && !html.contains("<link"));
 
     // The same run again grades every answer the same (seeded models).
     let again = tempfile::tempdir().unwrap();
