@@ -4,8 +4,9 @@
 //! group of tasks; every pair of routes compared on the same tasks with
 //! McNemar's exact test; which routes are on the Pareto front of the cost
 //! axis the run weighs (a route with more than [`FAIR_SHARE`] of its
-//! answers failed or degraded is on none); `report.md`. The picture is
-//! [`super::pareto`]'s.
+//! answers failed or degraded is on none); `report.md`, its cells written
+//! by [`cells`] (which `report.html` uses too). The picture is
+//! [`super::pareto`]'s, the page [`super::html`]'s.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -14,6 +15,9 @@ use super::run::Outcome;
 use super::stats::{mcnemar, percentile, wilson};
 use super::task::Task;
 use super::{CostAxis, Sampling};
+
+pub mod cells;
+pub use cells::{accuracy_cell, cost, front_cell, ms, of, route_cell, verdict, winner};
 
 /// The most of a route's answers that may have failed or be degraded for
 /// it to stand on the Pareto front: past it, its cost and accuracy are not
@@ -228,19 +232,6 @@ fn mark_front(rows: &mut [RouteRow]) {
     }
 }
 
-/// A route's cost: total (per task), or a dash when no answer of it has
-/// a record in the event log.
-pub fn cost(r: &RouteRow) -> String {
-    if r.recorded == 0 {
-        return "–".into();
-    }
-    let mut s = format!("{:.6} ({:.6})", r.cost_usd, r.cost_per_task);
-    if r.recorded < r.n {
-        let _ = write!(s, " of {} recorded", r.recorded);
-    }
-    s
-}
-
 /// Every pair of routes, on the (task, repeat) both answered.
 pub fn pairs(outcomes: &[Outcome], routes: &[String]) -> Vec<PairRow> {
     let by: HashMap<(&str, &str, u32), bool> = outcomes
@@ -307,29 +298,6 @@ pub fn groups(outcomes: &[Outcome], routes: &[String], tasks: &[Task]) -> Vec<Gr
     rows
 }
 
-/// What a pair's test lets one say.
-pub fn verdict(p: &PairRow) -> String {
-    match winner(p) {
-        Some((w, l)) => format!("**{w}** beats {l}"),
-        None => "no significant difference".into(),
-    }
-}
-
-/// The pair's winner and loser when the difference is significant.
-pub fn winner(p: &PairRow) -> Option<(&str, &str)> {
-    if p.p_value >= 0.05 {
-        None
-    } else if p.a_only > p.b_only {
-        Some((&p.a, &p.b))
-    } else {
-        Some((&p.b, &p.a))
-    }
-}
-
-pub fn ms(v: Option<f64>) -> String {
-    v.map_or("–".into(), |v| format!("{v:.0}"))
-}
-
 /// What the report says before its figures: the task file, the added
 /// baselines, the sampling settings, the cost axis, and whether the run
 /// was cut short.
@@ -340,50 +308,6 @@ pub struct Head {
     pub sampling: Sampling,
     pub cost: CostAxis,
     pub partial: bool,
-}
-
-/// What a route's Pareto cell says: on the front, excluded for its
-/// failed or degraded answers, or nothing.
-pub fn front_cell(r: &RouteRow) -> String {
-    if r.on_front {
-        "★".into()
-    } else if !r.fair && r.n > 0 {
-        format!(
-            "excluded ({:.0} % failed or degraded)",
-            100.0 * r.unfair_share()
-        )
-    } else {
-        String::new()
-    }
-}
-
-/// The route's name, marked when some answers were made of fewer samples
-/// than its strategy asks for.
-pub fn route_cell(r: &RouteRow) -> String {
-    if r.degraded > 0 {
-        format!("{} (degraded)", r.route)
-    } else {
-        r.route.clone()
-    }
-}
-
-/// Accuracy with its interval, in percent: `75.0 % (46.8–91.1)`.
-pub fn accuracy_cell(r: &RouteRow) -> String {
-    format!(
-        "{:.1} % ({:.1}–{:.1})",
-        100.0 * r.accuracy,
-        100.0 * r.interval.0,
-        100.0 * r.interval.1
-    )
-}
-
-/// `k of N`, or a dash when nothing is recorded.
-pub fn of(k: u64, n: u64, recorded: u64) -> String {
-    if recorded == 0 {
-        "–".into()
-    } else {
-        format!("{k} of {n}")
-    }
 }
 
 /// `report.md`.

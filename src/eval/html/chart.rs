@@ -41,8 +41,7 @@ pub fn points(rows: &[RouteRow], axis: CostAxis) -> Vec<Point> {
         .iter()
         .filter_map(|r| Some((r, r.cost.filter(|c| c.is_finite())?)))
         .collect();
-    let max = known.iter().map(|&(_, c)| c).fold(0.0_f64, f64::max);
-    let span = if max > 0.0 { max * 1.05 } else { 1.0 };
+    let span = span(known.iter().map(|&(_, c)| c));
     known
         .into_iter()
         .map(|(r, c)| Point {
@@ -58,6 +57,21 @@ pub fn points(rows: &[RouteRow], axis: CostAxis) -> Vec<Point> {
             y: y_of(r.accuracy),
         })
         .collect()
+}
+
+/// The cost axis runs from 0 to a little past the dearest route.
+fn span(costs: impl Iterator<Item = f64>) -> f64 {
+    let max = costs.fold(0.0_f64, f64::max);
+    if max > 0.0 { max * 1.05 } else { 1.0 }
+}
+
+/// A tick's value with two significant digits.
+fn tick(v: f64) -> String {
+    if v <= 0.0 {
+        return "0".into();
+    }
+    let digits = (1.0 - v.log10().floor()).clamp(0.0, 12.0) as usize;
+    format!("{v:.digits$}")
 }
 
 fn y_of(accuracy: f64) -> f64 {
@@ -102,6 +116,19 @@ pub fn chart(rows: &[RouteRow], axis: CostAxis) -> String {
             x0 - 6.0,
             y + 4.0,
             100.0 * a
+        );
+    }
+    let span = span(rows.iter().filter_map(|r| r.cost.filter(|c| c.is_finite())));
+    for i in 0..=4 {
+        let v = span * f64::from(i) / 4.0;
+        let x = x0 + (x1 - x0) * f64::from(i) / 4.0;
+        let _ = writeln!(
+            s,
+            "<line class=\"axis\" x1=\"{x:.1}\" y1=\"{y1}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>\
+             <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            y1 + 4.0,
+            y1 + 16.0,
+            tick(v)
         );
     }
     let _ = writeln!(

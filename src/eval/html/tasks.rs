@@ -108,9 +108,10 @@ pub fn view(tasks: &[Task], routes: &[String], outcomes: &[Outcome]) -> String {
         let _ = writeln!(
             s,
             "<details class=\"task\" data-disagree=\"{dis}\"><summary><code>{}</code> \
-             <span class=\"group\">{}</span> <span class=\"marks\">{marks}</span>{}</summary>",
+             <span class=\"group\">{}</span> <span class=\"marks\" title=\"{}\">{marks}</span>{}</summary>",
             escape(&t.id),
             escape(t.group()),
+            escape(&format!("in route order: {}", routes.join(", "))),
             if dis {
                 " <strong>routes disagree</strong>"
             } else {

@@ -292,3 +292,20 @@ fn a_run_with_no_known_cost_has_no_points_but_its_tables() {
     assert!(!page.contains("<svg"));
     assert!(page.contains("<td class=\"n\">100.0 % ("));
 }
+
+#[test]
+fn the_cost_axis_has_readable_ticks() {
+    let ts = tasks(1, "q");
+    let os = vec![
+        outcome("a", "t0", true, "42", 0.000_2),
+        outcome("b", "t0", true, "42", 0.004),
+    ];
+    let (page, _) = render(&ts, &os, &names(&["a", "b"]));
+    // 0 to 5 % past the dearest (0.0042), in quarters.
+    for t in ["0", "0.0011", "0.0021", "0.0032", "0.0042"] {
+        assert!(
+            page.contains(&format!("text-anchor=\"middle\">{t}</text>")),
+            "{t}"
+        );
+    }
+}
