@@ -5,7 +5,9 @@
 //! Pareto chart ([`chart`]) and a per-task view ([`tasks`]). Every string
 //! from outside (answers, task text, route and group names, checkers'
 //! details) goes through [`escape::escape`]; the script reads no data but
-//! the page's own attributes and sets only `textContent` and `hidden`.
+//! the page's own attributes and sets only `textContent` and `hidden`, and
+//! the page's Content-Security-Policy loads nothing and runs that script
+//! only (by its hash).
 //! Without JavaScript every figure is still in the tables and the chart.
 
 pub mod chart;
@@ -56,6 +58,15 @@ const SCRIPT: &str = r#"
 })();
 "#;
 
+/// The page's script's SHA-256, base64: its Content-Security-Policy runs
+/// that script only, so even markup that got past [`escape::escape`]
+/// could run nothing.
+pub fn script_hash() -> String {
+    use base64::Engine as _;
+    use sha2::{Digest, Sha256};
+    base64::engine::general_purpose::STANDARD.encode(Sha256::digest(SCRIPT.as_bytes()))
+}
+
 /// Everything the page is made of: what `report.md` is made of, plus the
 /// tasks and this run's results for the per-task view.
 pub struct Input<'a> {
@@ -78,8 +89,9 @@ pub fn page(i: &Input<'_>) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
-         style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src 'none'\">\
-         <title>{title}</title><style>{STYLE}</style></head><body>\n<h1>{title}</h1>"
+         style-src 'unsafe-inline'; script-src 'sha256-{}'\">\
+         <title>{title}</title><style>{STYLE}</style></head><body>\n<h1>{title}</h1>",
+        script_hash()
     );
     if !head.notes.is_empty() {
         let _ = writeln!(s, "<p>Baselines added:</p><ul>");

@@ -309,3 +309,22 @@ fn the_cost_axis_has_readable_ticks() {
         );
     }
 }
+
+#[test]
+fn the_policy_runs_the_pages_own_script_only() {
+    use base64::Engine as _;
+    use sha2::{Digest, Sha256};
+    let ts = tasks(1, "<script>alert(1)</script>");
+    let (page, _) = render(
+        &ts,
+        &[outcome("a", "t0", true, "<script>x</script>", 0.1)],
+        &names(&["a"]),
+    );
+    let body = page.split("<script>").nth(1).unwrap();
+    let script = body.split("</script>").next().unwrap();
+    let hash = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(script.as_bytes()));
+    assert!(page.contains(&format!(
+        "content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{hash}'\""
+    )));
+    assert!(!page.contains("unsafe-eval") && !page.contains("script-src 'unsafe-inline'"));
+}
