@@ -171,6 +171,7 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         tracer,
         clock,
         &strategy::metrics(),
+        config.console.recent_requests,
     )
     .map_err(|source| ServeError::EventLog {
         path: log_path
