@@ -53,9 +53,7 @@ pub fn reload(path: &Path, running: Config, gateway: &Gateway, shared: &Shared) 
 }
 
 fn reopen(telemetry: &Telemetry, config: &Config) {
-    telemetry
-        .recent()
-        .resize(config.console.recent_requests);
+    telemetry.recent().resize(config.console.recent_requests);
     let (log, buffer) = (&config.server.event_log, config.server.event_log_buffer);
     if let Err(e) = telemetry.set_event_log(log.as_deref(), buffer) {
         tracing::error!("cannot open the event log: {e}");

@@ -47,7 +47,8 @@ impl Telemetry {
                 "cost_usd": totals.cost_usd,
             }));
             let route = &who.route;
-            end.events.request(&who.request_id, route, f, end.started_at);
+            end.events
+                .request(&who.request_id, route, f, end.started_at);
         }
         span(end);
         if end.access_log {

@@ -25,8 +25,8 @@ const KEYS: &str = "\n[[keys]]\nname = \"admin\"\nkey_env = \"K_ADMIN\"\nadmin =
 /// The demo config with `extra` appended; its event log in the gateway's
 /// dir, or none.
 fn demo(extra: &str, event_log: bool) -> Gw {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo.toml"))
-        .unwrap();
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo.toml")).unwrap();
     let log = if event_log {
         "event_log = \"{dir}/events.jsonl\""
     } else {
@@ -67,7 +67,11 @@ async fn ids(gw: &Gw, query: &str, key: Option<&str>) -> Vec<String> {
 fn error_code(r: &Resp, status: u16) -> String {
     assert_eq!(r.status, status, "{}", r.text);
     let e = &r.json()["error"];
-    assert!(e["message"].is_string() && e["type"].is_string(), "{}", r.text);
+    assert!(
+        e["message"].is_string() && e["type"].is_string(),
+        "{}",
+        r.text
+    );
     e["code"].as_str().unwrap_or_default().to_owned()
 }
 
@@ -78,7 +82,10 @@ async fn a_record_is_the_event_logs_lines_for_its_request() {
     assert_eq!(ask(&gw, "council", "rq-judge", None).await, 200);
     assert_eq!(ask(&gw, "sc", "rq-vote", None).await, 200);
     let streamed = gw
-        .chat_with(&chat_stream("review", "hi"), &[("x-request-id", "rq-stream")])
+        .chat_with(
+            &chat_stream("review", "hi"),
+            &[("x-request-id", "rq-stream")],
+        )
         .await;
     assert_eq!(streamed.status, 200);
 
@@ -98,7 +105,10 @@ async fn a_record_is_the_event_logs_lines_for_its_request() {
     assert_eq!(seen[0], ("qwen-small", "escalate"), "{seen:?}");
     assert!(seen.contains(&("gemma-large", "accept")), "{seen:?}");
     assert!(seen.iter().any(|(m, _)| *m == "verifier"), "{seen:?}");
-    assert!(chain.to_string().contains("This is only a draft"), "{chain}");
+    assert!(
+        chain.to_string().contains("This is only a draft"),
+        "{chain}"
+    );
     assert_eq!(chain["attempts_dropped"], 0);
     // A judge's ranking and a vote's tally are the request's events.
     let judge = get(&gw, "/v1/requests/rq-judge", None).await.json();
@@ -127,9 +137,14 @@ async fn a_record_is_the_event_logs_lines_for_its_request() {
         &[("route", "review"), ("status", "200")],
     );
     assert_eq!(reviews.iter().sum::<f64>(), 2.0, "{metrics}");
-    let spent: f64 = samples(&metrics, "conclave_cost_usd_total", &[]).iter().sum();
+    let spent: f64 = samples(&metrics, "conclave_cost_usd_total", &[])
+        .iter()
+        .sum();
     let listed: f64 = list.iter().map(|e| e["cost_usd"].as_f64().unwrap()).sum();
-    assert!(spent > 0.0 && (spent - listed).abs() < 1e-12, "{spent} {listed}");
+    assert!(
+        spent > 0.0 && (spent - listed).abs() < 1e-12,
+        "{spent} {listed}"
+    );
 
     // And the event log's: each record's fields, attempts and events are
     // its lines, exactly.
@@ -146,7 +161,14 @@ async fn a_record_is_the_event_logs_lines_for_its_request() {
     for (entry, detail) in list.iter().zip(&details) {
         let id = entry["id"].as_str().unwrap();
         let line = requests.iter().find(|l| l["request_id"] == id).unwrap();
-        for f in ["route", "key", "status", "duration_ms", "cost_usd", "strategy"] {
+        for f in [
+            "route",
+            "key",
+            "status",
+            "duration_ms",
+            "cost_usd",
+            "strategy",
+        ] {
             assert_eq!(entry[f], line[f], "{id} {f}");
         }
         assert_eq!(&detail["request"], line, "{id}");
@@ -195,24 +217,48 @@ async fn newest_first_and_every_filter() {
     assert_eq!(ids(&gw, "?key=bob", admin).await, ["b1"]);
     assert_eq!(ids(&gw, "?status=429", admin).await, ["a5"]);
     assert_eq!(ids(&gw, "?status=4xx", admin).await, ["a5"]);
-    assert_eq!(ids(&gw, "?status=200&route=review", admin).await, ["a3", "b1"]);
+    assert_eq!(
+        ids(&gw, "?status=200&route=review", admin).await,
+        ["a3", "b1"]
+    );
     assert_eq!(ids(&gw, &format!("?since={later}"), admin).await, all[..4]);
-    assert_eq!(ids(&gw, &format!("?until={}", later - 1), admin).await, ["b1", "a1"]);
+    assert_eq!(
+        ids(&gw, &format!("?until={}", later - 1), admin).await,
+        ["b1", "a1"]
+    );
     assert_eq!(ids(&gw, "?limit=2", admin).await, ["a5", "a4"]);
     assert_eq!(ids(&gw, "?route=nope", admin).await, Vec::<String>::new());
     // The bare path is the same list.
     let bare = get(&gw, "/requests?limit=1", admin).await.json();
     assert_eq!(bare["data"][0]["id"], "a5");
     let first = &get(&gw, "/v1/requests?limit=1", admin).await.json()["data"][0];
-    let keys: Vec<&str> = first.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = first
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         keys,
-        ["id", "route", "key", "status", "started_at", "duration_ms", "cost_usd", "strategy"]
+        [
+            "id",
+            "route",
+            "key",
+            "status",
+            "started_at",
+            "duration_ms",
+            "cost_usd",
+            "strategy"
+        ]
     );
     assert!(first["started_at"].as_u64().unwrap() >= later, "{first}");
 
     // A bad filter is a 400 naming it.
-    for (q, param) in [("limit=0", "limit"), ("since=yesterday", "since"), ("color=red", "color")] {
+    for (q, param) in [
+        ("limit=0", "limit"),
+        ("since=yesterday", "since"),
+        ("color=red", "color"),
+    ] {
         let r = get(&gw, &format!("/v1/requests?{q}"), admin).await;
         error_code(&r, 400);
         assert_eq!(r.json()["error"]["param"], param, "{q}");
@@ -242,7 +288,10 @@ async fn a_key_sees_its_own_requests_and_an_admin_all() {
     let r = get(&gw, "/v1/requests/no-such-id", admin).await;
     assert_eq!(error_code(&r, 404), "request_not_found");
     let shared = |r: Resp| r.json()["route"].as_str().unwrap().to_owned();
-    assert_eq!(shared(get(&gw, "/v1/requests/shared", admin).await), "review");
+    assert_eq!(
+        shared(get(&gw, "/v1/requests/shared", admin).await),
+        "review"
+    );
     assert_eq!(shared(get(&gw, "/v1/requests/shared", alice).await), "fast");
 
     // Credentials as everywhere else.
@@ -350,7 +399,11 @@ async fn each_record_is_bounded() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|a| a["feedback"].as_str().is_some_and(|f| f.starts_with("Say more.")))
+        .find(|a| {
+            a["feedback"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("Say more."))
+        })
         .unwrap_or_else(|| panic!("{one}"));
     let cut = rejected["feedback"].as_str().unwrap();
     assert_eq!(cut.chars().count(), FIELD_CHARS + 1);

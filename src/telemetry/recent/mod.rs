@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
-pub use bound::{FIELD_BYTES, FIELD_CHARS, MAX_ATTEMPTS, MAX_EVENTS, RECORD_BYTES};
 use bound::Gathered;
+pub use bound::{FIELD_BYTES, FIELD_CHARS, MAX_ATTEMPTS, MAX_EVENTS, RECORD_BYTES};
 pub use tap::Tap;
 
 /// One finished request in the ring.
@@ -111,7 +111,10 @@ impl Filter {
         let is = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
         is(&self.route, &r.route)
             && is(&self.key, &r.key)
-            && self.status.as_deref().is_none_or(|s| status_matches(s, &r.status))
+            && self
+                .status
+                .as_deref()
+                .is_none_or(|s| status_matches(s, &r.status))
             && self.since.is_none_or(|s| r.started_at >= s)
             && self.until.is_none_or(|u| r.started_at <= u)
     }

@@ -10,8 +10,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
-use super::bound::Gathered;
 use super::Record;
+use super::bound::Gathered;
 use crate::sink::{AttemptRecord, AttemptSink, EventSink};
 use crate::telemetry::{Event, EventBody, Telemetry};
 
