@@ -106,6 +106,12 @@ fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
             "[telemetry] changed (it needs a restart; traces still go where they went)".into(),
         );
     }
+    if old.console != new.console {
+        out.push(format!(
+            "console.recent_requests changed to {}",
+            new.console.recent_requests
+        ));
+    }
     if old.server.limits != new.server.limits {
         out.push("server connection limits changed (they need a restart)".into());
     }

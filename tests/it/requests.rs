@@ -444,3 +444,32 @@ fn recent_requests_is_checked() {
     let e = parse("[console]\nrecent = 5\n").unwrap();
     assert!(e.contains("recent_requests"), "{e}");
 }
+
+#[tokio::test]
+async fn a_reload_resizes_the_ring() {
+    use crate::common::{Served, Srv, client, eventually, post, send};
+    let config = |n: usize| {
+        format!(
+            "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.echo]\n\
+             reply = {{ text = \"hi\" }}\n\n[models.echo]\nupstream = \"sim\"\n\n\
+             [console]\nrecent_requests = {n}\n"
+        )
+    };
+    let gw = Srv::gateway(&config(5));
+    for _ in 0..3 {
+        assert_eq!(post(&gw.base, &chat("echo", "hi")).await.status, 200);
+    }
+    let listed = || async {
+        let r = send(client().get(gw.url("/v1/requests"))).await;
+        (r.status == 200).then(|| r.json()["data"].as_array().unwrap().len())
+    };
+    assert_eq!(listed().await, Some(3));
+    for (n, want) in [(1, Some(1)), (0, None)] {
+        std::fs::write(gw.path("conclave.toml"), config(n)).unwrap();
+        gw.reload();
+        assert!(
+            eventually(10, || async { listed().await == want }).await,
+            "{n}"
+        );
+    }
+}
