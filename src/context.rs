@@ -180,6 +180,7 @@ impl RequestCtx {
             attempts: self.attempts(),
             access_log: self.access_log,
             trace: self.trace.clone(),
+            events: self.events.clone(),
         }
     }
 

@@ -33,8 +33,9 @@
 //! 4. [`context`], [`telemetry`]: the per-request context (id, route, key,
 //!    deadline, options, running usage, the sinks it reports to); the
 //!    metric contract (and the metrics strategies declare), each
-//!    instance's Prometheus recorder, the JSONL event log, OpenTelemetry
-//!    traces. The two meet only through the sinks.
+//!    instance's Prometheus recorder, the JSONL event log and the ring of
+//!    recent request records fed by the same lines, OpenTelemetry traces.
+//!    The two meet only through the sinks.
 //! 5. [`store`]: what must hold across requests, and the one
 //!    [`store::Backend`] that decides where it lives (SQLite and this
 //!    process, or `[state]`'s shared Redis, named nowhere above the
@@ -171,6 +172,7 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         tracer,
         clock,
         &strategy::metrics(),
+        config.console.recent_requests,
     )
     .map_err(|source| ServeError::EventLog {
         path: log_path

@@ -2,8 +2,9 @@
 //! config becomes the state new requests see (requests in flight finish
 //! on the graph they started with), an invalid one is logged and the old
 //! one keeps serving. The event log is reopened either way, for log
-//! rotation. Settings the running server cannot change (listen address,
-//! connection limits) are reported as needing a restart.
+//! rotation, and the ring of recent requests takes the config's size.
+//! Settings the running server cannot change (listen address, connection
+//! limits) are reported as needing a restart.
 
 use std::fmt::Debug;
 use std::path::Path;
@@ -52,6 +53,7 @@ pub fn reload(path: &Path, running: Config, gateway: &Gateway, shared: &Shared) 
 }
 
 fn reopen(telemetry: &Telemetry, config: &Config) {
+    telemetry.recent().resize(config.console.recent_requests);
     let (log, buffer) = (&config.server.event_log, config.server.event_log_buffer);
     if let Err(e) = telemetry.set_event_log(log.as_deref(), buffer) {
         tracing::error!("cannot open the event log: {e}");
@@ -103,6 +105,12 @@ fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
         out.push(
             "[telemetry] changed (it needs a restart; traces still go where they went)".into(),
         );
+    }
+    if old.console != new.console {
+        out.push(format!(
+            "console.recent_requests changed to {}",
+            new.console.recent_requests
+        ));
     }
     if old.server.limits != new.server.limits {
         out.push("server connection limits changed (they need a restart)".into());

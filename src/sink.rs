@@ -148,6 +148,8 @@ pub struct RequestEnd {
     /// Log one access line (`server.access_log`).
     pub access_log: bool,
     pub trace: Option<TraceCtx>,
+    /// Where its `request` line goes: the request's own event sink.
+    pub events: Arc<dyn EventSink>,
 }
 
 /// Something that takes every finished attempt of a request.
@@ -168,6 +170,18 @@ pub trait EventSink: Send + Sync {
         fields: Map<String, Value>,
         at: SystemTime,
     );
+
+    /// Queues the `request` line that closes request `request_id` (a sink
+    /// that gathers a request's lines completes its record here).
+    fn request(
+        &self,
+        request_id: &str,
+        route: &Arc<str>,
+        fields: Map<String, Value>,
+        at: SystemTime,
+    ) {
+        self.emit(request_id, route, "request", fields, at);
+    }
 }
 
 /// What a request reports to: its events, its attempts, its metrics.

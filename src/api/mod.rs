@@ -8,7 +8,8 @@
 //! API, errors in Anthropic's shape).
 //! Answers go out through `respond` (whole, or streamed by `relay`, in
 //! `sse` framing), with the `x-conclave-*` response `headers`;
-//! `guard` counts each request. `info` answers the other endpoints, and
+//! `guard` counts each request. `info` answers the other endpoints,
+//! `requests` the ring of recent request records, and
 //! `endpoints` mounts those the strategies serve (the arena's votes);
 //! `ready` answers `/readyz` from its cache; `auth`, `body`
 //! and `options` read what the client sent; `error` is the one OpenAI
@@ -34,6 +35,7 @@ mod options;
 mod ready;
 mod relay;
 mod render;
+mod requests;
 mod respond;
 mod responses;
 mod sse;
@@ -265,6 +267,10 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/models/{id}", get(info::model))
         .route("/v1/keys/usage", get(info::keys_usage))
         .route("/keys/usage", get(info::keys_usage))
+        .route("/v1/requests", get(requests::list))
+        .route("/requests", get(requests::list))
+        .route("/v1/requests/{id}", get(requests::one))
+        .route("/requests/{id}", get(requests::one))
         .route("/metrics", get(info::metrics))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(ready::readyz));

@@ -7,10 +7,11 @@
 //! The raw serde types live in `raw`; `errors` collects every problem of
 //! every table; `validate` builds the validated config, `names` checks
 //! cross-references and cycles, `warnings` flags likely mistakes, and
-//! `describe` renders a config for people. `graph` compiles the result
-//! into model nodes.
+//! `describe` renders a config for people; `console` reads `[console]`.
+//! `graph` compiles the result into model nodes.
 
 mod anthropic;
+mod console;
 mod describe;
 mod errors;
 mod fields;
@@ -33,6 +34,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 
 pub use anthropic::{Anthropic, DEFAULT_BASE_URL, DEFAULT_VERSION};
+pub use console::{ConsoleConfig, DEFAULT_RECENT_REQUESTS, MAX_RECENT_REQUESTS};
 pub use describe::{counted, duration_text};
 pub(crate) use errors::Errors;
 pub(crate) use errors::positive;
@@ -66,6 +68,8 @@ pub struct Config {
     /// `[state]`: the shared Redis state, or `None` for the embedded store.
     pub state: Option<StateConfig>,
     pub telemetry: TelemetryConfig,
+    /// `[console]`: the ring of recent requests behind `/v1/requests`.
+    pub console: ConsoleConfig,
     pub keys: Vec<Key>,
     pub upstreams: IndexMap<String, Upstream>,
     pub models: IndexMap<String, Model>,

@@ -52,6 +52,7 @@ pub(super) fn validate(
     let mut warnings = Vec::new();
     let server = server(doc.remove("server"), env, errs);
     let telemetry = telemetry(doc.remove("telemetry"), errs);
+    let console = super::console::console(doc.remove("console"), errs);
     let keys = keys::keys(doc.remove("keys"), env, errs);
     let state = state::state(doc.remove("state"), env, errs);
     // Names whose tables failed to parse still count as defined, so one
@@ -67,7 +68,7 @@ pub(super) fn validate(
     for key in doc.keys() {
         errs.push(
             key.clone(),
-            "unknown top-level key (expected server, state, telemetry, keys, upstreams, models, routes)",
+            "unknown top-level key (expected server, state, telemetry, console, keys, upstreams, models, routes)",
         );
     }
     let budgeted = keys
@@ -86,6 +87,7 @@ pub(super) fn validate(
         server: server?,
         state,
         telemetry,
+        console,
         keys,
         upstreams,
         models,

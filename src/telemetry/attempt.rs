@@ -53,50 +53,59 @@ const QUEUED: Duration = Duration::from_millis(1);
 
 impl AttemptSink for Telemetry {
     fn record(&self, r: &AttemptRecord) {
-        let who = &r.who;
-        let m = &r.model;
-        let role = r.role.as_str();
-        self.attempt_metrics(r);
-        if let (Some(_), Some(usd)) = (r.usage, r.cost_usd) {
-            self.add_cost(&m.name, &who.key, usd);
-        }
-        span(r);
+        self.account(r);
         if self.events_enabled() {
-            let ev = AttemptEvent {
-                attempt: r.index,
-                model: m.name.clone(),
-                upstream: m.upstream.clone(),
-                role,
-                duration_ms: ms(r.duration),
-                ttft_ms: r.ttft.map(ms),
-                warm_start: r.warm.as_bool(),
-                verdict: r.verdict.as_str(),
-                feedback: r.feedback.clone(),
-                error: r.error.as_ref().map(|e| e.1.clone()),
-                input_tokens: r.usage.map(|u| u.prompt_tokens),
-                output_tokens: r.usage.map(|u| u.completion_tokens),
-                cached_tokens: r.usage.map(|u| u.cached_tokens).filter(|n| *n > 0),
-                reasoning_tokens: r.usage.map(|u| u.reasoning_tokens).filter(|n| *n > 0),
-                usage_estimated: r.usage.is_some_and(|u| u.estimated),
-                cost_usd: r.cost_usd,
-                output_summary: r.summary.clone(),
-                queued_ms: r.queued.map(ms),
-                tokens_per_second: r.tokens_per_second.map(|t| (t * 10.0).round() / 10.0),
-                retry: r.retry,
-            };
-            let ev = Event::of(
-                who.request_id.clone(),
-                who.route.clone(),
-                "attempt",
-                EventBody::Attempt(Box::new(ev)),
-                r.started_at,
-            );
-            self.emit_event(ev);
+            self.emit_event(event(r));
         }
     }
 }
 
+/// The `attempt` line of `r` for the event log (and the ring of recent
+/// requests, which keeps the same line).
+pub(super) fn event(r: &AttemptRecord) -> Event {
+    let (who, m) = (&r.who, &r.model);
+    let ev = AttemptEvent {
+        attempt: r.index,
+        model: m.name.clone(),
+        upstream: m.upstream.clone(),
+        role: r.role.as_str(),
+        duration_ms: ms(r.duration),
+        ttft_ms: r.ttft.map(ms),
+        warm_start: r.warm.as_bool(),
+        verdict: r.verdict.as_str(),
+        feedback: r.feedback.clone(),
+        error: r.error.as_ref().map(|e| e.1.clone()),
+        input_tokens: r.usage.map(|u| u.prompt_tokens),
+        output_tokens: r.usage.map(|u| u.completion_tokens),
+        cached_tokens: r.usage.map(|u| u.cached_tokens).filter(|n| *n > 0),
+        reasoning_tokens: r.usage.map(|u| u.reasoning_tokens).filter(|n| *n > 0),
+        usage_estimated: r.usage.is_some_and(|u| u.estimated),
+        cost_usd: r.cost_usd,
+        output_summary: r.summary.clone(),
+        queued_ms: r.queued.map(ms),
+        tokens_per_second: r.tokens_per_second.map(|t| (t * 10.0).round() / 10.0),
+        retry: r.retry,
+    };
+    Event::of(
+        who.request_id.clone(),
+        who.route.clone(),
+        "attempt",
+        EventBody::Attempt(Box::new(ev)),
+        r.started_at,
+    )
+}
+
 impl Telemetry {
+    /// Everything an attempt counts for but its line: its metrics, its
+    /// cost (`conclave_cost_usd_total`) and its span.
+    pub(super) fn account(&self, r: &AttemptRecord) {
+        self.attempt_metrics(r);
+        if let (Some(_), Some(usd)) = (r.usage, r.cost_usd) {
+            self.add_cost(&r.model.name, &r.who.key, usd);
+        }
+        span(r);
+    }
+
     /// The attempt's metrics, on its handles.
     fn attempt_metrics(&self, r: &AttemptRecord) {
         let (who, m) = (&r.who, &r.model);

@@ -1,8 +1,10 @@
 //! Telemetry: the metric contract and the Prometheus recorder (`prom`),
 //! the JSONL event log (`events`), OpenTelemetry traces ([`trace`]), the
 //! sink that turns every finished attempt ([`crate::sink::AttemptRecord`])
-//! into its metrics, event line and span (`attempt`), and the record of
-//! each finished request (`request`).
+//! into its metrics, event line and span (`attempt`), the record of
+//! each finished request (`request`), and the bounded ring of recent
+//! request records behind `GET /v1/requests` ([`recent`]), fed by the same
+//! lines as the event log.
 //!
 //! Label values only ever come from the config (route, model and upstream
 //! names) or from small fixed sets (role, verdict, warm, status), so a model
@@ -12,6 +14,7 @@ mod attempt;
 mod events;
 mod handles;
 mod prom;
+pub mod recent;
 mod request;
 pub mod trace;
 
@@ -28,10 +31,11 @@ pub use events::{Event, EventBody, EventLog};
 use handles::Handles;
 pub use handles::RouteHandles;
 pub use prom::*;
+use recent::{Recent, Tap};
 use trace::Tracer;
 
 use crate::clock::Clock;
-use crate::sink::{EventSink, Metrics, Reporters};
+use crate::sink::{AttemptSink, EventSink, Metrics, Reporters};
 
 /// How often the recorder's histograms are drained when nobody scrapes.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -57,19 +61,23 @@ pub struct Telemetry {
     /// `None` unless `[telemetry] otlp_endpoint` is set; fixed for the
     /// life of the process.
     pub tracer: Option<Arc<Tracer>>,
+    /// The last `console.recent_requests` finished requests.
+    recent: Recent,
 }
 
 impl Telemetry {
     /// A new recorder (with the metrics `declared` besides the contract's;
     /// its histograms drained every few seconds by a task on the current
     /// runtime, if any), the event log at `event_log` (queueing up to
-    /// `buffer` events), traces to `tracer`, requests stamped by `clock`.
+    /// `buffer` events), traces to `tracer`, requests stamped by `clock`,
+    /// the last `recent_requests` of them kept in the ring.
     pub fn new(
         event_log: Option<&Path>,
         buffer: usize,
         tracer: Option<Arc<Tracer>>,
         clock: Clock,
         declared: &[MetricSpec],
+        recent_requests: usize,
     ) -> std::io::Result<Arc<Self>> {
         let (metrics, prometheus) = match recorder(declared) {
             Ok((m, h)) => (m, Some(h)),
@@ -89,6 +97,7 @@ impl Telemetry {
             events: ArcSwapOption::from_pointee(events),
             cost: DashMap::new(),
             tracer,
+            recent: Recent::new(recent_requests),
         });
         t.keep_up();
         Ok(t)
@@ -104,17 +113,32 @@ impl Telemetry {
             events: ArcSwapOption::empty(),
             cost: DashMap::new(),
             tracer: None,
+            recent: Recent::new(0),
         })
     }
 
-    /// What a request reports to: this telemetry, its recorder and clock.
+    /// What a request reports to: this telemetry, its recorder and clock;
+    /// while the ring of recent requests is on, through a [`Tap`] that
+    /// keeps the request's lines for it.
     pub fn reporters(self: &Arc<Self>) -> Reporters {
+        let (events, attempts): (Arc<dyn EventSink>, Arc<dyn AttemptSink>) =
+            if self.recent.enabled() {
+                let tap = Arc::new(Tap::new(self.clone()));
+                (tap.clone(), tap)
+            } else {
+                (self.clone(), self.clone())
+            };
         Reporters {
-            events: self.clone(),
-            attempts: self.clone(),
+            events,
+            attempts,
             metrics: self.metrics.clone(),
             clock: self.clock,
         }
+    }
+
+    /// The ring of recent request records.
+    pub fn recent(&self) -> &Recent {
+        &self.recent
     }
 
     /// Drains the recorder's histograms every few seconds while this

@@ -1,5 +1,6 @@
-//! The end of one client request: its metrics, its `request` event, its
-//! span, and the access log line.
+//! The end of one client request: its metrics, its `request` event (sent
+//! to the request's own event sink, which closes its record in the ring of
+//! recent requests when that is on), its span, and the access log line.
 
 use std::borrow::Cow;
 
@@ -8,7 +9,7 @@ use opentelemetry::trace::SpanKind;
 use serde_json::{Map, Value, json};
 
 use super::{RouteHandles, Telemetry, ms};
-use crate::sink::{EventSink, RequestEnd};
+use crate::sink::RequestEnd;
 use crate::span::{SpanRecord, int};
 use std::sync::Arc;
 
@@ -30,7 +31,7 @@ impl Telemetry {
             h.ttft().record(t.as_secs_f64());
         }
         let totals = end.totals;
-        if self.events_enabled() {
+        if end.events.events_enabled() {
             let f = fields(json!({
                 "status": status,
                 "strategy": who.strategy,
@@ -46,7 +47,8 @@ impl Telemetry {
                 "cost_usd": totals.cost_usd,
             }));
             let route = &who.route;
-            EventSink::emit(self, &who.request_id, route, "request", f, end.started_at);
+            end.events
+                .request(&who.request_id, route, f, end.started_at);
         }
         span(end);
         if end.access_log {

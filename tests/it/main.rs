@@ -56,6 +56,7 @@ mod probes;
 mod race;
 mod redaction;
 mod reload_lanes;
+mod requests;
 mod responses;
 mod retries;
 mod sdk;

@@ -46,6 +46,10 @@ pub enum ApiError {
     /// key's: all alike, in OpenAI's words.
     #[error("Response with id '{id}' not found.")]
     ResponseNotFound { id: String },
+    /// A request record that is unknown, evicted from the ring of recent
+    /// requests, or another key's: all alike.
+    #[error("Request with id '{id}' not found.")]
+    RequestNotFound { id: String },
     /// A `previous_response_id` that is not (or no longer) stored.
     #[error("Previous response with id '{id}' not found.")]
     PreviousResponseNotFound { id: String },
@@ -153,6 +157,11 @@ impl ApiError {
             ApiError::ResponseNotFound { .. } => {
                 plain(StatusCode::NOT_FOUND, "invalid_request_error", "")
             }
+            ApiError::RequestNotFound { .. } => plain(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "request_not_found",
+            ),
             ApiError::PreviousResponseNotFound { .. } => Shape {
                 param: Some("previous_response_id".into()),
                 ..plain(
