@@ -34,7 +34,17 @@ fn demo(extra: &str, event_log: bool) -> Gw {
     };
     let text = text.replace("event_log = \"conclave-events.jsonl\"", log);
     assert!(!event_log || text.contains("{dir}/events.jsonl"));
-    Gw::start_with(&format!("{text}\n{extra}"), ENV, UNIX_EPOCH + START)
+    // The ring is off by default: on here, unless the test says otherwise.
+    let console = if extra.contains("[console]") {
+        ""
+    } else {
+        "[console]\nrecent_requests = 1000\n"
+    };
+    Gw::start_with(
+        &format!("{text}\n{console}{extra}"),
+        ENV,
+        UNIX_EPOCH + START,
+    )
 }
 
 /// `GET path` as `key` (none: no credentials).
