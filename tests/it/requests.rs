@@ -353,6 +353,9 @@ const BOUNDED: &str = r#"
 [server]
 event_log = "{dir}/events.jsonl"
 
+[console]
+recent_requests = 1000
+
 [upstreams.local]
 kind = "mock"
 lane = "local"
