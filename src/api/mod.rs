@@ -11,7 +11,7 @@
 //! `guard` counts each request. `info` answers the other endpoints,
 //! `requests` the ring of recent request records, and
 //! `endpoints` mounts those the strategies serve (the arena's votes);
-//! `ready` answers `/readyz` from its cache; `auth`, `body`
+//! `ready` answers `/readyz` from its cache; `auth`, `body`, `query`
 //! and `options` read what the client sent; `error` is the one OpenAI
 //! error mapping.
 //!
@@ -32,6 +32,7 @@ mod ingress;
 mod messages;
 mod native;
 mod options;
+mod query;
 mod ready;
 mod relay;
 mod render;

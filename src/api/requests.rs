@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, Uri};
 use serde_json::{Value, json};
 
@@ -92,13 +92,7 @@ fn open(gw: &Gateway, headers: &HeaderMap, uri: &Uri) -> Result<(Arc<AppState>, 
 
 /// The list's query: every parameter known, each at most once.
 fn read(uri: &Uri) -> Result<Filter, ApiError> {
-    let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).map_err(|e| {
-        ApiError::field(
-            "query",
-            "invalid_request",
-            format!("The query string could not be read: {e}."),
-        )
-    })?;
+    let pairs = super::query::pairs(uri)?;
     let mut f = Filter {
         limit: DEFAULT_LIMIT,
         ..Filter::default()

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -176,13 +176,7 @@ struct Paging {
 
 impl Paging {
     fn read(uri: &Uri) -> Result<Paging, ApiError> {
-        let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).map_err(|e| {
-            ApiError::field(
-                "query",
-                "invalid_request",
-                format!("The query string could not be read: {e}."),
-            )
-        })?;
+        let pairs = crate::api::query::pairs(uri)?;
         let mut q = Paging {
             after: None,
             limit: DEFAULT_LIMIT,
