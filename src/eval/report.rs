@@ -362,36 +362,8 @@ pub fn markdown(head: &Head, rows: &[RouteRow], groups: &[GroupRow], pairs: &[Pa
     }
     let _ = writeln!(s, "\n## What each route did\n");
     for r in rows {
-        let served: Vec<String> = r
-            .served_by
-            .iter()
-            .map(|(m, x)| format!("{m} {:.0} %", 100.0 * x))
-            .collect();
-        let _ = write!(s, "- **{}**: answered by {}", r.route, served.join(", "));
-        for f in &r.strategy {
-            let _ = write!(s, "; {f}");
-        }
-        if r.errors > 0 {
-            let _ = write!(s, "; {} of {} answers failed", r.errors, r.n);
-        }
-        if r.samples > 0 {
-            let _ = write!(s, "; {} of {} samples failed", r.failed_samples, r.samples);
-        }
-        if r.degraded > 0 {
-            let _ = write!(
-                s,
-                "; **degraded**: {} of {} answers made of fewer samples than asked",
-                r.degraded, r.n
-            );
-        }
-        if r.capped > 0 {
-            let _ = write!(
-                s,
-                "; {} answers capped at max_tokens (finish_reason `length`), graded as they are",
-                r.capped
-            );
-        }
-        let _ = writeln!(s);
+        let line = cells::did(r, |t| format!("**{t}**"), |t| format!("`{t}`"));
+        let _ = writeln!(s, "- **{}**: {line}", r.route);
     }
     if groups.len() > 1 {
         let _ = writeln!(s, "\n## Accuracy by group\n");

@@ -204,39 +204,7 @@ fn routes_table(s: &mut String, axis: CostAxis, rows: &[RouteRow]) {
 fn did(s: &mut String, rows: &[RouteRow]) {
     let _ = writeln!(s, "<h2>What each route did</h2><ul>");
     for r in rows {
-        let served: Vec<String> = r
-            .served_by
-            .iter()
-            .map(|(m, x)| format!("{m} {:.0} %", 100.0 * x))
-            .collect();
-        let mut line = format!("answered by {}", served.join(", "));
-        for f in &r.strategy {
-            let _ = write!(line, "; {f}");
-        }
-        if r.errors > 0 {
-            let _ = write!(line, "; {} of {} answers failed", r.errors, r.n);
-        }
-        if r.samples > 0 {
-            let _ = write!(
-                line,
-                "; {} of {} samples failed",
-                r.failed_samples, r.samples
-            );
-        }
-        if r.degraded > 0 {
-            let _ = write!(
-                line,
-                "; degraded: {} of {} answers made of fewer samples than asked",
-                r.degraded, r.n
-            );
-        }
-        if r.capped > 0 {
-            let _ = write!(
-                line,
-                "; {} answers capped at max_tokens, graded as they are",
-                r.capped
-            );
-        }
+        let line = report::cells::did(r, str::to_owned, str::to_owned);
         let _ = writeln!(
             s,
             "<li><strong>{}</strong>: {}</li>",

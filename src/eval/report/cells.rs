@@ -84,3 +84,47 @@ pub fn of(k: u64, n: u64, recorded: u64) -> String {
         format!("{k} of {n}")
     }
 }
+
+/// What a route did, after its name in the reports' "What each route
+/// did" list: who answered, its strategy's figures and its failures.
+/// `strong` and `code` mark words the way the report's format does
+/// (markdown's `**…**` and backticks; plain in the page, which escapes).
+pub fn did(r: &RouteRow, strong: fn(&str) -> String, code: fn(&str) -> String) -> String {
+    let served: Vec<String> = r
+        .served_by
+        .iter()
+        .map(|(m, x)| format!("{m} {:.0} %", 100.0 * x))
+        .collect();
+    let mut line = format!("answered by {}", served.join(", "));
+    for f in &r.strategy {
+        let _ = write!(line, "; {f}");
+    }
+    if r.errors > 0 {
+        let _ = write!(line, "; {} of {} answers failed", r.errors, r.n);
+    }
+    if r.samples > 0 {
+        let _ = write!(
+            line,
+            "; {} of {} samples failed",
+            r.failed_samples, r.samples
+        );
+    }
+    if r.degraded > 0 {
+        let _ = write!(
+            line,
+            "; {}: {} of {} answers made of fewer samples than asked",
+            strong("degraded"),
+            r.degraded,
+            r.n
+        );
+    }
+    if r.capped > 0 {
+        let _ = write!(
+            line,
+            "; {} answers capped at max_tokens (finish_reason {}), graded as they are",
+            r.capped,
+            code("length")
+        );
+    }
+    line
+}
