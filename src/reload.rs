@@ -106,11 +106,14 @@ fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
             "[telemetry] changed (it needs a restart; traces still go where they went)".into(),
         );
     }
-    if old.console != new.console {
+    if old.console.recent_requests != new.console.recent_requests {
         out.push(format!(
             "console.recent_requests changed to {}",
             new.console.recent_requests
         ));
+    }
+    if old.console != new.console && old.console.recent_requests == new.console.recent_requests {
+        out.push("[console] changed".into());
     }
     if old.server.limits != new.server.limits {
         out.push("server connection limits changed (they need a restart)".into());

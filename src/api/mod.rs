@@ -11,7 +11,8 @@
 //! `guard` counts each request. `info` answers the other endpoints,
 //! `requests` the ring of recent request records, and
 //! `endpoints` mounts those the strategies serve (the arena's votes);
-//! `ready` answers `/readyz` from its cache; `auth`, `body`, `query`
+//! `ready` answers `/readyz` from its cache; `console` serves the web
+//! console's page and files; `auth`, `body`, `query`
 //! and `options` read what the client sent; `error` is the one OpenAI
 //! error mapping.
 //!
@@ -22,6 +23,7 @@
 mod auth;
 mod body;
 mod chat;
+pub mod console;
 mod endpoints;
 pub mod error;
 mod forward;
@@ -118,6 +120,8 @@ pub struct AppState {
     pub started_at: u64,
     /// The digest of the key `/metrics` and `/readyz` require, if any.
     pub metrics_key: Option<[u8; 32]>,
+    /// `[console]`: whether `/console` is served, to whom, and its links.
+    pub console: crate::config::ConsoleConfig,
     /// `/readyz`'s last answer, reused for `server.readyz_cache`.
     pub ready: ready::Cached<ready::Answer>,
     /// The retry budget of every name a client may ask for (a route's
@@ -191,6 +195,7 @@ impl AppState {
                 .metrics_key
                 .as_ref()
                 .map(|k| crate::config::digest(&k.0)),
+            console: config.console.clone(),
             ready: ready::Cached::new(config.server.readyz_cache),
             retry_budgets,
         })
@@ -272,6 +277,9 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/requests", get(requests::list))
         .route("/v1/requests/{id}", get(requests::one))
         .route("/requests/{id}", get(requests::one))
+        .route(console::CONSOLE, get(console::page))
+        .route("/console/", get(console::page))
+        .route("/console/{file}", get(console::file))
         .route("/metrics", get(info::metrics))
         .route("/healthz", get(info::healthz))
         .route("/readyz", get(ready::readyz));

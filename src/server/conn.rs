@@ -7,6 +7,7 @@
 //! reads them itself (see [`sniff`]).
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -24,6 +25,7 @@ use super::Serving;
 use super::exec::Deadline;
 use super::io::{Tracked, Watched};
 use super::state::{Busy, ConnState};
+use crate::api::console::{CONSOLE, Peer};
 use crate::api::error::ApiError;
 
 pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: OwnedSemaphorePermit) {
@@ -31,6 +33,7 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
         tracing::debug!("TCP_NODELAY not set: {e}");
     }
     let limits = serving.limits;
+    let peer = tcp.peer_addr().ok();
     let state = Arc::new(ConnState::new());
     let _listed = serving.slots.register(state.clone());
     // Until the first bytes arrive the watchdog keeps the idle limit,
@@ -53,7 +56,7 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
     });
     let service = {
         let (state, serving) = (state.clone(), serving.clone());
-        hyper::service::service_fn(move |req| handle(req, state.clone(), serving.clone()))
+        hyper::service::service_fn(move |req| handle(req, peer, state.clone(), serving.clone()))
     };
     let mut builder = auto::Builder::new(Deadline(serving.clone()));
     builder
@@ -135,11 +138,16 @@ async fn sniff(tcp: &TcpStream) -> Proto {
 
 /// One request: counted in flight at once, given a slot, then routed.
 async fn handle(
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
+    peer: Option<SocketAddr>,
     state: Arc<ConnState>,
     serving: Arc<Serving>,
 ) -> Result<Response<Tracked>, Infallible> {
     let h1 = req.version() < Version::HTTP_2;
+    // Only the console asks who is calling (its loopback rule).
+    if let Some(peer) = peer.filter(|_| req.uri().path().starts_with(CONSOLE)) {
+        req.extensions_mut().insert(Peer(peer));
+    }
     let busy = Busy::begin(state.clone(), h1.then(|| serving.request_limit()));
     let wait = serving.limits.header_read_timeout;
     let slot = tokio::select! {

@@ -21,6 +21,7 @@ mod chain_telemetry;
 mod claude_code;
 mod cli;
 mod clients;
+mod console;
 mod context_window;
 mod cut_streams;
 mod dashboards;

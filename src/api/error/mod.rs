@@ -40,6 +40,13 @@ pub enum ApiError {
     AdminOnly { what: &'static str },
     #[error("Only the metrics key (server.metrics_key_env) or an admin key may read {what}.")]
     OperatorOnly { what: &'static str },
+    /// The console of a gateway without `[[keys]]`, asked for by a client
+    /// that is not on this machine while `console.open` is off.
+    #[error(
+        "This gateway has no [[keys]], so its console is served to loopback clients only; set \
+         console.open = true to serve it to every client."
+    )]
+    ConsoleLoopbackOnly,
     #[error("{}", .0.message)]
     Governed(Box<Rejection>),
     /// A stored response that is unknown, expired, deleted or another
@@ -130,6 +137,9 @@ impl ApiError {
             },
             ApiError::AdminOnly { .. } | ApiError::OperatorOnly { .. } => {
                 plain(StatusCode::FORBIDDEN, "permission_error", "admin_only")
+            }
+            ApiError::ConsoleLoopbackOnly => {
+                plain(StatusCode::FORBIDDEN, "permission_error", "loopback_only")
             }
             ApiError::Governed(r) => Shape {
                 retry_after: r.retry_after.map(|s| s.to_string()),

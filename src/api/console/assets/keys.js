@@ -1,0 +1,67 @@
+// Keys and spend (admin): per key its limits, its rate use now and its
+// budget today (`GET /v1/keys/usage`); per route and per model today's
+// requests, tokens and cost (`GET /v1/usage`); a link to Grafana for
+// history when `console.grafana_url` is set.
+
+import * as api from '/console/api.js';
+import { el, show, note, num, usd } from '/console/text.js';
+import { table } from '/console/timeline.js';
+
+/// Whether this key may see admin pages; when not, `root` says why in the
+/// gateway's own words. Asks `/v1/keys/usage`, the admin-only endpoint.
+export async function admin(root, title) {
+  try {
+    await api.json('/v1/keys/usage');
+    return true;
+  } catch (e) {
+    if (e.status === 401) throw e;
+    show(root, el('h2', { text: title }), note('error',
+      e.status === 403 ? `This page needs an admin key. ${e.message}` : e.message, 'admin-refused'));
+    return false;
+  }
+}
+
+const cap = (x) => (x === null || x === undefined ? 'no limit' : num(x));
+
+export async function mount(root) {
+  if (!(await admin(root, 'Keys and spend'))) return null;
+  const [usage, today] = await Promise.all([
+    api.json('/v1/keys/usage'),
+    api.json('/v1/usage').catch((e) => ({ error: e.message })),
+  ]);
+  const grafana = document.body.dataset.grafana;
+  const keys = usage.data || [];
+  const keyRows = keys.map((k) => {
+    const now = k.now || {};
+    const l = k.limits || {};
+    const t = k.today || {};
+    const left = k.remaining || {};
+    return [k.name, k.admin ? 'admin' : '',
+      `${num(now.requests_last_minute ?? now.rpm_used)} / ${cap(l.rpm)}`,
+      `${num(now.tokens_last_minute ?? now.tpm_used)} / ${cap(l.tpm)}`,
+      `${num(t.tokens)} tok · ${usd(t.cost_usd)}`,
+      `${left.tokens === null || left.tokens === undefined ? 'no cap' : num(left.tokens) + ' tok'} · ${left.cost_usd === null || left.cost_usd === undefined ? 'no cap' : usd(left.cost_usd)}`];
+  });
+  const parts = [el('h2', { text: 'Keys and spend' })];
+  parts.push(keys.length
+    ? table(['key', '', 'requests this minute / rpm', 'tokens this minute / tpm', 'spent today', 'left today'], keyRows, { 'data-testid': 'keys-row' })
+    : note('note', 'This gateway has no [[keys]]: nothing is limited per key.'));
+  if (today.error) {
+    parts.push(note('error', `Today's usage: ${today.error}`));
+  } else {
+    parts.push(el('h3', { text: `Today (${today.day || 'UTC'}), per route` }));
+    parts.push(table(['route', 'requests', 'errors', 'input tokens', 'output tokens', 'cost'],
+      (today.routes || []).map((r) => [r.route, num(r.requests), num(r.errors), num(r.input_tokens), num(r.output_tokens), usd(r.cost_usd)]),
+      { 'data-testid': 'usage-route-row' }));
+    parts.push(el('h3', { text: 'Today, per model' }));
+    parts.push(table(['model', 'upstream', 'attempts', 'input tokens', 'output tokens', 'cost'],
+      (today.models || []).map((m) => [m.model, m.upstream, num(m.attempts), num(m.input_tokens), num(m.output_tokens), usd(m.cost_usd)]),
+      { 'data-testid': 'usage-model-row' }));
+    parts.push(el('p', { class: 'dim', text: 'Counted by this gateway instance since the start of the UTC day (or since it started); the same counts as its Prometheus metrics.' }));
+  }
+  if (grafana) {
+    parts.push(el('p', {}, 'History: ', el('a', { href: grafana, rel: 'noopener noreferrer', target: '_blank', 'data-testid': 'grafana-link' }, 'open the Grafana dashboards')));
+  }
+  show(root, ...parts);
+  return null;
+}
