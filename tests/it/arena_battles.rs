@@ -165,13 +165,19 @@ async fn three_named_contestants_stream_blind_and_a_ranking_reveals_and_ranks_th
     assert_eq!(body["ranking"], json!(["C", "A", "B"]));
     assert_eq!(body["pick"], "ranking");
     assert_eq!(body["winner"], shown[2]);
-    assert_eq!((body["a"].as_str(), body["b"].as_str()), (Some(shown[0]), Some(shown[1])));
+    assert_eq!(
+        (body["a"].as_str(), body["b"].as_str()),
+        (Some(shown[0]), Some(shown[1]))
+    );
     assert_eq!(body["recorded"], true);
     let again = vote(&gw, &id, json!({"pick": "A"})).await;
     assert_eq!(again.status, 409, "{}", again.text);
 
     let b = board(&gw, "route=pool").await;
-    assert_eq!((b["votes"].as_u64(), b["comparisons"].as_u64()), (Some(1), Some(3)));
+    assert_eq!(
+        (b["votes"].as_u64(), b["comparisons"].as_u64()),
+        (Some(1), Some(3))
+    );
     assert_eq!(standing(&b, shown[2]), (2, 0, 0, 2));
     assert_eq!(standing(&b, shown[0]), (1, 1, 0, 2));
     assert_eq!(standing(&b, shown[1]), (0, 2, 0, 2));
@@ -226,10 +232,18 @@ async fn picks_of_n_all_bad_misfits_time_filters_and_pooled_routes() {
         let r = vote(&gw, &id, body.clone()).await;
         assert_eq!(r.status, 400, "{body}: {}", r.text);
         let e = &r.json()["error"];
-        assert_eq!((e["code"].as_str(), e["param"].as_str()), (Some("invalid_vote"), Some(param)), "{body}: {e}");
+        assert_eq!(
+            (e["code"].as_str(), e["param"].as_str()),
+            (Some("invalid_vote"), Some(param)),
+            "{body}: {e}"
+        );
     }
     let misfit = vote(&gw, &id, json!({"pick": "E"})).await;
-    assert!(misfit.text.contains("4 contestants (A to D)"), "{}", misfit.text);
+    assert!(
+        misfit.text.contains("4 contestants (A to D)"),
+        "{}",
+        misfit.text
+    );
     // The refused votes left it open.
     let r = vote(&gw, &id, json!({"pick": "pick c"})).await;
     assert_eq!(r.status, 200, "{}", r.text);
@@ -239,17 +253,30 @@ async fn picks_of_n_all_bad_misfits_time_filters_and_pooled_routes() {
     let (id, three) = open(&["alpha", "beta", "gamma"]).await;
     let r = vote(&gw, &id, json!({"pick": "both bad"})).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!((r.json()["pick"].as_str(), r.json()["winner"].is_null()), (Some("bad"), true));
+    assert_eq!(
+        (r.json()["pick"].as_str(), r.json()["winner"].is_null()),
+        (Some("bad"), true)
+    );
     let b = board(&gw, "route=pool").await;
-    assert_eq!((b["votes"].as_u64(), b["comparisons"].as_u64()), (Some(2), Some(6)));
+    assert_eq!(
+        (b["votes"].as_u64(), b["comparisons"].as_u64()),
+        (Some(2), Some(6))
+    );
     let winner = &four[2];
     let w = standing(&b, winner);
-    let also = if three.contains(winner) { (0, 0, 2, 2) } else { (0, 0, 0, 0) };
+    let also = if three.contains(winner) {
+        (0, 0, 2, 2)
+    } else {
+        (0, 0, 0, 0)
+    };
     assert_eq!(w, (3 + also.0, also.1, also.2, 3 + also.3), "{b}");
     if let Some(loser) = four.iter().find(|m| *m != winner && !three.contains(m)) {
         assert_eq!(standing(&b, loser), (0, 1, 0, 1));
     }
-    let in_both = four.iter().find(|m| *m != winner && three.contains(m)).unwrap();
+    let in_both = four
+        .iter()
+        .find(|m| *m != winner && three.contains(m))
+        .unwrap();
     assert_eq!(standing(&b, in_both), (0, 1, 2, 3));
 
     // Votes are dated: a window after them is empty, one around them not.
@@ -258,10 +285,27 @@ async fn picks_of_n_all_bad_misfits_time_filters_and_pooled_routes() {
         .unwrap()
         .as_secs();
     let later = board(&gw, &format!("route=pool&since={}", now + 60)).await;
-    assert_eq!((later["votes"].as_u64(), later["data"].as_array().unwrap().iter().all(|r| r["votes"] == 0)), (Some(0), true));
-    let around = board(&gw, &format!("route=pool&since={}&until={}", now - 60, now + 60)).await;
+    assert_eq!(
+        (
+            later["votes"].as_u64(),
+            later["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["votes"] == 0)
+        ),
+        (Some(0), true)
+    );
+    let around = board(
+        &gw,
+        &format!("route=pool&since={}&until={}", now - 60, now + 60),
+    )
+    .await;
     assert_eq!(around["votes"], 2);
-    assert_eq!(board(&gw, &format!("route=pool&until={}", now - 60)).await["votes"], 0);
+    assert_eq!(
+        board(&gw, &format!("route=pool&until={}", now - 60)).await["votes"],
+        0
+    );
 
     // Pooled: both routes' votes over the union of their contestants.
     let r = post(&gw.base, &chat("duo", "a pair as before")).await;
@@ -270,7 +314,10 @@ async fn picks_of_n_all_bad_misfits_time_filters_and_pooled_routes() {
     assert_eq!(r.status, 200, "{}", r.text);
     let pair_winner = r.json()["winner"].as_str().unwrap().to_owned();
     let all = board(&gw, "route=*").await;
-    assert_eq!((all["route"].as_str(), all["routes"].clone()), (Some("*"), json!(["duo", "pool"])));
+    assert_eq!(
+        (all["route"].as_str(), all["routes"].clone()),
+        (Some("*"), json!(["duo", "pool"]))
+    );
     assert_eq!(all["votes"], 3);
     assert_eq!(all["data"].as_array().unwrap().len(), 6);
     let before = standing(&b, &pair_winner);
@@ -285,11 +332,20 @@ async fn picks_of_n_all_bad_misfits_time_filters_and_pooled_routes() {
     let r = send(client().get(gw.url("/v1/arena/leaderboard?route=pool&from=1&zz=2"))).await;
     assert_eq!(r.status, 400, "{}", r.text);
     let msg = r.json()["error"]["message"].as_str().unwrap().to_owned();
-    assert!(msg.contains("'from'") && msg.contains("'zz'") && msg.contains("since"), "{msg}");
+    assert!(
+        msg.contains("'from'") && msg.contains("'zz'") && msg.contains("since"),
+        "{msg}"
+    );
     let r = send(client().get(gw.url("/v1/arena/leaderboard?route=pool&since=yesterday"))).await;
-    assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some("since")));
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].as_str()),
+        (400, Some("since"))
+    );
     let r = send(client().get(gw.url("/v1/arena/leaderboard"))).await;
-    assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some("route")));
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].as_str()),
+        (400, Some("route"))
+    );
 }
 
 #[tokio::test]
@@ -298,30 +354,49 @@ async fn a_bad_contestants_field_is_a_400_that_says_what_is_allowed() {
     for (value, says) in [
         (json!("alpha"), "must be a list"),
         (json!(["alpha"]), "names 1 model"),
-        (json!(["alpha", "beta", "gamma", "delta", "broken", "gone", "alpha"]), "names 7 models"),
+        (
+            json!(["alpha", "beta", "gamma", "delta", "broken", "gone", "alpha"]),
+            "names 7 models",
+        ),
         (json!(["alpha", "alpha"]), "\"alpha\" twice"),
         (json!(["alpha", 3]), "must list model names"),
-        (json!(["alpha", "opus"]), "\"opus\" is not a contestant of arena \"pool\""),
+        (
+            json!(["alpha", "opus"]),
+            "\"opus\" is not a contestant of arena \"pool\"",
+        ),
     ] {
         let mut b = chat("pool", "hi");
         b["contestants"] = value.clone();
         let r = post(&gw.base, &b).await;
         assert_eq!(r.status, 400, "{value}: {}", r.text);
         let e = &r.json()["error"];
-        assert_eq!((e["param"].as_str(), e["type"].as_str()), (Some("contestants"), Some("invalid_request_error")), "{e}");
+        assert_eq!(
+            (e["param"].as_str(), e["type"].as_str()),
+            (Some("contestants"), Some("invalid_request_error")),
+            "{e}"
+        );
         let msg = e["message"].as_str().unwrap();
         assert!(msg.contains(says), "{value}: {msg}");
         if says.contains("opus") {
-            assert!(msg.contains("\"alpha\", \"beta\", \"gamma\", \"delta\""), "{msg}");
+            assert!(
+                msg.contains("\"alpha\", \"beta\", \"gamma\", \"delta\""),
+                "{msg}"
+            );
         }
     }
     // A contestant of another arena is not in this one's pool.
     let r = post(&gw.base, &battle("duo", "hi", &["alpha", "beta"], false)).await;
-    assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some("contestants")));
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].as_str()),
+        (400, Some("contestants"))
+    );
     let mut n = battle("pool", "hi", &["alpha", "beta", "gamma"], false);
     n["n"] = json!(3);
     let r = post(&gw.base, &n).await;
-    assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some("n")));
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].as_str()),
+        (400, Some("n"))
+    );
     assert!(mock.received().await.is_empty(), "an upstream was called");
     // null is no choice: a pair as before.
     let mut b = chat("duo", "hi");
@@ -336,7 +411,11 @@ async fn the_contestants_that_answer_are_the_battle() {
     let (_mock, gw) = world();
     // Two of three answer: a battle of two, recorded as such.
     for stream in [false, true] {
-        let r = post(&gw.base, &battle("pool", "hi", &["alpha", "broken", "beta"], stream)).await;
+        let r = post(
+            &gw.base,
+            &battle("pool", "hi", &["alpha", "broken", "beta"], stream),
+        )
+        .await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert!(!r.text.contains("broke"), "{}", r.text);
         let id = r.header("x-conclave-arena-id").unwrap().to_owned();
@@ -356,10 +435,17 @@ async fn the_contestants_that_answer_are_the_battle() {
         let v = vote(&gw, &id, json!({"ranking": ["B", "A"]})).await;
         assert_eq!(v.status, 200, "{}", v.text);
         let models = v.json()["models"].clone();
-        assert_eq!(models, json!({"A": model_of(&texts[0]), "B": model_of(&texts[1])}));
+        assert_eq!(
+            models,
+            json!({"A": model_of(&texts[0]), "B": model_of(&texts[1])})
+        );
     }
     // One answer alone: nothing to vote on.
-    let r = post(&gw.base, &battle("pool", "hi", &["gone", "broken", "gamma"], false)).await;
+    let r = post(
+        &gw.base,
+        &battle("pool", "hi", &["gone", "broken", "gamma"], false),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-conclave-arena"), Some("incomplete"));
     assert!(r.json().get("arena_id").is_none());
@@ -405,7 +491,12 @@ async fn a_budget_that_holds_two_contestants_refuses_three_before_any_call() {
 #[tokio::test(start_paused = true)]
 async fn the_demo_battles_its_three_models() {
     let gw = inproc::Gw::demo();
-    let body = battle("ab", "Which sort is stable?", &["frontier", "second-opinion", "gemma-large"], true);
+    let body = battle(
+        "ab",
+        "Which sort is stable?",
+        &["frontier", "second-opinion", "gemma-large"],
+        true,
+    );
     let r = gw.chat(&body).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let texts = streamed_texts(&r);
@@ -413,12 +504,23 @@ async fn the_demo_battles_its_three_models() {
     assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
     let id = r.header("x-conclave-arena-id").unwrap().to_owned();
     let v = gw
-        .post_with(&format!("/v1/arena/{id}/vote"), &json!({"ranking": ["B", "C", "A"]}), &[])
+        .post_with(
+            &format!("/v1/arena/{id}/vote"),
+            &json!({"ranking": ["B", "C", "A"]}),
+            &[],
+        )
         .await;
     assert_eq!(v.status, 200, "{}", v.text);
     let m = v.json()["models"].clone();
-    let mut names: Vec<&str> = ["A", "B", "C"].iter().map(|l| m[*l].as_str().unwrap()).collect();
-    let (a, b, c) = (names[0].to_owned(), names[1].to_owned(), names[2].to_owned());
+    let mut names: Vec<&str> = ["A", "B", "C"]
+        .iter()
+        .map(|l| m[*l].as_str().unwrap())
+        .collect();
+    let (a, b, c) = (
+        names[0].to_owned(),
+        names[1].to_owned(),
+        names[2].to_owned(),
+    );
     names.sort();
     assert_eq!(names, ["frontier", "gemma-large", "second-opinion"]);
     let board = gw.get("/v1/arena/leaderboard?route=ab").await.json();

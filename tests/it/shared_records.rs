@@ -346,9 +346,19 @@ async fn an_n_way_battle_is_voted_and_ranked_alike_on_either_replica() {
         )
     };
     let r = pick(json!({"pick": "D"})).await;
-    assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some("pick")), "{}", r.text);
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].as_str()),
+        (400, Some("pick")),
+        "{}",
+        r.text
+    );
     let r = pick(json!({"ranking": ["B", "A"]})).await;
-    assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some("ranking")), "{}", r.text);
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].as_str()),
+        (400, Some("ranking")),
+        "{}",
+        r.text
+    );
     let r = pick(json!({"ranking": ["B", "C", "A"]})).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let m = r.json()["models"].clone();
@@ -380,18 +390,43 @@ async fn an_n_way_battle_is_voted_and_ranked_alike_on_either_replica() {
             .find(|r| r["model"] == model)
             .unwrap()
             .clone();
-        (r["wins"].as_u64().unwrap(), r["losses"].as_u64().unwrap(), r["ties"].as_u64().unwrap())
+        (
+            r["wins"].as_u64().unwrap(),
+            r["losses"].as_u64().unwrap(),
+            r["ties"].as_u64().unwrap(),
+        )
     };
     assert_eq!(row(&on_a, &by("B")), (2, 0, 0));
     assert_eq!(row(&on_a, &by("C")), (1, 1, 0));
     assert_eq!(row(&on_a, &by("A")), (0, 2, 0));
-    assert_eq!((on_a["votes"].as_u64(), on_a["comparisons"].as_u64()), (Some(1), Some(3)));
+    assert_eq!(
+        (on_a["votes"].as_u64(), on_a["comparisons"].as_u64()),
+        (Some(1), Some(3))
+    );
 
     // Written before N-way arenas: an undated pair's vote and an open pair.
-    redis.cli(&["RPUSH", "{conclave:arena}:votes:trio", r#"["alpha","beta","a"]"#]);
     redis.cli(&[
-        "HSET", "{conclave:arena}:open:arena-old", "route", "trio", "model_a", "beta",
-        "model_b", "base", "key", "one", "excerpt", "", "created", "1", "expires", "99999999999",
+        "RPUSH",
+        "{conclave:arena}:votes:trio",
+        r#"["alpha","beta","a"]"#,
+    ]);
+    redis.cli(&[
+        "HSET",
+        "{conclave:arena}:open:arena-old",
+        "route",
+        "trio",
+        "model_a",
+        "beta",
+        "model_b",
+        "base",
+        "key",
+        "one",
+        "excerpt",
+        "",
+        "created",
+        "1",
+        "expires",
+        "99999999999",
     ]);
     let r = send(
         client()

@@ -28,7 +28,7 @@ pub const ARENA_VOTES: &str = "conclave_arena_votes_total";
 /// Declared in the arena's strategy-table entry.
 pub const METRICS: &[MetricSpec] = &[MetricSpec {
     name: ARENA_VOTES,
-    help: "Arena votes by route and model: outcome win, loss or tie",
+    help: "Arena votes by route and model, one per pairwise result: outcome win, loss or tie",
     kind: MetricKind::Counter,
 }];
 
@@ -168,7 +168,9 @@ pub(super) async fn vote(call: EndpointCall) -> Result<Response, ModelError> {
                 ),
                 None => bad_vote(
                     "pick",
-                    format!("Arena `{id}` has {n} contestants ({letters}); pick one of them, \"tie\", \"bad\" or \"skip\"."),
+                    format!(
+                        "Arena `{id}` has {n} contestants ({letters}); pick one of them, \"tie\", \"bad\" or \"skip\"."
+                    ),
                 ),
             });
         }
@@ -223,7 +225,10 @@ pub(super) async fn vote(call: EndpointCall) -> Result<Response, ModelError> {
     if let Some(l) = &letters {
         f.insert("ranking".into(), json!(l));
     }
-    f.insert("winner".into(), winner.map_or(Value::Null, |w| Value::from(w.as_str())));
+    f.insert(
+        "winner".into(),
+        winner.map_or(Value::Null, |w| Value::from(w.as_str())),
+    );
     f.insert("key".into(), Value::from(&*call.caller.name));
     call.telemetry.emit_event(Event::of(
         call.request_id.clone(),
