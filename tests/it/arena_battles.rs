@@ -456,6 +456,10 @@ async fn the_contestants_that_answer_are_the_battle() {
     assert!(!r.text.contains("arena_id"), "{}", r.text);
 }
 
+/// Three contestants that all answer: a plain request is a pair of them.
+const TRIO: &str =
+    "[routes.trio]\nstrategy = \"arena\"\ncontestants = [\"alpha\", \"beta\", \"gamma\"]\n\n";
+
 #[tokio::test]
 async fn a_budget_that_holds_two_contestants_refuses_three_before_any_call() {
     let mock = Srv::mock(MOCK);
@@ -463,23 +467,26 @@ async fn a_budget_that_holds_two_contestants_refuses_three_before_any_call() {
     // 140 a contestant: two fit 350, three (420) do not.
     let keys = "[[keys]]\nname = \"team\"\nkey_env = \"K\"\ndaily_tokens = 350\n\n";
     let gw = Srv::gateway_env(
-        &format!("{keys}{}", front_of(&mock.v1(), MODELS, &routes())),
+        &format!(
+            "{keys}{}",
+            front_of(&mock.v1(), MODELS, &format!("{}{TRIO}", routes()))
+        ),
         &[("K", "k-team")],
     );
     let h = [("authorization", "Bearer k-team")];
-    let mut three = battle("pool", "hi", &["alpha", "beta", "gamma"], false);
+    let mut three = battle("trio", "hi", &["alpha", "beta", "gamma"], false);
     three["max_tokens"] = json!(100);
     let r = post_with(&gw.base, &three, &h).await;
     assert_eq!(r.status, 429, "{}", r.text);
     assert_eq!(r.json()["error"]["code"], "budget_exceeded", "{}", r.text);
     assert!(mock.received().await.is_empty(), "an upstream was called");
     // A pair, named or not, fits: a plain request reserves for two.
-    let mut plain = chat("pool", "hi");
+    let mut plain = chat("trio", "hi");
     plain["max_tokens"] = json!(100);
     let r = post_with(&gw.base, &plain, &h).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json()["choices"].as_array().unwrap().len(), 2);
-    let mut two = battle("pool", "hi", &["alpha", "beta"], false);
+    let mut two = battle("trio", "hi", &["alpha", "beta"], false);
     two["max_tokens"] = json!(100);
     let r = post_with(&gw.base, &two, &h).await;
     assert_eq!(r.status, 200, "{}", r.text);
