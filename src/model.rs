@@ -44,6 +44,13 @@ pub trait ChatModel: Send + Sync {
         }
     }
 
+    /// [`Self::estimate`] for this request: a model whose calls depend
+    /// on the request's own fields (an arena's `contestants`) reads them;
+    /// any other says what `estimate` says. Admission reserves this.
+    fn estimate_request(&self, _req: &ChatRequest, size: CallSize) -> Spend {
+        self.estimate(size)
+    }
+
     /// Whether a call now would be served: a concrete model that is
     /// ejected, or whose whole upstream is, is not (see
     /// `upstream::health`); a strategy is

@@ -51,6 +51,7 @@ impl Dialect for Chat {
             node,
             bill,
             answers,
+            request: Some(req.clone()),
             stream,
             run: Box::new(move |call| Box::pin(async move { model.chat(call, req).await })),
             render,

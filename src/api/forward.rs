@@ -108,6 +108,7 @@ impl Dialect for Forward {
             node,
             bill,
             answers: answers(&req),
+            request: None,
             stream,
             run: Box::new(move |call| {
                 Box::pin(async move { concrete.forward(call, endpoint, req).await })

@@ -41,6 +41,7 @@ use crate::governor::{RateHeaders, Refused, record_rejection};
 use crate::graph::Node;
 use crate::model::{Call, CallSize, Reply, Spend};
 use crate::telemetry::status_label;
+use crate::wire::ChatRequest;
 use crate::wire::billing::Billable;
 
 /// A request received: the current state, the caller behind its
@@ -104,6 +105,9 @@ pub struct Job<'a> {
     /// it asks for.
     pub bill: Billable,
     pub answers: u64,
+    /// The chat request the node will run, when it runs one: its fields
+    /// may change what the node will spend ([`crate::model::ChatModel::estimate_request`]).
+    pub request: Option<Arc<ChatRequest>>,
     pub stream: bool,
     pub run: Run,
     pub render: Box<dyn Render>,
@@ -255,7 +259,12 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let opts = options::read(&ad.headers)?;
     let asked = Asked::new(&ad.app, job.bill, job.answers);
-    let cost = (job.node.model.estimate(asked.size), asked.capped);
+    let model = &job.node.model;
+    let spend = match &job.request {
+        Some(req) => model.estimate_request(req, asked.size),
+        None => model.estimate(asked.size),
+    };
+    let cost = (spend, asked.capped);
     let Opened { ctx, guard, limits } = open(
         gw,
         &ad.app,

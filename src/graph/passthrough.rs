@@ -44,6 +44,10 @@ impl ChatModel for Passthrough {
         self.model.estimate(size)
     }
 
+    fn estimate_request(&self, req: &ChatRequest, size: CallSize) -> Spend {
+        self.model.estimate_request(req, size)
+    }
+
     fn availability(&self) -> Availability {
         self.model.availability()
     }

@@ -69,6 +69,10 @@ impl ChatModel for Pinned {
         self.inner.estimate(size)
     }
 
+    fn estimate_request(&self, req: &ChatRequest, size: CallSize) -> Spend {
+        self.inner.estimate_request(req, size)
+    }
+
     fn availability(&self) -> Availability {
         self.inner.availability()
     }

@@ -113,6 +113,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
             WHERE key = OLD.key;
         DELETE FROM response_usage WHERE key = OLD.key AND count <= 0;
     END;",
+    // Arenas of 2 to 6 contestants: all of them in letter order (A..F),
+    // a JSON array; NULL on a pair's row from before (model_a, model_b).
+    // The leaderboard filters votes by when they were cast.
+    "ALTER TABLE arena ADD COLUMN models TEXT;
+    CREATE INDEX arena_route_voted ON arena (route, voted_at);",
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -11,6 +11,7 @@ mod admission;
 mod anthropic_sdk;
 mod anthropic_upstream;
 mod arena;
+mod arena_battles;
 mod balance;
 mod balance_faults;
 mod budgets;

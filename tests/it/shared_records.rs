@@ -311,3 +311,142 @@ async fn redis_down_is_a_clear_error_within_the_timeout_not_a_hang() {
     );
     assert!(!a.metrics().await.is_empty());
 }
+
+/// A three-model battle on a shared Redis: opened on one replica, ranked
+/// on the other, the same pairwise counts on both; a pick beyond its size
+/// leaves it open there too; a vote and an open pair written before
+/// N-way arenas (no `models`, undated) still read and close.
+#[tokio::test]
+async fn an_n_way_battle_is_voted_and_ranked_alike_on_either_replica() {
+    let redis = RedisServer::start();
+    let mock = Srv::mock(MOCK);
+    let toml = config(&mock, &redis.url()).replace(
+        "[routes.ab]\n",
+        "[routes.trio]\nstrategy = \"arena\"\ncontestants = [\"alpha\", \"beta\", \"base\"]\n\n[routes.ab]\n",
+    );
+    let (a, b) = (replica(&toml), replica(&toml));
+    let mut body = chat("trio", "compare three");
+    body["contestants"] = json!(["base", "alpha", "beta"]);
+    let r = post_with(&a.base, &body, &[ONE]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let id = r.json()["arena_id"].as_str().unwrap().to_owned();
+    let texts: Vec<String> = r.json()["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["message"]["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(texts.len(), 3);
+    let pick = |body: Value| {
+        send(
+            client()
+                .post(b.url(&format!("/v1/arena/{id}/vote")))
+                .header(ONE.0, ONE.1)
+                .json(&body),
+        )
+    };
+    let r = pick(json!({"pick": "D"})).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].as_str()),
+        (400, Some("pick")),
+        "{}",
+        r.text
+    );
+    let r = pick(json!({"ranking": ["B", "A"]})).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["param"].as_str()),
+        (400, Some("ranking")),
+        "{}",
+        r.text
+    );
+    let r = pick(json!({"ranking": ["B", "C", "A"]})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let m = r.json()["models"].clone();
+    let by = |l: &str| m[l].as_str().unwrap().to_owned();
+    let writes = |model: &str| match model {
+        "alpha" => "First answer.",
+        "beta" => "Second answer.",
+        _ => "An easy answer.",
+    };
+    assert_eq!(
+        texts,
+        [writes(&by("A")), writes(&by("B")), writes(&by("C"))]
+    );
+    let board = |gw: &Srv| {
+        let url = gw.url("/v1/arena/leaderboard?route=trio");
+        async move {
+            let r = send(client().get(url).header(ONE.0, ONE.1)).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+            r.json()
+        }
+    };
+    let (on_a, on_b) = (board(&a).await, board(&b).await);
+    assert_eq!(on_a, on_b);
+    let row = |v: &Value, model: &str| {
+        let r = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["model"] == model)
+            .unwrap()
+            .clone();
+        (
+            r["wins"].as_u64().unwrap(),
+            r["losses"].as_u64().unwrap(),
+            r["ties"].as_u64().unwrap(),
+        )
+    };
+    assert_eq!(row(&on_a, &by("B")), (2, 0, 0));
+    assert_eq!(row(&on_a, &by("C")), (1, 1, 0));
+    assert_eq!(row(&on_a, &by("A")), (0, 2, 0));
+    assert_eq!(
+        (on_a["votes"].as_u64(), on_a["comparisons"].as_u64()),
+        (Some(1), Some(3))
+    );
+
+    // Written before N-way arenas: an undated pair's vote and an open pair.
+    redis.cli(&[
+        "RPUSH",
+        "{conclave:arena}:votes:trio",
+        r#"["alpha","beta","a"]"#,
+    ]);
+    redis.cli(&[
+        "HSET",
+        "{conclave:arena}:open:arena-old",
+        "route",
+        "trio",
+        "model_a",
+        "beta",
+        "model_b",
+        "base",
+        "key",
+        "one",
+        "excerpt",
+        "",
+        "created",
+        "1",
+        "expires",
+        "99999999999",
+    ]);
+    let r = send(
+        client()
+            .post(a.url("/v1/arena/arena-old/vote"))
+            .header(ONE.0, ONE.1)
+            .json(&json!({"pick": "all bad"})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["models"], json!({"A": "beta", "B": "base"}));
+    let after = board(&b).await;
+    assert_eq!(after["votes"], 3);
+    assert_eq!(row(&after, "alpha").0, row(&on_a, "alpha").0 + 1);
+    assert_eq!(row(&after, "base").2, 1);
+    // The undated vote is not in a window with a start.
+    let r = send(
+        client()
+            .get(b.url("/v1/arena/leaderboard?route=trio&since=1000"))
+            .header(ONE.0, ONE.1),
+    )
+    .await;
+    assert_eq!(r.json()["votes"], 2, "{}", r.text);
+}

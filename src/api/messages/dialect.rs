@@ -80,6 +80,7 @@ impl Dialect for MessagesApi {
             node,
             bill,
             answers: 1,
+            request: Some(chat.clone()),
             stream,
             run: Box::new(move |call| Box::pin(async move { model.chat(call, chat).await })),
             render: Box::new(Messages::new(head)),

@@ -24,8 +24,10 @@ use crate::clock::Clock;
 pub trait Arenas: Send + Sync {
     /// Records a newly opened arena.
     async fn open(&self, a: &Arena) -> Result<(), StoreError>;
-    /// Closes arena `id` with `outcome` (`a`, `b`, `tie`, `skip`) at `now`
-    /// for the key named `key` (`None`: any key may).
+    /// Closes arena `id` with `outcome` (`a`..`f`, `tie`, `bad`,
+    /// `rank:…`, `skip`: [`crate::store::arena`]) at `now` for the key
+    /// named `key` (`None`: any key may); an outcome that does not fit
+    /// the arena's size leaves it open ([`Closed::Misfit`]).
     async fn close(
         &self,
         id: &str,
@@ -33,7 +35,8 @@ pub trait Arenas: Send + Sync {
         key: Option<&str>,
         now: i64,
     ) -> Result<Closed, StoreError>;
-    /// Votes (not skips) of `route` per (A, B) pair of models.
+    /// How many times each pair of `route`'s models was compared by votes
+    /// (the pairwise results they stand for).
     async fn pair_counts(&self, route: &str) -> Result<Vec<(String, String, u64)>, StoreError>;
     /// Every vote (not skips) of `route`, oldest first.
     async fn votes(&self, route: &str) -> Result<Vec<Vote>, StoreError>;

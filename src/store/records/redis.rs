@@ -3,14 +3,18 @@
 //! Arenas live under the one hash tag `{<prefix>:arena}` so the closing
 //! script touches one slot:
 //!
-//! - `…:open:<id>`: a hash per arena waiting for its vote (route, models,
-//!   key, excerpt, created, expires), expiring when its vote would;
+//! - `…:open:<id>`: a hash per arena waiting for its vote (route, its
+//!   models as a JSON array in letter order, the first two also as
+//!   `model_a` and `model_b`, key, excerpt, created, expires), expiring
+//!   when its vote would; a pair's hash from before has no `models`;
 //! - `…:done:<id>`: a voted (or skipped) arena's key and outcome, so a
 //!   second vote is told the first; kept [`DONE_TTL`];
-//! - `…:votes:<route>`: the route's votes (not skips), oldest first, a
-//!   list of `[model_a, model_b, outcome]`; no TTL (the leaderboard's
-//!   inputs);
-//! - `…:pairs:<route>`: votes per `[model_a, model_b]` pair; no TTL.
+//! - `…:votes:<route>`: the route's votes (not skips), oldest first, each
+//!   `{"models": [...], "outcome": "...", "at": <unix seconds>}` (a vote
+//!   from before N-way arenas: `[model_a, model_b, outcome]`, undated);
+//!   no TTL (the leaderboard's inputs);
+//! - `…:pairs:<route>`: comparisons per `[model, model]` pair (letter
+//!   order), every pair a vote compares; no TTL.
 //!
 //! Both ledgers of one oracle consult live under the key name's hash tag
 //! `{<prefix>:oracle:<key>}`, so one script reserves (or settles) in both
@@ -31,7 +35,7 @@ use async_trait::async_trait;
 
 use super::{Arenas, OracleSpend};
 use crate::store::StoreError;
-use crate::store::arena::{Arena, Closed, Vote};
+use crate::store::arena::{Arena, Closed, Vote, sizes};
 use crate::store::oracle::{OracleLedgers, Reserved};
 use crate::store::redis::Redis;
 
@@ -39,11 +43,14 @@ use crate::store::redis::Redis;
 pub const DONE_TTL: u64 = 30 * 86_400;
 
 /// Closes an arena in one step: unknown (never opened, or expired and
-/// gone), not the caller's, already voted (its outcome), expired, or
-/// closed now, when it moves from `open:` to `done:` and a vote (not a
-/// skip) is appended to the route's votes and pair counts.
+/// gone), not the caller's, already voted (its outcome), expired, a vote
+/// that does not fit its size (`misfit`, left open), or closed now, when
+/// it moves from `open:` to `done:` and a vote (not a skip) is appended
+/// to the route's votes and counted in its pairs (a single letter
+/// compares that letter with each other; anything else, every pair).
 /// KEYS: open:<id>, done:<id>. ARGV: outcome, key ('' for any), now,
-/// the tag's key prefix (`{p:arena}:`), the done record's TTL.
+/// the tag's key prefix (`{p:arena}:`), the done record's TTL, the
+/// fewest and most contestants the outcome fits.
 static CLOSE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
@@ -58,18 +65,43 @@ local f = {}
 for i = 1, #a, 2 do f[a[i]] = a[i + 1] end
 if ARGV[2] ~= '' and f.key ~= ARGV[2] then return {'not_yours'} end
 if tonumber(f.expires) <= tonumber(ARGV[3]) then return {'unknown'} end
+local m
+if f.models then m = cjson.decode(f.models) else m = {f.model_a, f.model_b} end
+if #m < tonumber(ARGV[6]) or #m > tonumber(ARGV[7]) then return {'misfit', tostring(#m)} end
+local models = cjson.encode(m)
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'key', f.key, 'outcome', ARGV[1], 'route', f.route,
-  'model_a', f.model_a, 'model_b', f.model_b, 'voted_at', ARGV[3])
+  'models', models, 'voted_at', ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
 if ARGV[1] ~= 'skip' then
-  redis.call('RPUSH', ARGV[4] .. 'votes:' .. f.route, cjson.encode({f.model_a, f.model_b, ARGV[1]}))
-  redis.call('HINCRBY', ARGV[4] .. 'pairs:' .. f.route, cjson.encode({f.model_a, f.model_b}), 1)
+  redis.call('RPUSH', ARGV[4] .. 'votes:' .. f.route,
+    cjson.encode({models = m, outcome = ARGV[1], at = tonumber(ARGV[3])}))
+  local w = nil
+  if #ARGV[1] == 1 then w = string.byte(ARGV[1]) - 96 end
+  for i = 1, #m do
+    for j = i + 1, #m do
+      if w == nil or i == w or j == w then
+        redis.call('HINCRBY', ARGV[4] .. 'pairs:' .. f.route, cjson.encode({m[i], m[j]}), 1)
+      end
+    end
+  end
 end
-return {'now', f.route, f.model_a, f.model_b, f.key, f.excerpt, f.created, f.expires}
+return {'now', f.route, models, f.key, f.excerpt, f.created, f.expires}
 ",
     )
 });
+
+/// One stored vote, as written now or before N-way arenas.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Stored {
+    Dated {
+        models: Vec<String>,
+        outcome: String,
+        at: i64,
+    },
+    Pair(String, String, String),
+}
 
 pub struct RedisArenas(pub Arc<Redis>);
 
@@ -93,14 +125,17 @@ impl Arenas for RedisArenas {
     async fn open(&self, a: &Arena) -> Result<(), StoreError> {
         let key = self.key(&format!("open:{}", a.id));
         let ttl = a.expires.saturating_sub(a.created).max(1);
+        let models = serde_json::to_string(&a.models).unwrap_or_default();
+        let first = |i: usize| a.models.get(i).map_or("", String::as_str);
         let mut p = redis::pipe();
         p.atomic()
             .hset_multiple(
                 &key,
                 &[
                     ("route", a.route.as_str()),
-                    ("model_a", &a.model_a),
-                    ("model_b", &a.model_b),
+                    ("models", &models),
+                    ("model_a", first(0)),
+                    ("model_b", first(1)),
                     ("key", &a.key),
                     ("excerpt", &a.excerpt),
                     ("created", &a.created.to_string()),
@@ -120,6 +155,7 @@ impl Arenas for RedisArenas {
         key: Option<&str>,
         now: i64,
     ) -> Result<Closed, StoreError> {
+        let (min, max) = sizes(outcome);
         let mut call = CLOSE.prepare_invoke();
         call.key(self.key(&format!("open:{id}")))
             .key(self.key(&format!("done:{id}")))
@@ -127,19 +163,24 @@ impl Arenas for RedisArenas {
             .arg(key.unwrap_or(""))
             .arg(now)
             .arg(self.key(""))
-            .arg(DONE_TTL);
+            .arg(DONE_TTL)
+            .arg(min)
+            .arg(max);
         let got: Vec<String> = self.0.script("arena_close", &call).await?;
         let num = |s: &str| s.parse::<i64>().map_err(|_| bad("arena_close", s));
         match got.as_slice() {
             [s] if s == "unknown" => Ok(Closed::Unknown),
             [s] if s == "not_yours" => Ok(Closed::NotYours),
             [s, outcome] if s == "already" => Ok(Closed::Already(outcome.clone())),
-            [s, route, model_a, model_b, key, excerpt, created, expires] if s == "now" => {
+            [s, n] if s == "misfit" => Ok(Closed::Misfit(
+                n.parse().map_err(|_| bad("arena_close", n))?,
+            )),
+            [s, route, models, key, excerpt, created, expires] if s == "now" => {
                 Ok(Closed::Now(Arena {
                     id: id.to_owned(),
                     route: route.clone(),
-                    model_a: model_a.clone(),
-                    model_b: model_b.clone(),
+                    models: serde_json::from_str(models)
+                        .map_err(|e| bad("arena_close", &e.to_string()))?,
                     key: key.clone(),
                     excerpt: excerpt.clone(),
                     created: num(created)?,
@@ -173,16 +214,23 @@ impl Arenas for RedisArenas {
             .run("arena_votes", redis::cmd("LRANGE").arg(&key).arg(0).arg(-1))
             .await?;
         got.iter()
-            .map(
-                |v| match serde_json::from_str::<(String, String, String)>(v) {
-                    Ok((model_a, model_b, outcome)) => Ok(Vote {
-                        model_a,
-                        model_b,
-                        outcome,
-                    }),
-                    Err(e) => Err(bad("arena_votes", &e.to_string())),
-                },
-            )
+            .map(|v| match serde_json::from_str::<Stored>(v) {
+                Ok(Stored::Dated {
+                    models,
+                    outcome,
+                    at,
+                }) => Ok(Vote {
+                    models,
+                    outcome,
+                    at,
+                }),
+                Ok(Stored::Pair(a, b, outcome)) => Ok(Vote {
+                    models: vec![a, b],
+                    outcome,
+                    at: 0,
+                }),
+                Err(e) => Err(bad("arena_votes", &e.to_string())),
+            })
             .collect()
     }
 }

@@ -1,6 +1,12 @@
 //! The leaderboard: per model, its votes, wins, losses, ties and win rate,
 //! and a Bradley–Terry rating with a 95% confidence interval.
 //!
+//! It reads the pairwise results each vote stands for
+//! ([`crate::store::arena::pairwise`]): a pair's vote is one comparison,
+//! an arena of N ranked is N·(N−1)/2, a pick of one of N is N−1 (the
+//! others are not compared); "all bad" counts as a tie. A model's `votes`
+//! are the comparisons it was in.
+//!
 //! Strengths are fitted by Hunter's MM algorithm, a tie counting half a
 //! win for each side. Every pair of models also gets one virtual tie (a
 //! weak prior), so a model that has only won or only lost still has a
@@ -13,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::store::arena::Vote;
+use crate::store::arena::{Side, Vote};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Standing {
@@ -37,7 +43,7 @@ const SCALE: f64 = 400.0 / std::f64::consts::LN_10;
 pub fn leaderboard(models: &[String], votes: &[Vote]) -> Vec<Standing> {
     let mut names: Vec<String> = models.to_vec();
     for v in votes {
-        for m in [&v.model_a, &v.model_b] {
+        for m in &v.models {
             if !names.contains(m) {
                 names.push(m.clone());
             }
@@ -53,8 +59,8 @@ pub fn leaderboard(models: &[String], votes: &[Vote]) -> Vec<Standing> {
     let mut n = vec![vec![0.0; k]; k];
     let mut w = vec![0.0; k];
     let mut counts = vec![(0u64, 0u64, 0u64); k];
-    for v in votes {
-        let (Some(&a), Some(&b)) = (at.get(v.model_a.as_str()), at.get(v.model_b.as_str())) else {
+    for (x, y, side) in votes.iter().flat_map(Vote::pairs) {
+        let (Some(&a), Some(&b)) = (at.get(x), at.get(y)) else {
             continue;
         };
         if a == b {
@@ -62,18 +68,18 @@ pub fn leaderboard(models: &[String], votes: &[Vote]) -> Vec<Standing> {
         }
         n[a][b] += 1.0;
         n[b][a] += 1.0;
-        match v.outcome.as_str() {
-            "a" => {
+        match side {
+            Side::First => {
                 w[a] += 1.0;
                 counts[a].0 += 1;
                 counts[b].1 += 1;
             }
-            "b" => {
+            Side::Second => {
                 w[b] += 1.0;
                 counts[b].0 += 1;
                 counts[a].1 += 1;
             }
-            _ => {
+            Side::Tie => {
                 w[a] += 0.5;
                 w[b] += 0.5;
                 counts[a].2 += 1;
@@ -217,9 +223,9 @@ mod tests {
 
     fn vote(a: &str, b: &str, outcome: &str) -> Vote {
         Vote {
-            model_a: a.into(),
-            model_b: b.into(),
+            models: vec![a.into(), b.into()],
             outcome: outcome.into(),
+            at: 0,
         }
     }
 
@@ -271,5 +277,24 @@ mod tests {
                 .all(|s| s.ci_low < s.rating && s.rating < s.ci_high)
         );
         assert_eq!(board.iter().find(|s| s.model == "a").unwrap().ties, 2);
+    }
+
+    #[test]
+    fn n_way_votes_count_each_pairwise_result() {
+        let three = |outcome: &str| Vote {
+            models: vec!["x".into(), "y".into(), "z".into()],
+            outcome: outcome.into(),
+            at: 0,
+        };
+        // y > x > z; then x beats both (y and z not compared); all bad.
+        let votes = [three("rank:bac"), three("a"), three("bad")];
+        let board = leaderboard(&["x".into(), "y".into(), "z".into()], &votes);
+        let row = |m: &str| board.iter().find(|s| s.model == m).unwrap();
+        let (x, y, z) = (row("x"), row("y"), row("z"));
+        assert_eq!((x.wins, x.losses, x.ties, x.votes), (3, 1, 2, 6));
+        assert_eq!((y.wins, y.losses, y.ties, y.votes), (2, 1, 2, 5));
+        assert_eq!((z.wins, z.losses, z.ties, z.votes), (0, 3, 2, 5));
+        assert_eq!(board[0].model, "x");
+        assert_eq!(board[2].model, "z");
     }
 }

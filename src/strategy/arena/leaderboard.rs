@@ -1,7 +1,10 @@
-//! `GET /v1/arena/leaderboard?route=NAME[&format=markdown]`: a route's
-//! contestants ranked from every stored vote ([`super::board`]), as JSON
-//! or a Markdown table; only the arenas the caller's key may use exist
-//! for it.
+//! `GET /v1/arena/leaderboard?route=NAME[&since=T][&until=T][&format=markdown]`:
+//! a route's contestants ranked from its stored votes ([`super::board`]),
+//! as JSON or a Markdown table; only the arenas the caller's key may use
+//! exist for it. `route=*` pools the votes of every arena route the key
+//! may use over the union of their contestants. `since` and `until` (Unix
+//! seconds) keep the votes cast at `since` or later and before `until`.
+//! Any other parameter is a 400 that names it.
 
 use axum::Json;
 use axum::http::{HeaderValue, header};
@@ -13,33 +16,86 @@ use super::votes::{arenas, stored};
 use crate::error::ModelError;
 use crate::graph::endpoint::EndpointCall;
 
+/// The parameters the leaderboard reads.
+const KNOWN: &[&str] = &["route", "since", "until", "format"];
+/// Every arena route the key may use, pooled.
+const ALL: &str = "*";
+
+fn bad(param: &'static str, code: &'static str, message: String) -> ModelError {
+    ModelError::Strategy {
+        status: 400,
+        code,
+        message,
+        param: Some(param),
+        retry_after: None,
+    }
+}
+
+/// `since` or `until`: Unix seconds, when given.
+fn seconds(call: &EndpointCall, name: &'static str) -> Result<Option<i64>, ModelError> {
+    let Some(v) = call.query.get(name) else {
+        return Ok(None);
+    };
+    v.trim().parse::<i64>().map(Some).map_err(|_| {
+        let shown: String = v.chars().take(40).collect();
+        bad(
+            name,
+            "invalid_request",
+            format!("'{name}' must be Unix seconds (got \"{shown}\")."),
+        )
+    })
+}
+
 pub(super) async fn answer(call: EndpointCall) -> Result<Response, ModelError> {
+    let mut unknown: Vec<String> = call
+        .query
+        .keys()
+        .filter(|k| !KNOWN.contains(&k.as_str()))
+        .map(|k| format!("'{}'", k.chars().take(40).collect::<String>()))
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort();
+        return Err(ModelError::Strategy {
+            status: 400,
+            code: "unknown_parameter",
+            message: format!(
+                "Unknown parameter{}: {}. Supported: {}.",
+                if unknown.len() == 1 { "" } else { "s" },
+                unknown.join(", "),
+                KNOWN.join(", ")
+            ),
+            param: None,
+            retry_after: None,
+        });
+    }
+    let (since, until) = (seconds(&call, "since")?, seconds(&call, "until")?);
     let caller = &call.caller;
     let arenas = arenas(&call);
     // Only the arenas this key may use: others do not exist for it.
-    let routes: Vec<&str> = arenas
+    let mut routes: Vec<&str> = arenas
         .iter()
         .map(|(r, _)| *r)
         .filter(|r| caller.may_use(r))
         .collect();
+    routes.sort_unstable();
     let route = match call.query.get("route") {
         Some(r) => r.clone(),
         None if routes.len() == 1 => routes[0].to_owned(),
         None => {
             return Err(ModelError::BadRequest {
                 message: format!(
-                    "Name the arena route: ?route=… (arena routes: {}).",
+                    "Name the arena route: ?route=… (arena routes: {}), or ?route=* for all of them.",
                     routes.join(", ")
                 ),
                 param: Some("route"),
             });
         }
     };
-    let Some((_, spec)) = arenas
-        .iter()
-        .find(|(r, _)| *r == route)
-        .filter(|_| caller.may_use(&route))
-    else {
+    let pooled: Vec<&str> = if route == ALL {
+        routes.clone()
+    } else if arenas.iter().any(|(r, _)| *r == route) && caller.may_use(&route) {
+        vec![route.as_str()]
+    } else {
         return Err(ModelError::Strategy {
             status: 404,
             code: "model_not_found",
@@ -48,13 +104,29 @@ pub(super) async fn answer(call: EndpointCall) -> Result<Response, ModelError> {
             retry_after: None,
         });
     };
-    let votes = call
-        .records
-        .arenas
-        .votes(&route)
-        .await
-        .map_err(|e| stored("the votes could not be read", &e))?;
-    let board = rank(&spec.contestants, &votes);
+    let mut contestants: Vec<String> = Vec::new();
+    let mut votes = Vec::new();
+    for r in &pooled {
+        if let Some((_, spec)) = arenas.iter().find(|(name, _)| name == r) {
+            for c in &spec.contestants {
+                if !contestants.contains(c) {
+                    contestants.push(c.clone());
+                }
+            }
+        }
+        let got = call
+            .records
+            .arenas
+            .votes(r)
+            .await
+            .map_err(|e| stored("the votes could not be read", &e))?;
+        votes.extend(
+            got.into_iter()
+                .filter(|v| since.is_none_or(|s| v.at >= s) && until.is_none_or(|u| v.at < u)),
+        );
+    }
+    let board = rank(&contestants, &votes);
+    let comparisons: usize = votes.iter().map(|v| v.pairs().len()).sum();
     if call
         .query
         .get("format")
@@ -78,14 +150,20 @@ pub(super) async fn answer(call: EndpointCall) -> Result<Response, ModelError> {
             })
         })
         .collect();
-    Ok(Json(json!({
+    let mut body = json!({
         "object": "arena.leaderboard",
         "route": route,
         "votes": votes.len(),
-        "method": "Bradley-Terry (MM; a tie is half a win; one virtual tie per pair), Elo scale; 95% CI from the Fisher information",
+        "comparisons": comparisons,
+        "since": since,
+        "until": until,
+        "method": "Bradley-Terry (MM; pairwise results of each vote; a tie or all bad is half a win; one virtual tie per pair), Elo scale; 95% CI from the Fisher information",
         "data": data,
-    }))
-    .into_response())
+    });
+    if route == ALL {
+        body["routes"] = json!(pooled);
+    }
+    Ok(Json(body).into_response())
 }
 
 fn markdown(route: &str, votes: usize, board: &[Standing]) -> String {

@@ -1,9 +1,12 @@
-//! `strategy = "arena"`: a blind A/B comparison. Two contestants answer at
-//! once (through the lanes); the client gets both answers as choices 0
-//! (A) and 1 (B) in a shuffled order, with no model name anywhere, and an
-//! arena id to vote on later (`POST /v1/arena/{id}/vote`, an endpoint of
-//! its own: [`votes`]).
-//! Streamed, the two answers arrive interleaved as OpenAI streams several
+//! `strategy = "arena"`: a blind comparison. Two contestants answer at
+//! once (through the lanes), or the 2 to 6 of the route's pool a request
+//! names in `contestants` ([`select`]); the client gets the answers as
+//! choices 0 (A), 1 (B), … in a shuffled order, with no model name
+//! anywhere, and an arena id to vote on later (`POST /v1/arena/{id}/vote`,
+//! an endpoint of its own: [`votes`]). When some contestants fail, the
+//! battle is the ones that answered (two or more); one answer alone is
+//! sent with nothing to vote on (`x-conclave-arena: incomplete`).
+//! Streamed, the answers arrive interleaved as OpenAI streams several
 //! choices. What the client gets is built from scratch by allow-list, so
 //! nothing in it differs by model except what each model said ([`shape`]
 //! for whole answers, [`chunks`] for streams); the models' names stay in
@@ -16,6 +19,7 @@ mod chunks;
 pub mod config;
 mod leaderboard;
 pub mod pick;
+mod select;
 mod shape;
 pub mod votes;
 
@@ -24,8 +28,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use rand::Rng;
-use rand::seq::IndexedRandom;
+use rand::seq::SliceRandom;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -90,46 +93,11 @@ pub struct Arena {
 }
 
 impl Arena {
-    /// The two contestants of this request (indices), in no order yet.
-    async fn pair(&self) -> (usize, usize) {
-        let k = self.contestants.len();
-        let all: Vec<(usize, usize)> = (0..k)
-            .flat_map(|i| (i + 1..k).map(move |j| (i, j)))
-            .collect();
-        let candidates = match self.pairs {
-            Pairs::Random => all,
-            Pairs::Balanced => self.least_voted(all).await,
-        };
-        candidates
-            .choose(&mut rand::rng())
-            .copied()
-            .unwrap_or((0, 1.min(k.saturating_sub(1))))
-    }
-
-    /// The pairs with the fewest votes so far (all of them when the votes
-    /// cannot be read).
-    async fn least_voted(&self, all: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
-        let Ok(counts) = self.store.pair_counts(&self.name).await else {
-            return all;
-        };
-        let name = |i: usize| &*self.contestants[i].name;
-        let count = |&(i, j): &(usize, usize)| -> u64 {
-            counts
-                .iter()
-                .filter(|(a, b, _)| {
-                    (a == name(i) && b == name(j)) || (a == name(j) && b == name(i))
-                })
-                .map(|(_, _, n)| n)
-                .sum()
-        };
-        let fewest = all.iter().map(count).min().unwrap_or(0);
-        all.into_iter().filter(|p| count(p) == fewest).collect()
-    }
-
     /// The request each contestant gets: answers capped at `max_tokens`
-    /// unless the client asked for less.
+    /// unless the client asked for less, without `contestants`.
     fn capped(&self, req: &ChatRequest) -> Arc<ChatRequest> {
         let mut r = req.clone();
+        r.extra.remove(select::FIELD);
         let cap = u64::from(self.max_tokens);
         let asked = req.max_output_tokens().map_or(cap, |m| m.min(cap));
         let keys = ["max_completion_tokens", "max_tokens"];
@@ -149,7 +117,7 @@ impl Arena {
 
     /// Records the arena in the store; `None` (and a log line) when it
     /// cannot be, so the answer still goes out, with nothing to vote on.
-    async fn open(&self, call: &Call, req: &ChatRequest, a: usize, b: usize) -> Option<String> {
+    async fn open(&self, call: &Call, req: &ChatRequest, shown: &[usize]) -> Option<String> {
         let now = self.clock.unix_secs_i64();
         let prompt = req
             .messages
@@ -161,8 +129,10 @@ impl Arena {
         let arena = Opened {
             id: format!("arena-{}", uuid::Uuid::new_v4().simple()),
             route: self.name.to_string(),
-            model_a: self.contestants[a].name.to_string(),
-            model_b: self.contestants[b].name.to_string(),
+            models: shown
+                .iter()
+                .map(|&i| self.contestants[i].name.to_string())
+                .collect(),
             key: call.ctx.key.to_string(),
             excerpt: prompt.chars().take(EXCERPT).collect(),
             created: now,
@@ -174,10 +144,26 @@ impl Arena {
         }
         let mut f = Map::new();
         f.insert("arena_id".into(), Value::from(arena.id.as_str()));
-        f.insert("a".into(), Value::from(arena.model_a));
-        f.insert("b".into(), Value::from(arena.model_b));
+        let first = |i: usize| arena.models.get(i).map_or("", String::as_str);
+        f.insert("a".into(), Value::from(first(0)));
+        f.insert("b".into(), Value::from(first(1)));
+        f.insert("models".into(), json!(arena.models));
         event(&call.ctx, "arena_started", f);
         Some(arena.id)
+    }
+}
+
+impl Arena {
+    /// What `chosen` contestants may spend on a request of `size`.
+    fn spend_of(&self, chosen: impl Iterator<Item = usize>, size: CallSize) -> Vec<Spend> {
+        let size = CallSize {
+            output: size.output.min(u64::from(self.max_tokens)),
+            ..size
+        };
+        chosen
+            .filter_map(|i| self.contestants.get(i))
+            .map(|c| c.model.estimate(size))
+            .collect()
     }
 }
 
@@ -185,15 +171,7 @@ impl Arena {
 impl ChatModel for Arena {
     /// Both contestants of the most expensive pair could answer: two calls.
     fn estimate(&self, size: CallSize) -> Spend {
-        let size = CallSize {
-            output: size.output.min(u64::from(self.max_tokens)),
-            ..size
-        };
-        let mut each: Vec<Spend> = self
-            .contestants
-            .iter()
-            .map(|c| c.model.estimate(size))
-            .collect();
+        let mut each = self.spend_of(0..self.contestants.len(), size);
         each.sort_by(|a, b| {
             b.cost_usd
                 .total_cmp(&a.cost_usd)
@@ -202,29 +180,44 @@ impl ChatModel for Arena {
         each.into_iter().take(2).sum()
     }
 
+    /// A request that names its contestants may spend what each of them
+    /// may; one that names none (or names them wrongly: refused before
+    /// any call), what [`Self::estimate`] says.
+    fn estimate_request(&self, req: &ChatRequest, size: CallSize) -> Spend {
+        match self.named(req) {
+            Ok(Some(chosen)) => self.spend_of(chosen.into_iter(), size).into_iter().sum(),
+            _ => self.estimate(size),
+        }
+    }
+
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
         if let Some(n) = req.extra.get("n").filter(|n| n.as_u64() != Some(1)) {
             return Err(ModelError::BadRequest {
                 message: format!(
-                    "An arena answers with exactly two choices; `n` must be 1 (got {n})."
+                    "An arena answers with one choice per contestant; `n` must be 1 (got {n})."
                 ),
                 param: Some("n"),
             });
         }
+        let named = self.named(&req)?;
         // The answer's one `created`: when the request reached the arena.
         let created = self.clock.unix_secs();
-        let (i, j) = self.pair().await;
-        let (a, b) = if rand::rng().random_bool(0.5) {
-            (i, j)
-        } else {
-            (j, i)
+        let mut order = match named {
+            Some(chosen) => chosen,
+            None => {
+                let (i, j) = self.pair().await;
+                vec![i, j]
+            }
         };
+        order.shuffle(&mut rand::rng());
         let asked = self.capped(&req);
         let call = call.with_role(Role::Contestant);
-        let (ra, rb) = tokio::join!(
-            self.contestants[a].model.chat(call.clone(), asked.clone()),
-            self.contestants[b].model.chat(call.clone(), asked.clone()),
-        );
+        let replies = futures::future::join_all(
+            order
+                .iter()
+                .map(|&i| self.contestants[i].model.chat(call.clone(), asked.clone())),
+        )
+        .await;
         let route = self.name.clone();
         let face = |id: String, arena_id: Option<String>| Face {
             id,
@@ -232,35 +225,38 @@ impl ChatModel for Arena {
             model: route.to_string(),
             arena_id,
         };
-        let (ra, rb) = match (ra, rb) {
-            (Ok(ra), Ok(rb)) => (ra, rb),
-            (Ok(one), Err(e)) | (Err(e), Ok(one)) => {
-                tracing::debug!(route = %route, error = %e, "an arena contestant failed");
-                one.attempt.set_verdict(Verdict::Ok, None);
+        let mut answered = Vec::new();
+        let mut failed = Vec::new();
+        for (&i, r) in order.iter().zip(replies) {
+            match r {
+                Ok(r) => {
+                    r.attempt.set_verdict(Verdict::Ok, None);
+                    answered.push((i, r));
+                }
+                Err(e) => {
+                    tracing::debug!(route = %route, error = %e, "an arena contestant failed");
+                    failed.push(AttemptSummary::failed(&self.contestants[i].name, &e));
+                }
+            }
+        }
+        match answered.len() {
+            0 => return Err(ModelError::exhausted("arena", "contestants", route, failed)),
+            1 => {
                 let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
-                let mut reply = answer(vec![one], face(id, None), &call)?;
+                let one = answered.into_iter().map(|(_, r)| r).collect();
+                let mut reply = answer(one, face(id, None), &call)?;
                 reply.meta.add_header("x-conclave-arena", "incomplete");
                 return Ok(reply);
             }
-            (Err(ea), Err(eb)) => {
-                return Err(ModelError::exhausted(
-                    "arena",
-                    "contestants",
-                    route,
-                    vec![
-                        AttemptSummary::failed(&self.contestants[a].name, &ea),
-                        AttemptSummary::failed(&self.contestants[b].name, &eb),
-                    ],
-                ));
-            }
-        };
-        ra.attempt.set_verdict(Verdict::Ok, None);
-        rb.attempt.set_verdict(Verdict::Ok, None);
-        let arena_id = self.open(&call, &req, a, b).await;
+            _ => {}
+        }
+        let shown: Vec<usize> = answered.iter().map(|(i, _)| *i).collect();
+        let arena_id = self.open(&call, &req, &shown).await;
         let id = arena_id
             .clone()
             .unwrap_or_else(|| format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()));
-        let mut reply = answer(vec![ra, rb], face(id, arena_id.clone()), &call)?;
+        let replies = answered.into_iter().map(|(_, r)| r).collect();
+        let mut reply = answer(replies, face(id, arena_id.clone()), &call)?;
         match &arena_id {
             Some(aid) => reply.meta.add_header(ARENA_ID, aid),
             None => reply.meta.add_header("x-conclave-arena", "unrecorded"),
