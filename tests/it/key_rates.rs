@@ -227,7 +227,12 @@ mod shared {
 
     async fn ask(gw: &Srv, model: &str, key: &str) -> Resp {
         let auth = format!("Bearer {key}");
-        post_with(&gw.url(""), &body(model), &[("authorization", auth.as_str())]).await
+        post_with(
+            &gw.url(""),
+            &body(model),
+            &[("authorization", auth.as_str())],
+        )
+        .await
     }
 
     /// Waits until the key's settlements (sent off the request path) have
@@ -237,7 +242,11 @@ mod shared {
             key_usage(gw, "k-admin", "alpha").await["today"]["tokens"] == spent
         })
         .await;
-        assert!(landed, "want {spent}: {}", key_usage(gw, "k-admin", "alpha").await);
+        assert!(
+            landed,
+            "want {spent}: {}",
+            key_usage(gw, "k-admin", "alpha").await
+        );
     }
 
     /// Cells of `cell_ms` that came back in `elapsed`, rounded up, and one
@@ -280,7 +289,10 @@ mod shared {
             let ms = elapsed.as_millis() as u64;
             assert!(reset <= 30_000 && reset + ms + 10 >= 30_000, "{u}");
             let (used, left, reset) = fig(&u, "tpm");
-            assert!(used <= 4 * USED && used + back(elapsed, 100) >= 4 * USED, "{u}");
+            assert!(
+                used <= 4 * USED && used + back(elapsed, 100) >= 4 * USED,
+                "{u}"
+            );
             assert_eq!(used + left, 600, "{u}");
             assert!(reset <= 10_000 && reset + ms + 10 >= 10_000, "{u}");
         }

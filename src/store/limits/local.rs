@@ -16,9 +16,7 @@ use parking_lot::Mutex;
 
 use super::budget::{self, Budget, Daily};
 use super::rate::{Denied, PerMinute};
-use super::{
-    Ask, Granted, KeyLimit, KeyLimiter, Keys, OnSpent, Refusal, Settlement, Spend, Usage,
-};
+use super::{Ask, Granted, KeyLimit, KeyLimiter, Keys, OnSpent, Refusal, Settlement, Spend, Usage};
 use crate::clock::Clock;
 use crate::config::KeyLimits;
 use crate::store::{SpendRow, Store, StoreError};

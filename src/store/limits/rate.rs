@@ -11,7 +11,9 @@
 //! request spent beyond what it took (its real usage over its estimate)
 //! is [`PerMinute::charge`]d as debt, and nothing more fits until the
 //! debt is paid back; what it took but did not use is
-//! [`PerMinute::refund`]ed.
+//! [`PerMinute::refund`]ed. How much is in use now
+//! ([`PerMinute::in_use`], for `GET /v1/keys/usage`) is read from that
+//! same instant: nothing else counts.
 
 use std::time::Duration;
 

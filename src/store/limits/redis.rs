@@ -20,9 +20,7 @@ use redis::Value;
 use super::budget::{self, Over};
 use super::rate::{InUse, Standing};
 use super::scripts::Scripts;
-use super::{
-    Ask, Granted, KeyLimit, KeyLimiter, Keys, OnSpent, Refusal, Settlement, Spend, Usage,
-};
+use super::{Ask, Granted, KeyLimit, KeyLimiter, Keys, OnSpent, Refusal, Settlement, Spend, Usage};
 use crate::config::KeyLimits;
 use crate::store::StoreError;
 use crate::store::redis::Redis;
