@@ -45,8 +45,9 @@ pub async fn model(
     }
 }
 
-/// `GET /v1/keys/usage`: every key's limits, today's spend and what is
-/// left (admin keys only; a gateway without keys has none to show).
+/// `GET /v1/keys/usage`: every key's limits, how much of its `rpm` and
+/// `tpm` is in use now, today's spend and what is left (admin keys only;
+/// a gateway without keys has none to show).
 pub async fn keys_usage(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,

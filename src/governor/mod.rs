@@ -33,6 +33,7 @@ use crate::store::StoreError;
 use crate::store::limits::Keys;
 use crate::store::limits::budget::{self, Daily};
 pub use crate::store::limits::local::FLUSH_EVERY;
+use crate::store::limits::rate::InUse;
 pub use crate::store::limits::rejection::{Scope, record_rejection};
 pub use key::{Admission, KeyGov, RateHeaders, Refused};
 pub use ticket::Ticket;
@@ -116,21 +117,39 @@ impl Governor {
     }
 }
 
-/// A key's limits and where its budget stands today, for
-/// `GET /v1/keys/usage` (from the shared state, when it holds them).
+/// A key's limits, where its budget stands today and how much of its
+/// `rpm` and `tpm` is in use now, for `GET /v1/keys/usage` (from the
+/// shared state, when it holds them). The `now` figures are the
+/// limiter's own state, read without taking anything: `remaining` is what
+/// the next admission lets through; a limit the key does not have is
+/// `null` (nothing counts it).
 pub async fn usage_of(key: &KeyGov) -> Result<Value, StoreError> {
     let now = key.clock.now();
-    let s = key.limiter.standing(budget::utc_day(now)).await?;
+    let u = key.limiter.usage(budget::utc_day(now)).await?;
+    let s = u.budget;
     let l = key.limits;
     let Daily { tokens, cost_usd } = key.daily();
     // Dollars to a billionth: sums of prices carry float noise.
     let usd = |x: f64| (x * 1e9).round() / 1e9;
+    let in_use = |r: Option<InUse>| {
+        r.map(|r| {
+            serde_json::json!({
+                "used": r.used,
+                "remaining": r.remaining,
+                "resets_in_ms": u64::try_from(r.reset.as_millis()).unwrap_or(u64::MAX),
+            })
+        })
+    };
     Ok(serde_json::json!({
         "limits": {
             "rpm": l.rpm,
             "tpm": l.tpm,
             "daily_tokens": tokens,
             "daily_cost_usd": cost_usd,
+        },
+        "now": {
+            "rpm": in_use(u.requests),
+            "tpm": in_use(u.tokens),
         },
         "today": {
             "day": budget::day_name(s.day),

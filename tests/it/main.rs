@@ -41,6 +41,7 @@ mod health;
 mod http2;
 mod instances;
 mod judge;
+mod key_rates;
 mod layers;
 mod llama_swap;
 mod local_servers;

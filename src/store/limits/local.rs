@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use super::budget::{self, Budget, Daily};
 use super::rate::{Denied, PerMinute};
-use super::{Ask, Granted, KeyLimit, KeyLimiter, Keys, OnSpent, Refusal, Settlement, Spend};
+use super::{Ask, Granted, KeyLimit, KeyLimiter, Keys, OnSpent, Refusal, Settlement, Spend, Usage};
 use crate::clock::Clock;
 use crate::config::KeyLimits;
 use crate::store::{SpendRow, Store, StoreError};
@@ -212,8 +212,12 @@ impl KeyLimiter for LocalLimits {
         done(now_spent);
     }
 
-    async fn standing(&self, day: i64) -> Result<budget::Standing, StoreError> {
-        Ok(self.budget.standing(day))
+    async fn usage(&self, day: i64) -> Result<Usage, StoreError> {
+        Ok(Usage {
+            budget: self.budget.standing(day),
+            requests: self.rpm.as_ref().map(PerMinute::in_use),
+            tokens: self.tpm.as_ref().map(PerMinute::in_use),
+        })
     }
 }
 

@@ -1,8 +1,8 @@
 //! Limits, wherever they are kept. A key's: the trait the governor calls
 //! ([`KeyLimiter`]) to admit a request against `rpm`, the daily budget
 //! and `tpm` all or nothing, to settle what it spent, and to read where
-//! its budget stands, and [`Keys`], which hands out every key's limiter
-//! (the state backend makes one). Two implementations: [`local`], in
+//! its budget and per-minute limits stand ([`Usage`]), and [`Keys`],
+//! which hands out every key's limiter (the state backend makes one). Two implementations: [`local`], in
 //! this process ([`rate`]'s GCRA on tokio's clock, [`budget`]'s ledger
 //! under one lock; spend loaded from and written to the SQLite store),
 //! and [`redis`], in a shared Redis, one Lua script per admission and
@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use self::budget::{Daily, Over};
-use self::rate::Standing;
+use self::rate::{InUse, Standing};
 use super::StoreError;
 use crate::config::{KeyLimits, OnError};
 
@@ -103,6 +103,16 @@ pub enum Refusal {
     Budget(Over),
 }
 
+/// Where a key's limits stand now, for `GET /v1/keys/usage`: its daily
+/// budget, and how much of `rpm` and `tpm` is in use as the limiter's own
+/// state says (`None`: the key has no such limit, and nothing counts).
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    pub budget: budget::Standing,
+    pub requests: Option<InUse>,
+    pub tokens: Option<InUse>,
+}
+
 /// What an attempt (or a request's end) settles.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Settlement {
@@ -130,8 +140,9 @@ pub trait KeyLimiter: Send + Sync {
     async fn admit(&self, ask: Ask) -> Result<Result<Granted, Refusal>, StoreError>;
     /// Counts a settlement, now or (shared) soon; never blocks.
     fn settle(&self, s: Settlement, done: OnSpent);
-    /// Where the daily budget stands on `day`.
-    async fn standing(&self, day: i64) -> Result<budget::Standing, StoreError>;
+    /// Where the daily budget stands on `day`, and `rpm` and `tpm` now
+    /// (read, never taken).
+    async fn usage(&self, day: i64) -> Result<Usage, StoreError>;
 }
 
 /// A key's limiter as [`Keys`] hands it out.

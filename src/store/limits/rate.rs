@@ -11,7 +11,9 @@
 //! request spent beyond what it took (its real usage over its estimate)
 //! is [`PerMinute::charge`]d as debt, and nothing more fits until the
 //! debt is paid back; what it took but did not use is
-//! [`PerMinute::refund`]ed.
+//! [`PerMinute::refund`]ed. How much is in use now
+//! ([`PerMinute::in_use`], for `GET /v1/keys/usage`) is read from that
+//! same instant: nothing else counts.
 
 use std::time::Duration;
 
@@ -40,6 +42,19 @@ pub struct Standing {
     pub limit: u32,
     pub remaining: u32,
     /// Until the limit is whole again.
+    pub reset: Duration,
+}
+
+/// How much of a limit is in use now, as its state (the TAT) says: the
+/// usage view's figures. `remaining` is what [`PerMinute::take`] lets
+/// through now (the `x-ratelimit-remaining-*` figure); `used` is
+/// `limit - remaining`, plus the cells of debt while the TAT is more than
+/// a minute ahead (a key that spent more than it took), so it may exceed
+/// `limit`; `reset` is how long until the limit is whole again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InUse {
+    pub used: u64,
+    pub remaining: u32,
     pub reset: Duration,
 }
 
@@ -119,6 +134,23 @@ impl PerMinute {
         let now = Instant::now();
         let tat = (*self.tat.lock()).max(now);
         self.standing(tat, now)
+    }
+
+    /// How much of the limit is in use now, without taking anything (one
+    /// read of the state under its lock: the same number the next
+    /// [`PerMinute::take`] decides with).
+    pub fn in_use(&self) -> InUse {
+        let now = Instant::now();
+        let tat = (*self.tat.lock()).max(now);
+        let s = self.standing(tat, now);
+        let debt = (tat - now).saturating_sub(MINUTE);
+        let debt_cells = debt.as_nanos().div_ceil(self.per_cell.as_nanos().max(1));
+        InUse {
+            used: u64::from(self.limit - s.remaining)
+                .saturating_add(u64::try_from(debt_cells).unwrap_or(u64::MAX)),
+            remaining: s.remaining,
+            reset: s.reset,
+        }
     }
 
     fn standing(&self, tat: Instant, now: Instant) -> Standing {
@@ -231,6 +263,44 @@ mod tests {
             panic!("1001 of 1000 fit");
         };
         assert!(whole > Duration::from_secs(59), "{whole:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_use_is_what_take_sees_and_counts_debt_beyond_the_limit() {
+        let rpm = PerMinute::new(60).unwrap();
+        let idle = InUse {
+            used: 0,
+            remaining: 60,
+            reset: Duration::ZERO,
+        };
+        assert_eq!(rpm.in_use(), idle);
+        for _ in 0..3 {
+            assert!(rpm.take(1).is_ok());
+        }
+        let u = rpm.in_use();
+        assert_eq!((u.used, u.remaining), (3, 57));
+        assert_eq!(u.reset, Duration::from_secs(3));
+        // Half a cell later, no cell is back; a whole one later, one is.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!((rpm.in_use().used, rpm.in_use().remaining), (3, 57));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!((rpm.in_use().used, rpm.in_use().remaining), (2, 58));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(rpm.in_use(), idle);
+        // In debt: a minute's cells and 5000 more owed.
+        let tpm = PerMinute::new(1000).unwrap();
+        assert!(tpm.take(1000).is_ok());
+        tpm.charge(5000);
+        let u = tpm.in_use();
+        assert_eq!((u.used, u.remaining), (6000, 0));
+        assert_eq!(u.reset, Duration::from_secs(360));
+        // Remaining is exactly what take admits.
+        tokio::time::advance(Duration::from_secs(301)).await;
+        let left = tpm.in_use().remaining;
+        assert_eq!(tpm.in_use().used, 1000 - u64::from(left));
+        assert!(tpm.take(left + 1).is_err());
+        assert!(tpm.take(left).is_ok());
+        assert_eq!(tpm.in_use().remaining, 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,9 +18,9 @@ use parking_lot::Mutex;
 use redis::Value;
 
 use super::budget::{self, Over};
-use super::rate::Standing;
+use super::rate::{InUse, Standing};
 use super::scripts::Scripts;
-use super::{Ask, Granted, KeyLimit, KeyLimiter, Keys, OnSpent, Refusal, Settlement, Spend};
+use super::{Ask, Granted, KeyLimit, KeyLimiter, Keys, OnSpent, Refusal, Settlement, Spend, Usage};
 use crate::config::KeyLimits;
 use crate::store::StoreError;
 use crate::store::redis::Redis;
@@ -361,22 +361,37 @@ impl KeyLimiter for RedisLimits {
         });
     }
 
-    async fn standing(&self, day: i64) -> Result<budget::Standing, StoreError> {
+    async fn usage(&self, day: i64) -> Result<Usage, StoreError> {
         let mut call = self.shared.scripts.standing.prepare_invoke();
         call.key(self.spent_key(day))
             .key(self.k("holds"))
-            .key(self.k("held"));
+            .key(self.k("held"))
+            .key(self.k("rpm"))
+            .key(self.k("tpm"))
+            .arg(self.rpm)
+            .arg(self.tpm);
         let v: Vec<Value> = self.shared.redis.script("limits_standing", &call).await?;
-        Ok(budget::Standing {
-            day,
-            spent: Spend {
-                tokens: int(&v, 0),
-                cost_usd: float(&v, 1),
+        let in_use = |limit: u32, i| {
+            (limit > 0).then(|| InUse {
+                used: int(&v, i),
+                remaining: u32::try_from(int(&v, i + 1)).unwrap_or(u32::MAX),
+                reset: Duration::from_millis(int(&v, i + 2)),
+            })
+        };
+        Ok(Usage {
+            budget: budget::Standing {
+                day,
+                spent: Spend {
+                    tokens: int(&v, 0),
+                    cost_usd: float(&v, 1),
+                },
+                reserved: Spend {
+                    tokens: int(&v, 2),
+                    cost_usd: float(&v, 3),
+                },
             },
-            reserved: Spend {
-                tokens: int(&v, 2),
-                cost_usd: float(&v, 3),
-            },
+            requests: in_use(self.rpm, 4),
+            tokens: in_use(self.tpm, 7),
         })
     }
 }

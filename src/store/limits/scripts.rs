@@ -192,14 +192,30 @@ return {st, string.format('%.17g', sc)}
 "#;
 
 /// Where a key's day stands: `{spent tokens, spent USD, held tokens,
-/// held USD}` (expired reservations dropped first).
-/// KEYS: spent:<day>, holds, held.
+/// held USD}` (expired reservations dropped first), then `rpm` and `tpm`
+/// as the admission would see them now: each `used, remaining, reset ms`
+/// (`-1`s for no limit). `used` is `limit - remaining`, plus the cells of
+/// debt while the TAT is more than a minute ahead (as
+/// [`super::rate::PerMinute::in_use`] counts them).
+/// KEYS: spent:<day>, holds, held, rpm, tpm. ARGV: rpm limit (0: none),
+/// tpm limit (0: none).
 const STANDING: &str = r#"
 local st = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
 local sc = tonumber(redis.call('HGET', KEYS[1], 'c') or '0')
 prune(KEYS[2], KEYS[3])
 local ht, hc = held_sum(KEYS[2], KEYS[3])
-return {st, string.format('%.17g', sc), ht, string.format('%.17g', hc)}
+local function in_use(k, limit)
+  if limit <= 0 then return -1, -1, -1 end
+  local cell = math.floor(MIN / limit)
+  local tat = tat_of(k)
+  local left, reset = standing(tat, cell, limit)
+  local used = limit - left
+  if tat - now > MIN then used = limit + math.ceil((tat - now - MIN) / cell) end
+  return used, left, reset
+end
+local ru, rl, rr = in_use(KEYS[4], tonumber(ARGV[1]) or 0)
+local tu, tl, tr = in_use(KEYS[5], tonumber(ARGV[2]) or 0)
+return {st, string.format('%.17g', sc), ht, string.format('%.17g', hc), ru, rl, rr, tu, tl, tr}
 "#;
 
 /// The three scripts, each with the common head.
