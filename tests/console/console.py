@@ -36,10 +36,10 @@ ANSWERS = {
 # Each payload is a model's whole answer (tests/it/console.rs's mock);
 # none may run, load or navigate.
 PAYLOADS = {
-    "xss-script": "<script>window.__xss = 'script'</script>",
-    "xss-img": "<img src=x onerror=\"window.__xss = 'img'\">",
-    "xss-link": "[click me](javascript:window.__xss='link') and <a href=\"javascript:window.__xss='a'\">this</a>",
-    "xss-svg": "<svg onload=\"window.__xss = 'svg'\"><script>window.__xss = 'svg2'</script></svg>",
+    "xss-script": "<script>window.pwned = 'script'</script>",
+    "xss-img": "<img src=x onerror=\"window.pwned = 'img'\">",
+    "xss-link": "[click me](javascript:window.pwned='link') and <a href=\"javascript:window.pwned='a'\">this</a>",
+    "xss-svg": "<svg onload=\"window.pwned = 'svg'\"><script>window.pwned = 'svg2'</script></svg>",
 }
 
 
@@ -271,7 +271,7 @@ def xss(p):
             for a in where.find_elements(By.TAG_NAME, "a"):
                 href = a.get_attribute("href") or ""
                 assert href.startswith(("http:", "https:", "mailto:")), f"{trigger}: link {href}"
-        got = p.d.execute_script("return window.__xss")
+        got = p.d.execute_script("return window.pwned")
         assert got is None, f"{trigger}: ran ({got})"
     p.shot("xss")
 

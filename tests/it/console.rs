@@ -139,15 +139,15 @@ fn world() -> String {
         six.join(", ")
     ));
     let payloads = [
-        ("xss-script", "<script>window.__xss = 'script'</script>"),
-        ("xss-img", "<img src=x onerror=\"window.__xss = 'img'\">"),
+        ("xss-script", "<script>window.pwned = 'script'</script>"),
+        ("xss-img", "<img src=x onerror=\"window.pwned = 'img'\">"),
         (
             "xss-link",
-            "[click me](javascript:window.__xss='link') and <a href=\"javascript:window.__xss='a'\">this</a>",
+            "[click me](javascript:window.pwned='link') and <a href=\"javascript:window.pwned='a'\">this</a>",
         ),
         (
             "xss-svg",
-            "<svg onload=\"window.__xss = 'svg'\"><script>window.__xss = 'svg2'</script></svg>",
+            "<svg onload=\"window.pwned = 'svg'\"><script>window.pwned = 'svg2'</script></svg>",
         ),
     ];
     t.push_str("[upstreams.extra.models.xss-sim]\nreply = { text = \"plain\" }\n\n");

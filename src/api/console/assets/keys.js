@@ -1,4 +1,4 @@
-// Keys and spend (admin): per key its limits, its rate use now and its
+// Keys and spend (admin): per key its limits, its rate limits' use now and its
 // budget today (`GET /v1/keys/usage`); per route and per model today's
 // requests, tokens and cost (`GET /v1/usage`); a link to Grafana for
 // history when `console.grafana_url` is set.
@@ -21,7 +21,13 @@ export async function admin(root, title) {
   }
 }
 
-const cap = (x) => (x === null || x === undefined ? 'no limit' : num(x));
+/// A per-minute limit's use now: `used / limit`, what is left, and when
+/// it is whole again; `no limit` without one.
+function rate(inUse, limit) {
+  if (!inUse || limit === null || limit === undefined) return 'no limit';
+  const whole = inUse.resets_in_ms ? ` · whole in ${Math.ceil(inUse.resets_in_ms / 1000)} s` : '';
+  return `${num(inUse.used)} / ${num(limit)} (${num(inUse.remaining)} left${whole})`;
+}
 
 export async function mount(root) {
   if (!(await admin(root, 'Keys and spend'))) return null;
@@ -37,14 +43,14 @@ export async function mount(root) {
     const t = k.today || {};
     const left = k.remaining || {};
     return [k.name, k.admin ? 'admin' : '',
-      `${num(now.requests_last_minute ?? now.rpm_used)} / ${cap(l.rpm)}`,
-      `${num(now.tokens_last_minute ?? now.tpm_used)} / ${cap(l.tpm)}`,
+      rate(now.rpm, l.rpm),
+      rate(now.tpm, l.tpm),
       `${num(t.tokens)} tok · ${usd(t.cost_usd)}`,
       `${left.tokens === null || left.tokens === undefined ? 'no cap' : num(left.tokens) + ' tok'} · ${left.cost_usd === null || left.cost_usd === undefined ? 'no cap' : usd(left.cost_usd)}`];
   });
   const parts = [el('h2', { text: 'Keys and spend' })];
   parts.push(keys.length
-    ? table(['key', '', 'requests this minute / rpm', 'tokens this minute / tpm', 'spent today', 'left today'], keyRows, { 'data-testid': 'keys-row' })
+    ? table(['key', '', 'requests per minute: in use / rpm', 'tokens per minute: in use / tpm', 'spent today', 'left today'], keyRows, { 'data-testid': 'keys-row' })
     : note('note', 'This gateway has no [[keys]]: nothing is limited per key.'));
   if (today.error) {
     parts.push(note('error', `Today's usage: ${today.error}`));
