@@ -71,7 +71,7 @@ pub async fn page(
     uri: Uri,
 ) -> Response {
     let app = gw.state();
-    if let Err(e) = admit(&app, peer.map(|p| p.0), &method, &uri) {
+    if let Err(e) = admit(&app, peer, &method, &uri) {
         return e.into_response();
     }
     let grafana = app.console.grafana_url.as_deref().unwrap_or("");
@@ -92,22 +92,25 @@ pub async fn file(
     method: Method,
     uri: Uri,
 ) -> Response {
-    let app = gw.state();
-    if let Err(e) = admit(&app, peer.map(|p| p.0), &method, &uri) {
-        return e.into_response();
-    }
-    match FILES.iter().find(|(n, _, _)| *n == name) {
-        Some((_, kind, body)) => answer(kind, body.as_bytes().to_vec()),
-        None => unknown(&method, &uri).into_response(),
+    let found = FILES.iter().find(|(n, _, _)| *n == name);
+    match (admit(&gw.state(), peer, &method, &uri), found) {
+        (Err(e), _) => e.into_response(),
+        (Ok(()), Some((_, kind, body))) => answer(kind, body.as_bytes().to_vec()),
+        (Ok(()), None) => unknown(&method, &uri).into_response(),
     }
 }
 
 /// Whether this client gets the console at all.
-fn admit(app: &AppState, peer: Option<Peer>, method: &Method, uri: &Uri) -> Result<(), ApiError> {
+fn admit(
+    app: &AppState,
+    peer: Option<Extension<Peer>>,
+    method: &Method,
+    uri: &Uri,
+) -> Result<(), ApiError> {
     if !app.console.enabled {
         return Err(unknown(method, uri));
     }
-    let local = peer.is_some_and(|Peer(p)| p.ip().is_loopback());
+    let local = peer.is_some_and(|Extension(Peer(p))| p.ip().is_loopback());
     if app.keys.is_empty() && !app.console.open && !local {
         return Err(ApiError::ConsoleLoopbackOnly);
     }

@@ -59,7 +59,7 @@ export async function mount(root) {
   live.addEventListener('change', tick);
   show(root, el('h2', { text: 'Requests' }),
     el('div', { class: 'row filters' }, route, key, status, since, el('label', {}, live, ' live')),
-    el('div', { class: 'split' }, el('div', { class: 'main-col' }, list), el('div', { class: 'side' }, detail)));
+    el('div', { class: 'split wide' }, el('div', { class: 'main-col scroll' }, list), el('div', { class: 'side' }, detail)));
   await load();
   tick();
   return () => clearInterval(timer);
@@ -70,14 +70,14 @@ function rows(data, openOne) {
   const body = el('tbody');
   for (const r of data) {
     const tr = el('tr', { 'data-testid': 'requests-row', 'data-id': r.id, tabindex: 0, class: 'clickable' },
-      el('td', { text: when(r.started_at) }),
+      el('td', { text: when(r.started_at).slice(11), title: when(r.started_at) }),
       el('td', { text: r.route }),
       el('td', { text: r.key }),
       el('td', { text: r.strategy || '–' }),
       el('td', {}, el('span', { class: 'status ' + statusClass(r.status), text: r.status })),
       el('td', { text: ms(r.duration_ms) }),
       el('td', { text: usd(r.cost_usd) }),
-      el('td', { class: 'dim', text: r.id }));
+      el('td', { class: 'dim id', text: r.id, title: r.id }));
     tr.addEventListener('click', () => openOne(r.id));
     tr.addEventListener('keydown', (e) => { if (e.key === 'Enter') openOne(r.id); });
     body.append(tr);

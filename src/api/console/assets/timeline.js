@@ -72,7 +72,7 @@ function attemptRow(a, origin, span) {
   const tokens = a.input_tokens !== null && a.input_tokens !== undefined
     ? `${num(a.input_tokens)}→${num(a.output_tokens)} tok` : '';
   const row = el('div', { class: 'attempt', 'data-testid': 'timeline-attempt' },
-    el('div', { class: 'who' },
+    el('div', { class: 'actor' },
       el('strong', { text: a.model }),
       el('span', { class: 'role', text: a.role }),
       el('span', { class: 'verdict ' + verdictClass(a.verdict), text: a.verdict })),
@@ -85,7 +85,7 @@ function attemptRow(a, origin, span) {
   if (a.feedback) more.push(el('div', { class: 'feedback' }, `feedback: ${a.feedback}`));
   if (a.error) more.push(el('div', { class: 'error' }, `error: ${a.error}`));
   if (a.retry) more.push(el('div', { class: 'dim' }, `retried after: ${a.retry}`));
-  if (a.queued_ms) more.push(el('div', { class: 'dim' }, `waited ${ms(a.queued_ms)} for its lane`));
+  if (a.queued_ms >= 1) more.push(el('div', { class: 'dim' }, `waited ${ms(a.queued_ms)} for its lane`));
   if (a.output_summary) {
     more.push(el('details', {}, el('summary', { text: 'what it wrote' }),
       el('div', { class: 'answer plain', text: a.output_summary })));
