@@ -1,40 +1,78 @@
 //! [`Tap`]: one request's event and attempt sink while the ring is on. It
 //! hands every line to telemetry as before (metrics, spans, the event log
-//! when there is one) and keeps the same line, serialized once from the
-//! same [`Event`], for the ring; the `request` line closes the record and
-//! puts it in the ring.
+//! when there is one) and keeps the same line for the request's record:
+//! an attempt's and the `request` line as built (shared with the log, not
+//! copied), another event bounded. The record is listed as running from
+//! the start; the `request` line closes it and puts it in the ring, and a
+//! tap dropped before that takes it off the list (a request cancelled or
+//! panicked before it was recorded).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
+use tokio::time::Instant;
 
-use super::Record;
-use super::bound::Gathered;
-use crate::sink::{AttemptRecord, AttemptSink, EventSink};
-use crate::telemetry::{Event, EventBody, Telemetry};
+use super::bound::{self, Gathered};
+use super::{Record, Recent};
+use crate::sink::{AttemptRecord, AttemptSink, EventSink, RequestEnd};
+use crate::telemetry::{Event, Telemetry, attempt, request};
 
-/// One request's sink: telemetry's, plus what the ring keeps of it.
+/// One request's sink: telemetry's, plus its record.
 pub struct Tap {
     telemetry: Arc<Telemetry>,
-    gathered: Arc<Mutex<Gathered>>,
+    record: Arc<Record>,
+    /// Its slot among the running, while it is listed there.
+    slot: usize,
+    listed: AtomicBool,
 }
 
 impl Tap {
-    pub(in crate::telemetry) fn new(telemetry: Arc<Telemetry>) -> Self {
+    /// The sink of request `id`, started at `at`, listed as running.
+    pub(in crate::telemetry) fn new(
+        telemetry: Arc<Telemetry>,
+        id: &str,
+        route: &Arc<str>,
+        strategy: &'static str,
+        key: &Arc<str>,
+        at: SystemTime,
+    ) -> Self {
+        let recent = telemetry.recent();
+        let record = Arc::new(Record {
+            id: id.to_owned(),
+            route: route.clone(),
+            key: key.clone(),
+            strategy,
+            started_at: at
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            started: Instant::now(),
+            seq: recent.seq.fetch_add(1, Ordering::Relaxed),
+            status: std::sync::OnceLock::new(),
+            gathered: Mutex::new(Gathered::default()),
+        });
+        let slot = recent.start(record.clone());
         Tap {
             telemetry,
-            gathered: Arc::default(),
+            record,
+            slot,
+            listed: AtomicBool::new(true),
         }
+    }
+
+    fn recent(&self) -> &Recent {
+        self.telemetry.recent()
     }
 }
 
-/// `ev` as the JSON object the event log writes for it.
-fn line(ev: &Event) -> Option<Map<String, Value>> {
-    match serde_json::to_value(ev) {
-        Ok(Value::Object(m)) => Some(m),
-        _ => None,
+impl Drop for Tap {
+    fn drop(&mut self) {
+        if self.listed.swap(false, Ordering::AcqRel) {
+            self.recent().unlist(self.slot, &self.record);
+        }
     }
 }
 
@@ -52,51 +90,46 @@ impl EventSink for Tap {
         fields: Map<String, Value>,
         at: SystemTime,
     ) {
-        let body = EventBody::Fields(fields);
-        let ev = Event::of(request_id.to_owned(), route.clone(), event, body, at);
-        if let Some(l) = line(&ev) {
-            self.gathered.lock().event(Value::Object(l));
+        if self.telemetry.events_enabled() {
+            let line = Event::fields_line(request_id, route, event, fields.clone(), at);
+            self.record.gathered.lock().event(line);
+            self.telemetry.emit(request_id, route, event, fields, at);
+        } else {
+            let line = Event::fields_line(request_id, route, event, fields, at);
+            self.record.gathered.lock().event(line);
         }
-        self.telemetry.emit_event(ev);
     }
 
     /// The `request` line: the record is complete and joins the ring.
-    fn request(
-        &self,
-        request_id: &str,
-        route: &Arc<str>,
-        fields: Map<String, Value>,
-        at: SystemTime,
-    ) {
-        let body = EventBody::Fields(fields);
-        let ev = Event::of(request_id.to_owned(), route.clone(), "request", body, at);
-        if let Some(request) = line(&ev) {
-            let text = |name: &str| request.get(name).and_then(Value::as_str).unwrap_or("");
-            let record = Record {
-                id: request_id.to_owned(),
-                route: route.clone(),
-                key: text("key").into(),
-                status: text("status").to_owned(),
-                started_at: at
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0),
-                gathered: self.gathered.clone(),
-                request,
-            };
-            self.telemetry.recent().push(record);
+    fn request(&self, end: &RequestEnd) {
+        let line = Arc::new(request::event(end));
+        self.record.gathered.lock().request = Some(line.clone());
+        let _ = self.record.status.set(end.status);
+        if self.listed.swap(false, Ordering::AcqRel) {
+            self.recent().push(self.record.clone());
+            self.recent().unlist(self.slot, &self.record);
         }
-        self.telemetry.emit_event(ev);
+        self.telemetry.emit_shared(&line);
     }
 }
 
 impl AttemptSink for Tap {
     fn record(&self, r: &AttemptRecord) {
         self.telemetry.account(r);
-        let ev = super::super::attempt::event(r);
-        if let Some(l) = line(&ev) {
-            self.gathered.lock().attempt(Value::Object(l));
+        let line = attempt::event(r);
+        if bound::too_long(&line) {
+            let mut kept = line.clone();
+            let cut = bound::cut(&mut kept);
+            let mut g = self.record.gathered.lock();
+            if g.attempt(Arc::new(kept)) {
+                g.fields_cut += cut;
+            }
+            drop(g);
+            self.telemetry.emit_event(line);
+        } else {
+            let line = Arc::new(line);
+            let _ = self.record.gathered.lock().attempt(line.clone());
+            self.telemetry.emit_shared(&line);
         }
-        self.telemetry.emit_event(ev);
     }
 }
