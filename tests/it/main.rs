@@ -57,6 +57,7 @@ mod race;
 mod redaction;
 mod reload_lanes;
 mod requests;
+mod requests_live;
 mod responses;
 mod retries;
 mod sdk;

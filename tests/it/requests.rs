@@ -34,14 +34,9 @@ fn demo(extra: &str, event_log: bool) -> Gw {
     };
     let text = text.replace("event_log = \"conclave-events.jsonl\"", log);
     assert!(!event_log || text.contains("{dir}/events.jsonl"));
-    // The ring is off by default: on here, unless the test says otherwise.
-    let console = if extra.contains("[console]") {
-        ""
-    } else {
-        "[console]\nrecent_requests = 1000\n"
-    };
+    // The ring is on by default (1000 records).
     Gw::start_with(
-        &format!("{text}\n{console}{extra}"),
+        &format!("{text}\n{extra}"),
         ENV,
         UNIX_EPOCH + START,
     )
@@ -352,9 +347,6 @@ async fn the_ring_keeps_the_last_n_and_zero_turns_it_off() {
 const BOUNDED: &str = r#"
 [server]
 event_log = "{dir}/events.jsonl"
-
-[console]
-recent_requests = 1000
 
 [upstreams.local]
 kind = "mock"
