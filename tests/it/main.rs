@@ -73,6 +73,7 @@ mod timing;
 mod token_counts;
 mod traces;
 mod usage;
+mod usage_today;
 mod usage_forms;
 mod validation_errors;
 mod verdicts;
