@@ -17,7 +17,8 @@ const DAY: u64 = 86_400;
 
 /// The UTC day (days since the Unix epoch) of `at`.
 pub fn day_of(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() / DAY)
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / DAY)
 }
 
 /// One route's requests today.
@@ -83,12 +84,15 @@ impl<T: Default + Copy> Today<T> {
     }
 }
 
+/// A model's config name and its upstream's.
+pub type ModelKey = (Arc<str>, Arc<str>);
+
 /// Today's tallies gathered from every handle: by route, and by model
 /// and upstream.
 #[derive(Debug, Default)]
 pub struct Usage {
     pub routes: Vec<(Arc<str>, RouteTally)>,
-    pub models: Vec<((Arc<str>, Arc<str>), ModelTally)>,
+    pub models: Vec<(ModelKey, ModelTally)>,
 }
 
 impl Usage {

@@ -188,8 +188,15 @@ mod tests {
             r#"{"choices":[{"message":{"content":"a","tool_calls":null}}]}"#,
         ] {
             let fast = plain_completion(b.as_bytes()).unwrap_or_else(|| panic!("{b}"));
-            assert_eq!((fast.text.clone(), fast.finish_reason.clone()), general(b), "{b}");
-            assert_eq!(AssistantOutput::from_completion(b.as_bytes()).unwrap(), fast);
+            assert_eq!(
+                (fast.text.clone(), fast.finish_reason.clone()),
+                general(b),
+                "{b}"
+            );
+            assert_eq!(
+                AssistantOutput::from_completion(b.as_bytes()).unwrap(),
+                fast
+            );
         }
         // Anything else is the general reading's.
         for b in [
@@ -202,7 +209,12 @@ mod tests {
             assert!(plain_completion(b.as_bytes()).is_none(), "{b}");
         }
         let parts = r#"{"choices":[{"message":{"content":[{"type":"text","text":"a"}]}}]}"#;
-        assert_eq!(AssistantOutput::from_completion(parts.as_bytes()).unwrap().text, "a");
+        assert_eq!(
+            AssistantOutput::from_completion(parts.as_bytes())
+                .unwrap()
+                .text,
+            "a"
+        );
     }
 
     #[test]

@@ -35,11 +35,7 @@ fn demo(extra: &str, event_log: bool) -> Gw {
     let text = text.replace("event_log = \"conclave-events.jsonl\"", log);
     assert!(!event_log || text.contains("{dir}/events.jsonl"));
     // The ring is on by default (1000 records).
-    Gw::start_with(
-        &format!("{text}\n{extra}"),
-        ENV,
-        UNIX_EPOCH + START,
-    )
+    Gw::start_with(&format!("{text}\n{extra}"), ENV, UNIX_EPOCH + START)
 }
 
 /// `GET path` as `key` (none: no credentials).

@@ -12,7 +12,11 @@ use serde_json::Value;
 use crate::common::inproc::{Gw, START};
 use crate::common::{Resp, Served, Srv, chat_stream, client, eventually, send};
 
-const ENV: &[(&str, &str)] = &[("K_ADMIN", "sk-admin"), ("K_ALICE", "sk-alice"), ("K_BOB", "sk-bob")];
+const ENV: &[(&str, &str)] = &[
+    ("K_ADMIN", "sk-admin"),
+    ("K_ALICE", "sk-alice"),
+    ("K_BOB", "sk-bob"),
+];
 
 /// A chain whose priced (local, so verified) draft the verifier rejects at once, then a slow
 /// final tier: 2 s to its first token, then 10 tokens a second.
@@ -92,7 +96,10 @@ async fn a_running_request_shows_its_record_so_far() {
     let body = chat_stream("chain", "hi");
     let asked = gw.chat_with(
         &body,
-        &[("x-request-id", "live-1"), ("authorization", "Bearer sk-alice")],
+        &[
+            ("x-request-id", "live-1"),
+            ("authorization", "Bearer sk-alice"),
+        ],
     );
     let watched = async {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -100,8 +107,12 @@ async fn a_running_request_shows_its_record_so_far() {
         let theirs = get(&gw, "/v1/requests/live-1", "sk-bob").await;
         let admin = get(&gw, "/v1/requests/live-1", "sk-admin").await;
         let list = get(&gw, "/v1/requests", "sk-admin").await.json();
-        let finished = get(&gw, "/v1/requests?running=false", "sk-admin").await.json();
-        let running = get(&gw, "/v1/requests?status=running", "sk-alice").await.json();
+        let finished = get(&gw, "/v1/requests?running=false", "sk-admin")
+            .await
+            .json();
+        let running = get(&gw, "/v1/requests?status=running", "sk-alice")
+            .await
+            .json();
         let bobs = get(&gw, "/v1/requests", "sk-bob").await.json();
         (own, theirs, admin, list, finished, running, bobs)
     };
@@ -115,7 +126,10 @@ async fn a_running_request_shows_its_record_so_far() {
     assert_eq!(mid["status"], "running", "{mid}");
     assert_eq!(mid["duration_ms"], 1000.0, "{mid}");
     assert_eq!(mid["started_at"], START.as_secs());
-    assert_eq!((mid["route"].as_str(), mid["key"].as_str()), (Some("chain"), Some("alice")));
+    assert_eq!(
+        (mid["route"].as_str(), mid["key"].as_str()),
+        (Some("chain"), Some("alice"))
+    );
     assert_eq!(mid["request"], Value::Null);
     let roles: Vec<&str> = mid["attempts"]
         .as_array()
@@ -125,14 +139,20 @@ async fn a_running_request_shows_its_record_so_far() {
         .collect();
     // The verifier's call is done (the draft's own line comes with the
     // chain's verdict on it); the slow tier's is not.
-    assert!(roles.contains(&"check") && !roles.contains(&"slow"), "{mid}");
+    assert!(
+        roles.contains(&"check") && !roles.contains(&"slow"),
+        "{mid}"
+    );
     let so_far: f64 = mid["attempts"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| a["cost_usd"].as_f64().unwrap())
         .sum();
-    assert!(so_far > 0.0 && (mid["cost_usd"].as_f64().unwrap() - so_far).abs() < 1e-15, "{mid}");
+    assert!(
+        so_far > 0.0 && (mid["cost_usd"].as_f64().unwrap() - so_far).abs() < 1e-15,
+        "{mid}"
+    );
     // Another key's running request is a 404 like any other; an admin
     // sees it, and lists it first.
     assert_eq!(theirs.status, 404, "{}", theirs.text);
@@ -181,7 +201,9 @@ async fn a_client_that_leaves_takes_its_request_off_the_running_list() {
     assert!(matches!(first, Ok(Ok(Some(_)))), "{first:?}");
     let record = send(http.get(gw.url("/v1/requests/gone-1"))).await.json();
     assert_eq!(record["status"], "running", "{record}");
-    let running = send(http.get(gw.url("/v1/requests?status=running"))).await.json();
+    let running = send(http.get(gw.url("/v1/requests?status=running")))
+        .await
+        .json();
     assert_eq!(ids(&running), [("gone-1".to_owned(), "running".to_owned())]);
 
     drop(resp);
@@ -190,6 +212,8 @@ async fn a_client_that_leaves_takes_its_request_off_the_running_list() {
         r["status"] == "499"
     };
     assert!(eventually(10, left).await, "the record still runs");
-    let running = send(http.get(gw.url("/v1/requests?status=running"))).await.json();
+    let running = send(http.get(gw.url("/v1/requests?status=running")))
+        .await
+        .json();
     assert!(ids(&running).is_empty(), "{running}");
 }

@@ -69,25 +69,38 @@ async fn todays_usage_is_prometheuss_counters_and_rolls_over_at_midnight() {
     // The gateway started after midnight: the tally counts from then.
     assert_eq!(u["since"], START.as_secs());
     let routes = u["routes"].as_array().unwrap();
-    let names: Vec<&str> = routes.iter().map(|r| r["route"].as_str().unwrap()).collect();
+    let names: Vec<&str> = routes
+        .iter()
+        .map(|r| r["route"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["council", "fast", "review", "sc"]);
     for r in routes {
         let route = r["route"].as_str().unwrap();
         let at = [("route", route)];
         let requests = sum(&metrics, "conclave_requests_total", &at);
-        let ok = sum(&metrics, "conclave_requests_total", &[("route", route), ("status", "200")]);
+        let ok = sum(
+            &metrics,
+            "conclave_requests_total",
+            &[("route", route), ("status", "200")],
+        );
         assert_eq!(r["requests"].as_f64(), Some(requests), "{route}");
         assert_eq!(r["errors"].as_f64(), Some(requests - ok), "{route}");
         assert!(r["input_tokens"].as_u64().unwrap() > 0, "{r}");
         assert!(r["output_tokens"].as_u64().unwrap() > 0, "{r}");
     }
     let review = routes.iter().find(|r| r["route"] == "review").unwrap();
-    assert_eq!((review["requests"].as_u64(), review["errors"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(
+        (review["requests"].as_u64(), review["errors"].as_u64()),
+        (Some(2), Some(1))
+    );
 
     let models = u["models"].as_array().unwrap();
     let mut attempts_seen = 0.0;
     for m in models {
-        let (model, upstream) = (m["model"].as_str().unwrap(), m["upstream"].as_str().unwrap());
+        let (model, upstream) = (
+            m["model"].as_str().unwrap(),
+            m["upstream"].as_str().unwrap(),
+        );
         let attempts = sum(
             &metrics,
             "conclave_attempts_total",
@@ -97,18 +110,32 @@ async fn todays_usage_is_prometheuss_counters_and_rolls_over_at_midnight() {
         assert_eq!(m["attempts"].as_f64(), Some(attempts), "{model}");
         attempts_seen += attempts;
         for kind in ["input", "output"] {
-            let tokens = sum(&metrics, "conclave_tokens_total", &[("model", model), ("kind", kind)]);
-            assert_eq!(m[format!("{kind}_tokens")].as_f64(), Some(tokens), "{model} {kind}");
+            let tokens = sum(
+                &metrics,
+                "conclave_tokens_total",
+                &[("model", model), ("kind", kind)],
+            );
+            assert_eq!(
+                m[format!("{kind}_tokens")].as_f64(),
+                Some(tokens),
+                "{model} {kind}"
+            );
         }
         let cost = sum(&metrics, "conclave_cost_usd_total", &[("model", model)]);
-        assert!(close(m["cost_usd"].as_f64().unwrap(), cost), "{model}: {m} {cost}");
+        assert!(
+            close(m["cost_usd"].as_f64().unwrap(), cost),
+            "{model}: {m} {cost}"
+        );
     }
     // Every attempt Prometheus counted is some model's today.
     assert_eq!(attempts_seen, sum(&metrics, "conclave_attempts_total", &[]));
     // And the spend by route is the spend by model.
     let by_route: f64 = routes.iter().map(|r| r["cost_usd"].as_f64().unwrap()).sum();
     let by_model: f64 = models.iter().map(|m| m["cost_usd"].as_f64().unwrap()).sum();
-    assert!(by_model > 0.0 && close(by_route, by_model), "{by_route} {by_model}");
+    assert!(
+        by_model > 0.0 && close(by_route, by_model),
+        "{by_route} {by_model}"
+    );
 
     // A minute later it is 2026-03-02 (UTC): a new tally, from midnight,
     // while Prometheus's counters go on.
@@ -124,13 +151,19 @@ async fn todays_usage_is_prometheuss_counters_and_rolls_over_at_midnight() {
     assert_eq!(u["routes"][0]["requests"], 1);
     assert_eq!(u["models"][0]["attempts"], 1);
     let metrics = gw.metrics();
-    assert_eq!(sum(&metrics, "conclave_requests_total", &[("route", "fast")]), 3.0);
+    assert_eq!(
+        sum(&metrics, "conclave_requests_total", &[("route", "fast")]),
+        3.0
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn only_an_admin_reads_it() {
     let gw = demo();
-    for (path, what) in [("/v1/usage", "/v1/usage"), ("/v1/keys/usage", "/v1/keys/usage")] {
+    for (path, what) in [
+        ("/v1/usage", "/v1/usage"),
+        ("/v1/keys/usage", "/v1/keys/usage"),
+    ] {
         let r = gw
             .get_with(path, &[("authorization", "Bearer sk-alice")])
             .await;

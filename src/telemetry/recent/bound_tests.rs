@@ -75,7 +75,13 @@ fn an_attempts_long_texts_are_cut_in_a_copy() {
 
 #[test]
 fn an_attempts_estimate_is_never_under_its_size() {
-    for text in ["", "plain", "\"quoted\\\"", "\u{1}\u{2}\n\t", &"\u{7}".repeat(300)] {
+    for text in [
+        "",
+        "plain",
+        "\"quoted\\\"",
+        "\u{1}\u{2}\n\t",
+        &"\u{7}".repeat(300),
+    ] {
         let line = attempt(u32::MAX, text);
         let size = serde_json::to_vec(&line).unwrap().len();
         let est = estimate(&line);
@@ -103,11 +109,7 @@ fn a_record_stays_within_its_bytes() {
     for i in 0..MAX_ATTEMPTS {
         let _ = g.attempt(Arc::new(attempt(i as u32, &text)));
     }
-    let kept: usize = g
-        .attempts()
-        .iter()
-        .map(size_of)
-        .sum();
+    let kept: usize = g.attempts().iter().map(size_of).sum();
     assert!(kept <= RECORD_BYTES, "{kept}");
     assert!(g.attempts_dropped > 0);
 }

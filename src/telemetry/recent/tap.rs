@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use super::bound::{self, Gathered};
-use super::{Record, Recent};
+use super::{Recent, Record};
 use crate::sink::{AttemptRecord, AttemptSink, EventSink, RequestEnd};
 use crate::telemetry::{Event, Telemetry, attempt, request};
 

@@ -7,7 +7,7 @@ use crate::telemetry::Event;
 
 /// A record as a `Tap` would list it, not yet in the ring.
 fn running(ring: &Recent, id: &str, key: &str, route: &str, started_at: u64) -> Arc<Record> {
-    let r = Arc::new(Record {
+    Arc::new(Record {
         id: id.into(),
         route: route.into(),
         key: key.into(),
@@ -17,8 +17,7 @@ fn running(ring: &Recent, id: &str, key: &str, route: &str, started_at: u64) -> 
         seq: ring.seq.fetch_add(1, Ordering::Relaxed),
         status: OnceLock::new(),
         gathered: Mutex::default(),
-    });
-    r
+    })
 }
 
 /// A finished record in the ring.
@@ -124,7 +123,10 @@ async fn running_records_come_first_and_leave_the_list_once() {
     assert_eq!(ids(&ring.list(&running_only)), ["fast", "slow"]);
     assert_eq!(ids(&ring.list(&Filter { limit: 1, ..all() })), ["fast"]);
     let s = slow.summary();
-    assert_eq!((s["status"].as_str(), s["duration_ms"].as_f64()), (Some("running"), Some(250.0)));
+    assert_eq!(
+        (s["status"].as_str(), s["duration_ms"].as_f64()),
+        (Some("running"), Some(250.0))
+    );
     assert_eq!(s["cost_usd"], Value::Null);
     assert_eq!(slow.detail()["request"], Value::Null);
 
