@@ -120,8 +120,21 @@ impl AttemptSink for Telemetry {
 /// The `attempt` line of `r` for the event log (and the ring of recent
 /// requests, which keeps the same line).
 pub(super) fn event(r: &AttemptRecord) -> Event {
-    let (who, m) = (&r.who, &r.model);
-    let ev = AttemptEvent {
+    let who = &r.who;
+    Event::of(
+        who.request_id.clone(),
+        who.route.clone(),
+        "attempt",
+        EventBody::Attempt(line(r)),
+        r.started_at,
+    )
+}
+
+/// The `attempt` line's own fields (after `ts`, `request_id`, `route`
+/// and `event`).
+pub(super) fn line(r: &AttemptRecord) -> Box<AttemptEvent> {
+    let m = &r.model;
+    Box::new(AttemptEvent {
         attempt: r.index,
         model: m.name.clone(),
         upstream: m.upstream.clone(),
@@ -142,14 +155,7 @@ pub(super) fn event(r: &AttemptRecord) -> Event {
         queued_ms: r.queued.map(ms),
         tokens_per_second: r.tokens_per_second.map(|t| (t * 10.0).round() / 10.0),
         retry: r.retry,
-    };
-    Event::of(
-        who.request_id.clone(),
-        who.route.clone(),
-        "attempt",
-        EventBody::Attempt(Box::new(ev)),
-        r.started_at,
-    )
+    })
 }
 
 impl Telemetry {

@@ -62,15 +62,6 @@ impl Event {
         &self.body
     }
 
-    pub fn body_mut(&mut self) -> &mut EventBody {
-        &mut self.body
-    }
-
-    /// Its texts besides the body's: request id and route.
-    pub fn head(&self) -> (&str, &str) {
-        (&self.request_id, &self.route)
-    }
-
     /// The line's first fields (`ts`, `request_id`, `route`, `event`)
     /// followed by `fields`, as the log writes it: a [`EventBody::Fields`]
     /// event as a JSON object, built without serializing.

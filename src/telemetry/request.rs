@@ -113,8 +113,20 @@ pub struct RequestLine {
 
 /// The `request` line that closes `end`'s request.
 pub(super) fn event(end: &RequestEnd) -> Event {
+    let who = &end.who;
+    Event::of(
+        who.request_id.clone(),
+        who.route.clone(),
+        "request",
+        EventBody::Request(line(end)),
+        end.started_at,
+    )
+}
+
+/// The `request` line's own fields.
+pub(super) fn line(end: &RequestEnd) -> RequestLine {
     let (who, t) = (&end.who, end.totals);
-    let line = RequestLine {
+    RequestLine {
         status: end.status,
         strategy: who.strategy,
         key: who.key.clone(),
@@ -127,12 +139,5 @@ pub(super) fn event(end: &RequestEnd) -> Event {
         tokens: t.input_tokens + t.output_tokens,
         tokens_estimated: t.estimated,
         cost_usd: t.cost_usd,
-    };
-    Event::of(
-        who.request_id.clone(),
-        who.route.clone(),
-        "request",
-        EventBody::Request(line),
-        end.started_at,
-    )
+    }
 }

@@ -15,9 +15,12 @@
 //! and measured exactly: only strategy routes emit them.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
 
+use crate::telemetry::attempt::AttemptEvent;
+use crate::telemetry::request::RequestLine;
 use crate::telemetry::{Event, EventBody};
 
 /// Attempt lines one record keeps.
@@ -37,10 +40,19 @@ const MAX_DEPTH: usize = 8;
 /// punctuation, timestamp, numbers at their longest): checked by a test.
 const ATTEMPT_FIXED: usize = 768;
 
+/// An attempt line as a record keeps it.
+pub enum AttemptLine {
+    /// Shared with the event log.
+    Shared(Arc<Event>),
+    /// Its own fields and its time (its request's id and route are the
+    /// record's).
+    Own(Box<AttemptEvent>, SystemTime),
+}
+
 /// One line a record keeps.
 enum Line {
-    /// An attempt, as built (and shared with the event log).
-    Attempt(Arc<Event>),
+    /// An attempt, as built.
+    Attempt(AttemptLine),
     /// Another event, bounded.
     Event(Value),
 }
@@ -61,20 +73,30 @@ pub struct Gathered {
     /// The attempts' prices so far (every attempt, kept or dropped);
     /// `None` until one has a price.
     pub cost_usd: Option<f64>,
-    /// The `request` line, once the request is over.
-    pub request: Option<Arc<Event>>,
+    /// The `request` line's own fields and time, once the request is
+    /// over.
+    pub request: Option<(RequestLine, SystemTime)>,
 }
 
 impl Gathered {
     /// Keeps attempt line `line` (its texts cut already: [`cut`]), if it
-    /// fits; whether it did.
-    pub fn attempt(&mut self, line: Arc<Event>) -> bool {
-        if let EventBody::Attempt(a) = line.body()
-            && let Some(usd) = a.cost_usd()
-        {
+    /// fits; whether it did. `head`: the bytes its request's id and route
+    /// take in it ([`head_len`]).
+    pub fn attempt(&mut self, line: AttemptLine, head: usize) -> bool {
+        let body = match &line {
+            AttemptLine::Shared(e) => match e.body() {
+                EventBody::Attempt(a) => Some(&**a),
+                _ => None,
+            },
+            AttemptLine::Own(a, _) => Some(&**a),
+        };
+        if let Some(usd) = body.and_then(AttemptEvent::cost_usd) {
             *self.cost_usd.get_or_insert(0.0) += usd;
         }
-        let size = estimate(&line);
+        let size = match body {
+            Some(a) => estimate(a, head),
+            None => exact(&line),
+        };
         if self.attempts >= MAX_ATTEMPTS || self.bytes + size > RECORD_BYTES {
             self.attempts_dropped += 1;
             return false;
@@ -100,14 +122,14 @@ impl Gathered {
         }
     }
 
-    /// The attempt lines kept, as the log writes them, in the order they
-    /// were made (they finish in any order).
-    pub fn attempts(&self) -> Vec<Value> {
+    /// The attempt lines kept, as the log writes them (of request `id` on
+    /// `route`), in the order they were made (they finish in any order).
+    pub fn attempts(&self, id: &str, route: &Arc<str>) -> Vec<Value> {
         let mut out: Vec<Value> = self
             .lines
             .iter()
             .filter_map(|l| match l {
-                Line::Attempt(e) => serde_json::to_value(&**e).ok(),
+                Line::Attempt(a) => serde_json::to_value(a.event(id, route)).ok(),
                 Line::Event(_) => None,
             })
             .collect();
@@ -147,30 +169,46 @@ impl Gathered {
     }
 }
 
-/// Whether attempt line `line` has a text over [`FIELD_CHARS`]: then the
-/// ring keeps a [`cut`] copy of it.
-pub fn too_long(line: &Event) -> bool {
-    match line.body() {
-        // A string of at most FIELD_CHARS bytes has at most as many chars.
-        EventBody::Attempt(a) => a
-            .texts()
-            .iter()
-            .any(|t| t.len() > FIELD_CHARS && t.chars().nth(FIELD_CHARS).is_some()),
-        _ => false,
+impl AttemptLine {
+    /// The line as the log has it.
+    fn event(&self, id: &str, route: &Arc<str>) -> std::borrow::Cow<'_, Event> {
+        use std::borrow::Cow;
+        match self {
+            AttemptLine::Shared(e) => Cow::Borrowed(&**e),
+            AttemptLine::Own(a, at) => Cow::Owned(Event::of(
+                id.to_owned(),
+                route.clone(),
+                "attempt",
+                EventBody::Attempt(a.clone()),
+                *at,
+            )),
+        }
     }
 }
 
-/// Cuts attempt line `line`'s texts to [`FIELD_CHARS`]; how many it cut.
-pub fn cut(line: &mut Event) -> u64 {
+/// Whether attempt line `a` has a text over [`FIELD_CHARS`]: then the
+/// ring keeps a [`cut`] copy of it.
+pub fn too_long(a: &AttemptEvent) -> bool {
+    // A string of at most FIELD_CHARS bytes has at most as many chars.
+    a.texts()
+        .iter()
+        .any(|t| t.len() > FIELD_CHARS && t.chars().nth(FIELD_CHARS).is_some())
+}
+
+/// Cuts attempt line `a`'s texts to [`FIELD_CHARS`]; how many it cut.
+pub fn cut(a: &mut AttemptEvent) -> u64 {
     let mut n = 0;
-    if let EventBody::Attempt(a) = line.body_mut() {
-        for t in a.texts_mut().into_iter().flatten() {
-            if cut_string(t) {
-                n += 1;
-            }
+    for t in a.texts_mut().into_iter().flatten() {
+        if cut_string(t) {
+            n += 1;
         }
     }
     n
+}
+
+/// The bytes request `id`'s id and `route` take in one of its lines.
+pub fn head_len(id: &str, route: &str) -> usize {
+    json_len(id) + json_len(route)
 }
 
 /// Cuts `s` to [`FIELD_CHARS`] characters and a `…`; whether it was longer.
@@ -185,18 +223,17 @@ fn cut_string(s: &mut String) -> bool {
     }
 }
 
-/// At least the bytes attempt line `line` takes serialized (exactly, for
-/// any other line).
-fn estimate(line: &Event) -> usize {
-    match line.body() {
-        EventBody::Attempt(a) => {
-            let (id, route) = line.head();
-            ATTEMPT_FIXED
-                + json_len(id)
-                + json_len(route)
-                + a.texts().iter().map(|t| json_len(t)).sum::<usize>()
-        }
-        _ => serde_json::to_vec(line).map_or(usize::MAX, |b| b.len()),
+/// At least the bytes attempt line `a` takes serialized, its request's
+/// id and route taking `head`.
+fn estimate(a: &AttemptEvent, head: usize) -> usize {
+    ATTEMPT_FIXED + head + a.texts().iter().map(|t| json_len(t)).sum::<usize>()
+}
+
+/// The bytes a line that is not an attempt's takes serialized (tests).
+fn exact(line: &AttemptLine) -> usize {
+    match line {
+        AttemptLine::Shared(e) => serde_json::to_vec(&**e).map_or(usize::MAX, |b| b.len()),
+        AttemptLine::Own(..) => usize::MAX,
     }
 }
 

@@ -8,6 +8,19 @@ fn attempt(n: u32, text: &str) -> Event {
     Event::of("id".into(), "route".into(), "attempt", body, UNIX_EPOCH)
 }
 
+/// The same line kept as its own fields.
+fn own(n: u32, text: &str) -> AttemptLine {
+    AttemptLine::Own(Box::new(AttemptEvent::longest(n, text)), UNIX_EPOCH)
+}
+
+fn head() -> usize {
+    head_len("id", "route")
+}
+
+fn route() -> Arc<str> {
+    "route".into()
+}
+
 fn fields(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
@@ -19,13 +32,21 @@ fn fields(v: Value) -> Map<String, Value> {
 fn lines_past_the_counts_are_dropped_and_counted() {
     let mut g = Gathered::default();
     for i in 0..MAX_ATTEMPTS + 3 {
-        let _ = g.attempt(Arc::new(attempt(i as u32, "")));
+        let line = if i % 2 == 0 {
+            own(i as u32, "")
+        } else {
+            AttemptLine::Shared(Arc::new(attempt(i as u32, "")))
+        };
+        let _ = g.attempt(line, head());
     }
     for i in 0..MAX_EVENTS + 2 {
         g.event(fields(json!({"event": "x", "n": i})));
     }
-    let attempts = g.attempts();
+    let attempts = g.attempts("id", &route());
     assert_eq!((attempts.len(), g.attempts_dropped), (MAX_ATTEMPTS, 3));
+    // Both kinds read as the log writes the line.
+    let logged = serde_json::to_value(attempt(0, "")).unwrap();
+    assert_eq!(attempts[0], logged);
     assert_eq!((g.events().len(), g.events_dropped), (MAX_EVENTS, 2));
     assert_eq!(attempts[MAX_ATTEMPTS - 1]["attempt"], MAX_ATTEMPTS - 1);
     // Every attempt's price counts, kept or dropped.
@@ -57,9 +78,12 @@ fn long_strings_are_cut_and_large_fields_left_out() {
 #[test]
 fn an_attempts_long_texts_are_cut_in_a_copy() {
     let long = "é".repeat(FIELD_CHARS + 1);
-    let full = attempt(1, &long);
+    let full = AttemptEvent::longest(1, &long);
     assert!(too_long(&full));
-    assert!(!too_long(&attempt(1, &"é".repeat(FIELD_CHARS))));
+    assert!(!too_long(&AttemptEvent::longest(
+        1,
+        &"é".repeat(FIELD_CHARS)
+    )));
     let mut copy = full.clone();
     // feedback, error and summary; the names are the config's.
     assert_eq!(cut(&mut copy), 3);
@@ -84,7 +108,7 @@ fn an_attempts_estimate_is_never_under_its_size() {
     ] {
         let line = attempt(u32::MAX, text);
         let size = serde_json::to_vec(&line).unwrap().len();
-        let est = estimate(&line);
+        let est = estimate(&AttemptEvent::longest(u32::MAX, text), head());
         assert!(est >= size, "{text:?}: {est} < {size}");
         assert!(est < size + ATTEMPT_FIXED, "{text:?}: {est} vs {size}");
     }
@@ -107,9 +131,9 @@ fn a_record_stays_within_its_bytes() {
 
     let mut g = Gathered::default();
     for i in 0..MAX_ATTEMPTS {
-        let _ = g.attempt(Arc::new(attempt(i as u32, &text)));
+        let _ = g.attempt(own(i as u32, &text), head());
     }
-    let kept: usize = g.attempts().iter().map(size_of).sum();
+    let kept: usize = g.attempts("id", &route()).iter().map(size_of).sum();
     assert!(kept <= RECORD_BYTES, "{kept}");
     assert!(g.attempts_dropped > 0);
 }

@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use super::EventBody;
+use super::{Event, EventBody};
 use bound::Gathered;
 pub use bound::{FIELD_BYTES, FIELD_CHARS, MAX_ATTEMPTS, MAX_EVENTS, RECORD_BYTES};
 pub use tap::Tap;
@@ -80,11 +80,9 @@ impl Record {
     pub fn summary(&self) -> Value {
         let (duration_ms, cost_usd) = {
             let g = self.gathered.lock();
-            match g.request.as_deref().map(|e| e.body()) {
-                Some(EventBody::Request(line)) => {
-                    (Value::from(line.duration_ms), Value::from(line.cost_usd))
-                }
-                _ => (
+            match &g.request {
+                Some((line, _)) => (Value::from(line.duration_ms), Value::from(line.cost_usd)),
+                None => (
                     Value::from(super::ms(self.started.elapsed())),
                     g.cost_usd.map_or(Value::Null, Value::from),
                 ),
@@ -111,15 +109,22 @@ impl Record {
             _ => Map::new(),
         };
         let g = self.gathered.lock();
-        out.insert("attempts".into(), Value::Array(g.attempts()));
+        out.insert(
+            "attempts".into(),
+            Value::Array(g.attempts(&self.id, &self.route)),
+        );
         out.insert("events".into(), Value::Array(g.events()));
         out.insert("attempts_dropped".into(), Value::from(g.attempts_dropped));
         out.insert("events_dropped".into(), Value::from(g.events_dropped));
         out.insert("fields_cut".into(), Value::from(g.fields_cut));
         let request = g
             .request
-            .as_deref()
-            .and_then(|e| serde_json::to_value(e).ok())
+            .as_ref()
+            .and_then(|(line, at)| {
+                let body = EventBody::Request(line.clone());
+                let ev = Event::of(self.id.clone(), self.route.clone(), "request", body, *at);
+                serde_json::to_value(&ev).ok()
+            })
             .unwrap_or(Value::Null);
         drop(g);
         out.insert("request".into(), request);

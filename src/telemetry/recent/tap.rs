@@ -15,10 +15,24 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use super::bound::{self, Gathered};
+use super::bound::{self, AttemptLine, Gathered};
 use super::{Recent, Record};
 use crate::sink::{AttemptRecord, AttemptSink, EventSink, RequestEnd};
-use crate::telemetry::{Event, Telemetry, attempt, request};
+use crate::telemetry::attempt::AttemptEvent;
+use crate::telemetry::{Event, EventBody, Telemetry, attempt, request};
+
+/// Attempt `r`'s line for the log, with its own `fields`.
+fn event(r: &AttemptRecord, fields: Box<AttemptEvent>) -> Event {
+    let who = &r.who;
+    let body = EventBody::Attempt(fields);
+    Event::of(
+        who.request_id.clone(),
+        who.route.clone(),
+        "attempt",
+        body,
+        r.started_at,
+    )
+}
 
 /// One request's sink: telemetry's, plus its record.
 pub struct Tap {
@@ -27,6 +41,8 @@ pub struct Tap {
     /// Its slot among the running, while it is listed there.
     slot: usize,
     listed: AtomicBool,
+    /// The bytes its id and route take in a line.
+    head: usize,
 }
 
 impl Tap {
@@ -60,6 +76,7 @@ impl Tap {
             record,
             slot,
             listed: AtomicBool::new(true),
+            head: bound::head_len(id, route),
         }
     }
 
@@ -102,34 +119,54 @@ impl EventSink for Tap {
 
     /// The `request` line: the record is complete and joins the ring.
     fn request(&self, end: &RequestEnd) {
-        let line = Arc::new(request::event(end));
-        self.record.gathered.lock().request = Some(line.clone());
+        let line = request::line(end);
+        if self.telemetry.events_enabled() {
+            let who = &end.who;
+            let body = EventBody::Request(line.clone());
+            let ev = Event::of(
+                who.request_id.clone(),
+                who.route.clone(),
+                "request",
+                body,
+                end.started_at,
+            );
+            self.telemetry.emit_event(ev);
+        }
+        self.record.gathered.lock().request = Some((line, end.started_at));
         let _ = self.record.status.set(end.status);
         if self.listed.swap(false, Ordering::AcqRel) {
             self.recent().push(self.record.clone());
             self.recent().unlist(self.slot, &self.record);
         }
-        self.telemetry.emit_shared(&line);
     }
 }
 
 impl AttemptSink for Tap {
+    /// Without an event log the ring keeps the line's own fields; with
+    /// one, the line the log writes (shared), or a copy cut to the
+    /// ring's bounds when a text is over them.
     fn record(&self, r: &AttemptRecord) {
         self.telemetry.account(r);
-        let line = attempt::event(r);
-        if bound::too_long(&line) {
-            let mut kept = line.clone();
-            let cut = bound::cut(&mut kept);
-            let mut g = self.record.gathered.lock();
-            if g.attempt(Arc::new(kept)) {
-                g.fields_cut += cut;
+        let mut fields = attempt::line(r);
+        let mut cut = 0;
+        let kept = if !self.telemetry.events_enabled() {
+            if bound::too_long(&fields) {
+                cut = bound::cut(&mut fields);
             }
-            drop(g);
-            self.telemetry.emit_event(line);
+            AttemptLine::Own(fields, r.started_at)
+        } else if bound::too_long(&fields) {
+            let mut copy = fields.clone();
+            cut = bound::cut(&mut copy);
+            self.telemetry.emit_event(event(r, fields));
+            AttemptLine::Own(copy, r.started_at)
         } else {
-            let line = Arc::new(line);
-            let _ = self.record.gathered.lock().attempt(line.clone());
+            let line = Arc::new(event(r, fields));
             self.telemetry.emit_shared(&line);
+            AttemptLine::Shared(line)
+        };
+        let mut g = self.record.gathered.lock();
+        if g.attempt(kept, self.head) {
+            g.fields_cut += cut;
         }
     }
 }

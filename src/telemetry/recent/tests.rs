@@ -168,8 +168,14 @@ fn the_summary_has_the_contracts_fields() {
             UNIX_EPOCH,
         ))
     };
-    let _ = r.gathered.lock().attempt(event(2));
-    let _ = r.gathered.lock().attempt(event(1));
+    let _ = r
+        .gathered
+        .lock()
+        .attempt(bound::AttemptLine::Shared(event(2)), 0);
+    let _ = r
+        .gathered
+        .lock()
+        .attempt(bound::AttemptLine::Shared(event(1)), 0);
     let d = r.detail();
     let order: Vec<u64> = d["attempts"]
         .as_array()
