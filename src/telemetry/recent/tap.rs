@@ -1,11 +1,12 @@
 //! [`Tap`]: one request's event and attempt sink while the ring is on. It
 //! hands every line to telemetry as before (metrics, spans, the event log
-//! when there is one) and keeps the same line for the request's record:
-//! an attempt's and the `request` line as built (shared with the log, not
-//! copied), another event bounded. The record is listed as running from
-//! the start; the `request` line closes it and puts it in the ring, and a
-//! tap dropped before that takes it off the list (a request cancelled or
-//! panicked before it was recorded).
+//! when there is one) and keeps the same line for the request's record,
+//! unserialized: an attempt's and the `request` line's own fields (with an
+//! event log, the attempt line the log writes, shared), another event
+//! bounded. The record is listed as running from the start; the `request`
+//! line closes it and puts it in the ring, and a tap dropped before that
+//! takes it off the list (a request cancelled or panicked before it was
+//! recorded).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
