@@ -33,8 +33,9 @@
 //! 4. [`context`], [`telemetry`]: the per-request context (id, route, key,
 //!    deadline, options, running usage, the sinks it reports to); the
 //!    metric contract (and the metrics strategies declare), each
-//!    instance's Prometheus recorder, the JSONL event log and the ring of
-//!    recent request records fed by the same lines, OpenTelemetry traces.
+//!    instance's Prometheus recorder (and today's tallies per route and
+//!    model beside it), the JSONL event log and the ring of recent (and
+//!    running) request records fed by the same lines, OpenTelemetry traces.
 //!    The two meet only through the sinks.
 //! 5. [`store`]: what must hold across requests, and the one
 //!    [`store::Backend`] that decides where it lives (SQLite and this

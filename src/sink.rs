@@ -171,16 +171,11 @@ pub trait EventSink: Send + Sync {
         at: SystemTime,
     );
 
-    /// Queues the `request` line that closes request `request_id` (a sink
-    /// that gathers a request's lines completes its record here).
-    fn request(
-        &self,
-        request_id: &str,
-        route: &Arc<str>,
-        fields: Map<String, Value>,
-        at: SystemTime,
-    ) {
-        self.emit(request_id, route, "request", fields, at);
+    /// The request `end` is over: queues its `request` line, when events
+    /// are kept (a sink that gathers a request's lines completes its
+    /// record here). A sink that keeps no events does nothing.
+    fn request(&self, end: &RequestEnd) {
+        let _ = end;
     }
 }
 

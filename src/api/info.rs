@@ -1,5 +1,5 @@
 //! The small read-only endpoints: `/v1/models`, `/v1/keys/usage`,
-//! `/metrics`, `/healthz` (`/readyz` is in `ready`).
+//! `/v1/usage`, `/metrics`, `/healthz` (`/readyz` is in `ready`).
 
 use std::sync::Arc;
 
@@ -76,6 +76,21 @@ pub async fn keys_usage(
         data.push(Value::Object(entry));
     }
     Ok(Json(json!({"object": "list", "data": data})))
+}
+
+/// `GET /v1/usage`: today's (UTC) requests per route and attempts per
+/// model on this instance, the increments of its Prometheus counters
+/// since midnight or its start (admin keys only, like `/v1/keys/usage`).
+pub async fn usage(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let app = gw.state();
+    let caller = app.keys.authenticate(&headers)?;
+    if !caller.admin {
+        return Err(ApiError::AdminOnly { what: "/v1/usage" });
+    }
+    Ok(Json(app.telemetry.usage()))
 }
 
 fn entry(name: &str, node: &Node, created: u64) -> Value {

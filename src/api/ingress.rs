@@ -358,13 +358,16 @@ async fn open(
         Some(g) => g.admit(estimate, capped).await.map(Some),
         None => Ok(None),
     };
+    let reporters = app
+        .telemetry
+        .reporters(id, route, node.strategy, &caller.name);
     let mut ctx = RequestCtx::new(
         id.to_owned(),
         route.clone(),
         node.strategy,
         caller.name,
         app.request_timeout,
-        app.telemetry.reporters(),
+        reporters,
         gw.hard.clone(),
     )
     .with_access_log(app.access_log)

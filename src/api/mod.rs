@@ -273,6 +273,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/models/{id}", get(info::model))
         .route("/v1/keys/usage", get(info::keys_usage))
         .route("/keys/usage", get(info::keys_usage))
+        .route("/v1/usage", get(info::usage))
+        .route("/usage", get(info::usage))
         .route("/v1/requests", get(requests::list))
         .route("/requests", get(requests::list))
         .route("/v1/requests/{id}", get(requests::one))

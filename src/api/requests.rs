@@ -5,7 +5,10 @@
 //! gateway without `[[keys]]`, which is an admin everywhere) sees every
 //! request; another key only its own: a filter on another key's name
 //! finds nothing, and another key's record is a 404 like an unknown or
-//! evicted one. With `console.recent_requests = 0` both are a 404.
+//! evicted one. A request is there from its start (`"status":
+//! "running"`, with what it has done so far), so a client may poll its
+//! own request's record while it streams. With
+//! `console.recent_requests = 0` both are a 404.
 
 use std::sync::Arc;
 
@@ -27,8 +30,10 @@ const ECHO: usize = 40;
 /// Longest request id looked up (`x-request-id` takes at most 128).
 const MAX_ID: usize = 128;
 
-/// `GET /v1/requests?route=&key=&status=&since=&until=&limit=`: the
-/// caller's view of the ring, most recently finished first.
+/// `GET /v1/requests?route=&key=&status=&since=&until=&limit=&running=`:
+/// the caller's view of the ring: the requests still running first (the
+/// latest started first; `running=false` leaves them out, `status=running`
+/// lists only them), then the finished, most recently finished first.
 pub async fn list(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
@@ -55,7 +60,8 @@ pub async fn list(
 }
 
 /// `GET /v1/requests/{id}`: the newest record with that id the caller may
-/// see, with its attempts and events.
+/// see, with its attempts and events; while it runs, with
+/// `"status": "running"` and what it has done so far.
 pub async fn one(
     State(gw): State<Arc<Gateway>>,
     Path(id): Path<String>,
@@ -114,12 +120,13 @@ fn read(uri: &Uri) -> Result<Filter, ApiError> {
             "since" => f.since = Some(seconds("since", &value)?),
             "until" => f.until = Some(seconds("until", &value)?),
             "limit" => f.limit = limit(&value)?,
+            "running" => f.finished_only = !flag("running", &value)?,
             _ => {
                 return Err(ApiError::field(
                     &echo(&name),
                     "unknown_parameter",
                     format!(
-                        "Unknown parameter: '{}'. Supported: route, key, status, since, until, limit.",
+                        "Unknown parameter: '{}'. Supported: route, key, status, since, until, limit, running.",
                         echo(&name)
                     ),
                 ));
@@ -146,6 +153,22 @@ fn seconds(param: &'static str, value: &str) -> Result<u64, ApiError> {
             ),
         )
     })
+}
+
+/// `true` or `false`.
+fn flag(param: &'static str, value: &str) -> Result<bool, ApiError> {
+    match value.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ApiError::field(
+            param,
+            "invalid_value",
+            format!(
+                "Invalid '{param}': expected true or false, but got '{}' instead.",
+                echo(value)
+            ),
+        )),
+    }
 }
 
 fn limit(value: &str) -> Result<usize, ApiError> {
@@ -180,6 +203,8 @@ mod tests {
         assert_eq!(f.key.as_deref(), Some("alice"));
         assert_eq!(f.status.as_deref(), Some("5xx"));
         assert_eq!((f.since, f.until, f.limit), (Some(10), Some(20), 7));
+        assert!(!f.finished_only && q("running=false").unwrap().finished_only);
+        assert!(!q("running=true").unwrap().finished_only);
         assert_eq!(q("").unwrap().limit, DEFAULT_LIMIT);
         assert!(q("route=").unwrap().route.is_none());
     }
@@ -194,6 +219,7 @@ mod tests {
             ("until=soon", "until"),
             ("rout=a", "rout"),
             ("key=a&key=b", "key"),
+            ("running=no", "running"),
         ] {
             match q(query) {
                 Err(ApiError::BadRequest { param: p, .. }) => {

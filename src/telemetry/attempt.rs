@@ -16,7 +16,7 @@ use crate::sink::{AttemptRecord, AttemptSink};
 use crate::span::{SpanRecord, int};
 
 /// The `attempt` event of the JSONL log.
-#[derive(Serialize)]
+#[derive(Serialize, Clone)]
 pub struct AttemptEvent {
     attempt: u32,
     model: Arc<str>,
@@ -48,6 +48,63 @@ pub struct AttemptEvent {
     retry: Option<&'static str>,
 }
 
+impl AttemptEvent {
+    /// Its texts of any length (what the model, its verifier or its
+    /// upstream wrote, cut or not): feedback, error, output summary.
+    pub fn texts_mut(&mut self) -> [Option<&mut String>; 3] {
+        [
+            self.feedback.as_mut(),
+            self.error.as_mut(),
+            Some(&mut self.output_summary),
+        ]
+    }
+
+    /// Its texts of any length, and its names (model, upstream).
+    pub fn texts(&self) -> [&str; 5] {
+        [
+            self.feedback.as_deref().unwrap_or(""),
+            self.error.as_deref().unwrap_or(""),
+            &self.output_summary,
+            &self.model,
+            &self.upstream,
+        ]
+    }
+
+    /// Its price, when it has one.
+    pub fn cost_usd(&self) -> Option<f64> {
+        self.cost_usd
+    }
+
+    /// An attempt with every field there and each number at its longest,
+    /// its texts `text` (tests of the ring's bounds).
+    #[cfg(test)]
+    pub fn longest(n: u32, text: &str) -> Self {
+        let long = -1.234_567_890_123_456_7e-300;
+        AttemptEvent {
+            attempt: n,
+            model: text.into(),
+            upstream: text.into(),
+            role: "synthesizer",
+            duration_ms: long,
+            ttft_ms: Some(long),
+            warm_start: Some(false),
+            verdict: "not_an_answer",
+            feedback: Some(text.into()),
+            error: Some(text.into()),
+            input_tokens: Some(u64::MAX),
+            output_tokens: Some(u64::MAX),
+            cached_tokens: Some(u64::MAX),
+            reasoning_tokens: Some(u64::MAX),
+            usage_estimated: false,
+            cost_usd: Some(long),
+            output_summary: text.into(),
+            queued_ms: Some(long),
+            tokens_per_second: Some(long),
+            retry: Some("midstream"),
+        }
+    }
+}
+
 /// The shortest lane wait that gets a `conclave.queue` span.
 const QUEUED: Duration = Duration::from_millis(1);
 
@@ -63,8 +120,21 @@ impl AttemptSink for Telemetry {
 /// The `attempt` line of `r` for the event log (and the ring of recent
 /// requests, which keeps the same line).
 pub(super) fn event(r: &AttemptRecord) -> Event {
-    let (who, m) = (&r.who, &r.model);
-    let ev = AttemptEvent {
+    let who = &r.who;
+    Event::of(
+        who.request_id.clone(),
+        who.route.clone(),
+        "attempt",
+        EventBody::Attempt(line(r)),
+        r.started_at,
+    )
+}
+
+/// The `attempt` line's own fields (after `ts`, `request_id`, `route`
+/// and `event`).
+pub(super) fn line(r: &AttemptRecord) -> Box<AttemptEvent> {
+    let m = &r.model;
+    Box::new(AttemptEvent {
         attempt: r.index,
         model: m.name.clone(),
         upstream: m.upstream.clone(),
@@ -85,14 +155,7 @@ pub(super) fn event(r: &AttemptRecord) -> Event {
         queued_ms: r.queued.map(ms),
         tokens_per_second: r.tokens_per_second.map(|t| (t * 10.0).round() / 10.0),
         retry: r.retry,
-    };
-    Event::of(
-        who.request_id.clone(),
-        who.route.clone(),
-        "attempt",
-        EventBody::Attempt(Box::new(ev)),
-        r.started_at,
-    )
+    })
 }
 
 impl Telemetry {
@@ -124,11 +187,23 @@ impl Telemetry {
         if let Some(ttft) = r.ttft {
             h.ttft().record(ttft.as_secs_f64());
         }
-        if let (Some(u), Some(_)) = (r.usage, r.cost_usd) {
+        let priced = r.usage.zip(r.cost_usd);
+        if let Some((u, _)) = priced {
             let (input, output) = h.tokens();
             input.increment(u.prompt_tokens);
             output.increment(u.completion_tokens);
         }
+        h.today.add(self.today(), |t| {
+            t.attempts += 1;
+            if let Some((u, usd)) = priced {
+                t.input_tokens += u.prompt_tokens;
+                t.output_tokens += u.completion_tokens;
+                // As `conclave_cost_usd_total` adds it.
+                if usd > 0.0 {
+                    t.cost_usd += usd;
+                }
+            }
+        });
         if let Some((kind, _)) = &r.error {
             h.errors(kind).increment(1);
         }

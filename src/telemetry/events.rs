@@ -23,9 +23,14 @@ use serde_json::{Map, Value};
 use super::EVENTS_DROPPED;
 use crate::sink::Metrics;
 
-#[derive(Serialize)]
+/// One line of the event log (and of a record in the ring of recent
+/// requests, which shares it): kept as built, serialized when written or
+/// read.
+#[derive(Serialize, Clone)]
 pub struct Event {
-    ts: String,
+    /// Written as RFC 3339 to the millisecond.
+    #[serde(serialize_with = "rfc3339")]
+    ts: SystemTime,
     request_id: String,
     route: Arc<str>,
     event: &'static str,
@@ -44,24 +49,58 @@ impl Event {
         at: SystemTime,
     ) -> Self {
         Event {
-            ts: humantime::format_rfc3339_millis(at).to_string(),
+            ts: at,
             request_id,
             route,
             event,
             body,
         }
     }
+
+    /// Its body.
+    pub fn body(&self) -> &EventBody {
+        &self.body
+    }
+
+    /// The line's first fields (`ts`, `request_id`, `route`, `event`)
+    /// followed by `fields`, as the log writes it: a [`EventBody::Fields`]
+    /// event as a JSON object, built without serializing.
+    pub fn fields_line(
+        request_id: &str,
+        route: &str,
+        event: &'static str,
+        fields: Map<String, Value>,
+        at: SystemTime,
+    ) -> Map<String, Value> {
+        let mut line = Map::new();
+        line.insert(
+            "ts".into(),
+            Value::String(humantime::format_rfc3339_millis(at).to_string()),
+        );
+        line.insert("request_id".into(), Value::from(request_id));
+        line.insert("route".into(), Value::from(route));
+        line.insert("event".into(), Value::from(event));
+        line.extend(fields);
+        line
+    }
 }
 
-#[derive(Serialize)]
+fn rfc3339<S: serde::Serializer>(at: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_rfc3339_millis(*at))
+}
+
+#[derive(Serialize, Clone)]
 #[serde(untagged)]
 pub enum EventBody {
     Attempt(Box<super::attempt::AttemptEvent>),
+    Request(super::request::RequestLine),
     Fields(Map<String, Value>),
 }
 
 enum Msg {
     Event(Event),
+    /// An event the ring of recent requests keeps too.
+    Shared(Arc<Event>),
     Reopen,
     Close,
 }
@@ -95,7 +134,16 @@ impl EventLog {
     }
 
     pub fn send(&self, event: Event) {
-        match self.tx.try_send(Msg::Event(event)) {
+        self.queue(Msg::Event(event));
+    }
+
+    /// [`send`](Self::send) for an event kept elsewhere too.
+    pub fn send_shared(&self, event: Arc<Event>) {
+        self.queue(Msg::Shared(event));
+    }
+
+    fn queue(&self, msg: Msg) {
+        match self.tx.try_send(msg) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 self.metrics.scope(|| counter!(EVENTS_DROPPED).increment(1));
@@ -146,19 +194,22 @@ fn append(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
+fn write(out: &mut BufWriter<File>, ev: &Event) {
+    if let Err(e) = serde_json::to_writer(&mut *out, ev)
+        .and_then(|()| out.write_all(b"\n").map_err(serde_json::Error::io))
+    {
+        tracing::warn!("event log write failed: {e}");
+    }
+}
+
 fn write_loop(rx: Receiver<Msg>, mut out: BufWriter<File>, path: &Path) {
     while let Ok(msg) = rx.recv() {
         let mut next = Some(msg);
         // Drain whatever is queued, then flush once.
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Event(ev) => {
-                    if let Err(e) = serde_json::to_writer(&mut out, &ev)
-                        .and_then(|()| out.write_all(b"\n").map_err(serde_json::Error::io))
-                    {
-                        tracing::warn!("event log write failed: {e}");
-                    }
-                }
+                Msg::Event(ev) => write(&mut out, &ev),
+                Msg::Shared(ev) => write(&mut out, &ev),
                 Msg::Reopen => {
                     let _ = out.flush();
                     match append(path) {

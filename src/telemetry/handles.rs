@@ -15,6 +15,7 @@ use hashbrown::{Equivalent, HashMap};
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use parking_lot::RwLock;
 
+use super::usage::{ModelTally, RouteTally, Today, Usage};
 use super::{
     ATTEMPT_DURATION, ATTEMPT_TTFT, ATTEMPTS_TOTAL, GENERATION_TPS, INFLIGHT_REQUESTS, OVERHEAD,
     REQUEST_DURATION, REQUEST_TTFT, REQUESTS_TOTAL, TOKENS_TOTAL, UPSTREAM_ERRORS_TOTAL,
@@ -79,6 +80,8 @@ pub struct RouteHandles {
     pub overhead: Histogram,
     ttft: OnceLock<Histogram>,
     requests: ByLabel<&'static str, Counter>,
+    /// Today's requests (`GET /v1/usage`), beside the counters.
+    pub today: Today<RouteTally>,
 }
 
 impl RouteHandles {
@@ -112,6 +115,8 @@ pub struct AttemptHandles {
     tokens: OnceLock<(Counter, Counter)>,
     attempts: ByLabel<(&'static str, &'static str), Counter>,
     errors: ByLabel<&'static str, Counter>,
+    /// Today's attempts (`GET /v1/usage`), beside the counters.
+    pub today: Today<ModelTally>,
 }
 
 impl AttemptHandles {
@@ -260,6 +265,7 @@ impl Handles {
                 overhead,
                 ttft: OnceLock::new(),
                 requests: ByLabel::new(),
+                today: Today::default(),
             }
         })
     }
@@ -289,7 +295,24 @@ impl Handles {
                 tokens: OnceLock::new(),
                 attempts: ByLabel::new(),
                 errors: ByLabel::new(),
+                today: Today::default(),
             }
         })
+    }
+
+    /// Every handle's tally of day `day`, gathered by route and by model.
+    pub fn usage(&self, day: u64) -> Usage {
+        let mut u = Usage::default();
+        for (k, h) in self.routes.0.read().iter() {
+            if let Some(t) = h.today.of(day) {
+                u.route(&k.route, &t);
+            }
+        }
+        for (k, h) in self.attempts.0.read().iter() {
+            if let Some(t) = h.today.of(day) {
+                u.model(&k.model, &k.upstream, &t);
+            }
+        }
+        u
     }
 }

@@ -2,9 +2,10 @@
 //! the JSONL event log (`events`), OpenTelemetry traces ([`trace`]), the
 //! sink that turns every finished attempt ([`crate::sink::AttemptRecord`])
 //! into its metrics, event line and span (`attempt`), the record of
-//! each finished request (`request`), and the bounded ring of recent
-//! request records behind `GET /v1/requests` ([`recent`]), fed by the same
-//! lines as the event log.
+//! each finished request (`request`), today's tallies per route and
+//! model behind `GET /v1/usage` (`usage`, counted beside the metrics), and
+//! the bounded ring of recent request records behind `GET /v1/requests`
+//! ([`recent`]), fed by the same lines as the event log.
 //!
 //! Label values only ever come from the config (route, model and upstream
 //! names) or from small fixed sets (role, verdict, warm, status), so a model
@@ -17,6 +18,7 @@ mod prom;
 pub mod recent;
 mod request;
 pub mod trace;
+mod usage;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,7 +37,7 @@ use recent::{Recent, Tap};
 use trace::Tracer;
 
 use crate::clock::Clock;
-use crate::sink::{AttemptSink, EventSink, Metrics, Reporters};
+use crate::sink::{AttemptSink, EventSink, Metrics, Reporters, RequestEnd, Totals};
 
 /// How often the recorder's histograms are drained when nobody scrapes.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -61,8 +63,12 @@ pub struct Telemetry {
     /// `None` unless `[telemetry] otlp_endpoint` is set; fixed for the
     /// life of the process.
     pub tracer: Option<Arc<Tracer>>,
-    /// The last `console.recent_requests` finished requests.
+    /// The last `console.recent_requests` finished requests, and those
+    /// in flight.
     recent: Recent,
+    /// When this instance started (today's tallies count from then at
+    /// the earliest).
+    born: SystemTime,
 }
 
 impl Telemetry {
@@ -98,6 +104,7 @@ impl Telemetry {
             cost: DashMap::new(),
             tracer,
             recent: Recent::new(recent_requests),
+            born: clock.now(),
         });
         t.keep_up();
         Ok(t)
@@ -114,16 +121,25 @@ impl Telemetry {
             cost: DashMap::new(),
             tracer: None,
             recent: Recent::new(0),
+            born: SystemTime::now(),
         })
     }
 
-    /// What a request reports to: this telemetry, its recorder and clock;
-    /// while the ring of recent requests is on, through a [`Tap`] that
-    /// keeps the request's lines for it.
-    pub fn reporters(self: &Arc<Self>) -> Reporters {
+    /// What request `id` on `route` (its `strategy`, by key `key`)
+    /// reports to: this telemetry, its recorder and clock; while the ring
+    /// of recent requests is on, through a [`Tap`] that keeps the
+    /// request's record, readable while it runs.
+    pub fn reporters(
+        self: &Arc<Self>,
+        id: &str,
+        route: &Arc<str>,
+        strategy: &'static str,
+        key: &Arc<str>,
+    ) -> Reporters {
         let (events, attempts): (Arc<dyn EventSink>, Arc<dyn AttemptSink>) =
             if self.recent.enabled() {
-                let tap = Arc::new(Tap::new(self.clone()));
+                let started = self.clock.now();
+                let tap = Arc::new(Tap::new(self.clone(), id, route, strategy, key, started));
                 (tap.clone(), tap)
             } else {
                 (self.clone(), self.clone())
@@ -134,6 +150,32 @@ impl Telemetry {
             metrics: self.metrics.clone(),
             clock: self.clock,
         }
+    }
+
+    /// Today's UTC day on this instance's clock.
+    fn today(&self) -> u64 {
+        usage::day_of(self.clock.now())
+    }
+
+    /// Counts a finished request in its route's tally of today.
+    fn tally_request(&self, h: &RouteHandles, status: &str, totals: &Totals) {
+        h.today.add(self.today(), |t| {
+            t.requests += 1;
+            if !status.starts_with('2') {
+                t.errors += 1;
+            }
+            t.input_tokens += totals.input_tokens;
+            t.output_tokens += totals.output_tokens;
+            t.cost_usd += totals.cost_usd;
+        });
+    }
+
+    /// `GET /v1/usage`: today's requests per route and attempts per model
+    /// on this instance (the increments of its counters since the UTC
+    /// day began, or since it started).
+    pub fn usage(&self) -> Value {
+        let day = self.today();
+        self.handles.usage(day).render(day, self.born)
     }
 
     /// The ring of recent request records.
@@ -175,6 +217,13 @@ impl Telemetry {
     pub fn emit_event(&self, event: Event) {
         if let Some(log) = self.events.load().as_ref() {
             log.send(event);
+        }
+    }
+
+    /// Writes an event the ring keeps too.
+    fn emit_shared(&self, event: &Arc<Event>) {
+        if let Some(log) = self.events.load().as_ref() {
+            log.send_shared(event.clone());
         }
     }
 
@@ -271,6 +320,12 @@ impl EventSink for Telemetry {
                 body,
                 at,
             ));
+        }
+    }
+
+    fn request(&self, end: &RequestEnd) {
+        if self.events_enabled() {
+            self.emit_event(request::event(end));
         }
     }
 }

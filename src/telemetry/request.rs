@@ -6,9 +6,9 @@ use std::borrow::Cow;
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanKind;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
 
-use super::{RouteHandles, Telemetry, ms};
+use super::{Event, EventBody, RouteHandles, Telemetry, ms};
 use crate::sink::RequestEnd;
 use crate::span::{SpanRecord, int};
 use std::sync::Arc;
@@ -20,8 +20,9 @@ impl Telemetry {
     }
 
     /// Records the end of one client request: count, duration, overhead
-    /// and time to first token (on its route's handles `h`); its `request`
-    /// event, span and access line.
+    /// and time to first token (on its route's handles `h`), today's
+    /// tally; its `request` line (to its own event sink), span and access
+    /// line.
     pub fn record_request(&self, end: &RequestEnd, h: &RouteHandles) {
         let (who, status) = (&end.who, end.status);
         h.requests(status).increment(1);
@@ -30,27 +31,10 @@ impl Telemetry {
         if let Some(t) = end.ttft {
             h.ttft().record(t.as_secs_f64());
         }
-        let totals = end.totals;
-        if end.events.events_enabled() {
-            let f = fields(json!({
-                "status": status,
-                "strategy": who.strategy,
-                "key": &*who.key,
-                "attempts": end.attempts,
-                "duration_ms": ms(end.wall),
-                "ttft_ms": end.ttft.map(ms),
-                "overhead_ms": ms(end.overhead),
-                "input_tokens": totals.input_tokens,
-                "output_tokens": totals.output_tokens,
-                "tokens": totals.input_tokens + totals.output_tokens,
-                "tokens_estimated": totals.estimated,
-                "cost_usd": totals.cost_usd,
-            }));
-            let route = &who.route;
-            end.events
-                .request(&who.request_id, route, f, end.started_at);
-        }
+        self.tally_request(h, status, &end.totals);
+        end.events.request(end);
         span(end);
+        let totals = end.totals;
         if end.access_log {
             tracing::info!(
                 target: "conclave::access",
@@ -110,10 +94,50 @@ fn span(end: &RequestEnd) {
     });
 }
 
-/// The fields of an event built with `json!({…})`.
-fn fields(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
+/// The `request` line's own fields, in the log's order.
+#[derive(Serialize, Clone)]
+pub struct RequestLine {
+    status: &'static str,
+    strategy: &'static str,
+    key: Arc<str>,
+    attempts: u32,
+    pub(super) duration_ms: f64,
+    ttft_ms: Option<f64>,
+    overhead_ms: f64,
+    input_tokens: u64,
+    output_tokens: u64,
+    tokens: u64,
+    tokens_estimated: bool,
+    pub(super) cost_usd: f64,
+}
+
+/// The `request` line that closes `end`'s request.
+pub(super) fn event(end: &RequestEnd) -> Event {
+    let who = &end.who;
+    Event::of(
+        who.request_id.clone(),
+        who.route.clone(),
+        "request",
+        EventBody::Request(line(end)),
+        end.started_at,
+    )
+}
+
+/// The `request` line's own fields.
+pub(super) fn line(end: &RequestEnd) -> RequestLine {
+    let (who, t) = (&end.who, end.totals);
+    RequestLine {
+        status: end.status,
+        strategy: who.strategy,
+        key: who.key.clone(),
+        attempts: end.attempts,
+        duration_ms: ms(end.wall),
+        ttft_ms: end.ttft.map(ms),
+        overhead_ms: ms(end.overhead),
+        input_tokens: t.input_tokens,
+        output_tokens: t.output_tokens,
+        tokens: t.input_tokens + t.output_tokens,
+        tokens_estimated: t.estimated,
+        cost_usd: t.cost_usd,
     }
 }

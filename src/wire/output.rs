@@ -1,7 +1,10 @@
 //! What the assistant said, assembled from a whole answer or from stream
 //! chunks, for strategies that judge an answer and for event summaries.
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{MAX_TOOL_CALLS, NotAnAnswer, content_text};
@@ -24,6 +27,9 @@ pub struct AssistantOutput {
 impl AssistantOutput {
     /// Reads `choices[0].message` of a whole response body.
     pub fn from_completion(body: &[u8]) -> Result<Self, NotAnAnswer> {
+        if let Some(out) = plain_completion(body) {
+            return Ok(out);
+        }
         let v: Value = serde_json::from_slice(body)?;
         let choice = v.get("choices").and_then(|c| c.get(0));
         let msg = choice.and_then(|c| c.get("message"));
@@ -107,6 +113,48 @@ impl AssistantOutput {
     }
 }
 
+/// The common case of [`AssistantOutput::from_completion`] read without
+/// building the body as a `Value`: every choice's text content a string
+/// (or null), no tool calls. `None` for anything else, which the general
+/// reading then handles (alike where both apply).
+fn plain_completion(body: &[u8]) -> Option<AssistantOutput> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow, default)]
+        choices: Vec<Choice<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Choice<'a> {
+        #[serde(borrow, default)]
+        message: Option<Message<'a>>,
+        #[serde(borrow, default)]
+        finish_reason: Option<Cow<'a, str>>,
+    }
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow, default)]
+        content: Option<Cow<'a, str>>,
+        #[serde(default)]
+        tool_calls: Option<IgnoredAny>,
+    }
+    let body: Body<'_> = serde_json::from_slice(body).ok()?;
+    let Some(first) = body.choices.into_iter().next() else {
+        return Some(AssistantOutput::default());
+    };
+    let (text, calls) = match first.message {
+        Some(m) => (m.content, m.tool_calls),
+        None => (None, None),
+    };
+    if calls.is_some() {
+        return None;
+    }
+    Some(AssistantOutput {
+        text: text.map(Cow::into_owned).unwrap_or_default(),
+        finish_reason: first.finish_reason.map(Cow::into_owned),
+        ..Default::default()
+    })
+}
+
 fn str_at(v: Option<&Value>, key: &str) -> String {
     v.and_then(|v| v.get(key))
         .and_then(Value::as_str)
@@ -117,6 +165,57 @@ fn str_at(v: Option<&Value>, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_completion_reads_as_the_general_reading_does() {
+        let general = |b: &str| {
+            let v: Value = serde_json::from_str(b).unwrap();
+            let c = v.get("choices").and_then(|c| c.get(0));
+            let m = c.and_then(|c| c.get("message"));
+            (
+                content_text(m.and_then(|m| m.get("content"))),
+                c.and_then(|c| c.get("finish_reason"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            )
+        };
+        for b in [
+            r#"{"choices":[{"message":{"role":"assistant","content":"hi \"there\"\n"},"finish_reason":"stop"}],"usage":{"x":1}}"#,
+            r#"{"choices":[{"message":{"content":null},"finish_reason":null}]}"#,
+            r#"{"choices":[{"message":null}]}"#,
+            r#"{"choices":[]}"#,
+            r#"{"id":"x"}"#,
+            r#"{"choices":[{"message":{"content":"a","tool_calls":null}}]}"#,
+        ] {
+            let fast = plain_completion(b.as_bytes()).unwrap_or_else(|| panic!("{b}"));
+            assert_eq!(
+                (fast.text.clone(), fast.finish_reason.clone()),
+                general(b),
+                "{b}"
+            );
+            assert_eq!(
+                AssistantOutput::from_completion(b.as_bytes()).unwrap(),
+                fast
+            );
+        }
+        // Anything else is the general reading's.
+        for b in [
+            r#"{"choices":[{"message":{"content":[{"type":"text","text":"a"}]}}]}"#,
+            r#"{"choices":[{"message":{"content":"a","tool_calls":[{"function":{"name":"f","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":{"0":1}}"#,
+            r#"{"choices":[{"finish_reason":7}]}"#,
+            "not json",
+        ] {
+            assert!(plain_completion(b.as_bytes()).is_none(), "{b}");
+        }
+        let parts = r#"{"choices":[{"message":{"content":[{"type":"text","text":"a"}]}}]}"#;
+        assert_eq!(
+            AssistantOutput::from_completion(parts.as_bytes())
+                .unwrap()
+                .text,
+            "a"
+        );
+    }
 
     #[test]
     fn assistant_output_from_chunks() {

@@ -34,17 +34,8 @@ fn demo(extra: &str, event_log: bool) -> Gw {
     };
     let text = text.replace("event_log = \"conclave-events.jsonl\"", log);
     assert!(!event_log || text.contains("{dir}/events.jsonl"));
-    // The ring is off by default: on here, unless the test says otherwise.
-    let console = if extra.contains("[console]") {
-        ""
-    } else {
-        "[console]\nrecent_requests = 1000\n"
-    };
-    Gw::start_with(
-        &format!("{text}\n{console}{extra}"),
-        ENV,
-        UNIX_EPOCH + START,
-    )
+    // The ring is on by default (1000 records).
+    Gw::start_with(&format!("{text}\n{extra}"), ENV, UNIX_EPOCH + START)
 }
 
 /// `GET path` as `key` (none: no credentials).
@@ -352,9 +343,6 @@ async fn the_ring_keeps_the_last_n_and_zero_turns_it_off() {
 const BOUNDED: &str = r#"
 [server]
 event_log = "{dir}/events.jsonl"
-
-[console]
-recent_requests = 1000
 
 [upstreams.local]
 kind = "mock"

@@ -2,9 +2,26 @@
 //! [`MAX_ATTEMPTS`] attempt lines and [`MAX_EVENTS`] other lines, no
 //! string longer than [`FIELD_CHARS`] characters, no top-level field
 //! larger than [`FIELD_BYTES`] once serialized, and all of them together
-//! within [`RECORD_BYTES`]. What does not fit is dropped and counted.
+//! within [`RECORD_BYTES`] once serialized. What does not fit is dropped
+//! and counted.
+//!
+//! Everything is bounded as it is written, so a record never holds more
+//! (in memory, a small multiple of its serialized bytes); what is cheap
+//! stays cheap. An attempt line is kept as built (its texts cut only when
+//! one is over [`FIELD_CHARS`], which is rare) and its serialized size
+//! is bounded from above without serializing it ([`ATTEMPT_FIXED`] plus
+//! its texts, escaped). Other lines (a strategy's `judge_ranking`,
+//! `vote_finished`, …, which may carry model text) are cut field by field
+//! and measured exactly: only strategy routes emit them.
+
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
+
+use crate::telemetry::attempt::AttemptEvent;
+use crate::telemetry::request::RequestLine;
+use crate::telemetry::{Event, EventBody};
 
 /// Attempt lines one record keeps.
 pub const MAX_ATTEMPTS: usize = 64;
@@ -19,59 +36,129 @@ pub const FIELD_BYTES: usize = 8 * 1024;
 pub const RECORD_BYTES: usize = 64 * 1024;
 /// How deep a line's values are followed; deeper ones become `null`.
 const MAX_DEPTH: usize = 8;
+/// The most an attempt line takes serialized besides its texts (names,
+/// punctuation, timestamp, numbers at their longest): checked by a test.
+const ATTEMPT_FIXED: usize = 768;
+
+/// An attempt line as a record keeps it.
+pub enum AttemptLine {
+    /// Shared with the event log.
+    Shared(Arc<Event>),
+    /// Its own fields and its time (its request's id and route are the
+    /// record's).
+    Own(Box<AttemptEvent>, SystemTime),
+}
+
+/// One line a record keeps.
+enum Line {
+    /// An attempt, as built.
+    Attempt(AttemptLine),
+    /// Another event, bounded.
+    Event(Value),
+}
 
 /// What the ring keeps of one request's lines, within the bounds.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Gathered {
-    pub attempts: Vec<Value>,
-    pub events: Vec<Value>,
+    /// In the order they came.
+    lines: Vec<Line>,
+    attempts: usize,
+    events: usize,
     pub attempts_dropped: u64,
     pub events_dropped: u64,
     /// Strings cut and fields left out, over every line kept.
     pub fields_cut: u64,
+    /// What the lines kept take serialized, at most.
     bytes: usize,
+    /// The attempts' prices so far (every attempt, kept or dropped);
+    /// `None` until one has a price.
+    pub cost_usd: Option<f64>,
+    /// The `request` line's own fields and time, once the request is
+    /// over.
+    pub request: Option<(RequestLine, SystemTime)>,
 }
 
 impl Gathered {
-    /// Keeps attempt line `line`, if it fits.
-    pub fn attempt(&mut self, line: Value) {
-        if self.attempts.len() >= MAX_ATTEMPTS {
+    /// Keeps attempt line `line` (its texts cut already: [`cut`]), if it
+    /// fits; whether it did. `head`: the bytes its request's id and route
+    /// take in it ([`head_len`]).
+    pub fn attempt(&mut self, line: AttemptLine, head: usize) -> bool {
+        let body = match &line {
+            AttemptLine::Shared(e) => match e.body() {
+                EventBody::Attempt(a) => Some(&**a),
+                _ => None,
+            },
+            AttemptLine::Own(a, _) => Some(&**a),
+        };
+        if let Some(usd) = body.and_then(AttemptEvent::cost_usd) {
+            *self.cost_usd.get_or_insert(0.0) += usd;
+        }
+        let size = match body {
+            Some(a) => estimate(a, head),
+            None => exact(&line),
+        };
+        if self.attempts >= MAX_ATTEMPTS || self.bytes + size > RECORD_BYTES {
             self.attempts_dropped += 1;
-            return;
+            return false;
         }
-        match self.fit(line) {
-            Some(v) => self.attempts.push(v),
-            None => self.attempts_dropped += 1,
-        }
+        self.bytes += size;
+        self.attempts += 1;
+        self.lines.push(Line::Attempt(line));
+        true
     }
 
     /// Keeps event line `line`, if it fits.
-    pub fn event(&mut self, line: Value) {
-        if self.events.len() >= MAX_EVENTS {
+    pub fn event(&mut self, line: Map<String, Value>) {
+        if self.events >= MAX_EVENTS {
             self.events_dropped += 1;
             return;
         }
         match self.fit(line) {
-            Some(v) => self.events.push(v),
+            Some(v) => {
+                self.events += 1;
+                self.lines.push(Line::Event(v));
+            }
             None => self.events_dropped += 1,
         }
     }
 
+    /// The attempt lines kept, as the log writes them (of request `id` on
+    /// `route`), in the order they were made (they finish in any order).
+    pub fn attempts(&self, id: &str, route: &Arc<str>) -> Vec<Value> {
+        let mut out: Vec<Value> = self
+            .lines
+            .iter()
+            .filter_map(|l| match l {
+                Line::Attempt(a) => serde_json::to_value(a.event(id, route)).ok(),
+                Line::Event(_) => None,
+            })
+            .collect();
+        out.sort_by_key(|a| a.get("attempt").and_then(Value::as_u64));
+        out
+    }
+
+    /// The other lines kept, in the order they came.
+    pub fn events(&self) -> Vec<Value> {
+        self.lines
+            .iter()
+            .filter_map(|l| match l {
+                Line::Event(v) => Some(v.clone()),
+                Line::Attempt(_) => None,
+            })
+            .collect()
+    }
+
     /// `line` bounded, when it fits in what the record has left.
-    fn fit(&mut self, line: Value) -> Option<Value> {
+    fn fit(&mut self, line: Map<String, Value>) -> Option<Value> {
         let mut cut = 0;
-        let line = match line {
-            Value::Object(fields) => Value::Object(
-                fields
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let v = field(v, &mut cut);
-                        (k, v)
-                    })
-                    .collect::<Map<String, Value>>(),
-            ),
-            other => field(other, &mut cut),
-        };
+        let line = Value::Object(
+            line.into_iter()
+                .map(|(k, v)| {
+                    let v = field(v, &mut cut);
+                    (k, v)
+                })
+                .collect::<Map<String, Value>>(),
+        );
         let size = size_of(&line);
         if self.bytes + size > RECORD_BYTES {
             return None;
@@ -80,6 +167,87 @@ impl Gathered {
         self.fields_cut += cut;
         Some(line)
     }
+}
+
+impl AttemptLine {
+    /// The line as the log has it.
+    fn event(&self, id: &str, route: &Arc<str>) -> std::borrow::Cow<'_, Event> {
+        use std::borrow::Cow;
+        match self {
+            AttemptLine::Shared(e) => Cow::Borrowed(&**e),
+            AttemptLine::Own(a, at) => Cow::Owned(Event::of(
+                id.to_owned(),
+                route.clone(),
+                "attempt",
+                EventBody::Attempt(a.clone()),
+                *at,
+            )),
+        }
+    }
+}
+
+/// Whether attempt line `a` has a text over [`FIELD_CHARS`]: then the
+/// ring keeps a [`cut`] copy of it.
+pub fn too_long(a: &AttemptEvent) -> bool {
+    // A string of at most FIELD_CHARS bytes has at most as many chars.
+    a.texts()
+        .iter()
+        .any(|t| t.len() > FIELD_CHARS && t.chars().nth(FIELD_CHARS).is_some())
+}
+
+/// Cuts attempt line `a`'s texts to [`FIELD_CHARS`]; how many it cut.
+pub fn cut(a: &mut AttemptEvent) -> u64 {
+    let mut n = 0;
+    for t in a.texts_mut().into_iter().flatten() {
+        if cut_string(t) {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The bytes request `id`'s id and `route` take in one of its lines.
+pub fn head_len(id: &str, route: &str) -> usize {
+    json_len(id) + json_len(route)
+}
+
+/// Cuts `s` to [`FIELD_CHARS`] characters and a `…`; whether it was longer.
+fn cut_string(s: &mut String) -> bool {
+    match s.char_indices().nth(FIELD_CHARS) {
+        Some((at, _)) => {
+            s.truncate(at);
+            s.push('…');
+            true
+        }
+        None => false,
+    }
+}
+
+/// At least the bytes attempt line `a` takes serialized, its request's
+/// id and route taking `head`.
+fn estimate(a: &AttemptEvent, head: usize) -> usize {
+    ATTEMPT_FIXED + head + a.texts().iter().map(|t| json_len(t)).sum::<usize>()
+}
+
+/// The bytes a line that is not an attempt's takes serialized (tests).
+fn exact(line: &AttemptLine) -> usize {
+    match line {
+        AttemptLine::Shared(e) => serde_json::to_vec(&**e).map_or(usize::MAX, |b| b.len()),
+        AttemptLine::Own(..) => usize::MAX,
+    }
+}
+
+/// The bytes `s` takes as a JSON string (quotes and escapes).
+fn json_len(s: &str) -> usize {
+    let escapes: usize = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+            0..0x20 => 5,
+            _ => 0,
+        })
+        .sum();
+    s.len() + 2 + escapes
 }
 
 /// One top-level field, bounded: its strings cut, and replaced by a note
@@ -102,16 +270,12 @@ fn strings(v: Value, depth: usize, cut: &mut u64) -> Value {
         return Value::Null;
     }
     match v {
-        Value::String(s) => match s.char_indices().nth(FIELD_CHARS) {
-            Some((at, _)) => {
+        Value::String(mut s) => {
+            if cut_string(&mut s) {
                 *cut += 1;
-                let mut s = s;
-                s.truncate(at);
-                s.push('…');
-                Value::String(s)
             }
-            None => Value::String(s),
-        },
+            Value::String(s)
+        }
         Value::Array(items) => Value::Array(
             items
                 .into_iter()
@@ -133,61 +297,5 @@ fn size_of(v: &Value) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lines_past_the_counts_are_dropped_and_counted() {
-        let mut g = Gathered::default();
-        for i in 0..MAX_ATTEMPTS + 3 {
-            g.attempt(json!({"attempt": i}));
-        }
-        for i in 0..MAX_EVENTS + 2 {
-            g.event(json!({"event": "x", "n": i}));
-        }
-        assert_eq!((g.attempts.len(), g.attempts_dropped), (MAX_ATTEMPTS, 3));
-        assert_eq!((g.events.len(), g.events_dropped), (MAX_EVENTS, 2));
-        assert_eq!(g.attempts[MAX_ATTEMPTS - 1]["attempt"], MAX_ATTEMPTS - 1);
-    }
-
-    #[test]
-    fn long_strings_are_cut_and_large_fields_left_out() {
-        let mut g = Gathered::default();
-        let long = "é".repeat(FIELD_CHARS + 10);
-        let big: Vec<String> = (0..100).map(|i| format!("{i:0>200}")).collect();
-        g.event(json!({"s": long, "nested": {"t": [long]}, "big": big, "n": 1}));
-        let e = &g.events[0];
-        let s = e["s"].as_str().unwrap();
-        assert_eq!(s.chars().count(), FIELD_CHARS + 1);
-        assert!(s.ends_with('…'));
-        assert_eq!(e["nested"]["t"][0], e["s"]);
-        assert!(e["big"]["left_out_bytes"].as_u64().unwrap() > FIELD_BYTES as u64);
-        assert_eq!(e["n"], 1);
-        assert_eq!(g.fields_cut, 3);
-    }
-
-    #[test]
-    fn a_record_stays_within_its_bytes() {
-        let mut g = Gathered::default();
-        let text = "x".repeat(FIELD_CHARS);
-        for _ in 0..MAX_EVENTS {
-            g.event(json!({"a": text, "b": text, "c": text}));
-        }
-        let kept: usize = g.events.iter().map(size_of).sum();
-        assert!(kept <= RECORD_BYTES, "{kept}");
-        assert!(g.events_dropped > 0);
-        assert_eq!(g.events.len() as u64 + g.events_dropped, MAX_EVENTS as u64);
-    }
-
-    #[test]
-    fn values_past_the_depth_become_null() {
-        let mut v = json!("leaf");
-        for _ in 0..20 {
-            v = json!([v]);
-        }
-        let mut g = Gathered::default();
-        g.event(json!({ "deep": v }));
-        let text = g.events[0].to_string();
-        assert!(!text.contains("leaf") && text.contains("null"), "{text}");
-    }
-}
+#[path = "bound_tests.rs"]
+mod tests;

@@ -1,10 +1,16 @@
 //! The ring of recent request records behind `GET /v1/requests`: the
 //! last `console.recent_requests` finished requests of this gateway
-//! instance, each with the event log's own lines for it (its `request`
-//! line, its `attempt` lines, its other events), bounded per record
-//! (`bound`). It is fed by the same records the event log is written
-//! from, through a per-request [`Tap`] (`tap`), whether or not an event
-//! log is configured: one source, not a second bookkeeping.
+//! instance, and the requests still running, each with the event log's
+//! own lines for it (its `request` line, its `attempt` lines, its other
+//! events), bounded per record (`bound`). It is fed by the same records
+//! the event log is written from, through a per-request [`Tap`] (`tap`),
+//! whether or not an event log is configured: one source, not a second
+//! bookkeeping. The lines are kept as built and serialized when read.
+//!
+//! A record is listed from its request's start (`running`: bounded by
+//! the requests in flight, which the server bounds) and moves to the ring
+//! when its `request` line closes it; a request that never closes (its
+//! sink dropped first) leaves with its sink.
 //!
 //! Request ids come from the client (`x-request-id`), so two records may
 //! share one: a look-up by id answers the newest.
@@ -12,33 +18,44 @@
 mod bound;
 mod tap;
 
+use std::cmp::Reverse;
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
+use tokio::time::Instant;
 
+use super::{Event, EventBody};
 use bound::Gathered;
 pub use bound::{FIELD_BYTES, FIELD_CHARS, MAX_ATTEMPTS, MAX_EVENTS, RECORD_BYTES};
 pub use tap::Tap;
 
-/// One finished request in the ring.
+/// The status a record shows while its request runs.
+pub const RUNNING: &str = "running";
+
+/// One request, running or finished.
 pub struct Record {
     pub id: String,
     pub route: Arc<str>,
     pub key: Arc<str>,
-    pub status: String,
+    pub strategy: &'static str,
     /// Unix time it started, in seconds.
     pub started_at: u64,
-    /// Its `request` line, as the event log has it.
-    request: Map<String, Value>,
-    /// Its other lines (attempts and events), which a late attempt (one
-    /// still finishing when the client got its answer) may still join.
-    gathered: Arc<Mutex<Gathered>>,
+    /// When it started, for its duration so far.
+    started: Instant,
+    /// Its order among records (a later start, a larger one).
+    seq: u64,
+    /// Its final status, once its `request` line closed it.
+    status: OnceLock<&'static str>,
+    /// Its lines, which a late attempt (one still finishing when the
+    /// client got its answer) may still join.
+    gathered: Mutex<Gathered>,
 }
 
 /// The fields a list shows, in this order.
+#[cfg(test)]
 const SUMMARY: [&str; 8] = [
     "id",
     "route",
@@ -51,43 +68,66 @@ const SUMMARY: [&str; 8] = [
 ];
 
 impl Record {
+    /// Its final status, or `running`.
+    pub fn status(&self) -> &'static str {
+        self.status.get().copied().unwrap_or(RUNNING)
+    }
+
     /// `{"id", "route", "key", "status", "started_at", "duration_ms",
-    /// "cost_usd", "strategy"}`: the numbers are the `request` line's.
+    /// "cost_usd", "strategy"}`: the numbers are the `request` line's;
+    /// while it runs, its duration so far and its attempts' cost so far
+    /// (`null` before one has a price).
     pub fn summary(&self) -> Value {
+        let (duration_ms, cost_usd) = {
+            let g = self.gathered.lock();
+            match &g.request {
+                Some((line, _)) => (Value::from(line.duration_ms), Value::from(line.cost_usd)),
+                None => (
+                    Value::from(super::ms(self.started.elapsed())),
+                    g.cost_usd.map_or(Value::Null, Value::from),
+                ),
+            }
+        };
         let mut out = Map::new();
-        for name in SUMMARY {
-            let v = match name {
-                "id" => Value::from(self.id.as_str()),
-                "route" => Value::from(&*self.route),
-                "key" => Value::from(&*self.key),
-                "status" => Value::from(self.status.as_str()),
-                "started_at" => Value::from(self.started_at),
-                _ => self.request.get(name).cloned().unwrap_or(Value::Null),
-            };
-            out.insert(name.to_owned(), v);
-        }
+        out.insert("id".into(), Value::from(self.id.as_str()));
+        out.insert("route".into(), Value::from(&*self.route));
+        out.insert("key".into(), Value::from(&*self.key));
+        out.insert("status".into(), Value::from(self.status()));
+        out.insert("started_at".into(), Value::from(self.started_at));
+        out.insert("duration_ms".into(), duration_ms);
+        out.insert("cost_usd".into(), cost_usd);
+        out.insert("strategy".into(), Value::from(self.strategy));
         Value::Object(out)
     }
 
     /// The summary plus `attempts` and `events` (the event log's lines),
     /// how many of each were dropped and how many fields were cut, and
-    /// the whole `request` line.
+    /// the whole `request` line (`null` while it runs).
     pub fn detail(&self) -> Value {
         let mut out = match self.summary() {
             Value::Object(m) => m,
             _ => Map::new(),
         };
         let g = self.gathered.lock();
-        let mut attempts = g.attempts.clone();
-        // In the order they were made (they finish in any order).
-        attempts.sort_by_key(|a| a.get("attempt").and_then(Value::as_u64));
-        out.insert("attempts".into(), Value::Array(attempts));
-        out.insert("events".into(), Value::Array(g.events.clone()));
+        out.insert(
+            "attempts".into(),
+            Value::Array(g.attempts(&self.id, &self.route)),
+        );
+        out.insert("events".into(), Value::Array(g.events()));
         out.insert("attempts_dropped".into(), Value::from(g.attempts_dropped));
         out.insert("events_dropped".into(), Value::from(g.events_dropped));
         out.insert("fields_cut".into(), Value::from(g.fields_cut));
+        let request = g
+            .request
+            .as_ref()
+            .and_then(|(line, at)| {
+                let body = EventBody::Request(line.clone());
+                let ev = Event::of(self.id.clone(), self.route.clone(), "request", body, *at);
+                serde_json::to_value(&ev).ok()
+            })
+            .unwrap_or(Value::Null);
         drop(g);
-        out.insert("request".into(), Value::Object(self.request.clone()));
+        out.insert("request".into(), request);
         Value::Object(out)
     }
 }
@@ -103,6 +143,8 @@ pub struct Filter {
     pub since: Option<u64>,
     /// Started at or before this unix second.
     pub until: Option<u64>,
+    /// Leave the requests still running out (`running=false`).
+    pub finished_only: bool,
     pub limit: usize,
 }
 
@@ -114,7 +156,7 @@ impl Filter {
             && self
                 .status
                 .as_deref()
-                .is_none_or(|s| status_matches(s, &r.status))
+                .is_none_or(|s| status_matches(s, r.status()))
             && self.since.is_none_or(|s| r.started_at >= s)
             && self.until.is_none_or(|u| r.started_at <= u)
     }
@@ -133,10 +175,20 @@ fn status_matches(want: &str, have: &str) -> bool {
     }
 }
 
-/// The ring: the newest `cap` records, oldest first.
+/// The requests running, in slots a finished one frees.
+#[derive(Default)]
+struct Running {
+    slots: Vec<Option<Arc<Record>>>,
+    free: Vec<usize>,
+}
+
+/// The ring: the newest `cap` finished records, oldest first; and the
+/// records of the requests running.
 pub struct Recent {
     cap: AtomicUsize,
     ring: Mutex<VecDeque<Arc<Record>>>,
+    running: Mutex<Running>,
+    seq: AtomicU64,
 }
 
 impl Recent {
@@ -145,6 +197,8 @@ impl Recent {
         Recent {
             cap: AtomicUsize::new(cap),
             ring: Mutex::new(VecDeque::new()),
+            running: Mutex::default(),
+            seq: AtomicU64::new(0),
         }
     }
 
@@ -166,48 +220,113 @@ impl Recent {
         }
     }
 
-    fn push(&self, record: Record) {
+    /// Lists the record of a request that starts now: its slot among
+    /// the running.
+    fn start(&self, record: Arc<Record>) -> usize {
+        let mut r = self.running.lock();
+        match r.free.pop() {
+            Some(slot) => {
+                r.slots[slot] = Some(record);
+                slot
+            }
+            None => {
+                r.slots.push(Some(record));
+                r.slots.len() - 1
+            }
+        }
+    }
+
+    /// The record in `slot` is no longer running (it is in the ring
+    /// already, or never will be).
+    fn unlist(&self, slot: usize, record: &Arc<Record>) {
+        let mut r = self.running.lock();
+        let mine = r
+            .slots
+            .get(slot)
+            .and_then(Option::as_ref)
+            .is_some_and(|have| Arc::ptr_eq(have, record));
+        if mine {
+            r.slots[slot] = None;
+            r.free.push(slot);
+        }
+    }
+
+    /// A finished record joins the ring (before it leaves the running,
+    /// so a reader always finds it).
+    fn push(&self, record: Arc<Record>) {
         let cap = self.cap.load(Ordering::Relaxed);
         if cap == 0 {
             return;
         }
-        let mut ring = self.ring.lock();
-        while ring.len() >= cap {
-            ring.pop_front();
-        }
-        ring.push_back(Arc::new(record));
+        let old = {
+            let mut ring = self.ring.lock();
+            let old = (ring.len() >= cap).then(|| ring.pop_front()).flatten();
+            ring.push_back(record);
+            old
+        };
+        // The oldest record is freed outside the lock.
+        drop(old);
     }
 
-    /// The records `filter` matches, most recently finished first, at
-    /// most `filter.limit`.
+    /// The records `filter` matches: those running first (the latest
+    /// started first), then the finished, most recently finished first;
+    /// at most `filter.limit`.
     pub fn list(&self, filter: &Filter) -> Vec<Arc<Record>> {
-        self.ring
-            .lock()
-            .iter()
-            .rev()
-            .filter(|r| filter.matches(r))
-            .take(filter.limit)
-            .cloned()
-            .collect()
+        let mut out: Vec<Arc<Record>> = Vec::new();
+        if !filter.finished_only {
+            out = self
+                .running
+                .lock()
+                .slots
+                .iter()
+                .flatten()
+                .filter(|r| r.status.get().is_none() && filter.matches(r))
+                .cloned()
+                .collect();
+            out.sort_by_key(|r| Reverse(r.seq));
+            out.truncate(filter.limit);
+        }
+        let left = filter.limit - out.len();
+        out.extend(
+            self.ring
+                .lock()
+                .iter()
+                .rev()
+                .filter(|r| filter.matches(r))
+                .take(left)
+                .cloned(),
+        );
+        out
     }
 
-    /// The newest record with id `id` (of key `key`, when given).
+    /// The newest record with id `id` (of key `key`, when given): a
+    /// running one first.
     pub fn get(&self, id: &str, key: Option<&str>) -> Option<Arc<Record>> {
-        self.ring
+        let is = |r: &Arc<Record>| r.id == id && key.is_none_or(|k| *r.key == *k);
+        let running = self
+            .running
             .lock()
+            .slots
             .iter()
-            .rev()
-            .find(|r| r.id == id && key.is_none_or(|k| *r.key == *k))
-            .cloned()
+            .flatten()
+            .filter(|r| r.status.get().is_none() && is(r))
+            .max_by_key(|r| r.seq)
+            .cloned();
+        running.or_else(|| self.ring.lock().iter().rev().find(|r| is(r)).cloned())
     }
 
-    /// How many records it holds.
+    /// How many finished records it holds.
     pub fn len(&self) -> usize {
         self.ring.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many requests it lists as running.
+    pub fn running(&self) -> usize {
+        self.running.lock().slots.iter().flatten().count()
     }
 }
 
