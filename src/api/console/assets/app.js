@@ -33,10 +33,15 @@ function signedIn(yes) {
 async function open() {
   if (stop) stop();
   stop = null;
-  const name = location.hash.replace(/^#/, '') || 'battle';
-  const page = PAGES[name] || PAGES.battle;
+  let name = location.hash.replace(/^#/, '');
+  if (!PAGES[name]) {
+    // The default page gets its hash, so its link opens nothing twice.
+    name = 'battle';
+    history.replaceState(null, '', '#battle');
+  }
+  const page = PAGES[name];
   for (const a of document.querySelectorAll('#nav a')) {
-    a.classList.toggle('here', a.getAttribute('href') === '#' + (PAGES[name] ? name : 'battle'));
+    a.classList.toggle('here', a.getAttribute('href') === '#' + name);
   }
   const root = $('page');
   show(root);

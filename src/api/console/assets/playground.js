@@ -109,7 +109,7 @@ async function run(body, ui, signal) {
   show(ui.status, el('span', { class: 'dim', text: 'asking…' }));
   show(ui.side, el('p', { class: 'dim', text: 'waiting for the request\'s first attempt…' }));
   let done = false;
-  let polling = null;
+  let polling;
   const poll = async () => {
     while (!done && !signal.aborted) {
       await record(rid, ui.side, true, signal);
@@ -118,9 +118,10 @@ async function run(body, ui, signal) {
   };
   const started = performance.now();
   let failed = null;
+  // From the start: a strategy may hold its answer back while it works.
+  polling = poll();
   try {
     const resp = await api.call('/v1/chat/completions', { method: 'POST', body, headers: { 'x-request-id': rid }, signal });
-    polling = poll();
     if (body.stream) {
       const toolArgs = [];
       for await (const chunk of api.events(resp)) {
@@ -160,7 +161,7 @@ async function run(body, ui, signal) {
 
 /// Asks for the record until it says the request is over.
 async function settle(rid, side, polling, signal) {
-  if (polling) await polling;
+  await polling;
   for (let i = 0; i < 20 && !signal.aborted; i++) {
     if (await record(rid, side, false, signal)) return;
     await sleep(150);
