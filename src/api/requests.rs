@@ -7,7 +7,8 @@
 //! finds nothing, and another key's record is a 404 like an unknown or
 //! evicted one. A request is there from its start (`"status":
 //! "running"`, with what it has done so far), so a client may poll its
-//! own request's record while it streams. With
+//! own request's record while it streams. An arena's record keeps its
+//! contestants anonymous for a key that is not an admin ([`blind`]). With
 //! `console.recent_requests = 0` both are a 404.
 
 use std::sync::Arc;
@@ -77,9 +78,49 @@ pub async fn one(
     }
     let own = (!caller.admin).then_some(&*caller.name);
     match app.telemetry.recent().get(&id, own) {
-        Some(r) => Ok(Json(r.detail())),
+        Some(r) if caller.admin => Ok(Json(r.detail())),
+        Some(r) => Ok(Json(blind(r.detail()))),
         None => Err(not_found()),
     }
+}
+
+/// What a key that is not an admin sees of its own arena request: the
+/// contestants stay anonymous, as they are in the answer, so a record
+/// read before the vote does not unblind it. Its events (which name the
+/// models, as lane swaps do) are left out, and each contestant's attempt
+/// keeps only what does not tell models apart: its role, verdict,
+/// duration and what it wrote. Admins see the whole record, as the event
+/// log has it.
+fn blind(mut detail: Value) -> Value {
+    if detail.get("strategy").and_then(Value::as_str) != Some("arena") {
+        return detail;
+    }
+    if let Some(events) = detail.get_mut("events").and_then(Value::as_array_mut) {
+        events.clear();
+    }
+    const KEPT: [&str; 9] = [
+        "ts",
+        "request_id",
+        "route",
+        "event",
+        "attempt",
+        "role",
+        "verdict",
+        "duration_ms",
+        "output_summary",
+    ];
+    for a in detail
+        .get_mut("attempts")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(fields) = a.as_object_mut() {
+            fields.retain(|k, _| KEPT.contains(&k.as_str()));
+            fields.insert("model".into(), Value::from("contestant"));
+        }
+    }
+    detail
 }
 
 /// The state and the caller, once the ring is known to be on (else the

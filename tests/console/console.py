@@ -190,6 +190,17 @@ def six(p):
     p.until("the reveal", lambda: "was" in p.visible("reveal").text)
 
 
+def partial(p):
+    picks = ["six-1", "six-2", "broken"]
+    battle(p, picks=picks, route="partial")
+    # The contestant that failed is out of the battle: two letters to vote on.
+    assert p.all("vote-A") and p.all("vote-B") and not p.all("vote-C"), "a vote for the absent column"
+    p.one("vote-B").click()
+    reveal = p.visible("reveal")
+    p.until("the reveal", lambda: "was" in reveal.text)
+    assert "six-1" in reveal.text and "six-2" in reveal.text and "broken" not in reveal.text, reveal.text
+
+
 def playground(p, route, prompt, live=False):
     p.go("playground")
     Select(p.one("playground-route")).select_by_value(route)
@@ -301,6 +312,7 @@ def main():
         ("sign in", lambda: p.sign_in(USER)),
         ("battle of three, ranked, revealed, leaderboard", lambda: battle3(p)),
         ("six columns streaming", lambda: six(p)),
+        ("a contestant down", lambda: partial(p)),
         ("chain in the playground", lambda: chain(p)),
         ("judge panel ranking", lambda: panel(p)),
         ("non-admin refused on admin pages", lambda: refused(p)),

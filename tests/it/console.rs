@@ -6,7 +6,7 @@
 //! in `tests/sdk/requirements.txt`, installed into `target/sdk-venv`)
 //! against a gateway on the demo config with keys: a battle of three
 //! streamed, ranked, revealed and on the leaderboard; six columns at 50
-//! tokens/s; a chain's rejected draft and a panel's ranking in the
+//! tokens/s; a battle where one contestant fails; a chain's rejected draft and a panel's ranking in the
 //! playground; the requests list; a non-admin key refused on admin pages;
 //! four XSS payloads inert; a 100k-character answer; a wrong key. It takes
 //! the README's screenshots as it goes: into `target/console-shots`, or
@@ -138,6 +138,12 @@ fn world() -> String {
         "[routes.six]\nstrategy = \"arena\"\ncontestants = [{}]\n\n",
         six.join(", ")
     ));
+    // A battle where one of three fails before it answers.
+    t.push_str(
+        "[upstreams.extra.models.broken-sim]\nstatus = 500\nerror_message = \"down\"\n\n\
+         [models.broken]\nupstream = \"extra\"\nmodel = \"broken-sim\"\n\n\
+         [routes.partial]\nstrategy = \"arena\"\ncontestants = [\"six-1\", \"six-2\", \"broken\"]\n\n",
+    );
     let payloads = [
         ("xss-script", "<script>window.pwned = 'script'</script>"),
         ("xss-img", "<img src=x onerror=\"window.pwned = 'img'\">"),

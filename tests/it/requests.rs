@@ -267,6 +267,41 @@ async fn newest_first_and_every_filter() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_arena_record_keeps_its_contestants_anonymous_for_the_key_that_asked() {
+    let gw = demo(KEYS, true);
+    let (admin, alice) = (Some("sk-admin"), Some("sk-alice"));
+    assert_eq!(ask(&gw, "ab", "blind", alice).await, 200);
+    // The models the demo's arena may pick, and what names them.
+    let names = ["frontier", "second-opinion", "gemma-large", "gemma", "qwen"];
+    let own = get(&gw, "/v1/requests/blind", alice).await;
+    assert_eq!(own.status, 200, "{}", own.text);
+    for name in names {
+        assert!(!own.text.contains(name), "{name} in {}", own.text);
+    }
+    let record = own.json();
+    let attempts = record["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{}", own.text);
+    for a in attempts {
+        assert_eq!(a["model"], "contestant");
+        assert_eq!(a["role"], "contestant");
+        assert!(a["output_summary"].is_string() && a["duration_ms"].is_number());
+        assert!(a.get("upstream").is_none() && a.get("cost_usd").is_none());
+    }
+    assert_eq!(record["events"], serde_json::json!([]));
+    // An admin reads the whole record, as the event log has it.
+    let whole = get(&gw, "/v1/requests/blind", admin).await.json();
+    assert!(
+        whole["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event"] == "arena_started"),
+        "{whole}"
+    );
+    assert!(whole["attempts"][0]["upstream"].is_string());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_key_sees_its_own_requests_and_an_admin_all() {
     let gw = demo(KEYS, true);
     let (admin, alice, bob) = (Some("sk-admin"), Some("sk-alice"), Some("sk-bob"));

@@ -110,7 +110,8 @@ fn admit(
     if !app.console.enabled {
         return Err(unknown(method, uri));
     }
-    let local = peer.is_some_and(|Extension(Peer(p))| p.ip().is_loopback());
+    // `::ffff:127.0.0.1` (a dual-stack listener's IPv4 client) is local too.
+    let local = peer.is_some_and(|Extension(Peer(p))| p.ip().to_canonical().is_loopback());
     if app.keys.is_empty() && !app.console.open && !local {
         return Err(ApiError::ConsoleLoopbackOnly);
     }

@@ -77,6 +77,15 @@ const MAX_LINE = 8 * 1024 * 1024;
 
 export async function* events(resp) {
   const reader = resp.body.getReader();
+  try {
+    yield* lines(reader);
+  } finally {
+    // Left early (an error event, [DONE], a new request): stop reading.
+    reader.cancel().catch(() => {});
+  }
+}
+
+async function* lines(reader) {
   const decoder = new TextDecoder();
   let buf = '';
   for (;;) {

@@ -30,9 +30,14 @@ function signedIn(yes) {
   }
 }
 
+// Which opening is current: a page that finishes mounting after another
+// was opened stops at once and shows nothing.
+let generation = 0;
+
 async function open() {
   if (stop) stop();
   stop = null;
+  const mine = ++generation;
   let name = location.hash.replace(/^#/, '');
   if (!PAGES[name]) {
     // The default page gets its hash, so its link opens nothing twice.
@@ -44,12 +49,19 @@ async function open() {
     a.classList.toggle('here', a.getAttribute('href') === '#' + name);
   }
   const root = $('page');
-  show(root);
+  const here = document.createElement('div');
+  show(root, here);
   try {
-    stop = (await page.mount(root)) || null;
+    const cleanup = (await page.mount(here)) || null;
+    if (mine !== generation) {
+      if (cleanup) cleanup();
+      return;
+    }
+    stop = cleanup;
   } catch (e) {
+    if (mine !== generation) return;
     if (e instanceof api.ApiError && e.status === 401) return refused(e.message);
-    show(root, note('error', e.message || String(e), 'page-error'));
+    show(here, note('error', e.message || String(e), 'page-error'));
   }
 }
 
@@ -94,7 +106,6 @@ $('signout').addEventListener('click', () => {
 window.addEventListener('hashchange', () => {
   if (api.ready()) open();
 });
-window.addEventListener('conclave:refused', (e) => refused(e.detail));
 
 if (api.ready()) start();
 else signedIn(false);

@@ -6,34 +6,11 @@
 // picked the route picks its pair; with 2–6 picked, those answer.
 
 import * as api from '/console/api.js';
-import { el, show, note, select, Answer } from '/console/text.js';
+import { el, show, note, select, Answer, conversation } from '/console/text.js';
 import { diffView } from '/console/diff.js';
 
 const LETTERS = 'ABCDEF';
 const MAX = 6;
-
-/// The messages a prompt box holds: a JSON array of messages, a pasted
-/// conversation (`user:` / `assistant:` / `system:` lines), or one user
-/// message.
-export function conversation(text) {
-  const t = text.trim();
-  if (t.startsWith('[')) {
-    try {
-      const m = JSON.parse(t);
-      if (Array.isArray(m) && m.every((x) => x && typeof x.role === 'string')) return m;
-    } catch (_) {
-      // Not JSON: text.
-    }
-  }
-  const turns = [];
-  for (const line of text.split('\n')) {
-    const m = line.match(/^(user|assistant|system)\s*:\s?(.*)$/i);
-    if (m) turns.push({ role: m[1].toLowerCase(), content: m[2] });
-    else if (turns.length) turns[turns.length - 1].content += '\n' + line;
-    else return [{ role: 'user', content: text }];
-  }
-  return turns.length ? turns : [{ role: 'user', content: text }];
-}
 
 export async function mount(root) {
   const arenas = (await api.models()).filter((m) => m.strategy === 'arena');
@@ -168,13 +145,17 @@ async function run(route, picked, messages, ui, signal) {
   }
   cols.forEach((c) => { c.done = true; c.answer.render(true); });
   tick();
+  // A contestant that failed before it answered is left out of the battle
+  // (the others keep their letters), so it gets no vote.
+  const answered = cols.filter((c) => c.first !== null);
+  cols.filter((c) => c.first === null).forEach((c) => c.box.classList.add('absent'));
   if (failed) {
     show(ui.status, note('error', failed, 'battle-error'));
   } else {
     show(ui.status, el('span', { class: 'dim', text: arenaId ? `arena ${arenaId}` : '' }));
   }
-  if (arenaId && !failed) show(ui.after, votePanel(arenaId, cols), diffPanel(cols));
-  else show(ui.after, diffPanel(cols));
+  if (arenaId && !failed && answered.length >= 2) show(ui.after, votePanel(arenaId, answered), diffPanel(answered));
+  else show(ui.after, diffPanel(answered));
 }
 
 function votePanel(arenaId, cols) {

@@ -4,14 +4,14 @@
 // history when `console.grafana_url` is set.
 
 import * as api from '/console/api.js';
-import { el, show, note, num, usd } from '/console/text.js';
-import { table } from '/console/timeline.js';
+import { el, show, note, num, usd, table } from '/console/text.js';
 
 /// Whether this key may see admin pages; when not, `root` says why in the
-/// gateway's own words. Asks `/v1/keys/usage`, the admin-only endpoint.
+/// gateway's own words. Asks `/v1/usage`: admin-only, and answered from
+/// this instance's memory (it needs no shared state).
 export async function admin(root, title) {
   try {
-    await api.json('/v1/keys/usage');
+    await api.json('/v1/usage');
     return true;
   } catch (e) {
     if (e.status === 401) throw e;

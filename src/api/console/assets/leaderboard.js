@@ -4,8 +4,7 @@
 // (`route=*`) where routes share models; over a time range.
 
 import * as api from '/console/api.js';
-import { el, show, note, select, num } from '/console/text.js';
-import { table } from '/console/timeline.js';
+import { el, show, note, select, num, table } from '/console/text.js';
 
 const RANGES = [
   ['all', 'all time', 0],

@@ -7,7 +7,7 @@
 import * as api from '/console/api.js';
 import { el, show, note, select, Answer } from '/console/text.js';
 import { timeline } from '/console/timeline.js';
-import { conversation } from '/console/battle.js';
+import { conversation } from '/console/text.js';
 
 const POLL_MS = 500;
 
@@ -103,9 +103,21 @@ function request(model, system, text, stream, params, tools) {
 
 async function run(body, ui, signal) {
   const rid = api.requestId();
-  const answer = new Answer({ 'data-testid': 'playground-answer', 'data-request-id': rid });
+  // One answer per choice (`n` > 1, or an arena's columns).
+  const boxes = el('div', { class: 'answers' });
+  const answers = [];
+  const answerOf = (i) => {
+    if (!answers[i]) {
+      answers[i] = new Answer(i === 0
+        ? { 'data-testid': 'playground-answer', 'data-request-id': rid }
+        : { 'data-testid': 'playground-choice', 'data-index': i });
+      boxes.append(answers[i].box);
+    }
+    return answers[i];
+  };
+  const answer = answerOf(0);
   const calls = el('div', { class: 'tool-calls' });
-  show(ui.answerBox, answer.box, calls);
+  show(ui.answerBox, boxes, calls);
   show(ui.status, el('span', { class: 'dim', text: 'asking…' }));
   show(ui.side, el('p', { class: 'dim', text: 'waiting for the request\'s first attempt…' }));
   let done = false;
@@ -129,19 +141,24 @@ async function run(body, ui, signal) {
           failed = chunk.error.message || 'the stream failed';
           break;
         }
-        const choice = (chunk.choices || [])[0];
-        if (!choice || !choice.delta) continue;
-        if (choice.delta.content) answer.append(choice.delta.content);
-        for (const tc of choice.delta.tool_calls || []) {
+        for (const choice of chunk.choices || []) {
+          if (!choice.delta || !Number.isInteger(choice.index) || choice.index < 0 || choice.index > 127) continue;
+          if (choice.delta.content) answerOf(choice.index).append(choice.delta.content);
+          if (choice.index !== 0) continue;
+          for (const tc of choice.delta.tool_calls || []) {
           const i = tc.index || 0;
           toolArgs[i] = toolArgs[i] || { name: '', args: '' };
           if (tc.function && tc.function.name) toolArgs[i].name += tc.function.name;
           if (tc.function && tc.function.arguments) toolArgs[i].args += tc.function.arguments;
+          }
         }
       }
       show(calls, toolArgs.filter(Boolean).map((t) => el('pre', { class: 'code', text: `tool call ${t.name}(${t.args})` })));
     } else {
       const whole = await resp.json();
+      for (const c of whole.choices || []) {
+        if (Number.isInteger(c.index) && c.index > 0 && c.index < 128) answerOf(c.index).append((c.message && c.message.content) || '');
+      }
       const msg = (whole.choices && whole.choices[0] && whole.choices[0].message) || {};
       answer.append(msg.content || '');
       show(calls, (msg.tool_calls || []).map((t) => el('pre', { class: 'code', text: `tool call ${t.function.name}(${t.function.arguments})` })));
@@ -151,7 +168,7 @@ async function run(body, ui, signal) {
     failed = e.message;
   }
   done = true;
-  answer.render(true);
+  answers.forEach((a) => a && a.render(true));
   const took = Math.round(performance.now() - started);
   show(ui.status, failed ? note('error', failed, 'playground-error') : el('span', { class: 'dim', text: `${took} ms · ${rid}` }));
   // The send button is free again; the record is followed in the

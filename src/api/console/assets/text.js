@@ -62,7 +62,9 @@ function safeHref(url) {
 /// Inline Markdown of one line: code, bold, emphasis, links; the rest text.
 function inline(text) {
   const out = [];
-  const re = /(`+)([^`]+?)\1|\*\*([^*]+)\*\*|__([^_]+)__|\*([^*\s][^*]*)\*|_([^_\s][^_]*)_|!\[([^\]]*)\]\(([^)\s]*)[^)]*\)|\[([^\]]+)\]\(([^)\s]+)[^)]*\)/g;
+  // Every run is bounded and stays on its line, so no answer can make
+  // this scan quadratic.
+  const re = /(`{1,3})([^`\n]{1,500}?)\1|\*\*([^*\n]{1,500})\*\*|__([^_\n]{1,500})__|\*([^*\s][^*\n]{0,500})\*|_([^_\s][^_\n]{0,500})_|!\[([^\]\n]{0,500})\]\(([^)\s]{0,2000})[^)\n]{0,500}\)|\[([^\]\n]{1,500})\]\(([^)\s]{1,2000})[^)\n]{0,500}\)/g;
   let last = 0;
   let m;
   while ((m = re.exec(text)) !== null) {
@@ -82,6 +84,9 @@ function inline(text) {
   if (last < text.length) out.push(text.slice(last));
   return out;
 }
+
+/// Longer answers are shown as text: Markdown would not help read them.
+const MARKDOWN_MAX = 50000;
 
 /// `text` as safe Markdown, in a fragment.
 export function markdown(text) {
@@ -179,8 +184,8 @@ export class Answer {
   render(asMarkdown) {
     this.flush();
     this.box.dataset.done = 'true';
-    this.box.classList.toggle('plain', !asMarkdown);
-    if (asMarkdown) {
+    this.box.classList.toggle('plain', !asMarkdown || this.text.length > MARKDOWN_MAX);
+    if (asMarkdown && this.text.length <= MARKDOWN_MAX) {
       show(this.box, markdown(this.text));
     } else {
       this.node = document.createTextNode(this.text);
@@ -201,4 +206,35 @@ export function select(attrs, options, selected) {
 /// A message box: `kind` is `error` or `note`.
 export function note(kind, text, testid) {
   return el('p', { class: kind, role: kind === 'error' ? 'alert' : null, 'data-testid': testid || null }, text);
+}
+
+/// A table of `rows` (arrays of cells, shown as text) under `headers`;
+/// `rowAttrs` on every body row.
+export function table(headers, rows, rowAttrs) {
+  return el('table', {},
+    el('thead', {}, el('tr', {}, headers.map((h) => el('th', { text: h })))),
+    el('tbody', {}, rows.map((r) => el('tr', rowAttrs || {}, r.map((c) => el('td', { text: c === null || c === undefined ? '–' : String(c) }))))));
+}
+
+/// The messages a prompt box holds: a JSON array of messages, a pasted
+/// conversation (`user:` / `assistant:` / `system:` lines), or one user
+/// message.
+export function conversation(text) {
+  const t = text.trim();
+  if (t.startsWith('[')) {
+    try {
+      const m = JSON.parse(t);
+      if (Array.isArray(m) && m.every((x) => x && typeof x.role === 'string')) return m;
+    } catch (_) {
+      // Not JSON: text.
+    }
+  }
+  const turns = [];
+  for (const line of text.split('\n')) {
+    const m = line.match(/^(user|assistant|system)\s*:\s?(.*)$/i);
+    if (m) turns.push({ role: m[1].toLowerCase(), content: m[2] });
+    else if (turns.length) turns[turns.length - 1].content += '\n' + line;
+    else return [{ role: 'user', content: text }];
+  }
+  return turns.length ? turns : [{ role: 'user', content: text }];
 }

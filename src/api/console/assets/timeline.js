@@ -4,7 +4,7 @@
 // strategy's own events (a panel's ranking, a race's candidates, a vote's
 // counts, an oracle's consults, a lane's swaps, failovers).
 
-import { el, ms, usd, num } from '/console/text.js';
+import { el, ms, usd, num, table } from '/console/text.js';
 
 const time = (ts) => (ts ? Date.parse(ts) : NaN);
 
@@ -96,12 +96,20 @@ function attemptRow(a, origin, span) {
 
 /// One strategy event, by kind; unknown kinds as their fields.
 function eventView(e) {
-  const head = el('div', { class: 'event-head', text: e.event.replace(/_/g, ' ') });
+  const head = el('div', { class: 'event-head', text: String(e.event).replace(/_/g, ' ') });
   const body = el('div', { class: 'event-body' });
-  switch (e.event) {
+  // A field the ring left out for its size is `{"left_out_bytes": N}`:
+  // such an event is shown as its fields.
+  const list = (x) => (Array.isArray(x) ? x : []);
+  const shaped = {
+    judge_ranking: Array.isArray(e.ranking),
+    race_finished: Array.isArray(e.candidates ?? []) && Array.isArray(e.cancelled ?? []),
+    vote_finished: e.counts && typeof e.counts === 'object' && !('left_out_bytes' in e.counts),
+  };
+  switch (shaped[e.event] === false ? 'fields' : e.event) {
     case 'judge_ranking':
       body.append(table(['rank', 'label', 'model', 'score', 'reason'],
-        (e.ranking || []).map((r) => [r.rank, r.label, r.model, r.score, r.reason])));
+        list(e.ranking).map((r) => [r.rank, r.label, r.model, r.score, r.reason])));
       body.append(el('div', { class: 'dim' }, `synthesis: ${e.synthesis || '–'}`));
       break;
     case 'race_candidate':
@@ -109,8 +117,8 @@ function eventView(e) {
         el('div', { class: 'dim' }, Object.entries(e.signals || {}).map(([k, v]) => `${k} ${fixed(v)}`).join(' · ')));
       break;
     case 'race_finished':
-      body.append(el('div', {}, `winner ${e.winner} (score ${fixed(e.score)}) of ${(e.candidates || []).join(', ')}`),
-        el('div', { class: 'dim' }, `cancelled: ${(e.cancelled || []).join(', ') || 'none'} · ${ms(e.elapsed_ms)}`));
+      body.append(el('div', {}, `winner ${e.winner} (score ${fixed(e.score)}) of ${list(e.candidates).join(', ')}`),
+        el('div', { class: 'dim' }, `cancelled: ${list(e.cancelled).join(', ') || 'none'} · ${ms(e.elapsed_ms)}`));
       break;
     case 'vote_finished':
       body.append(table(['answer', 'votes'],
@@ -130,10 +138,4 @@ function eventView(e) {
 
 function fixed(x) {
   return typeof x === 'number' ? x.toFixed(3) : String(x ?? '–');
-}
-
-export function table(headers, rows, rowAttrs) {
-  return el('table', {},
-    el('thead', {}, el('tr', {}, headers.map((h) => el('th', { text: h })))),
-    el('tbody', {}, rows.map((r) => el('tr', rowAttrs || {}, r.map((c) => el('td', { text: c === null || c === undefined ? '–' : String(c) }))))));
 }
