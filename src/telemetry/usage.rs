@@ -126,12 +126,15 @@ impl Usage {
         let date = humantime::format_rfc3339_seconds(midnight).to_string();
         self.routes.sort_by(|a, b| a.0.cmp(&b.0));
         self.models.sort_by(|a, b| a.0.cmp(&b.0));
+        // Dollars to a billionth, as `/v1/keys/usage` says them: sums of
+        // prices carry float noise.
+        let usd = |x: f64| (x * 1e9).round() / 1e9;
         let routes: Vec<Value> = self
             .routes
             .iter()
             .map(|(r, t)| {
                 json!({"route": &**r, "requests": t.requests, "input_tokens": t.input_tokens,
-                    "output_tokens": t.output_tokens, "cost_usd": t.cost_usd, "errors": t.errors})
+                    "output_tokens": t.output_tokens, "cost_usd": usd(t.cost_usd), "errors": t.errors})
             })
             .collect();
         let models: Vec<Value> = self
@@ -140,7 +143,7 @@ impl Usage {
             .map(|((m, u), t)| {
                 json!({"model": &**m, "upstream": &**u, "attempts": t.attempts,
                     "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
-                    "cost_usd": t.cost_usd})
+                    "cost_usd": usd(t.cost_usd)})
             })
             .collect();
         json!({

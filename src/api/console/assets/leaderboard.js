@@ -60,9 +60,12 @@ export async function mount(root) {
 function view(board) {
   const rows = board.data || [];
   const total = board.votes ?? rows.reduce((s, r) => s + (r.votes || 0), 0) / 2;
+  const comparisons = board.comparisons ?? null;
   const head = el('p', { class: 'dim' },
-    `${num(Math.round(total))} vote${Math.round(total) === 1 ? '' : 's'} · ratings are Bradley–Terry on an Elo-like scale, bars their 95 % intervals`);
-  const t = table(['#', 'model', 'rating', '95 % interval', 'votes', 'wins', 'losses', 'ties', 'win rate'],
+    `${num(Math.round(total))} vote${Math.round(total) === 1 ? '' : 's'}`
+    + (comparisons === null ? '' : ` (${num(comparisons)} pairwise comparisons)`)
+    + ' · ratings are Bradley–Terry on an Elo-like scale, bars their 95 % intervals');
+  const t = table(['#', 'model', 'rating', '95 % interval', 'comparisons', 'wins', 'losses', 'ties', 'win rate'],
     rows.map((r, i) => [i + 1, r.model, r.rating, `${r.ci_low} – ${r.ci_high}`, r.votes, r.wins, r.losses, r.ties,
       r.win_rate === null || r.win_rate === undefined ? '–' : `${(r.win_rate * 100).toFixed(1)} %`]),
     { 'data-testid': 'leaderboard-row' });
