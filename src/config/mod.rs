@@ -11,6 +11,7 @@
 //! `graph` compiles the result into model nodes.
 
 mod anthropic;
+mod cache;
 mod console;
 mod describe;
 mod errors;
@@ -34,6 +35,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 
 pub use anthropic::{Anthropic, DEFAULT_BASE_URL, DEFAULT_VERSION};
+pub use cache::{CacheConfig, CacheRule, CacheScope};
 pub use console::{ConsoleConfig, DEFAULT_RECENT_REQUESTS, MAX_RECENT_REQUESTS};
 pub use describe::{counted, duration_text};
 pub(crate) use errors::Errors;
@@ -77,6 +79,10 @@ pub struct Config {
     /// Each route's `retry_budget` (a model named directly, or a route
     /// without one, has the default).
     pub retry_budgets: IndexMap<String, RetryBudget>,
+    /// `[cache]`: the response cache's bounds.
+    pub cache: CacheConfig,
+    /// The routes and models with `cache = { ... }`, by name.
+    pub cache_rules: IndexMap<String, CacheRule>,
     /// Settings accepted but not acted on by this build.
     pub warnings: Vec<String>,
 }

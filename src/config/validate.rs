@@ -93,6 +93,8 @@ pub(super) fn validate(
         models,
         routes,
         retry_budgets,
+        cache: super::CacheConfig::default(),
+        cache_rules: IndexMap::new(),
         warnings,
     };
     if errs.0.is_empty() {

@@ -23,6 +23,7 @@
 
 pub mod arena;
 mod backend;
+pub mod cache;
 pub mod lanes;
 pub mod limits;
 pub mod oracle;
