@@ -208,3 +208,19 @@ async fn a_dead_redis_is_an_error_at_once() {
     cache.put("k", entry("r", "x"), HOUR).await.unwrap();
     assert!(cache.get("k").await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn a_full_redis_refuses_a_put_and_still_answers_gets() {
+    let redis = RedisServer::start();
+    let cache = replica(&redis, wide());
+    cache.put("k", entry("r", "x"), HOUR).await.unwrap();
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    let err = cache
+        .put("k2", entry("r", "y"), HOUR)
+        .await
+        .expect_err("a full Redis stores nothing");
+    assert!(err.to_string().contains("OOM"), "{err}");
+    assert!(cache.get("k").await.unwrap().is_some());
+    assert_eq!(cache.get("k2").await.unwrap(), None);
+    assert_eq!(cache.clear(None).await.unwrap(), 1);
+}
