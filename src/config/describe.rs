@@ -115,9 +115,9 @@ impl Config {
 
     /// `; cached …` for a route or model with a cache rule, else nothing.
     fn cached(&self, name: &str) -> String {
-        self.cache_rules
-            .get(name)
-            .map_or(String::new(), |r| format!("; {}", super::cache::describe(r)))
+        self.cache_rules.get(name).map_or(String::new(), |r| {
+            format!("; {}", super::cache::describe(r))
+        })
     }
 
     /// The one start-up line: where it listens, what it serves, through

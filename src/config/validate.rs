@@ -64,7 +64,13 @@ pub(super) fn validate(
     let known = |u: &str| upstreams.contains_key(u) || broken_upstreams.contains(u);
     let cache = super::cache::bounds(doc.remove("cache"), errs);
     let mut cache_rules = IndexMap::new();
-    let models = models(doc.remove("models"), &known, errs, &mut broken, &mut cache_rules);
+    let models = models(
+        doc.remove("models"),
+        &known,
+        errs,
+        &mut broken,
+        &mut cache_rules,
+    );
     let mut retry_budgets = IndexMap::new();
     let routes = strategies.routes(
         doc.remove("routes"),

@@ -68,7 +68,9 @@ fn rules_default_to_key_scope_and_temperature_zero() {
         "{shown}"
     );
     assert!(
-        shown.contains("  fast: passthrough -> a; cached 10m, shared by keys, temperature at most 2\n"),
+        shown.contains(
+            "  fast: passthrough -> a; cached 10m, shared by keys, temperature at most 2\n"
+        ),
         "{shown}"
     );
     assert!(shown.contains("  plain: passthrough -> b\n"), "{shown}");
@@ -179,6 +181,8 @@ fn the_bounds_are_checked() {
     assert!(got[0].starts_with("cache.max_bytes: "), "{got:?}");
     assert_eq!(
         errors("[caches]\n"),
-        ["caches: unknown top-level key (expected server, state, telemetry, console, keys, upstreams, models, routes, cache)"]
+        [
+            "caches: unknown top-level key (expected server, state, telemetry, console, keys, upstreams, models, routes, cache)"
+        ]
     );
 }

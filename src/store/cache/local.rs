@@ -211,7 +211,10 @@ impl Answers for LocalAnswers {
                 let mut lru = self.lru.lock();
                 let end = (start + CLEAR_CHUNK).min(lru.slots.len());
                 for i in start..end {
-                    if lru.slots[i].as_ref().is_some_and(|s| s.entry.route == route) {
+                    if lru.slots[i]
+                        .as_ref()
+                        .is_some_and(|s| s.entry.route == route)
+                    {
                         gone.extend(lru.remove(i));
                     }
                 }

@@ -29,9 +29,9 @@
 //! script answered this replica (every replica's entries together, as of
 //! this replica's last put, get or clear).
 
+use std::sync::Arc;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;

@@ -87,13 +87,25 @@ async fn max_bytes_evicts_until_the_new_entry_fits() {
     for k in ["a", "b", "c"] {
         s.put(k, entry("r", "0123456789"), HOUR).await.unwrap();
     }
-    assert_eq!(s.stats(), Stats { entries: 3, bytes: 36 });
+    assert_eq!(
+        s.stats(),
+        Stats {
+            entries: 3,
+            bytes: 36
+        }
+    );
     assert!(s.get("a").await.unwrap().is_some());
     // 20 + 1 + 1 = 22 bytes: b and c (the least recently used) make room.
     s.put("d", entry("r", "01234567890123456789"), HOUR)
         .await
         .unwrap();
-    assert_eq!(s.stats(), Stats { entries: 2, bytes: 34 });
+    assert_eq!(
+        s.stats(),
+        Stats {
+            entries: 2,
+            bytes: 34
+        }
+    );
     assert_eq!(keys(&s, &["a", "b", "c", "d"]).await, ["a", "d"]);
 }
 
@@ -107,7 +119,13 @@ async fn an_entry_larger_than_the_bound_is_not_stored() {
     assert_eq!(s.get("big").await.unwrap(), None);
     // Nothing was evicted for it.
     assert!(s.get("a").await.unwrap().is_some());
-    assert_eq!(s.stats(), Stats { entries: 1, bytes: 7 });
+    assert_eq!(
+        s.stats(),
+        Stats {
+            entries: 1,
+            bytes: 7
+        }
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -123,7 +141,13 @@ async fn an_entry_expires_with_its_ttl_on_the_clock() {
     assert_eq!(s.get("short").await.unwrap(), None);
     assert!(s.get("long").await.unwrap().is_some());
     // The expired entry was dropped on that get.
-    assert_eq!(s.stats(), Stats { entries: 1, bytes: 6 });
+    assert_eq!(
+        s.stats(),
+        Stats {
+            entries: 1,
+            bytes: 6
+        }
+    );
 }
 
 #[tokio::test(start_paused = true)]
