@@ -106,6 +106,13 @@ pub(super) fn take_rule(
         errs.push(at, *why);
         return None;
     }
+    if !v.is_table() {
+        errs.push(
+            at,
+            "must be a table like { ttl = \"1h\", scope = \"key\", max_temperature = 0.0 }",
+        );
+        return None;
+    }
     let raw = errs.parse::<RawRule>(&at, v)?;
     let mut ok = true;
     if raw.ttl.is_zero() || raw.ttl > MAX_TTL {

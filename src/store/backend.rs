@@ -119,7 +119,7 @@ impl Backend {
     /// them together); else in this process's memory.
     pub fn answers(&self, bounds: CacheConfig) -> Arc<dyn Answers> {
         match &self.shared {
-            Some(redis) => Arc::new(RedisAnswers::new(redis.clone(), bounds, self.store.clock())),
+            Some(redis) => Arc::new(RedisAnswers::new(redis.clone(), bounds)),
             None => Arc::new(LocalAnswers::new(bounds, self.store.clock())),
         }
     }

@@ -175,6 +175,15 @@ async fn an_entry_expires_with_its_ttl() {
     // The expired entry left the figures too.
     assert_eq!(two.stats().entries, 1);
     assert!(two.get("long").await.unwrap().is_some());
+    // A put forgets expired entries nobody asked for again.
+    one.put("brief", entry("r", "b"), Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert_eq!(one.stats().entries, 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    two.put("next", entry("r", "n"), HOUR).await.unwrap();
+    assert_eq!(two.stats().entries, 2);
+    assert_eq!(redis.cli(&["ZCARD", "{cv:cache}:#exp"]), "2");
 }
 
 #[tokio::test]
@@ -223,4 +232,42 @@ async fn a_full_redis_refuses_a_put_and_still_answers_gets() {
     assert!(cache.get("k").await.unwrap().is_some());
     assert_eq!(cache.get("k2").await.unwrap(), None);
     assert_eq!(cache.clear(None).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn bounds_lowered_shrink_the_cache_a_batch_at_a_time() {
+    let redis = RedisServer::start();
+    let before = replica(&redis, wide().with_entries(1500));
+    for i in 0..1200 {
+        before
+            .put(&format!("k{i}"), entry("r", "x"), HOUR)
+            .await
+            .unwrap();
+    }
+    // A replica with a bound of 1 (a reload lowered it): one put evicts
+    // at most 1000 entries, so the first is not stored, the second is.
+    let after = replica(&redis, wide().with_entries(1));
+    after.put("new", entry("r", "n"), HOUR).await.unwrap();
+    assert_eq!(after.stats().entries, 200);
+    assert_eq!(after.get("new").await.unwrap(), None);
+    // The least recently used went first: the last 200 stored are left.
+    assert_eq!(after.get("k999").await.unwrap(), None);
+    assert!(after.get("k1000").await.unwrap().is_some());
+    after.put("new", entry("r", "n"), HOUR).await.unwrap();
+    assert_eq!(after.stats().entries, 1);
+    assert!(after.get("new").await.unwrap().is_some());
+    assert_eq!(after.get("k1000").await.unwrap(), None);
+}
+
+trait Entries {
+    fn with_entries(self, n: u64) -> Self;
+}
+
+impl Entries for CacheConfig {
+    fn with_entries(self, n: u64) -> Self {
+        CacheConfig {
+            max_entries: n,
+            ..self
+        }
+    }
 }

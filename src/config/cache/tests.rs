@@ -117,6 +117,12 @@ fn a_bad_rule_names_its_key() {
             "routes.r.cache.max_temperature: must be between 0 and 2 (2 caches every request)",
         ]
     );
+    assert_eq!(
+        errors("[models.c]\nupstream = \"sim\"\ncache = \"1h\"\n"),
+        [
+            "models.c.cache: must be a table like { ttl = \"1h\", scope = \"key\", max_temperature = 0.0 }"
+        ]
+    );
     let got = errors("[models.b.cache]\nmax_temperature = -1.0\nttl = \"1h\"\n");
     assert_eq!(
         got,

@@ -13,9 +13,10 @@
 //!
 //! An entry's size is counted as in memory
 //! ([`size_of`](super::local::size_of)). A put first forgets up to
-//! [`SWEEP`] entries past their expiry, then evicts the least recently
-//! used until `max_entries` and `max_bytes` hold with the new one; one
-//! larger than `max_bytes` alone is not stored. A get that finds its
+//! [`SWEEP`] entries past their expiry (on the Redis server's clock),
+//! then evicts the least recently used until `max_entries` and
+//! `max_bytes` hold with the new one (at most [`EVICT_MAX`]); one larger
+//! than `max_bytes` alone is not stored. A get that finds its
 //! entry makes it the most recently used; one whose entry Redis already
 //! expired forgets it. A clear forgets at most [`CLEAR_BATCH`] entries per
 //! script, called again until none is left.
@@ -32,14 +33,13 @@
 use std::sync::Arc;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::local::size_of;
 use super::{Answers, Entry, Stats};
-use crate::clock::Clock;
 use crate::config::CacheConfig;
 use crate::store::StoreError;
 use crate::store::redis::Redis;
@@ -48,6 +48,8 @@ use crate::store::redis::Redis;
 pub const SWEEP: u32 = 32;
 /// Entries one clear script forgets, at most.
 pub const CLEAR_BATCH: u32 = 1000;
+/// Entries one put evicts, at most.
+pub const EVICT_MAX: u32 = 1000;
 
 /// What the scripts share. KEYS[1] `#meta`, KEYS[2] `#lru`, KEYS[3]
 /// `#exp`, KEYS[4] `#size`; ARGV[1] the tag's prefix (`{<prefix>:cache}:`).
@@ -81,23 +83,29 @@ local function figures()
 end
 ";
 
-/// Stores one entry within the bounds. ARGV: 2 key, 3 route, 4 size,
-/// 5 body, 6 stored_at, 7 tokens, 8 cost, 9 ttl (ms), 10 expiry (Unix ms),
-/// 11 now (Unix ms), 12 max entries, 13 max bytes, 14 sweep.
+/// Stores one entry within the bounds, on the Redis server's clock (so
+/// replicas whose clocks disagree agree on expiry). ARGV: 2 key, 3 route,
+/// 4 size, 5 body, 6 stored_at, 7 tokens, 8 cost, 9 ttl (ms), 10 max
+/// entries, 11 max bytes, 12 sweep, 13 evictions at most. An entry that
+/// would need more evictions is not stored (the next puts go on making
+/// room: bounds lowered by a reload shrink the cache a batch at a time).
 /// Returns `{stored (1/0), evicted, entries, bytes}`.
 const PUT: &str = r"
 local k, route, size = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local max_n, max_b = tonumber(ARGV[12]), tonumber(ARGV[13])
-for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[11], 'LIMIT', 0, tonumber(ARGV[14]))) do
+local max_n, max_b = tonumber(ARGV[10]), tonumber(ARGV[11])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', num(now), 'LIMIT', 0, tonumber(ARGV[12]))) do
   forget(old)
 end
 forget(k)
 local n, b = figures()
 if size > max_b then return {0, 0, n, b} end
-local evicted = 0
+local evicted, most = 0, tonumber(ARGV[13])
 while n + 1 > max_n or b + size > max_b do
   local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   if not oldest then break end
+  if evicted >= most then return {0, evicted, n, b} end
   forget(oldest)
   evicted = evicted + 1
   n, b = figures()
@@ -108,7 +116,7 @@ redis.call('HSET', e, 'body', ARGV[5], 'stored_at', ARGV[6], 'route', route,
   'tokens', ARGV[7], 'cost', ARGV[8])
 redis.call('PEXPIRE', e, ARGV[9])
 redis.call('ZADD', KEYS[2], seq, k)
-redis.call('ZADD', KEYS[3], ARGV[10], k)
+redis.call('ZADD', KEYS[3], num(now + tonumber(ARGV[9])), k)
 redis.call('HSET', KEYS[4], k, num(size) .. ':' .. route)
 redis.call('SADD', pre .. '#route:' .. route, k)
 n = redis.call('HINCRBY', KEYS[1], 'n', 1)
@@ -170,18 +178,16 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 pub struct RedisAnswers {
     redis: Arc<Redis>,
     bounds: CacheConfig,
-    clock: Clock,
     /// The figures the latest script answered.
     entries: AtomicU64,
     bytes: AtomicU64,
 }
 
 impl RedisAnswers {
-    pub fn new(redis: Arc<Redis>, bounds: CacheConfig, clock: Clock) -> Self {
+    pub fn new(redis: Arc<Redis>, bounds: CacheConfig) -> Self {
         RedisAnswers {
             redis,
             bounds,
-            clock,
             entries: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         }
@@ -207,15 +213,6 @@ impl RedisAnswers {
             .store(u64::try_from(entries).unwrap_or(0), Ordering::Relaxed);
         self.bytes
             .store(u64::try_from(bytes).unwrap_or(0), Ordering::Relaxed);
-    }
-
-    fn now_ms(&self) -> u64 {
-        let ms = self
-            .clock
-            .now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        u64::try_from(ms).unwrap_or(u64::MAX)
     }
 }
 
@@ -251,7 +248,6 @@ impl Answers for RedisAnswers {
     async fn put(&self, key: &str, entry: Entry, ttl: Duration) -> Result<(), StoreError> {
         let size = size_of(key, &entry);
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let now = self.now_ms();
         let mut call = self.invoke(&SCRIPTS.put);
         call.arg(key)
             .arg(&entry.route)
@@ -261,11 +257,10 @@ impl Answers for RedisAnswers {
             .arg(entry.tokens)
             .arg(entry.cost_usd.to_string())
             .arg(ttl_ms)
-            .arg(now.saturating_add(ttl_ms))
-            .arg(now)
             .arg(self.bounds.max_entries)
             .arg(self.bounds.max_bytes)
-            .arg(SWEEP);
+            .arg(SWEEP)
+            .arg(EVICT_MAX);
         let (_stored, _evicted, n, b): (i64, i64, i64, i64) =
             self.redis.script("cache_put", &call).await?;
         self.seen(n, b);
