@@ -80,25 +80,44 @@ impl Config {
         out.push_str("models:\n");
         for (name, m) in &self.models {
             out.push_str(&format!(
-                "  {name} -> {}/{}\n",
-                m.upstream, m.upstream_model
+                "  {name} -> {}/{}{}\n",
+                m.upstream,
+                m.upstream_model,
+                self.cached(name)
             ));
         }
         out.push_str("routes:\n");
         for (name, r) in &self.routes {
             match r {
-                Route::Passthrough { model, .. } => {
-                    out.push_str(&format!("  {name}: passthrough -> {model}\n"))
-                }
-                Route::Strategy(spec) => {
-                    out.push_str(&format!("  {name}: {}\n", spec.describe(self)))
-                }
+                Route::Passthrough { model, .. } => out.push_str(&format!(
+                    "  {name}: passthrough -> {model}{}\n",
+                    self.cached(name)
+                )),
+                Route::Strategy(spec) => out.push_str(&format!(
+                    "  {name}: {}{}\n",
+                    spec.describe(self),
+                    self.cached(name)
+                )),
             }
+        }
+        if !self.cache_rules.is_empty() {
+            out.push_str(&format!(
+                "cache: at most {} and {} bytes, least recently used out first\n",
+                counted(self.cache.max_entries, "entry"),
+                self.cache.max_bytes
+            ));
         }
         for w in &self.warnings {
             out.push_str(&format!("warning: {w}\n"));
         }
         out
+    }
+
+    /// `; cached …` for a route or model with a cache rule, else nothing.
+    fn cached(&self, name: &str) -> String {
+        self.cache_rules.get(name).map_or(String::new(), |r| {
+            format!("; {}", super::cache::describe(r))
+        })
     }
 
     /// The one start-up line: where it listens, what it serves, through

@@ -14,9 +14,10 @@ use std::fmt::Debug;
 
 use indexmap::IndexMap;
 
+use super::cache::take_rule;
 use super::resilience::{RetryBudget, take_route};
 use super::validate::table;
-use super::{Config, Errors, Route, positive, raw};
+use super::{CacheRule, Config, Errors, Route, positive, raw};
 
 /// A strategy route's validated config.
 pub trait RouteSpec: Debug + Send + Sync {
@@ -80,13 +81,15 @@ impl Strategies {
     }
 
     /// Reads the `[routes]` tables; a route whose table fails goes into
-    /// `broken` (still a defined name).
+    /// `broken` (still a defined name). Each route's `retry_budget` goes
+    /// into `budgets`, and its `cache`, if any, into `rules`.
     pub(super) fn routes(
         &self,
         v: Option<toml::Value>,
         errs: &mut Errors,
         broken: &mut HashSet<String>,
         budgets: &mut IndexMap<String, RetryBudget>,
+        rules: &mut IndexMap<String, CacheRule>,
     ) -> IndexMap<String, Route> {
         let mut out = IndexMap::new();
         for (name, mut item) in table(v, "routes", errs) {
@@ -96,6 +99,9 @@ impl Strategies {
                 .get("strategy")
                 .and_then(|s| s.as_str())
                 .map(str::to_owned);
+            if let Some(rule) = take_rule(&mut item, &path, strategy.as_deref(), errs) {
+                rules.insert(name.clone(), rule);
+            }
             let route = match strategy.as_deref() {
                 Some("passthrough") => errs.parse::<raw::Passthrough>(&path, item).map(|p| {
                     positive(

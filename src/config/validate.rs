@@ -62,13 +62,27 @@ pub(super) fn validate(
     let upstreams = upstreams(doc.remove("upstreams"), env, errs, &mut broken_upstreams);
     let mut broken = HashSet::new();
     let known = |u: &str| upstreams.contains_key(u) || broken_upstreams.contains(u);
-    let models = models(doc.remove("models"), &known, errs, &mut broken);
+    let cache = super::cache::bounds(doc.remove("cache"), errs);
+    let mut cache_rules = IndexMap::new();
+    let models = models(
+        doc.remove("models"),
+        &known,
+        errs,
+        &mut broken,
+        &mut cache_rules,
+    );
     let mut retry_budgets = IndexMap::new();
-    let routes = strategies.routes(doc.remove("routes"), errs, &mut broken, &mut retry_budgets);
+    let routes = strategies.routes(
+        doc.remove("routes"),
+        errs,
+        &mut broken,
+        &mut retry_budgets,
+        &mut cache_rules,
+    );
     for key in doc.keys() {
         errs.push(
             key.clone(),
-            "unknown top-level key (expected server, state, telemetry, console, keys, upstreams, models, routes)",
+            "unknown top-level key (expected server, state, telemetry, console, keys, upstreams, models, routes, cache)",
         );
     }
     let budgeted = keys
@@ -93,8 +107,8 @@ pub(super) fn validate(
         models,
         routes,
         retry_budgets,
-        cache: super::CacheConfig::default(),
-        cache_rules: IndexMap::new(),
+        cache,
+        cache_rules,
         warnings,
     };
     if errs.0.is_empty() {
@@ -424,16 +438,21 @@ fn upstreams(
 }
 
 /// Reads the `[models]` tables; `upstream_known` says whether an upstream
-/// name is defined (broken tables included).
+/// name is defined (broken tables included). A model's `cache` goes into
+/// `rules`.
 fn models(
     v: Option<toml::Value>,
     upstream_known: &dyn Fn(&str) -> bool,
     errs: &mut Errors,
     broken: &mut HashSet<String>,
+    rules: &mut IndexMap<String, super::CacheRule>,
 ) -> IndexMap<String, Model> {
     let mut out = IndexMap::new();
-    for (name, item) in table(v, "models", errs) {
+    for (name, mut item) in table(v, "models", errs) {
         let path = format!("models.{name}");
+        if let Some(rule) = super::cache::take_rule(&mut item, &path, None, errs) {
+            rules.insert(name.clone(), rule);
+        }
         let Some(m) = errs.parse::<raw::Model>(&path, item) else {
             broken.insert(name);
             continue;

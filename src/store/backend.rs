@@ -4,13 +4,17 @@
 //! part its side of it: the keys' limits ([`Keys`]), the strategies'
 //! records ([`Records`]), the stored Responses answers
 //! ([`ResponseRows`]), a local lane's lease ([`Lease`]) and an
-//! upstream's `rpm` ([`Turns`]). Nothing above the store names the
+//! upstream's `rpm` ([`Turns`]), and the response cache's entries
+//! ([`Answers`]). Nothing above the store names the
 //! backend it runs on; `/readyz` asks [`Backend::health`].
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cache::Answers;
+use super::cache::local::LocalAnswers;
+use super::cache::redis::RedisAnswers;
 use super::lanes::Lease;
 use super::lanes::redis::RedisLease;
 use super::limits::local::LocalKeys;
@@ -24,7 +28,7 @@ use super::responses::redis::RedisRows;
 use super::responses::sqlite::SqliteRows;
 use super::{Store, StoreError};
 use crate::clock::Clock;
-use crate::config::{OnError, StateConfig};
+use crate::config::{CacheConfig, OnError, StateConfig};
 use crate::sink::Metrics;
 
 /// Where the state lives: this process, or a shared server.
@@ -107,6 +111,16 @@ impl Backend {
         match &self.shared {
             Some(redis) => Arc::new(RedisRows::new(redis.clone())),
             None => Arc::new(SqliteRows::new(self.store.clone())),
+        }
+    }
+
+    /// Where the response cache keeps its entries, within `bounds`: on
+    /// the shared state, seen by every replica (its bounds hold for all of
+    /// them together); else in this process's memory.
+    pub fn answers(&self, bounds: CacheConfig) -> Arc<dyn Answers> {
+        match &self.shared {
+            Some(redis) => Arc::new(RedisAnswers::new(redis.clone(), bounds)),
+            None => Arc::new(LocalAnswers::new(bounds, self.store.clock())),
         }
     }
 

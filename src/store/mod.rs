@@ -17,9 +17,9 @@
 //! process or (`[state]`) on a shared Redis ([`redis`], the connection,
 //! named nowhere above the store): keys' limits and an upstream's `rpm`
 //! ([`limits`]), arenas and oracle spend ([`records`]), stored answers
-//! ([`responses`]) and a local lane's lease ([`lanes`]), each a trait
-//! with this store's (or this process's) implementation and a Redis one
-//! side by side.
+//! ([`responses`]), a local lane's lease ([`lanes`]) and the response
+//! cache's entries ([`cache`]), each a trait with this store's (or this
+//! process's) implementation and a Redis one side by side.
 
 pub mod arena;
 mod backend;

@@ -65,6 +65,7 @@ mod responses;
 mod retries;
 mod sdk;
 mod server_figures;
+mod shared_cache;
 mod shared_lane;
 mod shared_limits;
 mod shared_records;

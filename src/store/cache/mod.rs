@@ -12,6 +12,9 @@ use bytes::Bytes;
 
 use super::StoreError;
 
+pub mod local;
+pub mod redis;
+
 /// One stored answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
