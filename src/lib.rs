@@ -202,7 +202,9 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         config.server.responses_retention,
         config.server.responses_bounds,
     ));
+    let cache = graph::Cache::new(backend.answers(config.cache));
     let shared = Shared {
+        cache,
         telemetry,
         governor,
         backend,
