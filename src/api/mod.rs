@@ -22,6 +22,7 @@
 
 mod auth;
 mod body;
+mod cache;
 mod chat;
 pub mod console;
 mod endpoints;
@@ -280,6 +281,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/models/{id}", get(info::model))
         .route("/v1/keys/usage", get(info::keys_usage))
         .route("/keys/usage", get(info::keys_usage))
+        .route("/v1/cache", axum::routing::delete(cache::clear))
+        .route("/cache", axum::routing::delete(cache::clear))
         .route("/v1/usage", get(info::usage))
         .route("/usage", get(info::usage))
         .route("/v1/requests", get(requests::list))
