@@ -289,7 +289,9 @@ fn cached(
     model: Arc<dyn ChatModel>,
 ) -> Arc<dyn ChatModel> {
     match (cache, config.cache_rules.get(name)) {
-        (Some(cache), Some(rule)) => Arc::new(Cached::new(model, name, *rule, layer, cache.clone())),
+        (Some(cache), Some(rule)) => {
+            Arc::new(Cached::new(model, name, *rule, layer, cache.clone()))
+        }
         _ => model,
     }
 }

@@ -194,8 +194,7 @@ mod interim {
             map.insert(key.to_owned(), (entry, exp, seq));
             loop {
                 let bytes: u64 = map.values().map(|(e, _, _)| size(e)).sum();
-                if (map.len() as u64) <= self.bounds.max_entries && bytes <= self.bounds.max_bytes
-                {
+                if (map.len() as u64) <= self.bounds.max_entries && bytes <= self.bounds.max_bytes {
                     break;
                 }
                 let oldest = map

@@ -152,7 +152,10 @@ fn stream_text(text: &str) -> (String, Option<Value>) {
             continue;
         }
         let v: Value = serde_json::from_str(&d).unwrap();
-        if let Some(s) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+        if let Some(s) = v
+            .pointer("/choices/0/delta/content")
+            .and_then(Value::as_str)
+        {
             out.push_str(s);
         }
         if v["usage"].is_object() {
@@ -173,6 +176,7 @@ async fn a_repeated_request_is_a_hit_whole_and_streamed_and_costs_nothing() {
     assert_eq!(first.status, 200, "{}", first.text);
     assert_eq!(cache_hdr(&first), Some("miss"));
     let spent = key_spend(&gw).await;
+    assert_eq!(spent[0]["tokens"], 14, "{spent}");
     tokio::time::advance(Duration::from_secs(5)).await;
 
     let hit = gw.chat_with(&ask("m", "hi"), &[ALPHA]).await;
@@ -206,14 +210,24 @@ async fn a_repeated_request_is_a_hit_whole_and_streamed_and_costs_nothing() {
 
     let m = gw.metrics();
     assert_eq!(
-        samples(&m, "conclave_cache_requests_total", &[("result", "hit"), ("route", "m")]),
+        samples(
+            &m,
+            "conclave_cache_requests_total",
+            &[("result", "hit"), ("route", "m")]
+        ),
         vec![3.0]
     );
     assert_eq!(
-        samples(&m, "conclave_cache_requests_total", &[("result", "miss"), ("route", "m")]),
+        samples(
+            &m,
+            "conclave_cache_requests_total",
+            &[("result", "miss"), ("route", "m")]
+        ),
         vec![2.0]
     );
-    let entries = m.lines().find_map(|l| l.strip_prefix("conclave_cache_entries "));
+    let entries = m
+        .lines()
+        .find_map(|l| l.strip_prefix("conclave_cache_entries "));
     assert_eq!(entries.map(str::trim), Some("2"), "{m}");
     assert_eq!(
         samples(&m, "conclave_cache_saved_tokens_total", &[("route", "m")]),
@@ -231,7 +245,12 @@ async fn a_repeated_request_is_a_hit_whole_and_streamed_and_costs_nothing() {
         .collect();
     let cached: Vec<bool> = requests.iter().map(|r| r["cached"] == true).collect();
     assert_eq!(cached, [false, true, true, false, true]);
-    assert!(requests.iter().filter(|r| r["cached"] == true).all(|r| r["attempts"] == 0));
+    assert!(
+        requests
+            .iter()
+            .filter(|r| r["cached"] == true)
+            .all(|r| r["attempts"] == 0)
+    );
 }
 
 /// Today's spend of key `alpha`, as `/v1/keys/usage` says it.
@@ -250,7 +269,10 @@ async fn key_spend(gw: &inproc::Gw) -> Value {
 
 #[tokio::test(start_paused = true)]
 async fn the_key_scope_keeps_keys_apart_and_the_shared_scope_does_not() {
-    let gw = gw(&[("m", CacheScope::Key, 0.0), ("shared", CacheScope::Shared, 0.0)]);
+    let gw = gw(&[
+        ("m", CacheScope::Key, 0.0),
+        ("shared", CacheScope::Shared, 0.0),
+    ]);
     gw.chat_with(&ask("m", "hi"), &[ALPHA]).await;
     let other = gw.chat_with(&ask("m", "hi"), &[BETA]).await;
     assert_eq!(cache_hdr(&other), Some("miss"), "another key never hits");
@@ -287,18 +309,36 @@ async fn temperature_and_the_clients_cache_control_decide() {
 
     // no-store: neither looked up nor stored.
     let ns = [ALPHA, ("cache-control", "no-store")];
-    assert_eq!(cache_hdr(&gw.chat_with(&ask("m", "s"), &ns).await), Some("off"));
-    assert_eq!(cache_hdr(&gw.chat_with(&ask("m", "s"), &[ALPHA]).await), Some("miss"));
+    assert_eq!(
+        cache_hdr(&gw.chat_with(&ask("m", "s"), &ns).await),
+        Some("off")
+    );
+    assert_eq!(
+        cache_hdr(&gw.chat_with(&ask("m", "s"), &[ALPHA]).await),
+        Some("miss")
+    );
     assert_eq!(cache_hdr(&gw.chat_with(&hot, &ns).await), Some("off"));
 
     // no-cache and x-conclave-cache: bypass skip the lookup but store.
     let nc = [ALPHA, ("cache-control", "max-age=0, no-cache")];
-    assert_eq!(cache_hdr(&gw.chat_with(&ask("m", "c"), &nc).await), Some("bypass"));
-    assert_eq!(cache_hdr(&gw.chat_with(&ask("m", "c"), &[ALPHA]).await), Some("hit"));
+    assert_eq!(
+        cache_hdr(&gw.chat_with(&ask("m", "c"), &nc).await),
+        Some("bypass")
+    );
+    assert_eq!(
+        cache_hdr(&gw.chat_with(&ask("m", "c"), &[ALPHA]).await),
+        Some("hit")
+    );
     let bp = [ALPHA, ("x-conclave-cache", "bypass")];
-    assert_eq!(cache_hdr(&gw.chat_with(&ask("m", "c"), &bp).await), Some("bypass"));
+    assert_eq!(
+        cache_hdr(&gw.chat_with(&ask("m", "c"), &bp).await),
+        Some("bypass")
+    );
     let before = calls(&gw, "m");
-    assert_eq!(cache_hdr(&gw.chat_with(&ask("m", "c"), &[ALPHA]).await), Some("hit"));
+    assert_eq!(
+        cache_hdr(&gw.chat_with(&ask("m", "c"), &[ALPHA]).await),
+        Some("hit")
+    );
     assert_eq!(calls(&gw, "m"), before);
 
     let bad = gw
@@ -309,7 +349,10 @@ async fn temperature_and_the_clients_cache_control_decide() {
 
 #[tokio::test(start_paused = true)]
 async fn errors_and_cut_streams_are_never_stored() {
-    let gw = gw(&[("broken", CacheScope::Key, 0.0), ("cut", CacheScope::Key, 0.0)]);
+    let gw = gw(&[
+        ("broken", CacheScope::Key, 0.0),
+        ("cut", CacheScope::Key, 0.0),
+    ]);
     let a = gw.chat_with(&ask("broken", "x"), &[ALPHA]).await;
     assert!(a.status >= 500, "{}", a.text);
     let n = calls(&gw, "broken");
@@ -328,7 +371,10 @@ async fn errors_and_cut_streams_are_never_stored() {
 
 #[tokio::test(start_paused = true)]
 async fn a_judge_panel_is_cached_whole_and_its_members_one_by_one() {
-    let gw = gw(&[("panel", CacheScope::Key, 0.0), ("p1", CacheScope::Shared, 0.0)]);
+    let gw = gw(&[
+        ("panel", CacheScope::Key, 0.0),
+        ("p1", CacheScope::Shared, 0.0),
+    ]);
     let first = gw.chat_with(&ask("panel", "q"), &[ALPHA]).await;
     assert_eq!(first.status, 200, "{}", first.text);
     assert_eq!(cache_hdr(&first), Some("miss"));
@@ -355,7 +401,10 @@ async fn a_judge_panel_is_cached_whole_and_its_members_one_by_one() {
 
 #[tokio::test(start_paused = true)]
 async fn delete_v1_cache_is_for_admins() {
-    let gw = gw(&[("m", CacheScope::Key, 0.0), ("shared", CacheScope::Key, 0.0)]);
+    let gw = gw(&[
+        ("m", CacheScope::Key, 0.0),
+        ("shared", CacheScope::Key, 0.0),
+    ]);
     gw.chat_with(&ask("m", "a"), &[ALPHA]).await;
     gw.chat_with(&ask("m", "b"), &[ALPHA]).await;
     gw.chat_with(&ask("shared", "c"), &[ALPHA]).await;
@@ -381,7 +430,10 @@ async fn delete_v1_cache_is_for_admins() {
     assert_eq!(delete(vec![ADMIN], "/cache?nope=1").await.status, 400);
     let r = delete(vec![ADMIN], "/cache").await;
     assert_eq!(r.json(), json!({"deleted": 3}), "m: a, b, c");
-    assert_eq!(cache_hdr(&gw.chat_with(&ask("m", "a"), &[ALPHA]).await), Some("miss"));
+    assert_eq!(
+        cache_hdr(&gw.chat_with(&ask("m", "a"), &[ALPHA]).await),
+        Some("miss")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -392,9 +444,15 @@ async fn a_hundred_identical_requests_make_one_upstream_call() {
     assert_eq!(calls(&gw, "slow"), 1);
     for r in &whole {
         assert_eq!(r.status, 200, "{}", r.text);
-        assert_eq!(r.json()["choices"][0]["message"]["content"], "slow answer to same");
+        assert_eq!(
+            r.json()["choices"][0]["message"]["content"],
+            "slow answer to same"
+        );
     }
-    let misses = whole.iter().filter(|r| cache_hdr(r) == Some("miss")).count();
+    let misses = whole
+        .iter()
+        .filter(|r| cache_hdr(r) == Some("miss"))
+        .count();
     assert_eq!(misses, 1);
 
     let body = streamed(ask("slow", "streamed"));
@@ -426,7 +484,10 @@ async fn waiters_and_the_first_client_leaving_do_not_stop_the_others() {
     for s in staying {
         let r = s.await.unwrap();
         assert_eq!(r.status, 200, "{}", r.text);
-        assert_eq!(r.json()["choices"][0]["message"]["content"], "slow answer to q");
+        assert_eq!(
+            r.json()["choices"][0]["message"]["content"],
+            "slow answer to q"
+        );
     }
     assert_eq!(calls(&gw, "slow"), 1);
     // Stored: the next one hits.

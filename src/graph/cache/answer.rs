@@ -44,9 +44,9 @@ pub fn complete(body: &[u8]) -> bool {
 /// The tokens a whole completion's usage reports.
 pub fn tokens(body: &[u8]) -> u64 {
     match inspect_completion(body) {
-        Ok(WholeBody::Answer {
-            usage: Some(u), ..
-        }) => u.prompt_tokens.saturating_add(u.completion_tokens),
+        Ok(WholeBody::Answer { usage: Some(u), .. }) => {
+            u.prompt_tokens.saturating_add(u.completion_tokens)
+        }
         _ => 0,
     }
 }

@@ -110,10 +110,7 @@ pub async fn lead(
 }
 
 /// Resolves once nobody wants the call's answer any more.
-async fn abandoned(
-    reply_tx: &mut oneshot::Sender<Result<Reply, ModelError>>,
-    tx: Option<&Lead>,
-) {
+async fn abandoned(reply_tx: &mut oneshot::Sender<Result<Reply, ModelError>>, tx: Option<&Lead>) {
     reply_tx.closed().await;
     if let Some(tx) = tx {
         tx.closed().await;

@@ -173,7 +173,10 @@ mod tests {
         let k = key_of(base());
         for (f, x) in [
             ("messages", json!([{"role": "user", "content": "ho"}])),
-            ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+            (
+                "tools",
+                json!([{"type": "function", "function": {"name": "f"}}]),
+            ),
             ("tool_choice", json!("required")),
             ("response_format", json!({"type": "json_object"})),
             ("max_tokens", json!(5)),
