@@ -89,6 +89,10 @@ panel = ["p1", "p2"]
 synthesis = "syn"
 default = "def"
 
+[routes.ab]
+strategy = "arena"
+contestants = ["p1", "p2"]
+
 [[keys]]
 name = "alpha"
 key_env = "KEY_A"
@@ -493,4 +497,47 @@ async fn waiters_and_the_first_client_leaving_do_not_stop_the_others() {
     // Stored: the next one hits.
     let r = gw.chat_with(&ask("slow", "q"), &[ALPHA]).await;
     assert_eq!(cache_hdr(&r), Some("hit"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn contestants_are_never_answered_from_a_models_cache() {
+    let gw = gw(&[("p1", CacheScope::Shared, 0.0)]);
+    for _ in 0..2 {
+        let r = gw.chat_with(&ask("ab", "q"), &[ALPHA]).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    assert_eq!(
+        calls(&gw, "p1"),
+        2,
+        "a blind comparison needs fresh answers"
+    );
+    // The same model asked directly is cached as usual.
+    gw.chat_with(&ask("p1", "q"), &[ALPHA]).await;
+    let r = gw.chat_with(&ask("p1", "q"), &[ALPHA]).await;
+    assert_eq!(cache_hdr(&r), Some("hit"));
+    assert_eq!(calls(&gw, "p1"), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn chat_responses_and_messages_share_entries() {
+    let gw = gw(&[("m", CacheScope::Key, 0.0)]);
+    let mut c = ask("m", "shared across dialects");
+    c["max_tokens"] = json!(50);
+    let first = gw.chat_with(&c, &[ALPHA]).await;
+    assert_eq!(cache_hdr(&first), Some("miss"));
+    let messages = json!({"model": "m", "max_tokens": 50, "temperature": 0,
+        "messages": [{"role": "user", "content": "shared across dialects"}]});
+    let r = gw.post_with("/v1/messages", &messages, &[ALPHA]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(cache_hdr(&r), Some("hit"), "{}", r.text);
+    assert_eq!(
+        r.json()["content"][0]["text"],
+        "answer to shared across dialects"
+    );
+    let responses = json!({"model": "m", "max_output_tokens": 50, "temperature": 0,
+        "input": [{"role": "user", "content": "shared across dialects"}], "store": false});
+    let r = gw.post_with("/v1/responses", &responses, &[ALPHA]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(cache_hdr(&r), Some("hit"), "{}", r.text);
+    assert_eq!(calls(&gw, "m"), 1);
 }
