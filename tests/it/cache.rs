@@ -203,6 +203,13 @@ async fn a_repeated_request_is_a_hit_whole_and_streamed_and_costs_nothing() {
     assert!(s.text.contains("[DONE]"));
     assert_eq!(calls(&gw, "m"), 1);
 
+    // Without `include_usage`, a replay has no usage chunk, as a miss has none.
+    let mut plain = ask("m", "hi");
+    plain["stream"] = json!(true);
+    let s = gw.chat_with(&plain, &[ALPHA]).await;
+    assert_eq!(cache_hdr(&s), Some("hit"));
+    assert_eq!(stream_text(&s.text), ("answer to hi".to_owned(), None));
+
     // A streamed miss is stored at its clean end, then hits whole.
     let s = gw.chat_with(&streamed(ask("m", "ho")), &[ALPHA]).await;
     assert_eq!(cache_hdr(&s), Some("miss"));
@@ -219,7 +226,7 @@ async fn a_repeated_request_is_a_hit_whole_and_streamed_and_costs_nothing() {
             "conclave_cache_requests_total",
             &[("result", "hit"), ("route", "m")]
         ),
-        vec![3.0]
+        vec![4.0]
     );
     assert_eq!(
         samples(
@@ -235,10 +242,10 @@ async fn a_repeated_request_is_a_hit_whole_and_streamed_and_costs_nothing() {
     assert_eq!(entries.map(str::trim), Some("2"), "{m}");
     assert_eq!(
         samples(&m, "conclave_cache_saved_tokens_total", &[("route", "m")]),
-        vec![42.0]
+        vec![56.0]
     );
     let hits = gw.events(&["cache_hit"]).await;
-    assert_eq!(hits.len(), 3);
+    assert_eq!(hits.len(), 4);
     assert_eq!(hits[0]["layer"], "model");
     assert_eq!(hits[0]["age_s"], 5);
     let text = std::fs::read_to_string(gw.dir.path().join("events.jsonl")).unwrap();
@@ -248,7 +255,7 @@ async fn a_repeated_request_is_a_hit_whole_and_streamed_and_costs_nothing() {
         .filter(|e| e["event"] == "request")
         .collect();
     let cached: Vec<bool> = requests.iter().map(|r| r["cached"] == true).collect();
-    assert_eq!(cached, [false, true, true, false, true]);
+    assert_eq!(cached, [false, true, true, true, false, true]);
     assert!(
         requests
             .iter()
