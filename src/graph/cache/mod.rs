@@ -209,14 +209,13 @@ impl Cached {
         Ok(reply)
     }
 
-    fn storing(&self, key: String, store: bool) -> Storing {
+    fn storing(&self, key: String) -> Storing {
         Storing {
             cache: self.cache.clone(),
             key,
             name: self.name.clone(),
             ttl: self.rule.ttl,
             layer: self.layer,
-            store,
         }
     }
 }
@@ -239,8 +238,6 @@ pub struct Storing {
     name: Arc<str>,
     ttl: Duration,
     layer: Layer,
-    /// `false`: the client said `no-store`.
-    store: bool,
 }
 
 impl Storing {
@@ -265,9 +262,6 @@ impl Storing {
     }
 
     async fn put(&self, call: &Call, entry: Arc<Entry>) {
-        if !self.store {
-            return;
-        }
         let entry = Arc::unwrap_or_clone(entry);
         // A failing store is a miss next time, never an error now.
         let _ = self.cache.answers.put(&self.key, entry, self.ttl).await;
@@ -299,7 +293,7 @@ impl ChatModel for Cached {
         let key = key::digest(&parts, &req)?;
         if asked.no_lookup {
             self.count(&call, "bypass");
-            let storing = self.storing(key, true);
+            let storing = self.storing(key);
             let r = flight::lead(self.inner.clone(), call, req, storing, None).await;
             return tagged(r, "bypass");
         }
@@ -309,7 +303,7 @@ impl ChatModel for Cached {
         match self.cache.flights.join(&key) {
             Joined::Lead(tx) => {
                 self.count(&call, "miss");
-                let storing = self.storing(key, true);
+                let storing = self.storing(key);
                 let r = flight::lead(self.inner.clone(), call, req, storing, Some(tx)).await;
                 tagged(r, "miss")
             }
@@ -317,7 +311,7 @@ impl ChatModel for Cached {
                 Some(entry) => self.hit(&call, &req, &entry),
                 None => {
                     self.count(&call, "miss");
-                    let storing = self.storing(key, true);
+                    let storing = self.storing(key);
                     let r = flight::lead(self.inner.clone(), call, req, storing, None).await;
                     tagged(r, "miss")
                 }
