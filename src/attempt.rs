@@ -68,6 +68,9 @@ struct Cell {
     span: Option<AttemptSpan>,
     /// Touched a few times per call, never across an await.
     state: Mutex<State>,
+    /// Reported to the request's sinks when it ends (`false`: an answer
+    /// from the response cache, which made no upstream call).
+    recorded: bool,
 }
 
 /// A shared handle on one attempt; cloning is cheap.
@@ -85,6 +88,25 @@ impl Attempt {
     ) -> Self {
         let started = Instant::now();
         let (index, wait_slot) = ctx.begin_attempt(started);
+        Self::cell(ctx, model, role, parent, (index, wait_slot), true)
+    }
+
+    /// A handle that stands for no upstream call (an answer from the
+    /// response cache): it is not counted, waits on nothing, and is
+    /// never reported, so nothing is billed for it.
+    pub fn unrecorded(ctx: &Arc<RequestCtx>, model: &Arc<ModelInfo>, role: Role) -> Self {
+        Self::cell(ctx, model, role, None, (0, usize::MAX), false)
+    }
+
+    fn cell(
+        ctx: &Arc<RequestCtx>,
+        model: &Arc<ModelInfo>,
+        role: Role,
+        parent: Option<SpanId>,
+        (index, wait_slot): (u32, usize),
+        recorded: bool,
+    ) -> Self {
+        let started = Instant::now();
         let span = ctx.trace.as_ref().map(|t| AttemptSpan {
             id: t.new_id(),
             parent: parent.unwrap_or(t.id),
@@ -114,6 +136,7 @@ impl Attempt {
                 sent: None,
                 finish_reason: None,
             }),
+            recorded,
         }))
     }
 
@@ -200,6 +223,13 @@ impl Attempt {
     }
 
     /// Whether the upstream (or an estimate) gave this call's usage.
+    /// What the call cost so far, by its model's prices (`None` before
+    /// its usage is known).
+    pub fn cost_usd(&self) -> Option<f64> {
+        let s = self.0.state.lock();
+        s.usage.map(|u| self.0.model.cost(&u))
+    }
+
     pub fn has_usage(&self) -> bool {
         self.0.state.lock().usage.is_some()
     }
@@ -271,6 +301,9 @@ impl Attempt {
 
 impl Drop for Cell {
     fn drop(&mut self) {
+        if !self.recorded {
+            return;
+        }
         let s = self.state.get_mut();
         if s.outcome == Outcome::Pending {
             s.outcome = Outcome::Cancelled;

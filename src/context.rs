@@ -7,7 +7,7 @@
 //! retry budget (as a `RetryGate`), which every retry made for it asks
 //! first (`RequestCtx::retry`, in `crate::retry`).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -37,6 +37,20 @@ pub struct Options {
     /// The client's `anthropic-beta`, passed on to an Anthropic upstream
     /// that gets the request verbatim.
     pub anthropic_beta: Option<Arc<str>>,
+    /// What the client asked of the response cache (`Cache-Control`,
+    /// `x-conclave-cache`).
+    pub cache: CacheDirective,
+}
+
+/// The client's say over the response cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheDirective {
+    /// `Cache-Control: no-cache` or `x-conclave-cache: bypass`: no
+    /// lookup, the answer is still stored.
+    pub no_lookup: bool,
+    /// `Cache-Control: no-store`: the answer is kept out of the cache
+    /// (and none is looked up).
+    pub no_store: bool,
 }
 
 pub struct RequestCtx {
@@ -90,6 +104,9 @@ pub struct RequestCtx {
     /// its values in order: a whole answer carries them, a stream, whose
     /// headers went out before, ends with them as SSE comments.
     late_headers: Mutex<Vec<(&'static str, Vec<&'static str>)>>,
+    /// The answer came from the response cache (its `request` line says
+    /// `cached: true`).
+    cached: AtomicBool,
 }
 
 /// Most values one late header collects.
@@ -132,6 +149,7 @@ impl RequestCtx {
             trace: None,
             retry_budget: None,
             late_headers: Mutex::new(Vec::new()),
+            cached: AtomicBool::new(false),
         }
     }
 
@@ -181,7 +199,17 @@ impl RequestCtx {
             access_log: self.access_log,
             trace: self.trace.clone(),
             events: self.events.clone(),
+            cached: self.cached(),
         }
+    }
+
+    /// The answer came from the response cache.
+    pub fn set_cached(&self) {
+        self.cached.store(true, Ordering::Relaxed);
+    }
+
+    pub fn cached(&self) -> bool {
+        self.cached.load(Ordering::Relaxed)
     }
 
     pub fn with_trace(mut self, trace: Option<TraceCtx>) -> Self {

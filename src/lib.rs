@@ -55,8 +55,10 @@
 //!    for every upstream call.
 //! 9. [`graph`]: compiles the config into `Arc<dyn ChatModel>` nodes (a
 //!    strategy route by the builder of the strategy table it is handed),
-//!    pass-through routes, the one `x-conclave-pin` decorator, the state
-//!    it keeps for strategies across reloads, and the table's entry type.
+//!    pass-through routes, the one `x-conclave-pin` decorator, the
+//!    response cache's decorator (its canonical key, coalescing of
+//!    identical requests), the state it keeps for strategies across
+//!    reloads, and the table's entry type.
 //! 10. [`strategy`]: models made of models, one folder each, each one
 //!     line of [`strategy::STRATEGIES`] (its parser, builder, metrics and
 //!     endpoints).
@@ -202,7 +204,9 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
         config.server.responses_retention,
         config.server.responses_bounds,
     ));
+    let cache = graph::Cache::new(backend.answers(config.cache));
     let shared = Shared {
+        cache,
         telemetry,
         governor,
         backend,

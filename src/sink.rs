@@ -150,6 +150,8 @@ pub struct RequestEnd {
     pub trace: Option<TraceCtx>,
     /// Where its `request` line goes: the request's own event sink.
     pub events: Arc<dyn EventSink>,
+    /// Answered from the response cache.
+    pub cached: bool,
 }
 
 /// Something that takes every finished attempt of a request.

@@ -22,6 +22,7 @@
 
 mod auth;
 mod body;
+mod cache;
 mod chat;
 pub mod console;
 mod endpoints;
@@ -73,6 +74,9 @@ use indexmap::IndexMap;
 /// the start time.
 #[derive(Clone)]
 pub struct Shared {
+    /// The response cache (its entries and the calls in flight), kept
+    /// across reloads.
+    pub cache: Arc<crate::graph::Cache>,
     pub telemetry: Arc<Telemetry>,
     pub governor: Arc<Governor>,
     /// Where the state lives (this process, or `[state]`'s shared one).
@@ -96,6 +100,8 @@ pub struct Shared {
 /// What every handler shares for one generation of the config; read-only.
 pub struct AppState {
     pub graph: Graph,
+    /// The response cache (`DELETE /v1/cache`).
+    pub cache: Arc<crate::graph::Cache>,
     pub keys: Keys,
     /// Output tokens assumed for a request without `max_tokens`.
     pub estimate_output_tokens: u32,
@@ -131,13 +137,14 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: &Config, shared: &Shared) -> Result<Self, BuildError> {
-        let graph = Graph::build(
+        let graph = Graph::build_cached(
             config,
             &shared.records,
             &shared.upstreams,
             &shared.kept,
             &shared.telemetry.metrics,
             crate::strategy::STRATEGIES,
+            Some(&shared.cache),
         )?;
         shared
             .upstreams
@@ -166,6 +173,7 @@ impl AppState {
             .keep_only(graph.names.iter().map(|n| &**n));
         Ok(AppState {
             graph,
+            cache: shared.cache.clone(),
             keys: Keys::new(&config.keys, &shared.governor),
             estimate_output_tokens: config.server.estimate_output_tokens,
             request_timeout: config.server.request_timeout,
@@ -273,6 +281,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/models/{id}", get(info::model))
         .route("/v1/keys/usage", get(info::keys_usage))
         .route("/keys/usage", get(info::keys_usage))
+        .route("/v1/cache", axum::routing::delete(cache::clear))
+        .route("/cache", axum::routing::delete(cache::clear))
         .route("/v1/usage", get(info::usage))
         .route("/usage", get(info::usage))
         .route("/v1/requests", get(requests::list))

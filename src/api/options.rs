@@ -6,13 +6,14 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, HeaderName};
 
 use super::error::ApiError;
-use crate::context::Options;
+use crate::context::{CacheDirective, Options};
 
 // Names, not strings: a lookup by string parses the name every time.
 const PIN: HeaderName = HeaderName::from_static("x-conclave-pin");
 const SESSION: HeaderName = HeaderName::from_static("x-conclave-session");
 const CONFIRM: HeaderName = HeaderName::from_static("x-conclave-confirm");
 const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+const CACHE: HeaderName = HeaderName::from_static("x-conclave-cache");
 
 /// Longest `anthropic-beta` accepted (a comma-separated list of names).
 const MAX_BETA: usize = 1024;
@@ -43,7 +44,34 @@ pub fn read(headers: &HeaderMap) -> Result<Options, ApiError> {
             }
             s => s.map(Arc::from),
         },
+        cache: cache(headers)?,
     })
+}
+
+/// `Cache-Control`'s `no-cache` / `no-store` (other directives are not
+/// the gateway's business) and `x-conclave-cache: bypass`.
+fn cache(headers: &HeaderMap) -> Result<CacheDirective, ApiError> {
+    let mut d = CacheDirective::default();
+    for v in headers.get_all(axum::http::header::CACHE_CONTROL) {
+        let Ok(v) = v.to_str() else { continue };
+        for part in v.split(',').take(32) {
+            match part.trim().to_ascii_lowercase().as_str() {
+                "no-cache" => d.no_lookup = true,
+                "no-store" => d.no_store = true,
+                _ => {}
+            }
+        }
+    }
+    match text(headers, CACHE)?
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None => {}
+        Some("bypass") => d.no_lookup = true,
+        Some(_) => return Err(bad(CACHE, "must be `bypass`")),
+    }
+    Ok(d)
 }
 
 fn bad(header: HeaderName, what: &str) -> ApiError {

@@ -6,10 +6,14 @@
 //! hands in ([`table`]: the graph never names a strategy), and wrapped in
 //! the one decorator that honours `x-conclave-pin` ([`pin`]). A
 //! `passthrough` route is the node it names, or a thin [`Passthrough`]
-//! node. State strategies keep across reloads lives in [`kept`];
+//! node. A route or model with `cache = { ... }` is wrapped in the
+//! response cache's decorator ([`cache`]), outside the pin decorator (a
+//! pin is part of the cache key). State strategies keep across reloads
+//! lives in [`kept`];
 //! [`endpoint`] is how a strategy serves HTTP of its own.
 
 pub mod build;
+pub mod cache;
 pub mod endpoint;
 pub mod kept;
 mod passthrough;
@@ -21,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use build::{BuildFn, Built, Resolve, Unresolved, spec};
+pub use cache::{Cache, Cached, Layer};
 pub use kept::Kept;
 pub use passthrough::Passthrough;
 pub use pin::{Pinned, Pins};
@@ -93,6 +98,20 @@ impl Graph {
         metrics: &Metrics,
         strategies: &[Strategy],
     ) -> Result<Graph, BuildError> {
+        Self::build_cached(config, store, registry, kept, metrics, strategies, None)
+    }
+
+    /// [`Self::build`], the routes and models with a cache rule wrapped
+    /// in `cache`'s decorator (without one, the rules are not applied).
+    pub fn build_cached(
+        config: &Config,
+        store: &Records,
+        registry: &Registry,
+        kept: &Kept,
+        metrics: &Metrics,
+        strategies: &[Strategy],
+        cache: Option<&Arc<Cache>>,
+    ) -> Result<Graph, BuildError> {
         let mut upstreams = HashMap::new();
         for (name, u) in &config.upstreams {
             let models = config
@@ -144,10 +163,11 @@ impl Graph {
                 redactor: redactor.clone(),
             });
             let concrete = Arc::new(ConcreteModel::new(info, upstream));
+            let model = cached(config, cache, name, Layer::Model, concrete.clone());
             g.insert(
                 name,
                 Node {
-                    model: concrete.clone(),
+                    model,
                     strategy: "passthrough",
                     is_route: false,
                     concrete: Some(concrete),
@@ -160,6 +180,7 @@ impl Graph {
             store,
             strategies,
             kept,
+            cache,
         };
         for name in config.routes.keys() {
             g.route(&with, name)?;
@@ -221,6 +242,7 @@ impl Graph {
                 })
             }
         };
+        let model = cached(with.config, with.cache, name, Layer::Route, model);
         let (strategy, concrete) = match route {
             // An alias of a route runs that route's strategy, and reaches
             // the concrete model that route reaches, if any.
@@ -255,6 +277,23 @@ struct Building<'a> {
     store: &'a Records,
     strategies: &'a [Strategy],
     kept: &'a Kept,
+    cache: Option<&'a Arc<Cache>>,
+}
+
+/// `model`, in the cache's decorator when `name` has a cache rule.
+fn cached(
+    config: &Config,
+    cache: Option<&Arc<Cache>>,
+    name: &str,
+    layer: Layer,
+    model: Arc<dyn ChatModel>,
+) -> Arc<dyn ChatModel> {
+    match (cache, config.cache_rules.get(name)) {
+        (Some(cache), Some(rule)) => {
+            Arc::new(Cached::new(model, name, *rule, layer, cache.clone()))
+        }
+        _ => model,
+    }
 }
 
 /// What a strategy's build sees of the graph being built.

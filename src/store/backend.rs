@@ -151,3 +151,106 @@ impl Backend {
         })
     }
 }
+
+/// The response cache's entries until the real stores (an LRU in this
+/// process, Redis with `[state]`) are merged: a bounded map here, the
+/// oldest entry out first. Replaced wholesale by `answers`'s real body.
+mod interim {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use parking_lot::Mutex;
+
+    use crate::clock::Clock;
+    use crate::config::CacheConfig;
+    use crate::store::StoreError;
+    use crate::store::cache::{Answers, Entry, Stats};
+
+    pub struct Interim {
+        pub bounds: CacheConfig,
+        pub clock: Clock,
+        /// Entry, expiry (unix seconds), insertion order.
+        pub map: Mutex<HashMap<String, (Entry, u64, u64)>>,
+        pub seq: Mutex<u64>,
+    }
+
+    fn size(e: &Entry) -> u64 {
+        (e.body.len() + e.route.len()) as u64
+    }
+
+    #[async_trait]
+    impl Answers for Interim {
+        async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
+            let now = self.clock.unix_secs();
+            let mut map = self.map.lock();
+            match map.get(key) {
+                Some((e, exp, _)) if *exp > now => Ok(Some(e.clone())),
+                Some(_) => {
+                    map.remove(key);
+                    Ok(None)
+                }
+                None => Ok(None),
+            }
+        }
+
+        async fn put(&self, key: &str, entry: Entry, ttl: Duration) -> Result<(), StoreError> {
+            if size(&entry) > self.bounds.max_bytes {
+                return Ok(());
+            }
+            let exp = self.clock.unix_secs().saturating_add(ttl.as_secs().max(1));
+            let seq = {
+                let mut s = self.seq.lock();
+                *s += 1;
+                *s
+            };
+            let mut map = self.map.lock();
+            map.insert(key.to_owned(), (entry, exp, seq));
+            loop {
+                let bytes: u64 = map.values().map(|(e, _, _)| size(e)).sum();
+                if (map.len() as u64) <= self.bounds.max_entries && bytes <= self.bounds.max_bytes {
+                    break;
+                }
+                let oldest = map
+                    .iter()
+                    .min_by_key(|(_, (_, _, s))| *s)
+                    .map(|(k, _)| k.clone());
+                match oldest {
+                    Some(k) => map.remove(&k),
+                    None => break,
+                };
+            }
+            Ok(())
+        }
+
+        async fn clear(&self, route: Option<&str>) -> Result<u64, StoreError> {
+            let mut map = self.map.lock();
+            let before = map.len();
+            match route {
+                None => map.clear(),
+                Some(r) => map.retain(|_, (e, _, _)| e.route != r),
+            }
+            Ok((before - map.len()) as u64)
+        }
+
+        fn stats(&self) -> Stats {
+            let map = self.map.lock();
+            Stats {
+                entries: map.len() as u64,
+                bytes: map.values().map(|(e, _, _)| size(e)).sum(),
+            }
+        }
+    }
+}
+
+impl Backend {
+    /// Where the response cache's entries live, within `bounds`.
+    pub fn answers(&self, bounds: crate::config::CacheConfig) -> Arc<dyn super::cache::Answers> {
+        Arc::new(interim::Interim {
+            bounds,
+            clock: self.store.clock(),
+            map: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            seq: parking_lot::Mutex::new(0),
+        })
+    }
+}

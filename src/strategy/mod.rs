@@ -75,6 +75,7 @@ pub fn metrics() -> Vec<MetricSpec> {
     STRATEGIES
         .iter()
         .flat_map(|s| s.metrics.iter().copied())
+        .chain(crate::graph::cache::METRICS.iter().copied())
         .collect()
 }
 

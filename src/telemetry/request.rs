@@ -109,6 +109,9 @@ pub struct RequestLine {
     tokens: u64,
     tokens_estimated: bool,
     pub(super) cost_usd: f64,
+    /// Answered from the response cache (absent otherwise).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cached: bool,
 }
 
 /// The `request` line that closes `end`'s request.
@@ -139,5 +142,6 @@ pub(super) fn line(end: &RequestEnd) -> RequestLine {
         tokens: t.input_tokens + t.output_tokens,
         tokens_estimated: t.estimated,
         cost_usd: t.cost_usd,
+        cached: end.cached,
     }
 }

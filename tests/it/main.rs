@@ -15,6 +15,7 @@ mod arena_battles;
 mod balance;
 mod balance_faults;
 mod budgets;
+mod cache;
 mod chain_feedback;
 mod chain_streaming;
 mod chain_tables;

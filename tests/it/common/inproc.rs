@@ -53,6 +53,17 @@ impl Gw {
 
     /// A gateway whose config reads `env` as its environment.
     pub fn start_with(toml: &str, env: &[(&str, &str)], at: SystemTime) -> Gw {
+        Gw::start_edited(toml, env, at, |_| {})
+    }
+
+    /// [`Gw::start_with`], the parsed config changed by `edit` first (what
+    /// the TOML cannot say yet, such as cache rules).
+    pub fn start_edited(
+        toml: &str,
+        env: &[(&str, &str)],
+        at: SystemTime,
+        edit: impl FnOnce(&mut conclave::config::Config),
+    ) -> Gw {
         let dir = tempfile::tempdir().unwrap();
         let text = toml.replace("{dir}", &dir.path().display().to_string());
         let lookup = |name: &str| {
@@ -60,8 +71,10 @@ impl Gw {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| (*v).to_owned())
         };
-        let config = conclave::config::parse(&text, "test.toml", &lookup, &conclave::strategy::ALL)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut config =
+            conclave::config::parse(&text, "test.toml", &lookup, &conclave::strategy::ALL)
+                .unwrap_or_else(|e| panic!("{e}"));
+        edit(&mut config);
         let clock = conclave::clock::Clock::starting_at(at);
         let prepared = conclave::prepare_with(config, clock).unwrap();
         let router = prepared.router();
