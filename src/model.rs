@@ -157,6 +157,10 @@ pub struct Call {
     /// that is not the last, a balance member): the concrete model then
     /// makes one try and leaves the retry to the caller.
     pub retry_elsewhere: bool,
+    /// The call must reach its model even when the same request was just
+    /// answered: one of several samples of one request (a vote), or a
+    /// blind contestant. The response cache passes it through.
+    pub fresh: bool,
 }
 
 /// Most upstream calls a cancellable call's tally keeps track of.
@@ -230,6 +234,7 @@ impl Call {
             span: None,
             cancellable: None,
             retry_elsewhere: false,
+            fresh: false,
         }
     }
 
@@ -300,6 +305,13 @@ impl Call {
     /// Marks whether the caller retries a failure on another member.
     pub fn with_retry_elsewhere(mut self, elsewhere: bool) -> Self {
         self.retry_elsewhere = elsewhere;
+        self
+    }
+
+    /// A call the response cache must not answer nor merge with others
+    /// (see [`Call::fresh`]).
+    pub fn fresh(mut self) -> Self {
+        self.fresh = true;
         self
     }
 

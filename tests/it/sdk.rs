@@ -153,6 +153,11 @@ hedge_delay = "100ms"
 [routes.cut]
 strategy = "passthrough"
 model = "m-cut"
+
+[routes.cached]
+strategy = "passthrough"
+model = "m-good"
+cache = { ttl = "1h" }
 "#;
 
 fn gateway_toml(mock_v1: &str) -> String {
@@ -250,6 +255,14 @@ fn the_openai_sdk_on_a_hedge() {
 fn the_openai_sdk_sees_a_broken_stream_fail() {
     let w = world();
     if let Err(e) = w.script("responses_failure.py", "cut") {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn the_sdks_share_a_cached_answer_across_dialects() {
+    let w = world();
+    if let Err(e) = w.script("cache_dialects.py", "cached") {
         panic!("{e}");
     }
 }

@@ -271,3 +271,64 @@ impl Entries for CacheConfig {
         }
     }
 }
+
+/// Two gateways on one Redis, over HTTP: an answer cached by one is a hit
+/// on the other (no upstream call); with Redis killed mid-load both still
+/// answer, as misses that reach the upstream, and no request fails.
+#[tokio::test]
+async fn two_gateways_share_a_hit_and_a_dead_redis_is_a_miss() {
+    use common::*;
+    let mut redis = RedisServer::start();
+    let mock = Srv::mock(
+        "[upstreams.sim]\nkind = \"mock\"\n\n[upstreams.sim.models.m]\nreply = { text = \"the answer\" }\n",
+    );
+    let toml = front_of(&mock.v1(), &["m"], "").replace(
+        "[upstreams.up]",
+        &format!("[state]\nurl = \"{}\"\ntimeout = \"300ms\"\non_error = \"fail_open\"\n\n[upstreams.up]", redis.url()),
+    ).replace("[models.m]\nupstream = \"up\"\n", "[models.m]\nupstream = \"up\"\ncache = { ttl = \"1h\", scope = \"shared\" }\n");
+    let (a, b) = (Srv::gateway(&toml), Srv::gateway(&toml));
+    let mut body = chat("m", "one shared question");
+    body["temperature"] = serde_json::json!(0);
+    let header = |r: &Resp| {
+        r.headers
+            .get("x-conclave-cache")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let r = post_with(&a.base, &body, &[]).await;
+    assert_eq!(
+        (r.status, header(&r).as_deref()),
+        (200, Some("miss")),
+        "{}",
+        r.text
+    );
+    let r = post_with(&b.base, &body, &[]).await;
+    assert_eq!(
+        (r.status, header(&r).as_deref()),
+        (200, Some("hit")),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "the answer");
+    assert_eq!(
+        mock.asked("m").await.len(),
+        1,
+        "the second replica's hit made no call"
+    );
+    redis.stop();
+    let start = Instant::now();
+    for gw in [&a, &b, &a, &b] {
+        let r = post_with(&gw.base, &body, &[]).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(
+            header(&r).as_deref(),
+            Some("miss"),
+            "a dead Redis is a miss"
+        );
+    }
+    assert_eq!(mock.asked("m").await.len(), 5);
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+}

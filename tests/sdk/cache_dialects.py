@@ -86,7 +86,7 @@ check(r.output_text == CAPITAL, "responses: the same answer", dump(r))
 check(upstream_calls() == calls, "responses: no upstream call", upstream_calls())
 ok("responses hit")
 
-raw = a.messages.with_raw_response.create(model=MODEL, max_tokens=CAP, temperature=0, messages=ASK)
+raw = a.messages.with_raw_response.create(model=MODEL, max_tokens=CAP, messages=ASK, extra_body={"temperature": 0})
 m = raw.parse()
 check(raw.headers.get("x-conclave-cache") == "hit", "messages: the chat entry answers the Messages API", dict(raw.headers))
 check(m.content[0].text == CAPITAL, "messages: the same answer", m)

@@ -272,8 +272,9 @@ impl Storing {
 #[async_trait]
 impl ChatModel for Cached {
     async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        // A blind comparison needs fresh answers.
-        if call.role == Role::Contestant {
+        // A blind comparison needs fresh answers, and a vote's samples
+        // are each their own.
+        if call.role == Role::Contestant || call.fresh {
             return self.inner.chat(call, req).await;
         }
         let asked = call.ctx.options.cache;

@@ -160,7 +160,8 @@ impl Vote {
             .into_iter()
             .enumerate()
             .map(|(i, r)| {
-                let (sample, _) = voting.with_role(Role::Candidate).cancellable();
+                // Samples of one request: each must reach the model.
+                let (sample, _) = voting.with_role(Role::Candidate).fresh().cancellable();
                 self.sample(i, sample, r)
             })
             .collect();

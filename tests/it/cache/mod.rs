@@ -94,6 +94,11 @@ default = "def"
 strategy = "arena"
 contestants = ["p1", "p2"]
 
+[routes.sc]
+strategy = "vote"
+model = "p1"
+samples = 4
+
 [[keys]]
 name = "alpha"
 key_env = "KEY_A"
@@ -465,6 +470,18 @@ async fn contestants_are_never_answered_from_a_models_cache() {
     let r = gw.chat_with(&ask("p1", "q"), &[ALPHA]).await;
     assert_eq!(cache_hdr(&r), Some("hit"));
     assert_eq!(calls(&gw, "p1"), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_votes_samples_each_reach_their_model() {
+    // A rule that would cache every sample of p1.
+    let gw = gw(&[("p1", CacheScope::Shared, 2.0)]);
+    let r = gw.chat_with(&ask("sc", "q"), &[ALPHA]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(calls(&gw, "p1"), 4, "four samples, four calls: none merged");
+    let r = gw.chat_with(&ask("sc", "q"), &[ALPHA]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(calls(&gw, "p1"), 8, "and none answered from the cache");
 }
 
 #[tokio::test(start_paused = true)]
