@@ -201,6 +201,26 @@ def partial(p):
     assert "six-1" in reveal.text and "six-2" in reveal.text and "broken" not in reveal.text, reveal.text
 
 
+def cached(p):
+    p.go("playground")
+    details = p.one("playground-params").find_element(By.XPATH, "./ancestor::details")
+    if not details.get_attribute("open"):
+        details.find_element(By.TAG_NAME, "summary").click()
+    params = p.visible("playground-params")
+    params.clear()
+    params.send_keys('{"temperature": 0}')
+    q = f"cache me {time.time_ns()}"
+    first, _ = playground(p, "fast", q)
+    assert not p.all("timeline-cached"), "the first is a miss"
+    again, attempts = playground(p, "fast", q)
+    assert again == first, (again, first)
+    p.one("timeline-cached")
+    assert not attempts, f"a hit makes no attempt: {attempts}"
+    events = " ".join(e.text for e in p.all("timeline-event"))
+    assert "route's cache" in events, events
+    params.clear()
+
+
 def playground(p, route, prompt, live=False):
     p.go("playground")
     Select(p.one("playground-route")).select_by_value(route)
@@ -315,6 +335,7 @@ def main():
         ("a contestant down", lambda: partial(p)),
         ("chain in the playground", lambda: chain(p)),
         ("judge panel ranking", lambda: panel(p)),
+        ("a cache hit in the playground", lambda: cached(p)),
         ("non-admin refused on admin pages", lambda: refused(p)),
         ("xss payloads inert", lambda: xss(p)),
         ("100k-character answer", lambda: long_answer(p)),

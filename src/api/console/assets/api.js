@@ -44,7 +44,11 @@ export async function call(path, { method = 'GET', body, headers = {}, signal } 
     headers: h,
     body: body === undefined ? undefined : JSON.stringify(body),
     signal,
-    cache: 'no-store',
+    // A GET is never answered from the browser's cache. A POST is not
+    // cached by browsers anyway, and `no-store` would send
+    // `Cache-Control: no-cache`, which tells the gateway's own cache to
+    // skip its lookup.
+    cache: method === 'GET' ? 'no-store' : 'default',
     credentials: 'omit',
   });
   if (!resp.ok) throw await failure(resp);

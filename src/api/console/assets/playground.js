@@ -122,6 +122,7 @@ async function run(body, ui, signal) {
   show(ui.side, el('p', { class: 'dim', text: 'waiting for the request\'s first attempt…' }));
   let done = false;
   let polling;
+  let cache = null;
   const poll = async () => {
     while (!done && !signal.aborted) {
       await record(rid, ui.side, true, signal);
@@ -134,6 +135,7 @@ async function run(body, ui, signal) {
   polling = poll();
   try {
     const resp = await api.call('/v1/chat/completions', { method: 'POST', body, headers: { 'x-request-id': rid }, signal });
+    cache = resp.headers.get('x-conclave-cache');
     if (body.stream) {
       const toolArgs = [];
       for await (const chunk of api.events(resp)) {
@@ -170,7 +172,8 @@ async function run(body, ui, signal) {
   done = true;
   answers.forEach((a) => a && a.render(true));
   const took = Math.round(performance.now() - started);
-  show(ui.status, failed ? note('error', failed, 'playground-error') : el('span', { class: 'dim', text: `${took} ms · ${rid}` }));
+  show(ui.status, failed ? note('error', failed, 'playground-error')
+    : el('span', { class: 'dim', text: `${took} ms · ${cache && cache !== 'off' ? `cache ${cache} · ` : ''}${rid}` }));
   // The send button is free again; the record is followed in the
   // background until it is complete (a new send stops it).
   settle(rid, ui.side, polling, signal);

@@ -42,6 +42,7 @@ function summary(r, running) {
   const req = r.request || {};
   return el('div', { class: 'summary' },
     el('span', { class: 'status ' + statusClass(r.status) }, running ? 'running…' : r.status),
+    req.cached ? el('span', { class: 'status ok', 'data-testid': 'timeline-cached' }, 'cached') : null,
     el('span', {}, `${r.route} · ${r.strategy || req.strategy || ''}`),
     el('span', {}, ms(r.duration_ms)),
     el('span', {}, `${num(req.input_tokens)} in / ${num(req.output_tokens)} out`),
@@ -124,6 +125,9 @@ function eventView(e) {
       body.append(table(['answer', 'votes'],
         Object.entries(e.counts || {}).sort((x, y) => y[1] - x[1]).map(([k, v]) => [k, v])));
       body.append(el('div', { class: 'dim' }, `winner ${e.winner} · agreement ${fixed(e.agreement)} · cancelled ${e.cancelled} · failed ${e.failed}`));
+      break;
+    case 'cache_hit':
+      body.append(el('div', {}, `answered from the ${e.layer === 'model' ? `model ${e.model}'s` : 'route\'s'} cache, stored ${e.age_s ?? '?'} s before`));
       break;
     case 'lane_swap':
       body.append(el('div', {}, `${e.upstream}: ${e.from || 'nothing'} → ${e.to}`));
