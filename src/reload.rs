@@ -115,6 +115,9 @@ fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
     if old.console != new.console && old.console.recent_requests == new.console.recent_requests {
         out.push("[console] changed".into());
     }
+    if old.cache != new.cache {
+        out.push("[cache] bounds changed (they need a restart; the cache keeps its bounds)".into());
+    }
     if old.server.limits != new.server.limits {
         out.push("server connection limits changed (they need a restart)".into());
     }

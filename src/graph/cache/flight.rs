@@ -5,7 +5,8 @@
 //! nobody is. A stream is teed: its chunks go on to the leader as they
 //! come while the whole answer is put together (within `MAX_RESPONSE`),
 //! and at its clean end the answer is stored and handed to the waiters.
-//! A waiter whose leader failed makes its own call.
+//! A waiter whose leader failed joins again: one of them leads the next
+//! call, so a key has one call in flight at a time.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Storing;
 use crate::error::ModelError;
-use crate::model::{Call, ChatModel, ChunkStream, Completion, Reply, ReplyBody};
+use crate::model::{Call, ChatModel, ChunkStream, Completion, Meta, Reply, ReplyBody};
 use crate::store::cache::Entry;
 use crate::wire::assemble::Assembler;
 use crate::wire::{ChatRequest, MAX_RESPONSE};
@@ -51,8 +52,10 @@ impl Flights {
     /// Joins the call for `key`, or becomes its leader.
     pub fn join(&self, key: &str) -> Joined {
         let mut calls = self.calls.lock();
+        // Still running, or just answered and being stored: wait for (or
+        // take) its answer. One that failed is led again.
         if let Some(tx) = calls.get(key)
-            && tx.borrow().is_none()
+            && !matches!(*tx.borrow(), Some(None))
         {
             return Joined::Wait(tx.subscribe());
         }
@@ -125,6 +128,14 @@ async fn drive(
     tx: Option<Lead>,
     mut reply_tx: oneshot::Sender<Result<Reply, ModelError>>,
 ) {
+    // Should this task stop before it settles (a member panicking), its
+    // waiters are told there is nothing to share and the flight ends, so
+    // no key is left waiting on a call that is gone.
+    let mut unsettled = Unsettled {
+        tx: tx.as_ref(),
+        storing: &storing,
+        armed: true,
+    };
     let before = call.ctx.totals();
     let result = {
         let answer = inner.chat(call.clone(), req);
@@ -137,6 +148,10 @@ async fn drive(
         None => None,
         Some(Err(e)) => {
             let _ = reply_tx.send(Err(e));
+            None
+        }
+        Some(Ok(reply)) if !storable(&reply.meta) => {
+            let _ = reply_tx.send(Ok(reply));
             None
         }
         Some(Ok(reply)) => match reply.body {
@@ -171,12 +186,50 @@ async fn drive(
             }
         },
     };
+    unsettled.armed = false;
     if let Some(tx) = &tx {
         tx.send_replace(Some(outcome.clone()));
-        storing.cache.flights.done(&storing.key, tx);
     }
     if let Some(entry) = outcome {
         storing.put(&call, entry).await;
+    }
+    // Only now: a request arriving while the answer was being stored
+    // took it from the flight rather than calling again.
+    if let Some(tx) = &tx {
+        storing.cache.flights.done(&storing.key, tx);
+    }
+}
+
+/// Answers no later request may get: an arena's (a blind comparison
+/// wants fresh answers, and each has its own vote), wherever the arena
+/// sits in the route, and a chain's best try after every tier was
+/// rejected (`x-conclave-exhausted`).
+const NOT_STORED: [&str; 3] = [
+    "x-conclave-arena-id",
+    "x-conclave-arena",
+    "x-conclave-exhausted",
+];
+
+fn storable(meta: &Meta) -> bool {
+    !meta
+        .headers
+        .iter()
+        .any(|(name, _)| NOT_STORED.contains(&name.as_str()))
+}
+
+/// See `drive`: settles a flight its task did not.
+struct Unsettled<'a> {
+    tx: Option<&'a Lead>,
+    storing: &'a Storing,
+    armed: bool,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(tx)) = (self.armed, self.tx) {
+            tx.send_replace(Some(None));
+            self.storing.cache.flights.done(&self.storing.key, tx);
+        }
     }
 }
 

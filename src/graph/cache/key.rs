@@ -34,6 +34,9 @@ pub struct KeyParts<'a> {
     pub scope: Option<&'a str>,
     /// `x-conclave-pin` when it reaches this node (it picks the member).
     pub pin: Option<&'a str>,
+    /// The client's `anthropic-beta`, which an Anthropic upstream gets and
+    /// which changes its answer; its flags are compared as a set.
+    pub beta: Option<&'a str>,
 }
 
 /// The hex digest of `req` under `parts`.
@@ -59,6 +62,17 @@ pub fn digest(parts: &KeyParts<'_>, req: &ChatRequest) -> Result<String, serde_j
     field("name", Some(parts.name));
     field("scope", parts.scope);
     field("pin", parts.pin);
+    let beta = parts.beta.map(|b| {
+        let mut flags: Vec<&str> = b
+            .split(',')
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .collect();
+        flags.sort_unstable();
+        flags.dedup();
+        flags.join(",")
+    });
+    field("beta", beta.as_deref());
     let mut out = String::new();
     canonical(&v, &mut out);
     h.update(b"req");
@@ -143,6 +157,7 @@ mod tests {
             name: "r",
             scope: Some("k"),
             pin: None,
+            beta: None,
         };
         digest(&parts, &req(v)).unwrap()
     }
@@ -208,8 +223,33 @@ mod tests {
     #[test]
     fn name_scope_and_pin_are_part_of_the_key() {
         let r = req(base());
-        let d = |name, scope, pin| digest(&KeyParts { name, scope, pin }, &r).unwrap();
+        let d = |name, scope, pin| {
+            digest(
+                &KeyParts {
+                    name,
+                    scope,
+                    pin,
+                    beta: None,
+                },
+                &r,
+            )
+            .unwrap()
+        };
         let k = d("r", Some("k"), None);
+        let beta = |b| {
+            digest(
+                &KeyParts {
+                    name: "r",
+                    scope: Some("k"),
+                    pin: None,
+                    beta: Some(b),
+                },
+                &r,
+            )
+            .unwrap()
+        };
+        assert_ne!(beta("a"), k, "a beta changes the answer");
+        assert_eq!(beta("b, a"), beta("a,b"), "its flags are a set");
         assert_ne!(d("r2", Some("k"), None), k);
         assert_ne!(d("r", Some("k2"), None), k);
         assert_ne!(d("r", None, None), k);

@@ -177,9 +177,16 @@ impl Cached {
         (self.layer == Layer::Model).then(|| self.name.clone())
     }
 
+    /// Whether this layer's `x-conclave-cache` (and `age`) reach the
+    /// client: a route's always, a model's when the client asked for it
+    /// directly, never a member's inside a strategy.
+    fn shown(&self, call: &Call) -> bool {
+        self.layer == Layer::Route || call.role == Role::Direct
+    }
+
     /// Answers `call` from `entry`: headers, event, metrics.
     fn hit(&self, call: &Call, req: &ChatRequest, entry: &Entry) -> Result<Reply, ModelError> {
-        let reply = answer::reply(
+        let mut reply = answer::reply(
             entry,
             &call.ctx,
             &self.info,
@@ -187,6 +194,9 @@ impl Cached {
             req.is_stream(),
             self.served_by(),
         )?;
+        if !self.shown(call) {
+            unshown(&mut reply.meta);
+        }
         self.count(call, "hit");
         let route = self.name.to_string();
         call.ctx.metrics.scope(|| {
@@ -280,7 +290,8 @@ impl ChatModel for Cached {
         let asked = call.ctx.options.cache;
         if asked.no_store || !self.eligible(&req) {
             self.count(&call, "off");
-            return tagged(self.inner.chat(call, req).await, "off");
+            let show = self.shown(&call);
+            return tagged(self.inner.chat(call, req).await, "off", show);
         }
         let scope = match self.rule.scope {
             CacheScope::Key => Some(&*call.ctx.key),
@@ -290,34 +301,48 @@ impl ChatModel for Cached {
             name: &self.name,
             scope,
             pin: call.pin.as_deref(),
+            beta: call.ctx.options.anthropic_beta.as_deref(),
         };
         let key = key::digest(&parts, &req)?;
         if asked.no_lookup {
             self.count(&call, "bypass");
             let storing = self.storing(key);
+            let show = self.shown(&call);
             let r = flight::lead(self.inner.clone(), call, req, storing, None).await;
-            return tagged(r, "bypass");
+            return tagged(r, "bypass", show);
         }
         if let Ok(Some(entry)) = self.cache.answers.get(&key).await {
-            return self.hit(&call, &req, &entry);
-        }
-        match self.cache.flights.join(&key) {
-            Joined::Lead(tx) => {
-                self.count(&call, "miss");
-                let storing = self.storing(key);
-                let r = flight::lead(self.inner.clone(), call, req, storing, Some(tx)).await;
-                tagged(r, "miss")
+            // An entry that cannot be answered from is a miss.
+            if let Ok(reply) = self.hit(&call, &req, &entry) {
+                return Ok(reply);
             }
-            Joined::Wait(rx) => match flight::wait(rx, &call).await {
-                Some(entry) => self.hit(&call, &req, &entry),
-                None => {
+        }
+        // A failed leader's waiters join again, so one of them leads the
+        // next call rather than all calling at once: one call in flight
+        // per key, whatever the upstream answers, until the deadline.
+        while tokio::time::Instant::now() < call.by() {
+            match self.cache.flights.join(&key) {
+                Joined::Lead(tx) => {
                     self.count(&call, "miss");
                     let storing = self.storing(key);
-                    let r = flight::lead(self.inner.clone(), call, req, storing, None).await;
-                    tagged(r, "miss")
+                    let show = self.shown(&call);
+                    let r = flight::lead(self.inner.clone(), call, req, storing, Some(tx)).await;
+                    return tagged(r, "miss", show);
                 }
-            },
+                Joined::Wait(rx) => {
+                    if let Some(entry) = flight::wait(rx, &call).await
+                        && let Ok(reply) = self.hit(&call, &req, &entry)
+                    {
+                        return Ok(reply);
+                    }
+                }
+            }
         }
+        self.count(&call, "miss");
+        let storing = self.storing(key);
+        let show = self.shown(&call);
+        let r = flight::lead(self.inner.clone(), call, req, storing, None).await;
+        tagged(r, "miss", show)
     }
 
     fn estimate(&self, size: CallSize) -> Spend {
@@ -341,12 +366,27 @@ impl ChatModel for Cached {
     }
 }
 
-/// The reply with its `x-conclave-cache` header.
-fn tagged(r: Result<Reply, ModelError>, result: &'static str) -> Result<Reply, ModelError> {
+/// The reply with this layer's `x-conclave-cache` header when it is
+/// `shown` (replacing an inner layer's: a route over a cached model says
+/// one thing).
+fn tagged(
+    r: Result<Reply, ModelError>,
+    result: &'static str,
+    shown: bool,
+) -> Result<Reply, ModelError> {
     r.map(|mut reply| {
-        reply.meta.add_header("x-conclave-cache", result);
+        if shown {
+            unshown(&mut reply.meta);
+            reply.meta.add_header("x-conclave-cache", result);
+        }
         reply
     })
+}
+
+/// `meta` without a cache's `x-conclave-cache` and `age`.
+fn unshown(meta: &mut crate::model::Meta) {
+    meta.headers
+        .retain(|(name, _)| name.as_str() != "x-conclave-cache" && name.as_str() != "age");
 }
 
 #[cfg(test)]

@@ -211,7 +211,9 @@ impl ChatModel for Arena {
         };
         order.shuffle(&mut rand::rng());
         let asked = self.capped(&req);
-        let call = call.with_role(Role::Contestant);
+        // Fresh: no contestant, nor anything inside one, is answered
+        // from a response cache.
+        let call = call.with_role(Role::Contestant).fresh();
         let replies = futures::future::join_all(
             order
                 .iter()

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 mod coalescing;
+mod edges;
 
 const ENV: &[(&str, &str)] = &[
     ("KEY_A", "k-alpha"),
@@ -94,6 +95,10 @@ default = "def"
 strategy = "arena"
 contestants = ["p1", "p2"]
 
+[routes.alias]
+strategy = "passthrough"
+model = "ab"
+
 [routes.sc]
 strategy = "vote"
 model = "p1"
@@ -123,7 +128,7 @@ fn rule(scope: CacheScope, max_temperature: f64) -> CacheRule {
 }
 
 /// The gateway with `rules` (name, scope, max temperature).
-fn gw(rules: &[(&str, CacheScope, f64)]) -> inproc::Gw {
+pub(super) fn gw(rules: &[(&str, CacheScope, f64)]) -> inproc::Gw {
     let rules: Vec<(String, CacheRule)> = rules
         .iter()
         .map(|(n, s, t)| ((*n).to_owned(), rule(*s, *t)))
@@ -133,11 +138,11 @@ fn gw(rules: &[(&str, CacheScope, f64)]) -> inproc::Gw {
     })
 }
 
-const ALPHA: (&str, &str) = ("authorization", "Bearer k-alpha");
-const BETA: (&str, &str) = ("authorization", "Bearer k-beta");
+pub(super) const ALPHA: (&str, &str) = ("authorization", "Bearer k-alpha");
+pub(super) const BETA: (&str, &str) = ("authorization", "Bearer k-beta");
 const ADMIN: (&str, &str) = ("authorization", "Bearer k-admin");
 
-fn ask(model: &str, text: &str) -> Value {
+pub(super) fn ask(model: &str, text: &str) -> Value {
     let mut b = chat(model, text);
     b["temperature"] = json!(0);
     b
@@ -149,7 +154,7 @@ fn streamed(mut b: Value) -> Value {
     b
 }
 
-fn calls(gw: &inproc::Gw, model: &str) -> usize {
+pub(super) fn calls(gw: &inproc::Gw, model: &str) -> usize {
     gw.arrivals("sim").iter().filter(|m| *m == model).count()
 }
 
@@ -175,7 +180,7 @@ fn stream_text(text: &str) -> (String, Option<Value>) {
     (out, usage)
 }
 
-fn cache_hdr(r: &Resp) -> Option<&str> {
+pub(super) fn cache_hdr(r: &Resp) -> Option<&str> {
     r.header("x-conclave-cache")
 }
 
