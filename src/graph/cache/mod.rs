@@ -5,8 +5,11 @@
 //! gateway's [`Answers`], answers a hit from the entry ([`answer`]) with
 //! no upstream call and no attempt record (so nothing is billed), and on a
 //! miss makes one call for every identical request in flight ([`flight`]),
-//! storing only complete answers. Contestants (arenas) are never served
-//! from it. [`Cache`] is the gateway's one instance, kept across reloads.
+//! storing only complete answers (never an arena's, nor a chain's best try
+//! after every tier was rejected). A `fresh` call (an arena's contestant,
+//! a vote's sample) passes through. Only a route's layer, or a model asked
+//! for directly, tells the client `x-conclave-cache`. [`Cache`] is the
+//! gateway's one instance, kept across reloads.
 
 pub mod answer;
 pub mod flight;
