@@ -3,7 +3,8 @@
 //! and of a finished request ([`RequestEnd`]); [`AttemptSink`] and
 //! [`EventSink`], which telemetry implements (budgets take attempts too);
 //! and [`Metrics`], the recorder of one gateway instance ([`Strays`] is
-//! the global one, which catches a metric recorded outside any instance).
+//! the global one, which catches a metric recorded outside any instance);
+//! and how a sum of dollars is said ([`shown_usd`]).
 //!
 //! A leaf below the request context: the context, attempts and strategies
 //! report through these, and telemetry implements them without knowing
@@ -304,6 +305,12 @@ impl metrics::Recorder for Strays {
         self.stray(key.name());
         metrics::Histogram::noop()
     }
+}
+
+/// Dollars as the usage views say them (`/v1/keys/usage`, `/v1/usage`):
+/// to a billionth, since sums of prices carry float noise.
+pub fn shown_usd(x: f64) -> f64 {
+    (x * 1e9).round() / 1e9
 }
 
 #[cfg(test)]

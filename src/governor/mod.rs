@@ -129,8 +129,7 @@ pub async fn usage_of(key: &KeyGov) -> Result<Value, StoreError> {
     let s = u.budget;
     let l = key.limits;
     let Daily { tokens, cost_usd } = key.daily();
-    // Dollars to a billionth: sums of prices carry float noise.
-    let usd = |x: f64| (x * 1e9).round() / 1e9;
+    let usd = crate::sink::shown_usd;
     let in_use = |r: Option<InUse>| {
         r.map(|r| {
             serde_json::json!({

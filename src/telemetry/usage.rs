@@ -126,9 +126,7 @@ impl Usage {
         let date = humantime::format_rfc3339_seconds(midnight).to_string();
         self.routes.sort_by(|a, b| a.0.cmp(&b.0));
         self.models.sort_by(|a, b| a.0.cmp(&b.0));
-        // Dollars to a billionth, as `/v1/keys/usage` says them: sums of
-        // prices carry float noise.
-        let usd = |x: f64| (x * 1e9).round() / 1e9;
+        let usd = crate::sink::shown_usd;
         let routes: Vec<Value> = self
             .routes
             .iter()

@@ -186,3 +186,34 @@ async fn only_an_admin_reads_it() {
     assert_eq!(r.json()["models"][0]["model"], "echo");
     assert_eq!(r.json()["routes"][0]["route"], "echo");
 }
+
+/// Every endpoint only an admin key may use, one rule: no key is a 401,
+/// another key a 403 `admin_only`, an admin key is answered.
+#[tokio::test(start_paused = true)]
+async fn every_admin_endpoint_refuses_other_keys_alike() {
+    use axum::body::Body;
+    use axum::http::{Method, Request};
+    let gw = demo();
+    let admin_only = [
+        (Method::GET, "/v1/keys/usage"),
+        (Method::GET, "/v1/usage"),
+        (Method::DELETE, "/v1/cache"),
+    ];
+    for (method, path) in admin_only {
+        for (key, want) in [
+            (None, 401),
+            (Some("sk-alice"), 403),
+            (Some("sk-admin"), 200),
+        ] {
+            let mut req = Request::builder().method(method.clone()).uri(path);
+            if let Some(k) = key {
+                req = req.header("authorization", format!("Bearer {k}"));
+            }
+            let r = gw.send(req.body(Body::empty()).unwrap()).await;
+            assert_eq!(r.status, want, "{method} {path} as {key:?}: {}", r.text);
+            if want == 403 {
+                assert_eq!(r.json()["error"]["code"], "admin_only", "{path}");
+            }
+        }
+    }
+}

@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::{AppState, Gateway};
+use crate::eval::html::escape::escape;
 
 /// The console's path; everything under it is the console's.
 pub const CONSOLE: &str = "/console";
@@ -80,7 +81,7 @@ pub async fn page(
             "{{keyed}}",
             if app.keys.is_empty() { "false" } else { "true" },
         )
-        .replace("{{grafana}}", &attribute(grafana));
+        .replace("{{grafana}}", &escape(grafana));
     answer("text/html; charset=utf-8", html.into_bytes())
 }
 
@@ -146,22 +147,6 @@ fn answer(kind: &'static str, body: Vec<u8>) -> Response {
     resp
 }
 
-/// `text` safe inside a double-quoted HTML attribute.
-fn attribute(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,7 +196,7 @@ mod tests {
     #[test]
     fn attributes_are_escaped() {
         assert_eq!(
-            attribute("https://g/d?a=1&b=\"<x>'"),
+            escape("https://g/d?a=1&b=\"<x>'"),
             "https://g/d?a=1&amp;b=&quot;&lt;x&gt;&#39;"
         );
     }
