@@ -226,6 +226,29 @@ pub fn prepare_with(config: Config, clock: Clock) -> Result<Prepared, ServeError
     })
 }
 
+/// Where a gateway serves: one listener on the caller's runtime (tests,
+/// an embedding program), or one socket per worker thread
+/// ([`server::Listeners`], what `conclave serve` uses).
+pub enum Listen {
+    Here(TcpListener),
+    Workers(server::Listeners),
+}
+
+impl Listen {
+    fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Listen::Here(l) => l.local_addr().ok(),
+            Listen::Workers(w) => Some(w.local_addr()),
+        }
+    }
+}
+
+impl From<TcpListener> for Listen {
+    fn from(l: TcpListener) -> Self {
+        Listen::Here(l)
+    }
+}
+
 /// Runs the gateway on `listener` until `control` says `Shutdown` (or is
 /// closed), then drains in-flight requests and flushes the event log.
 /// `source` is the config file that `Reload` re-reads.
@@ -283,7 +306,7 @@ impl Prepared {
     /// [`serve`] once prepared: nothing here can fail to open.
     pub async fn run(
         self,
-        listener: TcpListener,
+        listen: impl Into<Listen>,
         source: Option<PathBuf>,
         mut control: mpsc::UnboundedReceiver<Control>,
     ) -> Result<(), ServeError> {
@@ -292,10 +315,11 @@ impl Prepared {
             shared,
             gateway,
         } = self;
-        let listen = listener.local_addr().unwrap_or(config.server.listen);
-        if config.keys.is_empty() && !listen.ip().is_loopback() {
+        let listen: Listen = listen.into();
+        let addr = listen.local_addr().unwrap_or(config.server.listen);
+        if config.keys.is_empty() && !addr.ip().is_loopback() {
             tracing::warn!(
-                "no [[keys]] configured: anyone who can reach {listen} may use every model"
+                "no [[keys]] configured: anyone who can reach {addr} may use every model"
             );
         }
         let budget: server::Budget = {
@@ -305,14 +329,23 @@ impl Prepared {
                 state.body_read_timeout + state.request_timeout
             })
         };
-        let server = tokio::spawn(server::run(
-            listener,
+        let server = server::Server::new(
             api::router(gateway.clone()),
             config.server.limits,
             budget,
             gateway.stop.clone(),
             gateway.hard.clone(),
-        ));
+        );
+        // The workers' runtimes outlive the drain, for the last flushes.
+        let release = tokio_util::sync::CancellationToken::new();
+        let server = match listen {
+            Listen::Here(listener) => tokio::spawn(async move { server.serve(listener).await }),
+            Listen::Workers(sockets) => tokio::spawn(server::serve_on_workers(
+                server,
+                sockets,
+                release.clone(),
+            )),
+        };
         let mut running = config;
         while let Some(Control::Reload) = control.recv().await {
             if let Some(path) = &source {
@@ -344,6 +377,7 @@ impl Prepared {
             telemetry.shutdown();
         })
         .await;
+        release.cancel();
         Ok(())
     }
 }

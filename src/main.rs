@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use conclave::Control;
+use conclave::server::Listeners;
+use conclave::{Control, Listen};
 use mimalloc::MiMalloc;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -318,21 +319,20 @@ async fn run(command: Command) -> ExitCode {
             };
             let cfg = prepared.config();
             let addr = listen.unwrap_or(cfg.server.listen);
-            let listener = match TcpListener::bind(addr).await {
+            let listener = match Listeners::bind(addr, cfg.server.limits.workers) {
                 Ok(l) => l,
                 Err(e) => {
                     eprintln!("cannot listen on {addr}: {e}");
                     return ExitCode::FAILURE;
                 }
             };
-            if let Ok(a) = listener.local_addr() {
-                announce("conclave", a);
-                tracing::info!("{}", cfg.summary(a));
-            }
+            let a = listener.local_addr();
+            announce("conclave", a);
+            tracing::info!("{}", cfg.summary(a));
             raise_fd_limit(cfg.server.limits.max_connections);
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(signals(tx));
-            match prepared.run(listener, Some(config), rx).await {
+            match prepared.run(Listen::Workers(listener), Some(config), rx).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");

@@ -232,6 +232,9 @@ pub struct Limits {
     pub http2_max_streams: u32,
     /// The largest request head (HTTP/1 buffer, HTTP/2 header list).
     pub max_header_bytes: usize,
+    /// Serving threads, each with its own runtime and listening socket
+    /// (`server::Listeners`); one per core unless set.
+    pub workers: usize,
 }
 
 /// How many calls an upstream's lane lets through.

@@ -57,6 +57,8 @@ pub struct Server {
     pub http2_max_streams: u32,
     #[serde(default = "default_max_header_bytes")]
     pub max_header_bytes: usize,
+    /// Serving threads; `None`: one per core.
+    pub workers: Option<usize>,
 }
 
 impl Default for Server {
@@ -78,6 +80,7 @@ impl Default for Server {
             event_log_buffer: default_event_log_buffer(),
             metrics_key_env: None,
             readyz_cache: default_readyz_cache(),
+            workers: None,
             responses_retention: default_responses_retention(),
             responses_max_per_key: default_responses_max_per_key(),
             responses_max_bytes_per_key: default_responses_max_bytes_per_key(),

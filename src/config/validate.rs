@@ -182,6 +182,12 @@ fn server(
             format!("must be between 1 and {MAX_EVENT_LOG_BUFFER} (events, allocated up front)"),
         );
     }
+    if raw.workers.is_some_and(|w| !(1..=MAX_WORKERS).contains(&w)) {
+        errs.push(
+            "server.workers",
+            format!("must be between 1 and {MAX_WORKERS} (omit it for one per core)"),
+        );
+    }
     if raw.max_connections == 0 {
         errs.push("server.max_connections", "must be greater than 0");
     }
@@ -227,6 +233,9 @@ fn server(
             shutdown_grace: raw.shutdown_grace,
             http2_max_streams: raw.http2_max_streams,
             max_header_bytes: raw.max_header_bytes,
+            workers: raw.workers.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+            }),
         },
         metrics_key,
         readyz_cache: raw.readyz_cache,
@@ -234,6 +243,9 @@ fn server(
         responses_bounds,
     })
 }
+
+/// The most serving threads (`server.workers`).
+const MAX_WORKERS: usize = 1024;
 
 /// The largest `server.responses_max_bytes` and `…_per_key` (1 TiB): the
 /// byte sums stay far from the 2^53 a Redis script counts exactly.

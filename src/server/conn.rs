@@ -36,16 +36,23 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
     let peer = tcp.peer_addr().ok();
     let state = Arc::new(ConnState::new());
     let _listed = serving.slots.register(state.clone());
+    // One timer, re-armed only when it fires (see `state`).
+    let check = sleep_until(state.next_check(&limits));
+    tokio::pin!(check);
     // Until the first bytes arrive the watchdog keeps the idle limit,
     // eviction and shutdown, as it does below.
     let proto = loop {
         if state.take_eviction() {
             return;
         }
-        let check = state.next_check(&limits);
         tokio::select! {
             proto = sniff(&tcp) => break proto,
-            () = sleep_until(check) => if state.expired(&limits) { return },
+            () = check.as_mut() => {
+                if state.expired(&limits) {
+                    return;
+                }
+                check.as_mut().reset(state.next_check(&limits));
+            }
             () = state.changed.notified() => {}
             () = serving.stop.cancelled() => return,
         }
@@ -82,7 +89,6 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
             // Idle, and a new connection needs the slot.
             return;
         }
-        let check = state.next_check(&limits);
         tokio::select! {
             res = conn.as_mut() => {
                 if let Err(e) = res {
@@ -90,7 +96,7 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
                 }
                 return;
             }
-            () = sleep_until(check) => {
+            () = check.as_mut() => {
                 if state.expired(&limits) {
                     if state.busy() > 0 {
                         tracing::debug!("an HTTP/1 request outlived its time limit: closing its connection");
@@ -98,6 +104,7 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
                     // Dropping the connection closes it.
                     return;
                 }
+                check.as_mut().reset(state.next_check(&limits));
             }
             () = state.changed.notified() => {}
             () = serving.stop.cancelled(), if !stopping => {

@@ -32,6 +32,9 @@ mod exec;
 mod io;
 mod slots;
 mod state;
+mod workers;
+
+pub use workers::{Listeners, serve_on_workers};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,8 +84,86 @@ impl Serving {
     }
 }
 
-/// Serves `router` on `listener` until `stop` is cancelled, then drains
-/// (see the module docs); cancels `hard` when the grace period runs out.
+/// A server for one router: what its connections share (slots, limits,
+/// the stop signals), ready to serve any number of listeners, each on the
+/// runtime that calls [`Server::serve`] (see `workers`).
+pub struct Server {
+    serving: Arc<Serving>,
+    hard: CancellationToken,
+}
+
+impl Server {
+    /// A server for `router`; `stop` starts the drain, and `hard` is
+    /// cancelled when the grace period runs out.
+    pub fn new(
+        router: Router,
+        limits: Limits,
+        budget: Budget,
+        stop: CancellationToken,
+        hard: CancellationToken,
+    ) -> Arc<Self> {
+        let min_idle = limits.idle_timeout.min(MIN_IDLE_TO_EVICT);
+        Arc::new(Server {
+            serving: Arc::new(Serving {
+                router,
+                limits,
+                slots: Slots::new(limits.max_connections, min_idle),
+                budget,
+                stop,
+            }),
+            hard,
+        })
+    }
+
+    /// Serves `listener` until the stop signal, then drains the
+    /// connections it accepted (see the module docs).
+    pub async fn serve(&self, listener: TcpListener) {
+        let serving = &self.serving;
+        let (limits, stop, slots) = (serving.limits, &serving.stop, &serving.slots);
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => {
+                        let slot = tokio::select! {
+                            biased;
+                            () = stop.cancelled() => break,
+                            slot = slots.admit() => slot,
+                        };
+                        let Some(slot) = slot else { break };
+                        conns.spawn(conn::connection(tcp, serving.clone(), slot));
+                    }
+                    Err(e) => {
+                        // Out of file descriptors, or a connection reset
+                        // before it was accepted: wait, never exit.
+                        tracing::warn!("accept failed: {e}");
+                        sleep(Duration::from_millis(50)).await;
+                    }
+                },
+            }
+        }
+        drop(listener);
+        let drain = async { while conns.join_next().await.is_some() {} };
+        if timeout(limits.shutdown_grace, drain).await.is_err() {
+            tracing::warn!(
+                connections = conns.len(),
+                "shutdown grace period over; ending the requests still running"
+            );
+            self.hard.cancel();
+            let drain = async { while conns.join_next().await.is_some() {} };
+            if timeout(HARD_STOP, drain).await.is_err() {
+                conns.abort_all();
+            }
+        }
+    }
+}
+
+/// Serves `router` on `listener`, on this runtime, until `stop` is
+/// cancelled, then drains (see the module docs); cancels `hard` when the
+/// grace period runs out.
 pub async fn run(
     listener: TcpListener,
     router: Router,
@@ -91,51 +172,7 @@ pub async fn run(
     stop: CancellationToken,
     hard: CancellationToken,
 ) {
-    let min_idle = limits.idle_timeout.min(MIN_IDLE_TO_EVICT);
-    let slots = Slots::new(limits.max_connections, min_idle);
-    let serving = Arc::new(Serving {
-        router,
-        limits,
-        slots: slots.clone(),
-        budget,
-        stop: stop.clone(),
-    });
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => {
-                    let slot = tokio::select! {
-                        biased;
-                        () = stop.cancelled() => break,
-                        slot = slots.admit() => slot,
-                    };
-                    let Some(slot) = slot else { break };
-                    conns.spawn(conn::connection(tcp, serving.clone(), slot));
-                }
-                Err(e) => {
-                    // Out of file descriptors, or a connection reset
-                    // before it was accepted: wait, never exit.
-                    tracing::warn!("accept failed: {e}");
-                    sleep(Duration::from_millis(50)).await;
-                }
-            },
-        }
-    }
-    drop(listener);
-    let drain = async { while conns.join_next().await.is_some() {} };
-    if timeout(limits.shutdown_grace, drain).await.is_err() {
-        tracing::warn!(
-            connections = conns.len(),
-            "shutdown grace period over; ending the requests still running"
-        );
-        hard.cancel();
-        let drain = async { while conns.join_next().await.is_some() {} };
-        if timeout(HARD_STOP, drain).await.is_err() {
-            conns.abort_all();
-        }
-    }
+    Server::new(router, limits, budget, stop, hard)
+        .serve(listener)
+        .await;
 }

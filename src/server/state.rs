@@ -2,6 +2,12 @@
 //! requests in flight, since when it is idle or reading a head, the
 //! deadline of an HTTP/1 request in flight, and whether it was asked to
 //! close to make room. [`Busy`] marks one request in flight.
+//!
+//! Requests starting and ending do not wake the watchdog: it looks again
+//! at least every `min(idle_timeout, header_read_timeout)` and at the
+//! current deadline ([`ConnState::next_check`]), so no deadline can pass
+//! unseen. Re-arming a nearer timer on every request would wake the
+//! runtime's driver (an `eventfd` write) twice a request.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -25,7 +31,7 @@ pub(super) struct ConnState {
     h1_deadline: AtomicU64,
     /// Asked to close if it is still idle (another connection needs its slot).
     evict: AtomicBool,
-    /// Wakes the watchdog when a deadline moves or an eviction is asked.
+    /// Wakes the watchdog when an eviction is asked.
     pub(super) changed: Notify,
     /// The connection's own slot, lent to one request at a time: the first
     /// request in flight needs no slot of its own.
@@ -64,7 +70,6 @@ impl ConnState {
     pub(super) fn on_read(&self) {
         if self.busy() == 0 && self.head_started.load(Ordering::Acquire) == NONE {
             self.head_started.store(self.now_ms(), Ordering::Release);
-            self.changed.notify_one();
         }
     }
 
@@ -84,9 +89,12 @@ impl ConnState {
         })
     }
 
+    /// When the watchdog looks next: the current deadline, or sooner, so
+    /// that whatever a request starting or ending does to the deadline,
+    /// the look comes no later than the new one.
     pub(super) fn next_check(&self, limits: &Limits) -> Instant {
-        self.deadline(limits)
-            .unwrap_or_else(|| Instant::now() + limits.idle_timeout)
+        let soon = Instant::now() + limits.idle_timeout.min(limits.header_read_timeout);
+        self.deadline(limits).map_or(soon, |d| d.min(soon))
     }
 
     pub(super) fn expired(&self, limits: &Limits) -> bool {
@@ -146,7 +154,6 @@ impl Busy {
         if let Some(limit) = h1_limit {
             let at = state.now_ms().saturating_add(ms(limit)).min(NONE - 1);
             state.h1_deadline.store(at, Ordering::Release);
-            state.changed.notify_one();
         }
         Busy(state)
     }
@@ -158,7 +165,6 @@ impl Drop for Busy {
         s.idle_since.store(s.now_ms(), Ordering::Release);
         s.h1_deadline.store(NONE, Ordering::Release);
         s.busy.fetch_sub(1, Ordering::AcqRel);
-        s.changed.notify_one();
     }
 }
 
@@ -173,6 +179,7 @@ mod tests {
         shutdown_grace: Duration::from_secs(1),
         http2_max_streams: 16,
         max_header_bytes: 32 * 1024,
+        workers: 1,
     };
 
     #[tokio::test(start_paused = true)]

@@ -38,6 +38,8 @@ mod served;
 pub mod server_kind;
 pub mod sse;
 pub mod translate;
+
+pub use direct::keep_apart;
 pub mod validation;
 pub mod window;
 

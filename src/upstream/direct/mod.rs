@@ -12,6 +12,8 @@
 
 mod pool;
 
+pub use pool::keep_apart;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,6 +115,7 @@ impl Direct {
         {
             h.insert(HeaderName::from_static("traceparent"), tp);
         }
+        let shard = Pool::shard();
         let (tx, resp) = self.send(req).await?;
         let retry_after = resp
             .headers()
@@ -120,7 +123,7 @@ impl Direct {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let status = resp.status().as_u16();
-        let body = Returning::new(resp.into_body(), tx, &self.pool);
+        let body = Returning::new(resp.into_body(), tx, &self.pool, shard);
         let body = BodyDataStream::new(body).map_err(|e| Box::new(e) as BoxError);
         Ok(RawResponse {
             status,

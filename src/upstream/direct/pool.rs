@@ -11,8 +11,15 @@
 //! be skipped). hyper's pooled client does the same with a key hashed per
 //! request and a task spawned per response; this is a `Vec` behind a lock,
 //! and a task only for a connection that is not ready yet.
+//!
+//! A serving worker's thread (`server::workers`) keeps its connections
+//! apart from the others' ([`keep_apart`]): each connection's task runs on
+//! the runtime that opened it, so a request reusing it there is served
+//! without waking another thread.
 
+use std::cell::Cell;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -35,16 +42,47 @@ pub const IDLE_FOR: Duration = Duration::from_secs(90);
 
 pub type Sender = SendRequest<Full<Bytes>>;
 
-/// The idle connections of one upstream.
-#[derive(Default)]
+/// Idle lists per upstream: the first is every thread's but the workers';
+/// the workers share out the others (more workers than that share them).
+const SHARDS: usize = 33;
+
+thread_local! {
+    /// This thread's idle list.
+    static SHARD: Cell<usize> = const { Cell::new(0) };
+}
+
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+/// Gives this thread idle lists of its own, apart from other threads':
+/// for a thread that runs a current-thread runtime of its own.
+pub fn keep_apart() {
+    let n = NEXT_SHARD.fetch_add(1, Ordering::Relaxed);
+    SHARD.set(1 + n % (SHARDS - 1));
+}
+
+/// The idle connections of one upstream, one list per thread (see
+/// [`keep_apart`]).
 pub struct Pool {
-    idle: Mutex<Vec<(Sender, Instant)>>,
+    shards: [Mutex<Vec<(Sender, Instant)>>; SHARDS],
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            shards: std::array::from_fn(|_| Mutex::default()),
+        }
+    }
 }
 
 impl Pool {
-    /// The newest idle connection that is still open, if any.
+    /// The idle list this thread takes from and opens connections for.
+    pub fn shard() -> usize {
+        SHARD.get()
+    }
+
+    /// The newest idle connection of this thread's that is still open.
     pub fn take(&self) -> Option<Sender> {
-        let mut idle = self.idle.lock();
+        let mut idle = self.shards[Self::shard()].lock();
         while let Some((tx, since)) = idle.pop() {
             if !tx.is_closed() && since.elapsed() < IDLE_FOR {
                 return Some(tx);
@@ -53,12 +91,16 @@ impl Pool {
         None
     }
 
-    /// Keeps a connection whose last answer was read to the end.
-    fn put(&self, tx: Sender) {
+    /// Keeps a connection whose last answer was read to the end, in the
+    /// list of the thread that opened it.
+    fn put(&self, tx: Sender, shard: usize) {
         if tx.is_closed() {
             return;
         }
-        let mut idle = self.idle.lock();
+        let Some(idle) = self.shards.get(shard) else {
+            return;
+        };
+        let mut idle = idle.lock();
         // The oldest are at the front: drop those past their time.
         let stale = idle
             .iter()
@@ -91,10 +133,10 @@ pub async fn connect(addr: &str, within: Duration) -> std::io::Result<Sender> {
 }
 
 /// Puts `tx` back in `pool` once it is ready for another request.
-fn give_back(mut tx: Sender, pool: Weak<Pool>) {
+fn give_back(mut tx: Sender, pool: Weak<Pool>, shard: usize) {
     if tx.is_ready() {
         if let Some(pool) = pool.upgrade() {
-            pool.put(tx);
+            pool.put(tx, shard);
         }
         return;
     }
@@ -108,7 +150,7 @@ fn give_back(mut tx: Sender, pool: Weak<Pool>) {
         if tx.ready().await.is_ok()
             && let Some(pool) = pool.upgrade()
         {
-            pool.put(tx);
+            pool.put(tx, shard);
         }
     });
 }
@@ -120,22 +162,26 @@ pin_project! {
         #[pin]
         body: Incoming,
         conn: Option<(Sender, Weak<Pool>)>,
+        shard: usize,
     }
 
     impl PinnedDrop for Returning {
         fn drop(this: Pin<&mut Self>) {
-            if let Some((tx, pool)) = this.project().conn.take() {
-                give_back(tx, pool);
+            let this = this.project();
+            if let Some((tx, pool)) = this.conn.take() {
+                give_back(tx, pool, *this.shard);
             }
         }
     }
 }
 
 impl Returning {
-    pub fn new(body: Incoming, tx: Sender, pool: &Arc<Pool>) -> Self {
+    /// `body`, whose connection goes back to `shard` of `pool`.
+    pub fn new(body: Incoming, tx: Sender, pool: &Arc<Pool>, shard: usize) -> Self {
         Returning {
             body,
             conn: Some((tx, Arc::downgrade(pool))),
+            shard,
         }
     }
 }
@@ -153,7 +199,7 @@ impl Body for Returning {
         match &res {
             Poll::Ready(None) => {
                 if let Some((tx, pool)) = this.conn.take() {
-                    give_back(tx, pool);
+                    give_back(tx, pool, *this.shard);
                 }
             }
             Poll::Ready(Some(Err(_))) => *this.conn = None,
