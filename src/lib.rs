@@ -340,11 +340,9 @@ impl Prepared {
         let release = tokio_util::sync::CancellationToken::new();
         let server = match listen {
             Listen::Here(listener) => tokio::spawn(async move { server.serve(listener).await }),
-            Listen::Workers(sockets) => tokio::spawn(server::serve_on_workers(
-                server,
-                sockets,
-                release.clone(),
-            )),
+            Listen::Workers(sockets) => {
+                tokio::spawn(server::serve_on_workers(server, sockets, release.clone()))
+            }
         };
         let mut running = config;
         while let Some(Control::Reload) = control.recv().await {

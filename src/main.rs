@@ -332,7 +332,10 @@ async fn run(command: Command) -> ExitCode {
             raise_fd_limit(cfg.server.limits.max_connections);
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(signals(tx));
-            match prepared.run(Listen::Workers(listener), Some(config), rx).await {
+            match prepared
+                .run(Listen::Workers(listener), Some(config), rx)
+                .await
+            {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");

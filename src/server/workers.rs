@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket};
+use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -29,15 +30,16 @@ const BACKLOG: u32 = 1024;
 /// How long a worker's runtime waits for its blocking tasks at the end.
 const RUNTIME_EXIT: Duration = Duration::from_secs(2);
 
-/// One listening socket per worker, all on one address.
+/// The workers, not yet started: a listening socket on one address and a
+/// runtime each, all made before the gateway says it listens.
 pub struct Listeners {
-    sockets: Vec<std::net::TcpListener>,
+    sockets: Vec<(std::net::TcpListener, Unstarted)>,
     addr: SocketAddr,
 }
 
 impl Listeners {
     /// Binds `addr` `workers` times with `SO_REUSEPORT` (port 0: the port
-    /// the first socket got). An address another process already listens
+    /// the first socket got), and makes each worker's runtime. An address another process already listens
     /// on is refused, as a plain bind would be, even when that process
     /// also set `SO_REUSEPORT`. Call it on a tokio runtime.
     pub fn bind(addr: SocketAddr, workers: usize) -> io::Result<Self> {
@@ -54,7 +56,10 @@ impl Listeners {
             s.bind(at)?;
             let listener = s.listen(BACKLOG)?;
             at = listener.local_addr()?;
-            sockets.push(listener.into_std()?);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            sockets.push((listener.into_std()?, Unstarted(Some(runtime))));
         }
         Ok(Listeners { sockets, addr: at })
     }
@@ -62,6 +67,19 @@ impl Listeners {
     /// The address bound (with the port chosen when asked for 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+}
+
+/// A worker's runtime until its thread takes it: one never started (a
+/// failed bind or thread, a test) ends without blocking, as an async
+/// context requires.
+struct Unstarted(Option<Runtime>);
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -80,16 +98,16 @@ fn socket(addr: SocketAddr) -> io::Result<TcpSocket> {
 /// runtimes end when `release` is cancelled.
 pub async fn serve_on_workers(
     server: Arc<Server>,
-    listeners: Listeners,
+    mut listeners: Listeners,
     release: CancellationToken,
 ) {
     let mut drained = Vec::new();
-    for (i, socket) in listeners.sockets.into_iter().enumerate() {
+    for (i, (socket, runtime)) in listeners.sockets.drain(..).enumerate() {
         let (done, rx) = oneshot::channel::<()>();
         let (server, release) = (server.clone(), release.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("conclave-w{i}"))
-            .spawn(move || worker(&server, socket, done, &release));
+            .spawn(move || worker(runtime, &server, socket, done, &release));
         match spawned {
             Ok(_) => drained.push(rx),
             Err(e) => tracing::error!("cannot start worker {i}: {e}"),
@@ -103,20 +121,14 @@ pub async fn serve_on_workers(
 /// One worker: its runtime, serving its socket until the drain ends, then
 /// kept until `release`.
 fn worker(
+    mut runtime: Unstarted,
     server: &Server,
     socket: std::net::TcpListener,
     done: oneshot::Sender<()>,
     release: &CancellationToken,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!("cannot start a worker's runtime: {e}");
-            return;
-        }
+    let Some(runtime) = runtime.0.take() else {
+        return;
     };
     crate::upstream::keep_apart();
     runtime.block_on(async {
@@ -143,14 +155,16 @@ mod tests {
         assert_eq!(l.sockets.len(), 3);
         let port = l.local_addr().port();
         assert_ne!(port, 0);
-        for s in &l.sockets {
+        for (s, _) in &l.sockets {
             assert_eq!(s.local_addr().unwrap().port(), port);
         }
         // A second gateway on the same address is refused, as a plain
         // bind would be.
         let again = Listeners::bind(l.local_addr(), 2).err().map(|e| e.kind());
         assert_eq!(again, Some(io::ErrorKind::AddrInUse));
-        let plain = std::net::TcpListener::bind(l.local_addr()).err().map(|e| e.kind());
+        let plain = std::net::TcpListener::bind(l.local_addr())
+            .err()
+            .map(|e| e.kind());
         assert_eq!(plain, Some(io::ErrorKind::AddrInUse));
     }
 }
