@@ -23,6 +23,9 @@ use crate::wire::Usage;
 /// Output summaries in the event log stop at this many characters.
 pub const SUMMARY_CHARS: usize = 200;
 
+// A whole answer's plain text is kept long enough to make its summary.
+const _: () = assert!(SUMMARY_CHARS < crate::wire::TEXT_KEPT);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Pending,
@@ -244,14 +247,18 @@ impl Attempt {
         self.0.ctx.events_enabled() && self.0.state.lock().summary.len() < SUMMARY_CHARS
     }
 
+    /// Adds `text` to the summary, which stops at [`SUMMARY_CHARS`] bytes
+    /// (with the char that crosses it).
     pub fn add_summary(&self, text: &str) {
         let mut s = self.0.state.lock();
-        for c in text.chars() {
-            if s.summary.len() >= SUMMARY_CHARS {
-                break;
-            }
-            s.summary.push(c);
-        }
+        let Some(room) = SUMMARY_CHARS.checked_sub(s.summary.len()).filter(|r| *r > 0) else {
+            return;
+        };
+        let end = text
+            .char_indices()
+            .find(|(i, _)| *i >= room)
+            .map_or(text.len(), |(i, _)| i);
+        s.summary.push_str(text.get(..end).unwrap_or_default());
     }
 
     /// The upstream answered completely.

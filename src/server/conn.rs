@@ -69,7 +69,9 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout + limits.idle_timeout)
+        // The watchdog keeps the header limit: hyper's own timer would be
+        // one more timer made and dropped for every request.
+        .header_read_timeout(None)
         .max_buf_size(limits.max_header_bytes);
     builder
         .http2()

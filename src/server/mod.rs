@@ -16,8 +16,8 @@
 //! - A request head must arrive within `server.header_read_timeout` of its
 //!   first byte and fit in `server.max_header_bytes` (else 431), and a
 //!   connection with no request in flight is closed after
-//!   `server.idle_timeout` (a per-connection watchdog, `conn`; hyper's own
-//!   header timer is set to their sum as a backstop). The body's deadline
+//!   `server.idle_timeout` (a per-connection watchdog, `conn`, the one
+//!   timer a connection keeps). The body's deadline
 //!   is the handler's (`api`), the answer's the request's.
 //! - A request ends by its time limit ([`Serving::request_limit`]) even
 //!   when the client does not read: an HTTP/2 stream is reset (`exec`), an

@@ -136,7 +136,7 @@ pub async fn whole(
         }
         Ok(b) => x.redactor.redact_bytes(b),
     };
-    let usage = match x.endpoint.inspect(&body) {
+    let (usage, plain_text) = match x.endpoint.inspect(&body) {
         // No `finish_reason` (a null one, a Responses body still
         // `in_progress`): generation was cut short, not an answer.
         Ok(WholeBody::Answer {
@@ -145,12 +145,13 @@ pub async fn whole(
         Ok(WholeBody::Answer {
             usage,
             finish_reason,
+            plain_text,
             ..
         }) => {
             if let Some(r) = finish_reason {
                 attempt.set_finish_reason(&r);
             }
-            usage
+            (usage, plain_text)
         }
         Ok(WholeBody::Error(message)) => return Err(x.reported(&message, false)),
         Err(e) => return Err(x.invalid(&format!("the body is not an answer: {e}"))),
@@ -158,7 +159,10 @@ pub async fn whole(
     if let Some(u) = usage {
         attempt.set_usage(u);
     }
-    if usage.is_none() || attempt.wants_summary() {
+    // A plain answer's summary was read with its usage: one pass.
+    if let Some(text) = plain_text.filter(|_| usage.is_some() && attempt.wants_summary()) {
+        attempt.add_summary(&text);
+    } else if usage.is_none() || attempt.wants_summary() {
         let out = x.endpoint.output(&body).unwrap_or_default();
         if usage.is_none() {
             let output = out.text.len()

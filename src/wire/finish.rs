@@ -71,6 +71,10 @@ const MAX_REASON: usize = 64;
 pub struct WholeChoices {
     pub count: usize,
     pub finish_reason: Option<String>,
+    /// The first choice's text when it is plain (a string or null
+    /// `message.content` and no tool calls), at most [`TEXT_KEPT`] chars
+    /// of it: an attempt's summary without reading the body again.
+    pub plain_text: Option<String>,
     /// The first choice has a `finish_reason` that is not null (a word
     /// or not): it ended, rather than being cut short.
     pub finished: bool,
@@ -93,6 +97,7 @@ impl<'de> Deserialize<'de> for WholeChoices {
                     out.count = 1;
                     out.finish_reason = first.reason;
                     out.finished = first.finished;
+                    out.plain_text = first.text.and_then(|t| t.0);
                 }
                 while seq.next_element::<IgnoredAny>()?.is_some() {
                     out.count += 1;
@@ -111,6 +116,84 @@ impl<'de> Deserialize<'de> for WholeChoices {
 struct FirstChoice {
     reason: Option<String>,
     finished: bool,
+    text: Option<PlainText>,
+}
+
+/// The most of a whole answer's text [`WholeChoices`] keeps, in chars:
+/// more than an attempt's summary takes.
+pub const TEXT_KEPT: usize = 256;
+
+/// A `content` that is a string: its first [`TEXT_KEPT`] chars; `None`
+/// for anything else (parts, an object), accepted and not kept.
+struct ContentText(Option<String>);
+
+impl<'de> Deserialize<'de> for ContentText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ContentText;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a message's content")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<ContentText, E> {
+                let end = s.char_indices().nth(TEXT_KEPT).map_or(s.len(), |(i, _)| i);
+                Ok(ContentText(Some(s.get(..end).unwrap_or_default().to_owned())))
+            }
+            keep_nothing_of_the_rest!(ContentText(None));
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<ContentText, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(ContentText(None))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// A message's text when it is plain: `Some` for a string or null
+/// `content` with no (or null) `tool_calls`, cut at [`TEXT_KEPT`] chars;
+/// `None` for anything else (content parts, tool calls, not an object).
+struct PlainText(Option<String>);
+
+impl<'de> Deserialize<'de> for PlainText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = PlainText;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a message")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<PlainText, A::Error> {
+                let (mut text, mut plain) = (String::new(), true);
+                while let Some(key) = a.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match &*key {
+                        "content" => match a.next_value::<Option<ContentText>>()? {
+                            None => text.clear(),
+                            Some(ContentText(Some(s))) => text = s,
+                            Some(ContentText(None)) => plain = false,
+                        },
+                        "tool_calls" => {
+                            plain &= a.next_value::<Option<IgnoredAny>>()?.is_none();
+                        }
+                        _ => {
+                            a.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(PlainText(plain.then_some(text)))
+            }
+            keep_nothing_of_the_rest!(PlainText(None));
+            fn visit_str<E>(self, _: &str) -> Result<PlainText, E> {
+                Ok(PlainText(None))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 impl<'de> Deserialize<'de> for FirstChoice {
@@ -131,6 +214,8 @@ impl<'de> Deserialize<'de> for FirstChoice {
                         let reason = a.next_value::<Option<Reason>>()?;
                         out.finished = reason.is_some();
                         out.reason = reason.and_then(|r| r.0);
+                    } else if key == "message" {
+                        out.text = Some(a.next_value::<PlainText>()?);
                     } else {
                         a.next_value::<IgnoredAny>()?;
                     }
@@ -171,6 +256,34 @@ mod tests {
             "{\"why\": [\"stop\"]}",
         ] {
             assert_eq!(read(odd), None, "{odd}");
+        }
+    }
+
+    #[test]
+    fn a_plain_first_answer_is_read_as_what_the_general_reading_renders() {
+        use crate::wire::AssistantOutput;
+        let long = "é".repeat(super::TEXT_KEPT + 10);
+        let bodies = [
+            (r#"{"choices":[{"message":{"role":"assistant","content":"Hi \"there\""},"finish_reason":"stop"}]}"#.to_owned(), true),
+            (r#"{"choices":[{"message":{"content":null,"tool_calls":null}}]}"#.to_owned(), true),
+            (r#"{"choices":[{"message":{"role":"assistant"}},{"message":{"content":"second"}}]}"#.to_owned(), true),
+            (format!(r#"{{"choices":[{{"message":{{"content":"{long}"}}}}]}}"#), true),
+            (r#"{"choices":[{"message":{"content":[{"type":"text","text":"parts"}]}}]}"#.to_owned(), false),
+            (r#"{"choices":[{"message":{"content":"x","tool_calls":[{"function":{"name":"f","arguments":"{}"}}]}}]}"#.to_owned(), false),
+            (r#"{"choices":[{"message":"not an object"}]}"#.to_owned(), false),
+            (r#"{"choices":[{"message":{"content":{"odd":1}}}]}"#.to_owned(), false),
+            (r#"{"choices":[7]}"#.to_owned(), false),
+        ];
+        for (body, plain) in bodies {
+            let c: WholeChoices = serde_json::from_str::<serde_json::Value>(&body)
+                .map(|v| serde_json::from_value(v["choices"].clone()).unwrap())
+                .unwrap();
+            assert_eq!(c.plain_text.is_some(), plain, "{body}");
+            if let Some(text) = c.plain_text {
+                let general = AssistantOutput::from_completion(body.as_bytes()).unwrap().render();
+                let kept: String = general.chars().take(super::TEXT_KEPT).collect();
+                assert_eq!(text, kept, "{body}");
+            }
         }
     }
 

@@ -67,11 +67,12 @@ pub fn is_event_name(kind: &str) -> bool {
 }
 
 /// A payload must be a UTF-8 JSON object before it is read further
-/// (serde would read `[]` as a struct with every field defaulted).
-pub(super) fn object_bytes(data: &[u8]) -> Result<(), NotAnAnswer> {
-    std::str::from_utf8(data).map_err(|_| NotAnAnswer::Utf8)?;
-    match data.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') => Ok(()),
+/// (serde would read `[]` as a struct with every field defaulted); its
+/// text, checked once.
+pub(super) fn object_bytes(data: &[u8]) -> Result<&str, NotAnAnswer> {
+    let text = std::str::from_utf8(data).map_err(|_| NotAnAnswer::Utf8)?;
+    match text.trim_start_matches(|c: char| c.is_ascii_whitespace()).as_bytes().first() {
+        Some(b'{') => Ok(text),
         _ => Err(NotAnAnswer::NotObject),
     }
 }
@@ -394,10 +395,13 @@ pub enum WholeBody {
     /// (a chat choice's `finish_reason` not null, a Responses `status`
     /// `completed` or `incomplete`, a message's `stop_reason`; always for
     /// embeddings). One that does not was cut short: not an answer.
+    /// `plain_text`: a chat answer's first text when it is plain
+    /// ([`super::finish::WholeChoices::plain_text`]); `None` elsewhere.
     Answer {
         usage: Option<Usage>,
         finish_reason: Option<String>,
         finished: bool,
+        plain_text: Option<String>,
     },
     /// An `{"error": …}` object sent with a success status.
     Error(String),
@@ -419,6 +423,7 @@ pub fn inspect_completion(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
             usage: probe.usage,
             finish_reason: c.finish_reason,
             finished: c.finished,
+            plain_text: c.plain_text,
         }),
     }
 }
@@ -435,14 +440,14 @@ pub fn inspect_embeddings(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
             usage: probe.usage,
             finish_reason: None,
             finished: true,
+            plain_text: None,
         }),
         _ => Err(NotAnAnswer::NoData),
     }
 }
 
 fn completion_probe(body: &[u8]) -> Result<CompletionProbe, NotAnAnswer> {
-    object_bytes(body)?;
-    Ok(super::from_json(body)?)
+    Ok(serde_json::from_str(object_bytes(body)?)?)
 }
 
 #[cfg(test)]

@@ -130,6 +130,7 @@ pub fn inspect_message(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
         usage: m.usage.and_then(Counts::usage),
         finish_reason: finish_reason(stop),
         finished: stop.is_some(),
+        plain_text: None,
     })
 }
 

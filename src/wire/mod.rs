@@ -23,6 +23,7 @@ pub mod assemble;
 pub mod billing;
 mod endpoint;
 mod finish;
+pub use finish::TEXT_KEPT;
 mod flat;
 mod inspect;
 pub mod messages;

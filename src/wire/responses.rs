@@ -166,6 +166,7 @@ pub fn inspect_response(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
         usage: r.usage,
         finished: finish_reason.is_some(),
         finish_reason,
+        plain_text: None,
     })
 }
 
