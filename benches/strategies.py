@@ -6,8 +6,8 @@ Starts `conclave mock` with zero-latency models and one gateway with two
 strategy routes and the concrete models they call, each reachable by name:
 
 1. `race3`: a best-of-3 race (candidates c1, c2, c3) scored by the default
-   rubric (format, finish, length: no judge call; never a perfect total, so
-   all three answers are awaited). By hand: the client sends the three
+   rubric (format, finish, length: no judge call) with `cancel_on_perfect =
+   false`, so all three answers are awaited, as by hand. By hand: the client sends the three
    candidate calls at once from three threads and picks one (for free).
 2. `chain`: an escalation chain whose first tier (`draft`, on a local lane,
    so verified) is accepted by its verifier: a draft call, then a verifier
@@ -85,6 +85,7 @@ upstream = "cloud"
 strategy = "race"
 candidates = ["c1", "c2", "c3"]
 rubric = {{ format = 0.5, finish = 0.3, length = 0.2 }}
+cancel_on_perfect = false
 budget_tokens = 0
 confirm_threshold_tokens = 0
 [routes.chain]
