@@ -26,7 +26,7 @@ per by-hand set. The summary is the median of --rounds rounds.
     CONCLAVE_BIN=target/release/conclave python3 benches/strategies.py [--requests 200] [--rounds 3]
 
 Traffic stays on 127.0.0.1; the run is bounded by --requests, --cpu-requests
-and --rounds (about half a minute with the defaults).
+and --rounds (about 10 seconds with the defaults).
 """
 
 import argparse
