@@ -34,6 +34,11 @@ start_nginx() {
   nginx -e "$tmp/nginx-$1.err" -c "$tmp/nginx-$1.conf" & pids+=($!)
 }
 
+# ticks PID...: the CPU time (user + system clock ticks) of these processes and their
+# children, as the reference harness counts it (an nginx hop's CPU is its worker's).
+ticks() { local s=0 p; for p in "$@" $(for q in "$@"; do pgrep -P "$q"; done); do
+  s=$((s + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo "$s"; }
+
 # wait_up URL...: until every URL answers 2xx (at most 30 s).
 wait_up() {
   for _ in $(seq 1 150); do
