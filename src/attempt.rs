@@ -251,7 +251,10 @@ impl Attempt {
     /// (with the char that crosses it).
     pub fn add_summary(&self, text: &str) {
         let mut s = self.0.state.lock();
-        let Some(room) = SUMMARY_CHARS.checked_sub(s.summary.len()).filter(|r| *r > 0) else {
+        let Some(room) = SUMMARY_CHARS
+            .checked_sub(s.summary.len())
+            .filter(|r| *r > 0)
+        else {
             return;
         };
         let end = text

@@ -1,6 +1,7 @@
 //! One connection: hyper serves it (HTTP/1 or HTTP/2, with the head and
-//! stream bounds of `[server]`) while its watchdog enforces the header,
-//! idle and HTTP/1 request limits, eviction and shutdown. Each request
+//! stream bounds of `[server]`) on a task of its own (`driver`) while its
+//! watchdog, here, enforces the header, idle and HTTP/1 request limits,
+//! eviction and shutdown. Each request
 //! first gets a slot (`slots`); one that finds none within
 //! `header_read_timeout` is answered 503 `server_busy`. Which protocol a
 //! connection speaks is read from its first bytes by peeking, so hyper
@@ -22,6 +23,7 @@ use tokio::time::sleep_until;
 use tower::ServiceExt;
 
 use super::Serving;
+use super::driver::Driver;
 use super::exec::Deadline;
 use super::io::{Tracked, Watched};
 use super::state::{Busy, ConnState};
@@ -83,8 +85,9 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
         Proto::Http2 => builder.http2_only(),
         Proto::Unsure => builder,
     };
-    let conn = builder.serve_connection(io, service);
-    tokio::pin!(conn);
+    let conn = builder.serve_connection(io, service).into_owned();
+    // Dropping the driver (every `return` below) closes the connection.
+    let mut conn = Driver::spawn(conn, |c| c.graceful_shutdown());
     let mut stopping = false;
     loop {
         if state.take_eviction() {
@@ -92,18 +95,12 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
             return;
         }
         tokio::select! {
-            res = conn.as_mut() => {
-                if let Err(e) = res {
-                    tracing::debug!("connection ended: {e}");
-                }
-                return;
-            }
+            () = &mut conn => return,
             () = check.as_mut() => {
                 if state.expired(&limits) {
                     if state.busy() > 0 {
                         tracing::debug!("an HTTP/1 request outlived its time limit: closing its connection");
                     }
-                    // Dropping the connection closes it.
                     return;
                 }
                 check.as_mut().reset(state.next_check(&limits));
@@ -114,7 +111,7 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
                 if state.busy() == 0 {
                     return;
                 }
-                conn.as_mut().graceful_shutdown();
+                conn.shut_down();
             }
         }
     }

@@ -28,6 +28,7 @@
 //!   a 503, or an SSE error event) and is dropped soon after.
 
 mod conn;
+mod driver;
 mod exec;
 mod io;
 mod slots;

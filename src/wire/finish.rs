@@ -137,7 +137,9 @@ impl<'de> Deserialize<'de> for ContentText {
             }
             fn visit_str<E>(self, s: &str) -> Result<ContentText, E> {
                 let end = s.char_indices().nth(TEXT_KEPT).map_or(s.len(), |(i, _)| i);
-                Ok(ContentText(Some(s.get(..end).unwrap_or_default().to_owned())))
+                Ok(ContentText(Some(
+                    s.get(..end).unwrap_or_default().to_owned(),
+                )))
             }
             keep_nothing_of_the_rest!(ContentText(None));
             fn visit_map<A: serde::de::MapAccess<'de>>(
@@ -280,7 +282,9 @@ mod tests {
                 .unwrap();
             assert_eq!(c.plain_text.is_some(), plain, "{body}");
             if let Some(text) = c.plain_text {
-                let general = AssistantOutput::from_completion(body.as_bytes()).unwrap().render();
+                let general = AssistantOutput::from_completion(body.as_bytes())
+                    .unwrap()
+                    .render();
                 let kept: String = general.chars().take(super::TEXT_KEPT).collect();
                 assert_eq!(text, kept, "{body}");
             }

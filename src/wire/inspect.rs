@@ -71,7 +71,11 @@ pub fn is_event_name(kind: &str) -> bool {
 /// text, checked once.
 pub(super) fn object_bytes(data: &[u8]) -> Result<&str, NotAnAnswer> {
     let text = std::str::from_utf8(data).map_err(|_| NotAnAnswer::Utf8)?;
-    match text.trim_start_matches(|c: char| c.is_ascii_whitespace()).as_bytes().first() {
+    match text
+        .trim_start_matches(|c: char| c.is_ascii_whitespace())
+        .as_bytes()
+        .first()
+    {
         Some(b'{') => Ok(text),
         _ => Err(NotAnAnswer::NotObject),
     }
