@@ -342,6 +342,7 @@ mod tests {
                 usage,
                 finish_reason,
                 finished,
+                ..
             } => {
                 assert!(finished);
                 assert_eq!(usage.unwrap().completion_tokens, 4);

@@ -301,6 +301,14 @@ async fn two_gateways_share_a_hit_and_a_dead_redis_is_a_miss() {
         "{}",
         r.text
     );
+    // The answer reaches the client before its entry reaches Redis.
+    let stored = eventually(10, || async {
+        !redis
+            .cli(&["--scan", "--pattern", "*cache}:e:*"])
+            .is_empty()
+    })
+    .await;
+    assert!(stored, "the first replica never stored its answer");
     let r = post_with(&b.base, &body, &[]).await;
     assert_eq!(
         (r.status, header(&r).as_deref()),

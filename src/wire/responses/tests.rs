@@ -60,6 +60,7 @@ fn a_whole_response_is_an_answer_or_an_error() {
             usage: Some(u),
             finish_reason,
             finished: true,
+            ..
         }) => {
             assert_eq!((u.prompt_tokens, u.completion_tokens), (3, 4));
             assert_eq!(finish_reason.as_deref(), Some("tool_calls"));
