@@ -338,6 +338,8 @@ impl Prepared {
         );
         // The workers' runtimes outlive the drain, for the last flushes.
         let release = tokio_util::sync::CancellationToken::new();
+        // However this future ends (dropped, a panic), the workers end.
+        let _release = release.clone().drop_guard();
         let server = match listen {
             Listen::Here(listener) => tokio::spawn(async move { server.serve(listener).await }),
             Listen::Workers(sockets) => {

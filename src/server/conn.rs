@@ -1,7 +1,6 @@
 //! One connection: hyper serves it (HTTP/1 or HTTP/2, with the head and
-//! stream bounds of `[server]`) on a task of its own (`driver`) while its
-//! watchdog, here, enforces the header, idle and HTTP/1 request limits,
-//! eviction and shutdown. Each request
+//! stream bounds of `[server]`) while its watchdog enforces the header,
+//! idle and HTTP/1 request limits, eviction and shutdown. Each request
 //! first gets a slot (`slots`); one that finds none within
 //! `header_read_timeout` is answered 503 `server_busy`. Which protocol a
 //! connection speaks is read from its first bytes by peeking, so hyper
@@ -23,7 +22,6 @@ use tokio::time::sleep_until;
 use tower::ServiceExt;
 
 use super::Serving;
-use super::driver::Driver;
 use super::exec::Deadline;
 use super::io::{Tracked, Watched};
 use super::state::{Busy, ConnState};
@@ -85,17 +83,22 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
         Proto::Http2 => builder.http2_only(),
         Proto::Unsure => builder,
     };
-    let conn = builder.serve_connection(io, service).into_owned();
-    // Dropping the driver (every `return` below) closes the connection.
-    let mut conn = Driver::spawn(conn, |c| c.graceful_shutdown());
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
     let mut stopping = false;
     loop {
         if state.take_eviction() {
             // Idle, and a new connection needs the slot.
             return;
         }
+        // Dropping the connection (every `return` below) closes it.
         tokio::select! {
-            () = &mut conn => return,
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!("connection ended: {e}");
+                }
+                return;
+            }
             () = check.as_mut() => {
                 if state.expired(&limits) {
                     if state.busy() > 0 {
@@ -108,10 +111,11 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
             () = state.changed.notified() => {}
             () = serving.stop.cancelled(), if !stopping => {
                 stopping = true;
-                if state.busy() == 0 {
+                // Idle: no request in flight and no head being read.
+                if state.idle_for().is_some() {
                     return;
                 }
-                conn.shut_down();
+                conn.as_mut().graceful_shutdown();
             }
         }
     }

@@ -7,8 +7,9 @@
 //!   HTTP/2 stream) takes one more, or is answered 503 `server_busy`
 //!   (`Retry-After: 1`) when none frees up within `header_read_timeout`.
 //!   An HTTP/2 connection has at most `server.http2_max_streams` streams.
-//! - A connection that arrives when every slot is taken is accepted (the
-//!   one descriptor over the cap) and the longest-idle connection (no
+//! - A connection that arrives when every slot is taken is accepted (one
+//!   descriptor over the cap for each listener, see `workers`) and the
+//!   longest-idle connection (no
 //!   request in flight, no head being read, idle for at least a second) is
 //!   closed to make room; while none is idle the newcomer waits, and the
 //!   connections behind it wait in the kernel's backlog without a
@@ -28,7 +29,6 @@
 //!   a 503, or an SSE error event) and is dropped soon after.
 
 mod conn;
-mod driver;
 mod exec;
 mod io;
 mod slots;
@@ -79,7 +79,8 @@ struct Serving {
 impl Serving {
     /// The most a request may take from its head to its last byte sent:
     /// the wait for a slot, the budget, and a grace for the handler's own
-    /// timeout answer.
+    /// timeout answer. Never less than `header_read_timeout`, which the
+    /// watchdog's looks (`state::ConnState::next_check`) rely on.
     fn request_limit(&self) -> Duration {
         self.limits.header_read_timeout + (self.budget)() + DEADLINE_GRACE
     }

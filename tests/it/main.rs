@@ -83,3 +83,4 @@ mod usage_today;
 mod validation_errors;
 mod verdicts;
 mod vote;
+mod workers;

@@ -1,7 +1,8 @@
 //! The direct client's connections to one upstream: HTTP/1.1 connections
 //! made with hyper's connection API, each driven by a task of its own, and
 //! the idle ones kept for the next request (newest first, at most
-//! [`MAX_IDLE`], none idle longer than [`IDLE_FOR`]).
+//! [`MAX_IDLE`] in each thread's list, none idle longer than
+//! [`IDLE_FOR`]).
 //!
 //! A connection goes back to the pool when its response body ends or is
 //! dropped, once hyper has it ready for another request: at once when the
@@ -35,7 +36,8 @@ use pin_project_lite::pin_project;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// The most idle connections kept.
+/// The most idle connections kept in one thread's list (the main
+/// runtime's, or a worker's).
 pub const MAX_IDLE: usize = 1024;
 /// How long an idle connection is kept.
 pub const IDLE_FOR: Duration = Duration::from_secs(90);
