@@ -111,8 +111,7 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
             () = state.changed.notified() => {}
             () = serving.stop.cancelled(), if !stopping => {
                 stopping = true;
-                // Idle: no request in flight and no head being read.
-                if state.idle_for().is_some() {
+                if state.busy() == 0 {
                     return;
                 }
                 conn.as_mut().graceful_shutdown();
