@@ -160,9 +160,10 @@ pub async fn whole(
         attempt.set_usage(u);
     }
     // A plain answer's summary was read with its usage: one pass.
-    if let Some(text) = plain_text.filter(|_| usage.is_some() && attempt.wants_summary()) {
+    let summarize = attempt.wants_summary();
+    if let Some(text) = plain_text.filter(|_| usage.is_some() && summarize) {
         attempt.add_summary(&text);
-    } else if usage.is_none() || attempt.wants_summary() {
+    } else if usage.is_none() || summarize {
         let out = x.endpoint.output(&body).unwrap_or_default();
         if usage.is_none() {
             let output = out.text.len()

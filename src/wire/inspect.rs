@@ -301,8 +301,7 @@ pub(super) fn read_chunk(
     summarize: bool,
     text: bool,
 ) -> Result<ChunkInfo, NotAnAnswer> {
-    object_bytes(data)?;
-    let probe: ChunkProbe = super::from_json(data)?;
+    let probe: ChunkProbe = serde_json::from_str(object_bytes(data)?)?;
     let usage = match probe.usage {
         None => UsageField::Absent,
         Some(None) => UsageField::Null,

@@ -111,8 +111,7 @@ fn finish_reason(stop: Option<&Value>) -> Option<String> {
 
 /// Validates a whole Messages body and reads its usage and stop reason.
 pub fn inspect_message(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
-    object_bytes(body)?;
-    let m: MessageProbe = serde_json::from_slice(body)?;
+    let m: MessageProbe = serde_json::from_str(object_bytes(body)?)?;
     if m.kind.as_deref() == Some("error") || m.error.is_some() {
         let err = m.error.as_ref();
         return Ok(WholeBody::Error(
@@ -140,8 +139,7 @@ pub fn inspect_message(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
 /// `message_delta` may lack the input: the caller keeps what
 /// `message_start` said ([`Usage::update`]).
 pub fn inspect_event(data: &[u8], summarize: bool, text: bool) -> Result<ChunkInfo, NotAnAnswer> {
-    object_bytes(data)?;
-    let e: EventProbe = serde_json::from_slice(data)?;
+    let e: EventProbe = serde_json::from_str(object_bytes(data)?)?;
     let Some(kind) = e.kind.as_deref() else {
         return Err(NotAnAnswer::NoType);
     };

@@ -153,8 +153,7 @@ impl ResponseProbe {
 
 /// Validates a whole Responses body and reads its usage and finish reason.
 pub fn inspect_response(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
-    object_bytes(body)?;
-    let r: ResponseProbe = serde_json::from_slice(body)?;
+    let r: ResponseProbe = serde_json::from_str(object_bytes(body)?)?;
     if let Some(message) = r.failure() {
         return Ok(WholeBody::Error(message));
     }
@@ -175,8 +174,7 @@ pub fn inspect_response(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
 /// [`ChunkInfo::usage`]; `choices` is 0 (it has none), and `finished`
 /// says it ends the stream (`response.completed`, `response.incomplete`).
 pub fn inspect_event(data: &[u8], summarize: bool, text: bool) -> Result<ChunkInfo, NotAnAnswer> {
-    object_bytes(data)?;
-    let e: EventProbe = serde_json::from_slice(data)?;
+    let e: EventProbe = serde_json::from_str(object_bytes(data)?)?;
     let Some(kind) = e.kind.as_deref() else {
         return Err(NotAnAnswer::NoType);
     };

@@ -71,8 +71,7 @@ impl Counts {
 /// `chat.completion` body. A body that is not a `message` with a `content`
 /// array is not an answer.
 pub fn to_completion(message: &[u8], t: &Translation, created: u64) -> Result<Value, NotAnAnswer> {
-    object_bytes(message)?;
-    let m: Message = serde_json::from_slice(message)?;
+    let m: Message = serde_json::from_str(object_bytes(message)?)?;
     if m.kind.as_deref() != Some("message") {
         return Err(NotAnAnswer::NotAMessage);
     }

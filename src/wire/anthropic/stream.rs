@@ -143,8 +143,7 @@ impl ChunkMaker {
         if self.ended {
             return Ok(Vec::new());
         }
-        object_bytes(data)?;
-        let e: Event = serde_json::from_slice(data).map_err(NotAnAnswer::from)?;
+        let e: Event = serde_json::from_str(object_bytes(data)?).map_err(NotAnAnswer::from)?;
         let kind = e.kind.as_deref().unwrap_or(event);
         match kind {
             "error" => return Err(upstream_error(e.error.as_ref())),
