@@ -105,6 +105,20 @@ impl Keys {
         })
     }
 
+    /// The caller behind a request's credentials when it is an admin (a
+    /// gateway without keys: anyone); else `AdminOnly` for endpoint `what`.
+    pub fn authenticate_admin(
+        &self,
+        headers: &HeaderMap,
+        what: &'static str,
+    ) -> Result<Caller, ApiError> {
+        let caller = self.authenticate(headers)?;
+        if !caller.admin {
+            return Err(ApiError::AdminOnly { what });
+        }
+        Ok(caller)
+    }
+
     /// Whether a request may read `/metrics` or `/readyz` (`what`): any
     /// request while no metrics key is set (`metrics_key`, its digest),
     /// else one presenting that key or an admin key.

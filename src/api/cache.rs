@@ -22,10 +22,7 @@ pub async fn clear(
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     let app = gw.state();
-    let caller = app.keys.authenticate(&headers)?;
-    if !caller.admin {
-        return Err(ApiError::AdminOnly { what: "/v1/cache" });
-    }
+    app.keys.authenticate_admin(&headers, "/v1/cache")?;
     let mut route = None;
     for (name, value) in super::query::pairs(&uri)? {
         match name.as_str() {

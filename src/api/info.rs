@@ -53,12 +53,7 @@ pub async fn keys_usage(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let app = gw.state();
-    let caller = app.keys.authenticate(&headers)?;
-    if !caller.admin {
-        return Err(ApiError::AdminOnly {
-            what: "/v1/keys/usage",
-        });
-    }
+    app.keys.authenticate_admin(&headers, "/v1/keys/usage")?;
     let mut data: Vec<Value> = Vec::new();
     for c in app.keys.callers() {
         let Some(gov) = c.gov.as_ref() else { continue };
@@ -86,10 +81,7 @@ pub async fn usage(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let app = gw.state();
-    let caller = app.keys.authenticate(&headers)?;
-    if !caller.admin {
-        return Err(ApiError::AdminOnly { what: "/v1/usage" });
-    }
+    app.keys.authenticate_admin(&headers, "/v1/usage")?;
     Ok(Json(app.telemetry.usage()))
 }
 
