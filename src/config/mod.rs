@@ -22,13 +22,13 @@ mod paths;
 mod price;
 mod raw;
 mod resilience;
+mod server;
 mod state;
 mod strategies;
 mod validate;
 mod warnings;
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -45,6 +45,7 @@ pub use keys::digest;
 pub use price::DEFAULT_MAX_TOKENS;
 pub use raw::{Lane, Price};
 pub use resilience::{Eject, HealthCheck, Resilience, Retries, RetryBudget};
+pub use server::{Limits, ResponseBounds, Server};
 #[cfg(test)]
 pub(crate) use state::check_url as check_state_url;
 pub use state::{OnError, StateConfig};
@@ -85,58 +86,6 @@ pub struct Config {
     pub cache_rules: IndexMap<String, CacheRule>,
     /// Settings accepted but not acted on by this build.
     pub warnings: Vec<String>,
-}
-
-#[derive(Debug)]
-pub struct Server {
-    pub listen: SocketAddr,
-    pub request_timeout: Duration,
-    pub max_body_bytes: usize,
-    pub event_log: Option<PathBuf>,
-    pub state_path: Option<PathBuf>,
-    pub sse_keepalive: Option<Duration>,
-    pub body_read_timeout: Duration,
-    pub access_log: bool,
-    /// Output tokens a request that sets no `max_tokens` is estimated at,
-    /// for `tpm` and daily budgets.
-    pub estimate_output_tokens: u32,
-    /// Events the log's writer may fall behind by before lines are dropped.
-    pub event_log_buffer: usize,
-    /// Connection limits, fixed for the life of the process.
-    pub limits: Limits,
-    /// The key `/metrics` and `/readyz` require (admin keys also pass);
-    /// `None`: both are open.
-    pub metrics_key: Option<Secret>,
-    /// How long `/readyz` reuses its last probe of the upstreams.
-    pub readyz_cache: Duration,
-    /// How long a stored response (`store: true`) is kept; zero keeps none.
-    pub responses_retention: Duration,
-    /// How many stored responses, and how many bytes of them, are kept.
-    pub responses_bounds: ResponseBounds,
-}
-
-/// The bounds of stored responses (`server.responses_max_*`): at a bound
-/// the writing key's oldest are evicted, never another key's. Sizes are
-/// the bytes of a response's stored text (its input items and response
-/// object as JSON, its id, key name and `previous_response_id`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResponseBounds {
-    /// Responses one key keeps.
-    pub max_per_key: u64,
-    /// Bytes one key's responses take.
-    pub max_bytes_per_key: u64,
-    /// Bytes all keys' responses take together.
-    pub max_bytes: u64,
-}
-
-impl Default for ResponseBounds {
-    fn default() -> Self {
-        ResponseBounds {
-            max_per_key: 10_000,
-            max_bytes_per_key: 256 << 20,
-            max_bytes: 1 << 30,
-        }
-    }
 }
 
 /// `[telemetry]`: where traces go (`None`: tracing off) and how many.
@@ -218,23 +167,6 @@ pub enum UpstreamKind {
         quirks: Quirks,
         models: IndexMap<String, Behavior>,
     },
-}
-
-/// The server's limits (see `crate::server`), from `[server]`; fixed for
-/// the life of the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub max_connections: usize,
-    pub header_read_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub shutdown_grace: Duration,
-    /// Concurrent streams an HTTP/2 connection may open.
-    pub http2_max_streams: u32,
-    /// The largest request head (HTTP/1 buffer, HTTP/2 header list).
-    pub max_header_bytes: usize,
-    /// Serving threads, each with its own runtime and listening socket
-    /// (`server::Listeners`); one per core unless set.
-    pub workers: usize,
 }
 
 /// How many calls an upstream's lane lets through.
