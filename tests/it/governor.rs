@@ -70,24 +70,12 @@ fn gateway_in(keys: &str, extra: &str) -> inproc::Gw {
 
 /// `body` to an in-process gateway as `key`.
 async fn ask(gw: &inproc::Gw, body: &Value, key: &str) -> Resp {
-    let auth = format!("Bearer {key}");
-    gw.chat_with(body, &[("authorization", auth.as_str())])
-        .await
+    gw.chat_as(body, key).await
 }
 
 /// Key `name`'s line of `GET /v1/keys/usage` on an in-process gateway.
 async fn usage_in(gw: &inproc::Gw, name: &str) -> Value {
-    let r = gw
-        .get_with("/v1/keys/usage", &[("authorization", "Bearer k-admin")])
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no key {name}: {}", r.text))
+    gw.key_usage("k-admin", name).await
 }
 
 fn bearer(key: &str) -> Vec<(String, String)> {

@@ -92,23 +92,11 @@ mod in_process {
     }
 
     async fn ask(gw: &inproc::Gw, model: &str, key: &str) -> Resp {
-        let auth = format!("Bearer {key}");
-        gw.chat_with(&body(model), &[("authorization", auth.as_str())])
-            .await
+        gw.chat_as(&body(model), key).await
     }
 
     async fn usage(gw: &inproc::Gw, name: &str) -> Value {
-        let r = gw
-            .get_with("/v1/keys/usage", &[("authorization", "Bearer k-admin")])
-            .await;
-        assert_eq!(r.status, 200, "{}", r.text);
-        r.json()["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|k| k["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no key {name}: {}", r.text))
+        gw.key_usage("k-admin", name).await
     }
 
     /// Nothing moves the clock but the test's `advance`: every figure is

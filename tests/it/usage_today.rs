@@ -24,10 +24,7 @@ fn demo() -> Gw {
 }
 
 async fn ask(gw: &Gw, route: &str, key: &str) -> u16 {
-    let auth = format!("Bearer {key}");
-    gw.chat_with(&chat(route, "hi"), &[("authorization", &auth)])
-        .await
-        .status
+    gw.chat_as(&chat(route, "hi"), key).await.status
 }
 
 async fn usage(gw: &Gw) -> Value {

@@ -277,15 +277,7 @@ async fn a_repeated_request_is_a_hit_whole_and_streamed_and_costs_nothing() {
 
 /// Today's spend of key `alpha`, as `/v1/keys/usage` says it.
 async fn key_spend(gw: &inproc::Gw) -> Value {
-    let r = gw.get_with("/v1/keys/usage", &[ADMIN]).await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    let k = r.json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["name"] == "alpha")
-        .cloned()
-        .unwrap();
+    let k = gw.key_usage("k-admin", "alpha").await;
     json!([k["today"], k["now"]["tpm"]["used"]])
 }
 

@@ -108,6 +108,30 @@ impl Gw {
         self.post_with("/v1/chat/completions", body, headers).await
     }
 
+    /// `POST /v1/chat/completions` with `body`, as API key `key`.
+    pub async fn chat_as(&self, body: &Value, key: &str) -> Resp {
+        let auth = format!("Bearer {key}");
+        self.chat_with(body, &[("authorization", auth.as_str())])
+            .await
+    }
+
+    /// Key `name`'s entry of `GET /v1/keys/usage`, read with admin key
+    /// `admin`.
+    pub async fn key_usage(&self, admin: &str, name: &str) -> Value {
+        let auth = format!("Bearer {admin}");
+        let r = self
+            .get_with("/v1/keys/usage", &[("authorization", auth.as_str())])
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json()["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no key {name}: {}", r.text))
+    }
+
     /// `POST /v1/chat/completions` with `body`.
     pub async fn chat(&self, body: &Value) -> Resp {
         self.chat_with(body, &[]).await
