@@ -203,24 +203,8 @@ mod shared {
         Srv::gateway_env(&toml, ENV)
     }
 
-    async fn ready(gw: &Srv) {
-        let ok = eventually(10, || async {
-            reqwest::get(gw.url("/readyz"))
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await;
-        assert!(ok, "{} never became ready", gw.url(""));
-    }
-
     async fn ask(gw: &Srv, model: &str, key: &str) -> Resp {
-        let auth = format!("Bearer {key}");
-        post_with(
-            &gw.url(""),
-            &body(model),
-            &[("authorization", auth.as_str())],
-        )
-        .await
+        chat_as(gw, &body(model), key).await
     }
 
     /// Waits until the key's settlements (sent off the request path) have

@@ -53,19 +53,8 @@ fn replica(redis: &RedisServer, timeout: &str, keys: &str) -> Srv {
     Srv::gateway_env(&toml, ENV)
 }
 
-async fn ready(gw: &Srv) {
-    let ok = eventually(10, || async {
-        reqwest::get(gw.url("/readyz"))
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
-    assert!(ok, "{} never became ready", gw.url(""));
-}
-
 async fn ask(gw: &Srv, body: &Value, key: &str) -> Resp {
-    let auth = format!("Bearer {key}");
-    post_with(&gw.url(""), body, &[("authorization", auth.as_str())]).await
+    chat_as(gw, body, key).await
 }
 
 fn capped(model: &str, max_tokens: u64) -> Value {

@@ -122,14 +122,7 @@ impl Gw {
         let r = self
             .get_with("/v1/keys/usage", &[("authorization", auth.as_str())])
             .await;
-        assert_eq!(r.status, 200, "{}", r.text);
-        r.json()["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|k| k["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no key {name}: {}", r.text))
+        super::key_entry(&r, name)
     }
 
     /// `POST /v1/chat/completions` with `body`.

@@ -429,10 +429,32 @@ pub fn front_of(mock_v1: &str, names: &[&str], extra: &str) -> String {
     t
 }
 
+/// Waits (at most 10 s) until `gw`'s `/readyz` answers 200.
+pub async fn ready(gw: &Srv) {
+    let ok = eventually(10, || async {
+        reqwest::get(gw.url("/readyz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert!(ok, "{} never became ready", gw.url(""));
+}
+
+/// A chat `body` to `gw` as API key `key`.
+pub async fn chat_as(gw: &Srv, body: &Value, key: &str) -> Resp {
+    let auth = format!("Bearer {key}");
+    post_with(&gw.url(""), body, &[("authorization", auth.as_str())]).await
+}
+
 /// Key `name`'s line of `GET /v1/keys/usage` on `gw`, read with the
 /// admin key `admin`.
 pub async fn key_usage(gw: &impl Served, admin: &str, name: &str) -> Value {
     let r = send(client().get(gw.url("/v1/keys/usage")).bearer_auth(admin)).await;
+    key_entry(&r, name)
+}
+
+/// Key `name`'s line of a `GET /v1/keys/usage` answer, which must be a 200.
+pub fn key_entry(r: &Resp, name: &str) -> Value {
     assert_eq!(r.status, 200, "{}", r.text);
     r.json()["data"]
         .as_array()
