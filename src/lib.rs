@@ -13,7 +13,7 @@
 //! `api::relay` and `api::render`; a parent and its own children may).
 //! `tests/it/layers.rs` reads this table and checks every path in `src/`.
 //!
-//! 1. [`wire`], [`labels`], [`clock`], [`redact`], [`span`], [`log_line`], [`error`]: the leaves.
+//! 1. [`wire`], [`labels`], [`clock`], [`redact`], [`span`], [`log_line`], [`error`], [`alloc`]: the leaves.
 //!    `wire`: each dialect's wire types (OpenAI chat, Responses,
 //!    Anthropic Messages), keeping unknown fields; each endpoint as a
 //!    protocol value ([`wire::Endpoint`], beside its dialect's reader); the
@@ -23,7 +23,9 @@
 //!    the config's secrets out of what upstreams say. `span`: a request's
 //!    place in its trace, exported through a trait telemetry implements.
 //!    `log_line`: stderr's text log and its throttle. `error`:
-//!    `ModelError`, what can go wrong while a model answers.
+//!    `ModelError`, what can go wrong while a model answers. `alloc`: the
+//!    process's allocator (mimalloc on its fast path), the crate's only
+//!    `unsafe` code.
 //! 2. [`sink`], [`mock`]: what a request reports (attempt and request
 //!    records) and the traits of what takes it (attempt and event sinks,
 //!    the instance's metrics recorder, a route's retry budget); the
@@ -72,6 +74,7 @@
 //!     SIGHUP's new config for new requests; the CLI. This file's
 //!     [`prepare`] opens what a gateway needs, once.
 
+pub mod alloc;
 pub mod api;
 pub mod attempt;
 pub mod clock;

@@ -124,6 +124,12 @@ impl TraceCtx {
 
 const TRACEPARENT: axum::http::HeaderName = axum::http::HeaderName::from_static("traceparent");
 
+/// Whether `name` is a W3C trace context header ([`remote_parent`]
+/// reads only these).
+pub fn is_trace_header(name: &axum::http::HeaderName) -> bool {
+    *name == TRACEPARENT || name.as_str() == "tracestate"
+}
+
 /// The client's `traceparent` (and `tracestate`), when valid.
 pub fn remote_parent(headers: &axum::http::HeaderMap) -> Option<SpanContext> {
     if !headers.contains_key(TRACEPARENT) {

@@ -22,6 +22,9 @@ const MAX_BETA: usize = 1024;
 const MAX_TOKEN: usize = 128;
 
 pub fn read(headers: &HeaderMap) -> Result<Options, ApiError> {
+    if !headers.keys().any(is_read) {
+        return Ok(Options::default());
+    }
     Ok(Options {
         pin: token(headers, PIN)?,
         session: token(headers, SESSION)?,
@@ -46,6 +49,15 @@ pub fn read(headers: &HeaderMap) -> Result<Options, ApiError> {
         },
         cache: cache(headers)?,
     })
+}
+
+/// Whether `name` is a header [`read`] looks at. Most requests carry none
+/// of them: one pass over their few names costs less than a lookup each.
+fn is_read(name: &HeaderName) -> bool {
+    name.as_str().starts_with("x-conclave-")
+        || *name == ANTHROPIC_BETA
+        || *name == axum::http::header::CACHE_CONTROL
+        || crate::span::is_trace_header(name)
 }
 
 /// `Cache-Control`'s `no-cache` / `no-store` (other directives are not
@@ -105,5 +117,55 @@ fn token(headers: &HeaderMap, name: HeaderName) -> Result<Option<Arc<str>>, ApiE
             Err(bad(name, "must not contain spaces or control characters"))
         }
         Some(s) => Ok(Some(s.into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, HeaderValue};
+
+    use super::read;
+
+    fn with(name: &'static str, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            axum::http::HeaderName::from_static(name),
+            HeaderValue::from_str(value).unwrap(),
+        );
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        h
+    }
+
+    /// Every header `read` looks at is seen by the pass that lets plain
+    /// requests skip the lookups: each one, alone among common headers,
+    /// still changes what is read (or is refused).
+    #[test]
+    fn every_header_read_is_looked_at() {
+        for name in [
+            "x-conclave-pin",
+            "x-conclave-session",
+            "x-conclave-confirm",
+            "x-conclave-cache",
+            "anthropic-beta",
+        ] {
+            let bad = if name == "anthropic-beta" {
+                "b".repeat(super::MAX_BETA + 1)
+            } else {
+                "not valid here".to_owned()
+            };
+            assert!(read(&with(name, &bad)).is_err(), "{name} was not read");
+        }
+        let o = read(&with("cache-control", "no-store")).unwrap();
+        assert!(o.cache.no_store);
+        let o = read(&with(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ))
+        .unwrap();
+        assert!(o.trace_parent.is_some());
+        let o = read(&with("x-conclave-confirm", "yes")).unwrap();
+        assert!(o.confirm);
+        let plain = read(&with("user-agent", "curl")).unwrap();
+        assert!(plain.pin.is_none() && !plain.confirm && plain.trace_parent.is_none());
     }
 }

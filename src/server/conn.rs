@@ -24,6 +24,7 @@ use tower::ServiceExt;
 use super::Serving;
 use super::exec::Deadline;
 use super::io::{Tracked, Watched};
+use super::quiet::Quiet;
 use super::state::{Busy, ConnState};
 use crate::api::console::{CONSOLE, Peer};
 use crate::api::error::ApiError;
@@ -91,33 +92,55 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
             // Idle, and a new connection needs the slot.
             return;
         }
+        // The watchdog's signals, polled only when one of them woke the
+        // task: hyper wakes it for every read and write.
+        let signal = Quiet::new(async {
+            tokio::select! {
+                () = check.as_mut() => Signal::Check,
+                () = state.changed.notified() => Signal::Changed,
+                () = serving.stop.cancelled(), if !stopping => Signal::Stop,
+            }
+        });
         // Dropping the connection (every `return` below) closes it.
         tokio::select! {
+            biased;
             res = conn.as_mut() => {
                 if let Err(e) = res {
                     tracing::debug!("connection ended: {e}");
                 }
                 return;
             }
-            () = check.as_mut() => {
-                if state.expired(&limits) {
-                    if state.busy() > 0 {
-                        tracing::debug!("an HTTP/1 request outlived its time limit: closing its connection");
+            signal = signal => match signal {
+                Signal::Check => {
+                    if state.expired(&limits) {
+                        if state.busy() > 0 {
+                            tracing::debug!("an HTTP/1 request outlived its time limit: closing its connection");
+                        }
+                        return;
                     }
-                    return;
+                    check.as_mut().reset(state.next_check(&limits));
                 }
-                check.as_mut().reset(state.next_check(&limits));
-            }
-            () = state.changed.notified() => {}
-            () = serving.stop.cancelled(), if !stopping => {
-                stopping = true;
-                if state.busy() == 0 {
-                    return;
+                Signal::Changed => {}
+                Signal::Stop => {
+                    stopping = true;
+                    if state.busy() == 0 {
+                        return;
+                    }
+                    conn.as_mut().graceful_shutdown();
                 }
-                conn.as_mut().graceful_shutdown();
-            }
+            },
         }
     }
+}
+
+/// What woke a connection's watchdog.
+enum Signal {
+    /// Its timer: a deadline may have passed.
+    Check,
+    /// Its state was poked: a newcomer asked it to close if idle.
+    Changed,
+    /// The server is shutting down.
+    Stop,
 }
 
 /// The protocol a connection speaks, by its first bytes.

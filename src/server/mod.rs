@@ -31,6 +31,7 @@
 mod conn;
 mod exec;
 mod io;
+mod quiet;
 mod slots;
 mod state;
 mod workers;
