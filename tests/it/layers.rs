@@ -8,7 +8,8 @@
 //!   and `api::render` may not use each other; a parent and its own
 //!   children may);
 //! - every module of the crate is in the table, once;
-//! - the shared state's client (Redis) is named only under `src/store/`.
+//! - the shared state's client (Redis) is named only under `src/store/`;
+//! - only the allocator's adapter (`src/alloc.rs`) allows `unsafe` code.
 //!
 //! Unit tests (`tests.rs`, `#[cfg(test)] mod tests`) may use anything.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -509,6 +510,24 @@ fn redis_is_named_only_under_the_store() {
         "Redis named outside src/store/:\n{}",
         bad.join("\n")
     );
+}
+
+/// `unsafe` is denied crate-wide; the allocator's adapter is the one
+/// module allowed it, so no other file may lift the lint.
+#[test]
+fn unsafe_code_is_allowed_only_in_the_allocator() {
+    let mut files = Vec::new();
+    walk(&src(), &mut files);
+    let lifted: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .contains("allow(unsafe_code)")
+        })
+        .map(|f| f.strip_prefix(src()).unwrap().display().to_string())
+        .collect();
+    assert_eq!(lifted, ["alloc.rs"], "files that allow unsafe code");
 }
 
 /// The checker reads what it must: a circle and an up-import written in
