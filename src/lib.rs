@@ -13,7 +13,7 @@
 //! `api::relay` and `api::render`; a parent and its own children may).
 //! `tests/it/layers.rs` reads this table and checks every path in `src/`.
 //!
-//! 1. [`wire`], [`labels`], [`clock`], [`redact`], [`span`], [`log_line`], [`error`], [`alloc`]: the leaves.
+//! 1. [`wire`], [`labels`], [`clock`], [`redact`], [`span`], [`log_line`], [`error`], [`alloc`], [`text`]: the leaves.
 //!    `wire`: each dialect's wire types (OpenAI chat, Responses,
 //!    Anthropic Messages), keeping unknown fields; each endpoint as a
 //!    protocol value ([`wire::Endpoint`], beside its dialect's reader); the
@@ -25,7 +25,7 @@
 //!    `log_line`: stderr's text log and its throttle. `error`:
 //!    `ModelError`, what can go wrong while a model answers. `alloc`: the
 //!    process's allocator (mimalloc on its fast path), the crate's only
-//!    `unsafe` code.
+//!    `unsafe` code. `text`: cutting text to a number of characters.
 //! 2. [`sink`], [`mock`]: what a request reports (attempt and request
 //!    records) and the traits of what takes it (attempt and event sinks,
 //!    the instance's metrics recorder, a route's retry budget); the
@@ -98,6 +98,7 @@ pub mod store;
 pub mod strategy;
 pub mod stream;
 pub mod telemetry;
+pub mod text;
 pub mod upstream;
 pub mod wire;
 

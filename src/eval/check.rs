@@ -195,10 +195,7 @@ fn normalize(text: &str) -> String {
 
 /// At most [`QUOTE`] characters of `text`, "…" when cut.
 fn cut(text: &str) -> String {
-    match text.char_indices().nth(QUOTE) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
+    crate::text::ellipsize(text, QUOTE).into_owned()
 }
 
 /// `text`, cut and quoted.
@@ -264,10 +261,10 @@ pub fn judge_verdict(reply: &str) -> Graded {
                 .map(|f| f.split_whitespace().collect::<Vec<_>>().join(" "))
                 .filter(|f| !f.is_empty());
             let detail = match feedback {
-                Some(f) => match f.char_indices().nth(FEEDBACK) {
-                    Some((at, _)) => format!("{}…", &f[..at]),
-                    None => f,
-                },
+                Some(mut f) => {
+                    crate::text::ellipsize_in_place(&mut f, FEEDBACK);
+                    f
+                }
                 None if read.accept => "the judge accepted".into(),
                 None => "the judge rejected".into(),
             };

@@ -64,10 +64,7 @@ impl Exchange {
     /// Upstream text, bounded and without secrets.
     pub(super) fn clean(&self, text: &str) -> String {
         let text = self.redactor.redact(text);
-        match text.char_indices().nth(MAX_MESSAGE_CHARS) {
-            Some((at, _)) => format!("{}…", &text[..at]),
-            None => text.into_owned(),
-        }
+        crate::text::ellipsize(&text, MAX_MESSAGE_CHARS).into_owned()
     }
 
     pub fn invalid(&self, detail: &str) -> ModelError {

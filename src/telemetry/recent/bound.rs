@@ -213,14 +213,7 @@ pub fn head_len(id: &str, route: &str) -> usize {
 
 /// Cuts `s` to [`FIELD_CHARS`] characters and a `…`; whether it was longer.
 fn cut_string(s: &mut String) -> bool {
-    match s.char_indices().nth(FIELD_CHARS) {
-        Some((at, _)) => {
-            s.truncate(at);
-            s.push('…');
-            true
-        }
-        None => false,
-    }
+    crate::text::ellipsize_in_place(s, FIELD_CHARS)
 }
 
 /// At least the bytes attempt line `a` takes serialized, its request's
