@@ -10,9 +10,10 @@
 //! refilled, so one size that misses once keeps missing (mimalloc issue
 //! #889): about a dozen slow allocations per proxied request.
 //!
-//! Every mimalloc block is at least pointer-aligned (a free block holds
-//! the next free pointer), so an alignment of a word or less needs no
-//! aligned call at all: that is almost every Rust type. Larger
+//! Every mimalloc block is at least word-aligned (its size classes are
+//! whole words, 16 bytes apart above 8, and each page's first block is
+//! 16-aligned), so an alignment of a word or less needs no aligned call
+//! at all: that is almost every Rust type. Larger
 //! alignments (tokio's cache-padded task cells) still take
 //! `mi_malloc_aligned`.
 #![allow(unsafe_code)]

@@ -4,6 +4,7 @@
 //! (`super::decode`), the stream relay (`super::relay`) and the
 //! translators, with the bound on one stream event ([`MAX_EVENT`]).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +65,10 @@ impl Exchange {
     /// Upstream text, bounded and without secrets.
     pub(super) fn clean(&self, text: &str) -> String {
         let text = self.redactor.redact(text);
-        crate::text::ellipsize(&text, MAX_MESSAGE_CHARS).into_owned()
+        if let Cow::Owned(cut) = crate::text::ellipsize(&text, MAX_MESSAGE_CHARS) {
+            return cut;
+        }
+        text.into_owned()
     }
 
     pub fn invalid(&self, detail: &str) -> ModelError {
