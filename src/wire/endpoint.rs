@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use super::inspect::{ChunkInfo, NotAnAnswer, WholeBody};
 use super::output::AssistantOutput;
-use super::request::Usage;
+use super::usage::Usage;
 
 /// The API an endpoint belongs to: which kind of upstream serves it
 /// natively.

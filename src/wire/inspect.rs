@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::finish::{Reason, WholeChoices};
-use super::request::{Usage, UsageField};
+use super::usage::{Usage, UsageField};
 
 /// At most this many `choices` in one answer or chunk (OpenAI caps `n` at 128).
 pub const MAX_CHOICES: usize = 128;

@@ -10,7 +10,8 @@
 //! must judge it. [`responses`] reads the same of the Responses API's
 //! bodies and stream events, for upstreams that speak it natively.
 //! [`anthropic`] translates chat requests to Anthropic's Messages API and
-//! its answers and event streams back, for Anthropic upstreams.
+//! its answers and event streams back, for Anthropic upstreams. [`Usage`]
+//! reads the token counts both dialects report (`usage`).
 //!
 //! An [`Endpoint`] is a protocol value: its path, its API [`Family`], how
 //! its stream ends and how its bodies, events and requests are read.
@@ -32,11 +33,13 @@ mod openai;
 mod output;
 mod request;
 pub mod responses;
+mod usage;
 
 pub use endpoint::*;
 pub use inspect::*;
 pub use output::*;
 pub use request::*;
+pub use usage::*;
 
 impl Endpoint {
     /// Every endpoint conclave relays, for transports that precompute

@@ -1,0 +1,181 @@
+//! Token usage as upstreams report it ([`Usage`]), read from either
+//! dialect's field names, leniently where servers differ, and the one rule
+//! for estimating it when they report none.
+
+use serde::{Deserialize, Serialize};
+
+/// Token usage as upstreams report it, in either dialect: Chat
+/// Completions' `prompt_tokens`/`completion_tokens` (with
+/// `prompt_tokens_details.cached_tokens` and
+/// `completion_tokens_details.reasoning_tokens`) or the Responses API's
+/// `input_tokens`/`output_tokens` (with `input_tokens_details` and
+/// `output_tokens_details`). Missing counts read as zero; a detail that is
+/// not a count is ignored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(from = "UsageWire")]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Input tokens read from the provider's prompt cache (part of
+    /// `prompt_tokens`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cached_tokens: u64,
+    /// Output tokens spent reasoning (part of `completion_tokens`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+    /// Input tokens written to the provider's prompt cache (part of
+    /// `prompt_tokens`): Anthropic's `cache_creation_input_tokens`, kept
+    /// at the top of a translated chat `usage`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    /// conclave estimated it: the upstream reported none.
+    #[serde(skip)]
+    pub estimated: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// [`Usage`] as either dialect writes it.
+#[derive(Deserialize)]
+struct UsageWire {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<Details>,
+    #[serde(default)]
+    completion_tokens_details: Option<Details>,
+    #[serde(default)]
+    input_tokens_details: Option<Details>,
+    #[serde(default)]
+    output_tokens_details: Option<Details>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<Count>,
+}
+
+/// A `*_tokens_details` object: only the two counts conclave keeps, read
+/// leniently (servers put other things there).
+#[derive(Default, Deserialize)]
+struct Details {
+    #[serde(default)]
+    cached_tokens: Option<Count>,
+    #[serde(default)]
+    reasoning_tokens: Option<Count>,
+}
+
+/// A count, or anything else (read as nothing). Read by hand: serde's
+/// `untagged` would buffer each value first, and OpenAI's usage carries
+/// half a dozen of these in every answer.
+enum Count {
+    N(u64),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Count;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a count")
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Count, E> {
+                Ok(Count::N(n))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Count, E> {
+                Ok(Count::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Count, E> {
+                Ok(Count::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Count, E> {
+                Ok(Count::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Count, E> {
+                Ok(Count::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Count, E> {
+                Ok(Count::Other)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Count, A::Error> {
+                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Count::Other)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Count, A::Error> {
+                while a
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Count::Other)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+fn count(c: &Option<Count>) -> u64 {
+    match c {
+        Some(Count::N(n)) => *n,
+        _ => 0,
+    }
+}
+
+impl From<UsageWire> for Usage {
+    fn from(w: UsageWire) -> Self {
+        let detail = |a: &Option<Details>, b: &Option<Details>, f: fn(&Details) -> u64| {
+            a.as_ref().or(b.as_ref()).map_or(0, f)
+        };
+        Usage {
+            prompt_tokens: w.prompt_tokens.or(w.input_tokens).unwrap_or(0),
+            completion_tokens: w.completion_tokens.or(w.output_tokens).unwrap_or(0),
+            cached_tokens: detail(&w.prompt_tokens_details, &w.input_tokens_details, |d| {
+                count(&d.cached_tokens)
+            }),
+            reasoning_tokens: detail(
+                &w.completion_tokens_details,
+                &w.output_tokens_details,
+                |d| count(&d.reasoning_tokens),
+            ),
+            cache_write_tokens: count(&w.cache_creation_input_tokens),
+            estimated: false,
+        }
+    }
+}
+
+/// The one rule for estimating tokens when an upstream reports no usage:
+/// UTF-8 bytes of text divided by 4, rounded up.
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4)
+}
+
+impl Usage {
+    /// An estimate from the request's estimated input tokens (as budgets
+    /// count them: text, fields that reach the prompt, the chat template)
+    /// and the answer's text.
+    pub fn estimate(input_tokens: u64, output_bytes: usize) -> Self {
+        Usage {
+            prompt_tokens: input_tokens,
+            completion_tokens: estimate_tokens(output_bytes),
+            estimated: true,
+            ..Usage::default()
+        }
+    }
+}
+
+/// What a stream chunk's `usage` field held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageField {
+    Absent,
+    Null,
+    Present(Usage),
+}
+
+#[cfg(test)]
+mod tests;
