@@ -70,61 +70,22 @@ struct Details {
     reasoning_tokens: Option<Count>,
 }
 
-/// A count, or anything else (read as nothing). Read by hand: serde's
-/// `untagged` would buffer each value first, and OpenAI's usage carries
-/// half a dozen of these in every answer.
-enum Count {
-    N(u64),
-    Other,
-}
+/// A count; anything else there (a negative or fractional number, a
+/// string, an object) reads as none. Not serde's `untagged`, which would
+/// buffer every value first: OpenAI's usage carries half a dozen of these
+/// in every answer, and a number is read here without allocating.
+struct Count(u64);
 
 impl<'de> Deserialize<'de> for Count {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Count;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a count")
-            }
-            fn visit_u64<E>(self, n: u64) -> Result<Count, E> {
-                Ok(Count::N(n))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Count, E> {
-                Ok(Count::Other)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Count, E> {
-                Ok(Count::Other)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Count, E> {
-                Ok(Count::Other)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Count, E> {
-                Ok(Count::Other)
-            }
-            fn visit_unit<E>(self) -> Result<Count, E> {
-                Ok(Count::Other)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Count, A::Error> {
-                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                Ok(Count::Other)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Count, A::Error> {
-                while a
-                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                    .is_some()
-                {}
-                Ok(Count::Other)
-            }
-        }
-        d.deserialize_any(Visit)
+        Ok(Count(
+            serde_json::Value::deserialize(d)?.as_u64().unwrap_or(0),
+        ))
     }
 }
 
 fn count(c: &Option<Count>) -> u64 {
-    match c {
-        Some(Count::N(n)) => *n,
-        _ => 0,
-    }
+    c.as_ref().map_or(0, |c| c.0)
 }
 
 impl From<UsageWire> for Usage {
