@@ -1,28 +1,38 @@
-//! Cutting text to a number of characters: the one way an upstream's
-//! error, a record in the ring and an eval report's quote shorten what
-//! they show, ending a cut text with `…`.
+//! Cutting text to a number of characters: the one way an answer's kept
+//! text, a verdict's reading, an upstream's error, a record in the ring
+//! and an eval report shorten what they hold or show ([`first_chars`]),
+//! ending a text cut for show with `…` ([`ellipsize`]).
 
 use std::borrow::Cow;
+
+/// The first `max` characters of `s` (all of it when it is shorter).
+pub fn first_chars(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => s.get(..at).unwrap_or(s),
+        None => s,
+    }
+}
 
 /// `s` when it has at most `max` characters, else its first `max` and a
 /// `…`.
 pub fn ellipsize(s: &str, max: usize) -> Cow<'_, str> {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => Cow::Owned(format!("{}…", s.get(..at).unwrap_or_default())),
-        None => Cow::Borrowed(s),
+    let head = first_chars(s, max);
+    if head.len() == s.len() {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(format!("{head}…"))
     }
 }
 
 /// Cuts `s` in place as [`ellipsize`] does; whether it was longer.
 pub fn ellipsize_in_place(s: &mut String, max: usize) -> bool {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => {
-            s.truncate(at);
-            s.push('…');
-            true
-        }
-        None => false,
+    let kept = first_chars(s, max).len();
+    if kept == s.len() {
+        return false;
     }
+    s.truncate(kept);
+    s.push('…');
+    true
 }
 
 #[cfg(test)]
@@ -31,6 +41,8 @@ mod tests {
 
     #[test]
     fn cuts_at_characters_not_bytes() {
+        assert_eq!(first_chars("héllo", 2), "hé");
+        assert_eq!(first_chars("héllo", 9), "héllo");
         assert_eq!(ellipsize("héllo", 5), "héllo");
         assert_eq!(ellipsize("héllo", 2), "hé…");
         assert_eq!(ellipsize("", 0), "");

@@ -38,8 +38,6 @@ mod served;
 pub mod server_kind;
 pub mod sse;
 pub mod translate;
-
-pub use direct::keep_apart;
 pub mod validation;
 pub mod window;
 
@@ -53,6 +51,7 @@ use bytes::Bytes;
 use futures::Stream;
 
 pub use concrete::ConcreteModel;
+pub use direct::keep_apart;
 use lane::Gate;
 use llama_swap::{Loaded, WarmProbe, show_loaded};
 

@@ -136,9 +136,8 @@ impl<'de> Deserialize<'de> for ContentText {
                 f.write_str("a message's content")
             }
             fn visit_str<E>(self, s: &str) -> Result<ContentText, E> {
-                let end = s.char_indices().nth(TEXT_KEPT).map_or(s.len(), |(i, _)| i);
                 Ok(ContentText(Some(
-                    s.get(..end).unwrap_or_default().to_owned(),
+                    crate::text::first_chars(s, TEXT_KEPT).to_owned(),
                 )))
             }
             keep_nothing_of_the_rest!(ContentText(None));

@@ -24,10 +24,11 @@ pub fn escape(s: &str) -> String {
 
 /// The first `max` characters of `s`, and how many were left out.
 pub fn cut(s: &str, max: usize) -> (&str, usize) {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => (&s[..at], s[at..].chars().count()),
-        None => (s, 0),
-    }
+    let head = crate::text::first_chars(s, max);
+    (
+        head,
+        s.get(head.len()..).map_or(0, |rest| rest.chars().count()),
+    )
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ pub struct Read {
 /// was written of it, without its last (partial) word, ending in "…".
 /// `None` when there is no verdict.
 pub fn parse(text: &str) -> Option<Read> {
-    let text = head(text, MAX_READ);
+    let text = crate::text::first_chars(text, MAX_READ);
     let starts = text.match_indices('{').map(|(i, _)| i).take(MAX_STARTS);
     for at in starts.clone() {
         let mut whole = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Value>();
@@ -124,13 +124,6 @@ pub fn parse(text: &str) -> Option<Read> {
     starts
         .filter_map(|at| close(&text[at..]))
         .find_map(|obj| from_object(&obj, true))
-}
-
-fn head(text: &str, max: usize) -> &str {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => &text[..at],
-        None => text,
-    }
 }
 
 /// A key as compared: lower case, letters and digits only.
