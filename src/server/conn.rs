@@ -8,6 +8,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -18,7 +19,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::time::sleep_until;
+use tokio::time::{Sleep, sleep_until};
 use tower::ServiceExt;
 
 use super::Serving;
@@ -48,14 +49,15 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
         }
         tokio::select! {
             proto = sniff(&tcp) => break proto,
-            () = check.as_mut() => {
-                if state.expired(&limits) {
-                    return;
+            signal = watch(check.as_mut(), &state, &serving, false) => match signal {
+                Signal::Check => {
+                    if over_time(&state, &serving, check.as_mut()) {
+                        return;
+                    }
                 }
-                check.as_mut().reset(state.next_check(&limits));
-            }
-            () = state.changed.notified() => {}
-            () = serving.stop.cancelled() => return,
+                Signal::Changed => {}
+                Signal::Stop => return,
+            },
         }
     };
     let io = TokioIo::new(Watched {
@@ -94,13 +96,7 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
         }
         // The watchdog's signals, polled only when one of them woke the
         // task: hyper wakes it for every read and write.
-        let signal = Quiet::new(async {
-            tokio::select! {
-                () = check.as_mut() => Signal::Check,
-                () = state.changed.notified() => Signal::Changed,
-                () = serving.stop.cancelled(), if !stopping => Signal::Stop,
-            }
-        });
+        let signal = Quiet::new(watch(check.as_mut(), &state, &serving, stopping));
         // Dropping the connection (every `return` below) closes it.
         tokio::select! {
             biased;
@@ -112,13 +108,9 @@ pub(super) async fn connection(tcp: TcpStream, serving: Arc<Serving>, _slot: Own
             }
             signal = signal => match signal {
                 Signal::Check => {
-                    if state.expired(&limits) {
-                        if state.busy() > 0 {
-                            tracing::debug!("an HTTP/1 request outlived its time limit: closing its connection");
-                        }
+                    if over_time(&state, &serving, check.as_mut()) {
                         return;
                     }
-                    check.as_mut().reset(state.next_check(&limits));
                 }
                 Signal::Changed => {}
                 Signal::Stop => {
@@ -139,8 +131,37 @@ enum Signal {
     Check,
     /// Its state was poked: a newcomer asked it to close if idle.
     Changed,
-    /// The server is shutting down.
+    /// The server is shutting down (not heard once `stopping`).
     Stop,
+}
+
+/// The watchdog's next signal: its timer `check`, its state poked, or the
+/// server stopping.
+async fn watch(
+    check: Pin<&mut Sleep>,
+    state: &ConnState,
+    serving: &Serving,
+    stopping: bool,
+) -> Signal {
+    tokio::select! {
+        () = check => Signal::Check,
+        () = state.changed.notified() => Signal::Changed,
+        () = serving.stop.cancelled(), if !stopping => Signal::Stop,
+    }
+}
+
+/// The watchdog's look when its timer fires: whether the connection is
+/// past a time limit (it closes), else its timer re-armed.
+fn over_time(state: &ConnState, serving: &Serving, check: Pin<&mut Sleep>) -> bool {
+    let limits = &serving.limits;
+    if state.expired(limits) {
+        if state.busy() > 0 {
+            tracing::debug!("an HTTP/1 request outlived its time limit: closing its connection");
+        }
+        return true;
+    }
+    check.reset(state.next_check(limits));
+    false
 }
 
 /// The protocol a connection speaks, by its first bytes.
