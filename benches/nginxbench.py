@@ -31,9 +31,9 @@ def port_free(port):
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def start_nginx(name, tmp, upstream_port, proxy_port):
-    """Runs benches/harness/nginx-NAME.conf on our ports, its pid file and error log in
-    TMP, in the foreground as our child; returns the process."""
+def start_nginx(name, tmp, upstream_port, proxy_port, workers=1, preexec_fn=None):
+    """Runs benches/harness/nginx-NAME.conf on our ports with WORKERS worker processes, its
+    pid file and error log in TMP, in the foreground as our child; returns the process."""
     port = upstream_port if name == "upstream" else proxy_port
     if not port_free(port):
         sys.exit(f"port {port} is in use: another benchmark running? (--port-base)")
@@ -43,10 +43,13 @@ def start_nginx(name, tmp, upstream_port, proxy_port):
     err = os.path.join(tmp, f"nginx-{name}.err")
     conf = re.sub(r"(?m)^pid .*$", f"pid {tmp}/nginx-{name}.pid;", conf)
     conf = re.sub(r"(?m)^error_log \S+", f"error_log {err}", conf)
+    conf = re.sub(r"(?m)^worker_processes \d+;", f"worker_processes {workers};", conf)
+    if os.geteuid() == 0:  # workers as root too: a bare machine may lack nginx's `nobody`
+        conf = "user root;\n" + conf
     path = os.path.join(tmp, f"nginx-{name}.conf")
     with open(path, "w") as f:
         f.write(conf)
-    return subprocess.Popen(["nginx", "-e", err, "-c", path])
+    return subprocess.Popen(["nginx", "-e", err, "-c", path], preexec_fn=preexec_fn)
 
 
 def wait_up(*urls, seconds=30):
@@ -75,12 +78,12 @@ def lua_files(tmp):
     return out
 
 
-def wrk(url, lua, conns, seconds, key="none"):
-    """One wrk run with the harness's settings; the JSON summary plus rps."""
+def wrk(url, lua, conns, seconds, key="none", threads=1, preexec_fn=None):
+    """One wrk run with the harness's settings (THREADS threads); the JSON summary plus rps."""
     env = dict(os.environ, BENCH_KEY=key, BENCH_MODEL="bench-model")
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency", "-s", lua, url],
-        capture_output=True, text=True, timeout=seconds + 30, env=env,
+        ["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency", "-s", lua, url],
+        capture_output=True, text=True, timeout=seconds + 30, env=env, preexec_fn=preexec_fn,
     ).stdout
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if not lines:
