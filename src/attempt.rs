@@ -91,14 +91,15 @@ impl Attempt {
     ) -> Self {
         let started = Instant::now();
         let (index, wait_slot) = ctx.begin_attempt(started);
-        Self::cell(ctx, model, role, parent, (index, wait_slot), true)
+        Self::cell(ctx, model, role, parent, (index, wait_slot), started, true)
     }
 
     /// A handle that stands for no upstream call (an answer from the
     /// response cache): it is not counted, waits on nothing, and is
     /// never reported, so nothing is billed for it.
     pub fn unrecorded(ctx: &Arc<RequestCtx>, model: &Arc<ModelInfo>, role: Role) -> Self {
-        Self::cell(ctx, model, role, None, (0, usize::MAX), false)
+        let now = Instant::now();
+        Self::cell(ctx, model, role, None, (0, usize::MAX), now, false)
     }
 
     fn cell(
@@ -107,9 +108,9 @@ impl Attempt {
         role: Role,
         parent: Option<SpanId>,
         (index, wait_slot): (u32, usize),
+        started: Instant,
         recorded: bool,
     ) -> Self {
-        let started = Instant::now();
         let span = ctx.trace.as_ref().map(|t| AttemptSpan {
             id: t.new_id(),
             parent: parent.unwrap_or(t.id),

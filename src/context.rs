@@ -109,6 +109,14 @@ pub struct RequestCtx {
     cached: AtomicBool,
 }
 
+/// `u` as lowercase hyphenated text, written without `fmt`'s machinery
+/// (an id is made for every request).
+pub fn uuid_text(u: uuid::Uuid) -> String {
+    u.hyphenated()
+        .encode_lower(&mut uuid::Uuid::encode_buffer())
+        .to_owned()
+}
+
 /// Most values one late header collects.
 const MAX_LATE_VALUES: usize = 8;
 
@@ -124,8 +132,8 @@ impl RequestCtx {
     ) -> Self {
         let started = Instant::now();
         let upstream_id = match uuid::Uuid::try_parse(&id) {
-            Ok(u) => u.hyphenated().to_string(),
-            Err(_) => uuid::Uuid::new_v4().hyphenated().to_string(),
+            Ok(u) => uuid_text(u),
+            Err(_) => uuid_text(uuid::Uuid::new_v4()),
         };
         RequestCtx {
             id,

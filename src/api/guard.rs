@@ -10,7 +10,7 @@ use metrics::counter;
 
 use super::Gateway;
 use super::error::{ApiError, ErrorStyle};
-use crate::context::RequestCtx;
+use crate::context::{RequestCtx, uuid_text};
 use crate::telemetry::{REQUESTS_TOTAL, RouteHandles, Telemetry, status_label};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -56,7 +56,7 @@ pub fn request_id(headers: &HeaderMap) -> String {
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
         .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string())
+        .unwrap_or_else(|| uuid_text(uuid::Uuid::new_v4()))
 }
 
 /// Tracks one request in flight and records it when it ends. Dropped

@@ -16,6 +16,13 @@ pub const STRATEGY: HeaderName = HeaderName::from_static("x-conclave-strategy");
 pub const SERVED_BY: HeaderName = HeaderName::from_static("x-conclave-served-by");
 pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-conclave-attempts");
 
+/// Room for every header an answer's response gets (its type and length,
+/// the request id, these and a strategy's own), so that adding them never
+/// grows the map again.
+pub fn answer_map() -> HeaderMap {
+    HeaderMap::with_capacity(16)
+}
+
 /// What is known about the answer when the response headers go out.
 pub enum Known<'a> {
     /// Keep-alives were sent before any answer existed.

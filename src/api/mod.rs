@@ -44,7 +44,7 @@ mod respond;
 mod responses;
 mod sse;
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -132,6 +132,7 @@ pub struct AppState {
     pub ready: ready::Cached<ready::Answer>,
     /// The retry budget of every name a client may ask for (a route's
     /// `retry_budget`, the default for a model named directly).
+    /// foldhash, as the graph's nodes: config keys, read by every request.
     pub retry_budgets: HashMap<Arc<str>, Arc<RetryBudget>>,
 }
 

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use super::AppState;
 use super::error::{ApiError, ErrorStyle};
 use super::guard::RequestGuard;
-use super::headers::{Known, answer_headers};
+use super::headers::{Known, answer_headers, answer_map};
 use super::relay::ClientStream;
 use super::render::Render;
 use crate::context::RequestCtx;
@@ -72,6 +72,7 @@ pub async fn whole(a: Answer<'_>, work: Work) -> Response {
         Err(e) => return failed(e, style, ctx, node, guard),
     };
     let mut resp = Response::new(Body::from(body));
+    *resp.headers_mut() = answer_map();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -149,15 +150,15 @@ pub async fn stream(a: Answer<'_>, keepalive: Option<Duration>, mut work: Work) 
         Ok(r) => r,
         Err(e) => return failed(e, style, ctx, node, guard),
     };
-    let mut headers = HeaderMap::new();
+    let mut headers = answer_map();
+    sse_headers(&mut headers);
     answer_headers(&mut headers, ctx, node, Known::Answer(&reply.meta));
     let stream = match stream_of(reply.body) {
         Ok(s) => s,
         Err(e) => return failed(e, style, ctx, node, guard),
     };
     let mut resp = Response::new(Body::from_stream(ClientStream::new(stream, render, guard)));
-    sse_headers(resp.headers_mut());
-    resp.headers_mut().extend(headers);
+    *resp.headers_mut() = headers;
     resp
 }
 

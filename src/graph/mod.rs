@@ -59,7 +59,9 @@ pub struct Node {
 pub struct Graph {
     /// Names in config order: models first, then routes.
     pub names: Vec<Arc<str>>,
-    nodes: HashMap<Arc<str>, Node>,
+    /// foldhash (hashbrown's), not SipHash: its keys are the config's,
+    /// and every request looks its model up here.
+    nodes: hashbrown::HashMap<Arc<str>, Node>,
     /// In config order.
     pub upstreams: Vec<Arc<Upstream>>,
 }
@@ -137,7 +139,7 @@ impl Graph {
         let redactor = Arc::new(Redactor::new(config.secrets()));
         let mut g = Graph {
             names: Vec::new(),
-            nodes: HashMap::new(),
+            nodes: hashbrown::HashMap::new(),
             upstreams: config
                 .upstreams
                 .keys()

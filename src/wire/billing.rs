@@ -183,13 +183,13 @@ impl ChatRequest {
     pub fn billable(&self) -> Billable {
         let mut size = Size::default();
         for m in &self.messages {
-            for (k, v) in &m.rest {
-                match (k.as_str(), v) {
-                    ("content", Value::Array(parts)) => parts.iter().for_each(|p| size.part(p)),
-                    ("content", Value::String(s)) => size.text += s.len() as u64,
-                    _ => size.json += json_len(v),
-                }
+            match &m.content {
+                Some(Value::Array(parts)) => parts.iter().for_each(|p| size.part(p)),
+                Some(Value::String(s)) => size.text += s.len() as u64,
+                Some(other) => size.json += json_len(other),
+                None => {}
             }
+            size.json += m.rest.values().map(json_len).sum::<u64>();
         }
         size.json += prompt_fields(&self.extra, &[]);
         Billable {

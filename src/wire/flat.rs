@@ -76,18 +76,21 @@ impl<'de> Deserialize<'de> for Message {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
-                let mut role = None;
+                let (mut role, mut content) = (None, None);
                 let mut rest = Map::new();
                 while let Some(key) = map.next_key::<String>()? {
-                    if key == "role" {
-                        once(&mut role, map.next_value::<String>()?, "role")?;
-                    } else {
-                        let v = map.next_value::<Value>()?;
-                        rest.insert(key, v);
+                    match key.as_str() {
+                        "role" => once(&mut role, map.next_value::<String>()?, "role")?,
+                        "content" => once(&mut content, map.next_value::<Value>()?, "content")?,
+                        _ => {
+                            let v = map.next_value::<Value>()?;
+                            rest.insert(key, v);
+                        }
                     }
                 }
                 Ok(Message {
                     role: role.ok_or_else(|| A::Error::missing_field("role"))?,
+                    content,
                     rest,
                 })
             }
@@ -117,10 +120,18 @@ mod tests {
         assert_eq!(r.extra.keys().collect::<Vec<_>>(), ["temperature", "tools"]);
         let m = &r.messages[0];
         assert_eq!(m.role, "user");
-        assert_eq!(m.rest.keys().collect::<Vec<_>>(), ["content", "name"]);
-        assert_eq!(m.rest["content"], Value::Null);
+        assert_eq!(m.rest.keys().collect::<Vec<_>>(), ["name"]);
+        assert_eq!(m.content, Some(Value::Null));
         let back = serde_json::to_value(&r).unwrap();
         assert_eq!(back["stream_options"]["z"], 1);
+        // Written back with its content, `null` and all.
+        let text = serde_json::to_string(&r.messages[0]).unwrap();
+        assert_eq!(text, r#"{"role":"user","content":null,"name":"x"}"#);
+        let none: Message =
+            serde_json::from_str(r#"{"role":"assistant","tool_calls":[]}"#).unwrap();
+        assert_eq!(none.content, None);
+        let text = serde_json::to_string(&none).unwrap();
+        assert_eq!(text, r#"{"role":"assistant","tool_calls":[]}"#);
     }
 
     #[test]
@@ -131,6 +142,9 @@ mod tests {
         assert!(e.contains("missing field `role`"), "{e}");
         let e = parse(r#"{"model":"m","model":"n","messages":[]}"#).unwrap_err();
         assert!(e.contains("duplicate field `model`"), "{e}");
+        let e = parse(r#"{"model":"m","messages":[{"role":"user","content":"a","content":"b"}]}"#)
+            .unwrap_err();
+        assert!(e.contains("duplicate field `content`"), "{e}");
         let e = parse(r#"{"model":"m","messages":["hi"]}"#).unwrap_err();
         assert!(e.contains("expected struct Message"), "{e}");
         let e = parse(r#"{"model":"m","messages":[],"stream":"yes"}"#).unwrap_err();

@@ -215,23 +215,33 @@ impl ChatRequest {
     }
 }
 
-/// One chat message; only `role` is read, the rest (content, name,
-/// tool_calls, tool_call_id, …) is kept exactly as sent, `null`s included
-/// (read by `wire::flat`).
+/// One chat message; only `role` is read, `content` and the rest (name,
+/// tool_calls, tool_call_id, …) are kept exactly as sent, `null`s included
+/// (read by `wire::flat`). Written back as `role`, `content`, then the
+/// rest in the client's order.
 #[derive(Debug, Clone, Serialize)]
 pub struct Message {
     pub role: String,
+    /// `None`: the message has no `content`; `Some(Value::Null)`: it is
+    /// `null`. Apart from `rest` since nearly every message has one: a
+    /// message of a role and its content needs no map.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
     #[serde(flatten)]
     pub rest: Map<String, Value>,
 }
 
 impl Message {
     pub fn new(role: &str, content: impl Into<String>) -> Self {
-        let mut rest = Map::new();
-        rest.insert("content".into(), Value::String(content.into()));
+        Message::with_content(role, Value::String(content.into()))
+    }
+
+    /// A message of `role` with this `content` and nothing else.
+    pub fn with_content(role: &str, content: Value) -> Self {
         Message {
             role: role.to_owned(),
-            rest,
+            content: Some(content),
+            rest: Map::new(),
         }
     }
 
@@ -246,11 +256,16 @@ impl Message {
             Some(Value::String(r)) => r,
             _ => "assistant".to_owned(),
         };
-        Message { role, rest }
+        let content = rest.shift_remove("content");
+        Message {
+            role,
+            content,
+            rest,
+        }
     }
 
     pub fn content(&self) -> Option<&Value> {
-        self.rest.get("content")
+        self.content.as_ref()
     }
 
     /// The message's text: a string content, or its text parts joined.
@@ -261,7 +276,7 @@ impl Message {
     /// Appends a paragraph of text to this message's content, keeping its
     /// shape (string content stays a string, parts get one more text part).
     pub fn append_text(&mut self, note: &str) {
-        match self.rest.get_mut("content") {
+        match &mut self.content {
             Some(Value::String(s)) => {
                 if !s.is_empty() {
                     s.push_str("\n\n");
@@ -271,10 +286,7 @@ impl Message {
             Some(Value::Array(parts)) => {
                 parts.push(serde_json::json!({"type": "text", "text": note}));
             }
-            _ => {
-                self.rest
-                    .insert("content".into(), Value::String(note.to_owned()));
-            }
+            _ => self.content = Some(Value::String(note.to_owned())),
         }
     }
 }

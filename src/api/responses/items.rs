@@ -236,12 +236,7 @@ fn message(i: usize, obj: &Map<String, Value>, from: Source) -> Result<Message, 
         "user" => chat_content(parts, false),
         _ => chat_content(parts, true),
     };
-    let mut rest = Map::new();
-    rest.insert("content".into(), content);
-    Ok(Message {
-        role: role.to_owned(),
-        rest,
-    })
+    Ok(Message::with_content(role, content))
 }
 
 /// A content part in chat terms.
@@ -376,13 +371,9 @@ fn call_output(i: usize, obj: &Map<String, Value>, from: Source) -> Result<Messa
             return Err(from.bad(i, ".output", "invalid_type", msg));
         }
     };
-    let mut rest = Map::new();
-    rest.insert("tool_call_id".into(), Value::from(call_id));
-    rest.insert("content".into(), content);
-    Ok(Message {
-        role: "tool".into(),
-        rest,
-    })
+    let mut m = Message::with_content("tool", content);
+    m.rest.insert("tool_call_id".into(), Value::from(call_id));
+    Ok(m)
 }
 
 /// Chat messages from pieces: function calls join the assistant message
@@ -403,8 +394,8 @@ pub(super) fn merge(pieces: impl IntoIterator<Item = Piece>) -> Vec<Message> {
                         m
                     }
                 };
-                if matches!(target.rest.get("content"), None | Some(Value::Null)) {
-                    target.rest.insert("content".into(), Value::from(""));
+                if matches!(target.content, None | Some(Value::Null)) {
+                    target.content = Some(Value::from(""));
                 }
                 match target.rest.get_mut("tool_calls") {
                     Some(Value::Array(calls)) => calls.push(c),

@@ -384,12 +384,16 @@ impl Health {
 
     /// Lets a call of `who` through, or says how long until one may go.
     pub fn admit(self: &Arc<Self>, who: &Tenant) -> Result<Ticket, Duration> {
-        let now = Instant::now();
         let mut s = self.state.lock();
         let role = match s.mode {
             Mode::Serving => Role::Call,
-            Mode::Ejected { until } if until > now => return Err(until - now),
             mode => {
+                let now = Instant::now();
+                if let Mode::Ejected { until } = mode
+                    && until > now
+                {
+                    return Err(until - now);
+                }
                 let cause = who
                     .key()
                     .and_then(|k| s.causes.iter_mut().find(|c| c.key == *k));
