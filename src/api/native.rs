@@ -69,7 +69,12 @@ impl Native {
 
 #[derive(serde::Deserialize)]
 struct EventHead<'a> {
-    #[serde(borrow, rename = "type")]
+    #[serde(
+        borrow,
+        rename = "type",
+        default,
+        deserialize_with = "crate::wire::borrowed::option"
+    )]
     kind: Option<std::borrow::Cow<'a, str>>,
     sequence_number: Option<u64>,
 }

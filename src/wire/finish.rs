@@ -5,6 +5,8 @@
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
+use super::borrowed::Text;
+
 /// Visitor methods that accept a scalar or an array and keep nothing of
 /// it: what a lenient reader does with whatever it does not expect.
 macro_rules! keep_nothing_of_the_rest {
@@ -171,8 +173,8 @@ impl<'de> Deserialize<'de> for PlainText {
                 mut a: A,
             ) -> Result<PlainText, A::Error> {
                 let (mut text, mut plain) = (String::new(), true);
-                while let Some(key) = a.next_key::<std::borrow::Cow<'de, str>>()? {
-                    match &*key {
+                while let Some(key) = a.next_key::<Text<'de>>()? {
+                    match &*key.0 {
                         "content" => match a.next_value::<Option<ContentText>>()? {
                             None => text.clear(),
                             Some(ContentText(Some(s))) => text = s,
@@ -210,12 +212,12 @@ impl<'de> Deserialize<'de> for FirstChoice {
                 mut a: A,
             ) -> Result<FirstChoice, A::Error> {
                 let mut out = FirstChoice::default();
-                while let Some(key) = a.next_key::<std::borrow::Cow<'de, str>>()? {
-                    if key == "finish_reason" {
+                while let Some(key) = a.next_key::<Text<'de>>()? {
+                    if key.0 == "finish_reason" {
                         let reason = a.next_value::<Option<Reason>>()?;
                         out.finished = reason.is_some();
                         out.reason = reason.and_then(|r| r.0);
-                    } else if key == "message" {
+                    } else if key.0 == "message" {
                         out.text = Some(a.next_value::<PlainText>()?);
                     } else {
                         a.next_value::<IgnoredAny>()?;

@@ -189,7 +189,7 @@ struct ChoiceProbe<'a> {
     #[serde(default, borrow)]
     delta: Option<DeltaProbe<'a>>,
     /// A legacy `/v1/completions` chunk's text.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed::option")]
     text: Option<Cow<'a, str>>,
 }
 
@@ -215,7 +215,7 @@ impl ChoiceProbe<'_> {
 
 #[derive(Deserialize)]
 struct DeltaProbe<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed::option")]
     content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolDeltaProbe<'a>>>,
@@ -231,9 +231,9 @@ struct ToolDeltaProbe<'a> {
 
 #[derive(Deserialize)]
 struct FunctionProbe<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed::option")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed::option")]
     arguments: Option<Cow<'a, str>>,
 }
 

@@ -83,7 +83,12 @@ struct MessageProbe {
 
 #[derive(Deserialize)]
 struct EventProbe<'a> {
-    #[serde(default, rename = "type", borrow)]
+    #[serde(
+        default,
+        rename = "type",
+        borrow,
+        deserialize_with = "super::borrowed::option"
+    )]
     kind: Option<Cow<'a, str>>,
     #[serde(default)]
     message: Option<MessageProbe>,

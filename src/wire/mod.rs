@@ -22,6 +22,7 @@
 pub mod anthropic;
 pub mod assemble;
 pub mod billing;
+pub mod borrowed;
 mod endpoint;
 mod finish;
 pub use finish::TEXT_KEPT;

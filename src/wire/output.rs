@@ -127,12 +127,12 @@ fn plain_completion(body: &[u8]) -> Option<AssistantOutput> {
     struct Choice<'a> {
         #[serde(borrow, default)]
         message: Option<Message<'a>>,
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "super::borrowed::option")]
         finish_reason: Option<Cow<'a, str>>,
     }
     #[derive(Deserialize)]
     struct Message<'a> {
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "super::borrowed::option")]
         content: Option<Cow<'a, str>>,
         #[serde(default)]
         tool_calls: Option<IgnoredAny>,

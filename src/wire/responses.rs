@@ -37,7 +37,12 @@ const FAILED: &str = "the response failed";
 
 #[derive(Deserialize)]
 struct EventProbe<'a> {
-    #[serde(default, rename = "type", borrow)]
+    #[serde(
+        default,
+        rename = "type",
+        borrow,
+        deserialize_with = "super::borrowed::option"
+    )]
     kind: Option<Cow<'a, str>>,
     #[serde(default)]
     delta: Option<Value>,
