@@ -7,6 +7,10 @@ use std::borrow::Cow;
 
 /// The first `max` characters of `s` (all of it when it is shorter).
 pub fn first_chars(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        // No more characters than bytes: nothing to count.
+        return s;
+    }
     match s.char_indices().nth(max) {
         Some((at, _)) => s.get(..at).unwrap_or(s),
         None => s,
@@ -43,6 +47,11 @@ mod tests {
     fn cuts_at_characters_not_bytes() {
         assert_eq!(first_chars("héllo", 2), "hé");
         assert_eq!(first_chars("héllo", 9), "héllo");
+        // Five characters in six bytes: all of them, and one fewer.
+        assert_eq!(first_chars("héllo", 5), "héllo");
+        assert_eq!(first_chars("héllo", 4), "héll");
+        assert_eq!(first_chars("hello", 5), "hello");
+        assert_eq!(first_chars("", 0), "");
         assert_eq!(ellipsize("héllo", 5), "héllo");
         assert_eq!(ellipsize("héllo", 2), "hé…");
         assert_eq!(ellipsize("", 0), "");

@@ -9,9 +9,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Value, json};
@@ -27,12 +25,8 @@ use crate::wire::{ChatRequest, UsageField, null_usage_span, strip_usage};
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
-pub async fn chat_completions(
-    State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    serve(&gw, headers, body, &Chat).await
+pub async fn chat_completions(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    serve(&gw, req, &Chat).await
 }
 
 struct Chat;

@@ -8,9 +8,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{Request, State};
 use axum::response::Response;
 use serde_json::{Map, Value};
 
@@ -23,20 +21,12 @@ use crate::upstream::ConcreteModel;
 use crate::wire::billing::{Billable, answers, check_caps, output_cap, prompt_fields};
 use crate::wire::{Endpoint, estimate_tokens, text_len};
 
-pub async fn completions(
-    State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    serve(&gw, headers, body, &Forward(Endpoint::COMPLETIONS)).await
+pub async fn completions(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    serve(&gw, req, &Forward(Endpoint::COMPLETIONS)).await
 }
 
-pub async fn embeddings(
-    State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    serve(&gw, headers, body, &Forward(Endpoint::EMBEDDINGS)).await
+pub async fn embeddings(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    serve(&gw, req, &Forward(Endpoint::EMBEDDINGS)).await
 }
 
 /// A body relayed as it is to one concrete model.

@@ -40,13 +40,23 @@ pub fn answer_headers(h: &mut HeaderMap, ctx: &RequestCtx, node: &Node, known: K
     match known {
         Known::Committed => {}
         Known::Failed => {
-            h.insert(ATTEMPTS, HeaderValue::from(ctx.attempts()));
+            h.insert(ATTEMPTS, count_value(ctx.attempts()));
         }
         Known::Answer(meta) => {
             for (name, value) in meta_headers(meta, ctx) {
                 h.insert(name, value);
             }
         }
+    }
+}
+
+/// A count as a header value; the small ones every answer has without an
+/// allocation.
+fn count_value(n: u32) -> HeaderValue {
+    const SMALL: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match SMALL.get(n as usize) {
+        Some(s) => HeaderValue::from_static(s),
+        None => HeaderValue::from(n),
     }
 }
 
@@ -60,7 +70,7 @@ pub fn meta_headers(meta: &Meta, ctx: &RequestCtx) -> Vec<(HeaderName, HeaderVal
     {
         out.push((SERVED_BY, v));
     }
-    out.push((ATTEMPTS, HeaderValue::from(ctx.attempts())));
+    out.push((ATTEMPTS, count_value(ctx.attempts())));
     out.extend(meta.headers.iter().cloned());
     out.extend(late_headers(ctx));
     out
@@ -79,4 +89,20 @@ pub fn late_headers(ctx: &RequestCtx) -> Vec<(HeaderName, HeaderValue)> {
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_value;
+
+    #[test]
+    fn counts_read_as_their_digits() {
+        for n in [0, 1, 9, 10, 11, 99, 1234, u32::MAX] {
+            assert_eq!(
+                count_value(n).to_str().ok(),
+                Some(n.to_string().as_str()),
+                "{n}"
+            );
+        }
+    }
 }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use axum::body::Body;
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::Response;
 use bytes::Bytes;
@@ -152,12 +153,10 @@ pub trait Dialect: Send + Sync {
 }
 
 /// Serves one model request of `dialect`, start to end.
-pub async fn serve(
-    gw: &Gateway,
-    headers: HeaderMap,
-    body: Body,
-    dialect: &dyn Dialect,
-) -> Response {
+pub async fn serve(gw: &Gateway, req: Request, dialect: &dyn Dialect) -> Response {
+    // Taken apart, not extracted: axum's `HeaderMap` extractor clones.
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
     let id = request_id(&headers);
     let resp = async {
         let admitted = Admitted::new(receive(gw, headers, body).await?);
@@ -194,12 +193,9 @@ pub trait Errands: Send + Sync {
 /// Serves one errand of `dialect`, start to end: admitted by the key's
 /// limits as a request that spends nothing (its `rpm` counts it), bounded
 /// by the deadline and shutdown, recorded when it ends.
-pub async fn serve_errand(
-    gw: &Gateway,
-    headers: HeaderMap,
-    body: Body,
-    dialect: &dyn Errands,
-) -> Response {
+pub async fn serve_errand(gw: &Gateway, req: Request, dialect: &dyn Errands) -> Response {
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
     let id = request_id(&headers);
     let style = dialect.errors();
     let resp = async {

@@ -14,9 +14,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use axum::Json;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
@@ -36,8 +35,8 @@ use crate::wire::billing::Billable;
 /// Says how `count_tokens` counted: `estimate` (conclave's rule).
 pub const TOKEN_COUNT: HeaderName = HeaderName::from_static("x-conclave-token-count");
 
-pub async fn create(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
-    serve(&gw, headers, body, &MessagesApi).await
+pub async fn create(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    serve(&gw, req, &MessagesApi).await
 }
 
 struct MessagesApi;
@@ -127,12 +126,8 @@ fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// upstream`), else (another upstream, a strategy route, or no answer
 /// from it) by conclave's estimate (`estimate`). Admitted as every request
 /// is: one request to the key's `rpm`, no tokens.
-pub async fn count_tokens(
-    State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    serve_errand(&gw, headers, body, &CountTokens).await
+pub async fn count_tokens(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    serve_errand(&gw, req, &CountTokens).await
 }
 
 struct CountTokens;

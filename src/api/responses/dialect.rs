@@ -9,9 +9,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{Request, State};
 use axum::response::Response;
 use serde_json::{Map, Value};
 
@@ -24,8 +22,8 @@ use crate::api::ingress::{Admitted, Dialect, Job, dropped_tools, serve};
 use crate::wire::Endpoint;
 use crate::wire::billing::Billable;
 
-pub async fn create(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
-    serve(&gw, headers, body, &ResponsesApi).await
+pub async fn create(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    serve(&gw, req, &ResponsesApi).await
 }
 
 struct ResponsesApi;
