@@ -5,6 +5,8 @@
 //! deadline only starts once the body is in). Shutdown refuses bodies still
 //! being read.
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -30,17 +32,26 @@ pub async fn read(
         return Err(ApiError::TooLarge { limit });
     }
     let collect = Limited::new(body, limit).collect();
-    tokio::select! {
-        r = tokio::time::timeout(within, collect) => match r {
-            Err(_) => Err(ApiError::BodyTimeout { after: within }),
-            Ok(Ok(c)) => Ok(c.to_bytes()),
-            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(ApiError::TooLarge { limit }),
-            Ok(Err(e)) => Err(ApiError::BadRequest {
-                message: format!("The request body could not be read: {e}"),
-                param: None,
-                code: Some("invalid_body"),
-            }),
+    tokio::pin!(collect);
+    // A body that came in with its head is all there: no timer for it.
+    let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    let read = match first {
+        Poll::Ready(r) => r,
+        Poll::Pending => tokio::select! {
+            r = tokio::time::timeout(within, collect) => match r {
+                Err(_) => return Err(ApiError::BodyTimeout { after: within }),
+                Ok(r) => r,
+            },
+            () = stop.cancelled() => return Err(ApiError::ShuttingDown),
         },
-        () = stop.cancelled() => Err(ApiError::ShuttingDown),
+    };
+    match read {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(ApiError::TooLarge { limit }),
+        Err(e) => Err(ApiError::BadRequest {
+            message: format!("The request body could not be read: {e}"),
+            param: None,
+            code: Some("invalid_body"),
+        }),
     }
 }

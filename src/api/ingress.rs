@@ -419,6 +419,8 @@ where
     ApiError: From<E>,
 {
     tokio::select! {
+        // The work first (no coin to toss): an answer that is ready is given.
+        biased;
         r = timeout_at(ctx.deadline, work) => match r {
             Err(_) => Err(ApiError::Timeout {
                 after: ctx.deadline - ctx.started,
