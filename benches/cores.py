@@ -9,8 +9,9 @@ N worker processes (nginx-proxy.conf otherwise unchanged), each conclave build w
 default of one worker a core it may run on. Per N, each round runs every hop once, in turn:
 
   whole   requests/s, the hop's CPU per request (user + system time of the process and its
-          children over the run: the ratio that does not depend on the load generator), and
-          each build's rps and CPU against nginx's in the same round; medians of the rounds
+          children over the run, and each apart: the ratio that does not depend on the load
+          generator), and each build's rps and CPU against nginx's in the same round; medians
+          of the rounds
   c=1     one connection, hop on the first N: the p50 each hop adds over direct
   stream  17-event SSE answers (stream-cpu.sh's request) on the largest N: CPU per event
 
@@ -32,7 +33,7 @@ import sys
 import time
 
 import nginxbench as nb
-from procs import ROOT, cpu_seconds, med
+from procs import ROOT, TICK, med
 
 CONCLAVE_TOML = """
 [upstreams.bench]
@@ -77,8 +78,16 @@ def children(pid):
 
 
 def cpu_of(pid):
-    """CPU seconds of PID and its children (nginx's master and workers)."""
-    return sum(cpu_seconds(p) for p in [pid, *children(pid)])
+    """(user, system) CPU seconds of PID and its children (nginx's master and workers)."""
+    user = system = 0
+    for p in [pid, *children(pid)]:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        user, system = user + int(fields[11]), system + int(fields[12])
+    return user / TICK, system / TICK
 
 
 class Hops:
@@ -107,9 +116,12 @@ class Hops:
 
 def run(hops, name, path, lua, conns, a, wrk_cpus, threads):
     pid = hops.procs[name].pid
-    before = cpu_of(pid)
+    (u0, s0) = cpu_of(pid)
     r = nb.wrk(hops.urls[name] + path, lua, conns, a.seconds, threads=threads, preexec_fn=pinned(wrk_cpus))
-    r["cpu_us"] = (cpu_of(pid) - before) * 1e6 / max(r["requests"], 1)
+    (u1, s1) = cpu_of(pid)
+    per = 1e6 / max(r["requests"], 1)
+    r["user_us"], r["sys_us"] = (u1 - u0) * per, (s1 - s0) * per
+    r["cpu_us"] = r["user_us"] + r["sys_us"]
     return r
 
 
@@ -185,13 +197,14 @@ def report(a, ns, names, res):
 
     print(f"\nhop pinned to N cores; upstream on {a.upstream}, wrk -t{len(cores(a.wrk))} on {a.wrk}, "
           f"c={a.conns}; medians of {a.rounds} rounds of {a.seconds} s")
-    print(f"{'N':>2} {'hop':<10} {'rps':>9} {'÷nginx':>7} {'CPU µs/req':>11} {'÷nginx':>7} {'p50':>9}")
+    print(f"{'N':>2} {'hop':<10} {'rps':>9} {'÷nginx':>7} {'CPU µs/req':>11} {'÷nginx':>7} {'user+sys µs':>12} {'p50':>9}")
     for n in ns:
         for name in names:
             k = ("whole", n)
             rel = name != "nginx"
             print(f"{n:>2} {name:<10} {med(col(k, name, 'rps')):>9.0f} {vs(k, name, 'rps') if rel else 1:>7.2f} "
                   f"{med(col(k, name, 'cpu_us')):>11.1f} {vs(k, name, 'cpu_us') if rel else 1:>7.2f} "
+                  f"{med(col(k, name, 'user_us')):>6.1f}+{med(col(k, name, 'sys_us')):<5.1f} "
                   f"{med(col(k, name, 'p50_us')) / 1000:>7.3f}ms")
     k = ("c1", ns[0])
     direct = col(k, "direct", "p50_us")
