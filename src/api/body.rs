@@ -5,7 +5,6 @@
 //! deadline only starts once the body is in). Shutdown refuses bodies still
 //! being read.
 
-use std::future::Future;
 use std::task::Poll;
 use std::time::Duration;
 

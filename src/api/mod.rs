@@ -131,7 +131,7 @@ pub struct AppState {
     /// `/readyz`'s last answer, reused for `server.readyz_cache`.
     pub ready: ready::Cached<ready::Answer>,
     /// The retry budget of every name a client may ask for (a route's
-    /// `retry_budget`, the default for a model named directly).
+    /// `retry_budget`, the default for a model named directly). On
     /// foldhash, as the graph's nodes: config keys, read by every request.
     pub retry_budgets: HashMap<Arc<str>, Arc<RetryBudget>>,
 }

@@ -81,7 +81,8 @@ impl<'de> Deserialize<'de> for Message {
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "role" => once(&mut role, map.next_value::<String>()?, "role")?,
-                        "content" => once(&mut content, map.next_value::<Value>()?, "content")?,
+                        // The last of several wins, as it did in the map.
+                        "content" => content = Some(map.next_value::<Value>()?),
                         _ => {
                             let v = map.next_value::<Value>()?;
                             rest.insert(key, v);
@@ -132,6 +133,10 @@ mod tests {
         assert_eq!(none.content, None);
         let text = serde_json::to_string(&none).unwrap();
         assert_eq!(text, r#"{"role":"assistant","tool_calls":[]}"#);
+        // A content sent twice: the last one, as a map keeps it.
+        let twice =
+            parse(r#"{"model":"m","messages":[{"role":"user","content":"a","content":"b"}]}"#);
+        assert_eq!(twice.unwrap().messages[0].content, Some(Value::from("b")));
     }
 
     #[test]
@@ -142,9 +147,6 @@ mod tests {
         assert!(e.contains("missing field `role`"), "{e}");
         let e = parse(r#"{"model":"m","model":"n","messages":[]}"#).unwrap_err();
         assert!(e.contains("duplicate field `model`"), "{e}");
-        let e = parse(r#"{"model":"m","messages":[{"role":"user","content":"a","content":"b"}]}"#)
-            .unwrap_err();
-        assert!(e.contains("duplicate field `content`"), "{e}");
         let e = parse(r#"{"model":"m","messages":["hi"]}"#).unwrap_err();
         assert!(e.contains("expected struct Message"), "{e}");
         let e = parse(r#"{"model":"m","messages":[],"stream":"yes"}"#).unwrap_err();
