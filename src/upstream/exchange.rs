@@ -4,7 +4,6 @@
 //! (`super::decode`), the stream relay (`super::relay`) and the
 //! translators, with the bound on one stream event ([`MAX_EVENT`]).
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,11 +63,9 @@ impl Exchange {
 
     /// Upstream text, bounded and without secrets.
     pub(super) fn clean(&self, text: &str) -> String {
-        let text = self.redactor.redact(text);
-        if let Cow::Owned(cut) = crate::text::ellipsize(&text, MAX_MESSAGE_CHARS) {
-            return cut;
-        }
-        text.into_owned()
+        let mut text = self.redactor.redact(text).into_owned();
+        crate::text::ellipsize_in_place(&mut text, MAX_MESSAGE_CHARS);
+        text
     }
 
     pub fn invalid(&self, detail: &str) -> ModelError {
