@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
@@ -20,6 +21,7 @@ use crate::clock::{Clock, ago};
 pub use crate::sink::Totals;
 use crate::sink::{AttemptSink, EventSink, Metrics, Reporters, RequestEnd, RetryGate, Who};
 use crate::span::TraceCtx;
+use crate::wire::{ChatRequest, ClientBody};
 
 /// What the client asked of conclave itself, from the `x-conclave-*`
 /// headers (read once, in `api::options`).
@@ -107,6 +109,9 @@ pub struct RequestCtx {
     /// The answer came from the response cache (its `request` line says
     /// `cached: true`).
     cached: AtomicBool,
+    /// The client's chat body and the request read from it, when a call
+    /// may send it as it came ([`ClientBody`]).
+    client_body: OnceLock<ClientBody>,
 }
 
 /// `u` as lowercase hyphenated text, written without `fmt`'s machinery
@@ -158,6 +163,7 @@ impl RequestCtx {
             retry_budget: None,
             late_headers: Mutex::new(Vec::new()),
             cached: AtomicBool::new(false),
+            client_body: OnceLock::new(),
         }
     }
 
@@ -218,6 +224,27 @@ impl RequestCtx {
 
     pub fn cached(&self) -> bool {
         self.cached.load(Ordering::Relaxed)
+    }
+
+    /// Keeps the client's chat body for the calls that send its request
+    /// as it came (the first one kept stays).
+    pub fn keep_client_body(&self, body: ClientBody) {
+        let _ = self.client_body.set(body);
+    }
+
+    /// The body that sends `req` to an upstream calling its model
+    /// `upstream_model`: the client's own bytes when they say exactly
+    /// that ([`ClientBody::for_call`]), else `req` written anew.
+    pub fn upstream_body(
+        &self,
+        req: &Arc<ChatRequest>,
+        upstream_model: &str,
+    ) -> Result<Bytes, serde_json::Error> {
+        let kept = self.client_body.get();
+        match kept.and_then(|k| k.for_call(req, upstream_model)) {
+            Some(bytes) => Ok(bytes),
+            None => req.to_upstream_body(upstream_model),
+        }
     }
 
     pub fn with_trace(mut self, trace: Option<TraceCtx>) -> Self {

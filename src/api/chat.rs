@@ -21,7 +21,7 @@ use super::render::Render;
 use crate::model::Chunk;
 use crate::sink::Totals;
 use crate::wire::billing::{answers, check_caps};
-use crate::wire::{ChatRequest, UsageField, null_usage_span, strip_usage};
+use crate::wire::{ChatRequest, ClientBody, ReadRequest, UsageField, null_usage_span, strip_usage};
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
@@ -34,18 +34,23 @@ struct Chat;
 #[async_trait]
 impl Dialect for Chat {
     async fn job<'a>(&self, ad: &'a Admitted) -> Result<Job<'a>, ApiError> {
-        let req = parse(&ad.body)?;
+        let ReadRequest {
+            request: req,
+            keys_once,
+        } = read(&ad.body)?;
         let (route, node) = ad.resolve(&req.model)?;
         let model = node.model.clone();
         let render = Box::new(ChatRender::new(req.wants_stream_usage()));
         let (bill, answers, stream) = (req.billable(), answers(&req.extra), req.is_stream());
         let req = Arc::new(req);
+        let client_body = keys_once.then(|| ClientBody::new(req.clone(), ad.body.clone()));
         Ok(Job {
             route,
             node,
             bill,
             answers,
             request: Some(req.clone()),
+            client_body,
             stream,
             run: Box::new(move |call| Box::pin(async move { model.chat(call, req).await })),
             render,
@@ -58,12 +63,18 @@ impl Dialect for Chat {
 /// Reads the body as a `ChatRequest`, with OpenAI-style messages that say
 /// which field is wrong.
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    read(body).map(|r| r.request)
+}
+
+/// [`parse`], and whether the body named each key once.
+fn read(body: &[u8]) -> Result<ReadRequest, ApiError> {
     // Read once without tracking the path (a third of the cost); a body
     // that fails is read again for the path its error names.
-    let req = match crate::wire::from_json::<ChatRequest>(body) {
-        Ok(req) => req,
+    let read = match crate::wire::from_json::<ReadRequest>(body) {
+        Ok(read) => read,
         Err(_) => read_tracked(body)?,
     };
+    let req = &read.request;
     if req.model.is_empty() {
         return Err(ApiError::BadRequest {
             message: "`model` must not be empty.".into(),
@@ -79,14 +90,14 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             code: Some("invalid_request_body"),
         });
     }
-    Ok(req)
+    Ok(read)
 }
 
 /// Reads a [`ChatRequest`] tracking the path of what is wrong in it, for
 /// its error.
-fn read_tracked(body: &[u8]) -> Result<ChatRequest, ApiError> {
+fn read_tracked(body: &[u8]) -> Result<ReadRequest, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let req = serde_path_to_error::deserialize::<_, ChatRequest>(&mut de).map_err(|e| {
+    let req = serde_path_to_error::deserialize::<_, ReadRequest>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {

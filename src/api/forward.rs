@@ -99,6 +99,7 @@ impl Dialect for Forward {
             bill,
             answers: answers(&req),
             request: None,
+            client_body: None,
             stream,
             run: Box::new(move |call| {
                 Box::pin(async move { concrete.forward(call, endpoint, req).await })

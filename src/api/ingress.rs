@@ -42,8 +42,8 @@ use crate::governor::{RateHeaders, Refused, record_rejection};
 use crate::graph::Node;
 use crate::model::{Call, CallSize, Reply, Spend};
 use crate::telemetry::status_label;
-use crate::wire::ChatRequest;
 use crate::wire::billing::Billable;
+use crate::wire::{ChatRequest, ClientBody};
 
 /// A request received: the current state, the caller behind its
 /// credentials, its headers, and its body within the limits. Enough for
@@ -109,6 +109,9 @@ pub struct Job<'a> {
     /// The chat request the node will run, when it runs one: its fields
     /// may change what the node will spend ([`crate::model::ChatModel::estimate_request`]).
     pub request: Option<Arc<ChatRequest>>,
+    /// The client's body, when it is `request` written exactly: a call
+    /// that sends `request` unchanged sends these bytes.
+    pub client_body: Option<ClientBody>,
     pub stream: bool,
     pub run: Run,
     pub render: Box<dyn Render>,
@@ -273,6 +276,9 @@ async fn run(
     .await?;
     if let Some(f) = job.on_open {
         f(&ctx);
+    }
+    if let Some(body) = job.client_body {
+        ctx.keep_client_body(body);
     }
     let work: Work = Box::pin(bounded(ctx.clone(), (job.run)(Call::new(ctx.clone()))));
     let keepalive = respond::keepalive_for(&ad.app, job.node);

@@ -42,6 +42,7 @@ pub fn job<'a>(
         bill,
         answers: 1,
         request: None,
+        client_body: None,
         stream: raw.get("stream").and_then(Value::as_bool) == Some(true),
         run: Box::new(move |call| {
             Box::pin(async move { concrete.forward(call, endpoint, raw).await })

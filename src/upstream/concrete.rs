@@ -360,7 +360,7 @@ impl ConcreteModel {
         let sent = wire.request(req);
         let out = Outgoing {
             endpoint: Endpoint::CHAT,
-            body: sent.to_upstream_body(&self.info.upstream_model)?,
+            body: call.ctx.upstream_body(&sent, &self.info.upstream_model)?,
             wire,
             input_tokens,
             tools: delivery::carries_tools(req),

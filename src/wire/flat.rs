@@ -4,11 +4,13 @@
 //! serde's `#[serde(flatten)]` would buffer the whole object (messages
 //! and all) as generic content first, then read it a second time; this
 //! reads it once. Errors read as the derived ones did (`missing field`,
-//! `duplicate field`, `expected struct …`).
+//! `duplicate field`, `expected struct …`). [`ReadRequest`] also says
+//! whether any key came twice (the map keeps the last), which decides
+//! whether the client's bytes say exactly what was read.
 
 use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, Error, MapAccess, Visitor};
+use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use super::request::{ChatRequest, Message, StreamOptions};
@@ -22,20 +24,36 @@ fn once<T, E: Error>(slot: &mut Option<T>, value: T, field: &'static str) -> Res
     Ok(())
 }
 
+/// A [`ChatRequest`] as read from a body, and whether the body named
+/// each key once, at the top and in every message: only then do its
+/// bytes say exactly what the request holds (a reader that keeps the
+/// first of two keys would see another request).
+pub struct ReadRequest {
+    pub request: ChatRequest,
+    pub keys_once: bool,
+}
+
 impl<'de> Deserialize<'de> for ChatRequest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        ReadRequest::deserialize(d).map(|r| r.request)
+    }
+}
+
+impl<'de> Deserialize<'de> for ReadRequest {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = ChatRequest;
+            type Value = ReadRequest;
 
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("struct ChatRequest")
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChatRequest, A::Error> {
-                let (mut model, mut messages) = (None, None);
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReadRequest, A::Error> {
+                let (mut model, mut messages) = (None, None::<Messages>);
                 let (mut stream, mut stream_options) = (None, None);
                 let mut extra = Map::new();
+                let mut keys_once = true;
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "model" => once(&mut model, map.next_value::<String>()?, "model")?,
@@ -48,16 +66,21 @@ impl<'de> Deserialize<'de> for ChatRequest {
                         )?,
                         _ => {
                             let v = map.next_value::<Value>()?;
-                            extra.insert(key, v);
+                            keys_once &= extra.insert(key, v).is_none();
                         }
                     }
                 }
-                Ok(ChatRequest {
-                    model: model.ok_or_else(|| A::Error::missing_field("model"))?,
-                    messages: messages.ok_or_else(|| A::Error::missing_field("messages"))?,
-                    stream: stream.flatten(),
-                    stream_options: stream_options.flatten(),
-                    extra,
+                let model = model.ok_or_else(|| A::Error::missing_field("model"))?;
+                let messages = messages.ok_or_else(|| A::Error::missing_field("messages"))?;
+                Ok(ReadRequest {
+                    request: ChatRequest {
+                        model,
+                        messages: messages.list,
+                        stream: stream.flatten(),
+                        stream_options: stream_options.flatten(),
+                        extra,
+                    },
+                    keys_once: keys_once && messages.keys_once,
                 })
             }
         }
@@ -65,34 +88,85 @@ impl<'de> Deserialize<'de> for ChatRequest {
     }
 }
 
-impl<'de> Deserialize<'de> for Message {
+/// `messages`, and whether each of them named each key once.
+struct Messages {
+    list: Vec<Message>,
+    keys_once: bool,
+}
+
+impl<'de> Deserialize<'de> for Messages {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Message;
+            type Value = Messages;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a sequence")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Messages, A::Error> {
+                let mut out = Messages {
+                    list: Vec::new(),
+                    keys_once: true,
+                };
+                while let Some(m) = seq.next_element::<ReadMessage>()? {
+                    out.list.push(m.message);
+                    out.keys_once &= m.keys_once;
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// A [`Message`], and whether it named each key once.
+struct ReadMessage {
+    message: Message,
+    keys_once: bool,
+}
+
+impl<'de> Deserialize<'de> for Message {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        ReadMessage::deserialize(d).map(|m| m.message)
+    }
+}
+
+impl<'de> Deserialize<'de> for ReadMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ReadMessage;
 
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("struct Message")
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReadMessage, A::Error> {
                 let (mut role, mut content) = (None, None);
                 let mut rest = Map::new();
+                let mut keys_once = true;
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "role" => once(&mut role, map.next_value::<String>()?, "role")?,
                         // The last of several wins, as it did in the map.
-                        "content" => content = Some(map.next_value::<Value>()?),
+                        "content" => {
+                            keys_once &= content.is_none();
+                            content = Some(map.next_value::<Value>()?);
+                        }
                         _ => {
                             let v = map.next_value::<Value>()?;
-                            rest.insert(key, v);
+                            keys_once &= rest.insert(key, v).is_none();
                         }
                     }
                 }
-                Ok(Message {
-                    role: role.ok_or_else(|| A::Error::missing_field("role"))?,
-                    content,
-                    rest,
+                Ok(ReadMessage {
+                    message: Message {
+                        role: role.ok_or_else(|| A::Error::missing_field("role"))?,
+                        content,
+                        rest,
+                    },
+                    keys_once,
                 })
             }
         }

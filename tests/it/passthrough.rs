@@ -239,3 +239,78 @@ async fn unknown_request_fields_reach_the_upstream_unchanged() {
     want["model"] = json!("upstream-echo");
     assert_eq!(got, &want);
 }
+
+/// An OpenAI upstream that answers every call with one fixed completion
+/// (or a stream of it) and keeps the bytes of each body it was sent.
+async fn keeping_upstream() -> (
+    String,
+    std::sync::Arc<parking_lot::Mutex<Vec<bytes::Bytes>>>,
+) {
+    use axum::response::IntoResponse;
+    let kept = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let sink = kept.clone();
+    let answer = move |body: bytes::Bytes| {
+        let sink = sink.clone();
+        async move {
+            let stream = serde_json::from_slice::<Value>(&body).unwrap()["stream"] == true;
+            sink.lock().push(body);
+            let usage = json!({"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4});
+            if stream {
+                let chunk = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                    "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}], "usage": usage});
+                let sse = format!("data: {chunk}\n\ndata: [DONE]\n\n");
+                ([("content-type", "text/event-stream")], sse).into_response()
+            } else {
+                axum::Json(json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                    "usage": usage}))
+                .into_response()
+            }
+        }
+    };
+    let app = axum::Router::new().route("/v1/chat/completions", axum::routing::post(answer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), kept)
+}
+
+#[tokio::test]
+async fn a_request_nothing_changes_goes_upstream_as_the_client_wrote_it() {
+    let (base, kept) = keeping_upstream().await;
+    let gw = Srv::gateway(&format!(
+        "[upstreams.up]\nkind = \"openai\"\nbase_url = \"{base}\"\n\
+         [models.same]\nupstream = \"up\"\n\
+         [models.renamed]\nupstream = \"up\"\nmodel = \"same\"\n"
+    ));
+    // Spacing, an escape and a number written as no serializer would.
+    let body = |model: &str, tail: &str| {
+        format!(
+            "{{ \"model\" : \"{model}\",\n \"messages\": [ {{\"role\":\"user\", \"content\":\"\\u0068i\"}} ],\
+             \"temperature\": 1.50, \"x_vendor\": {{\"a\": [1, 2]}}{tail} }}"
+        )
+    };
+    let cases = [
+        // Sent as written: nothing in it changes.
+        (body("same", ""), true),
+        // Written anew: another model name upstream, a stream (which asks
+        // for usage), a key named twice (a reader keeping the first would
+        // see another request than the one admitted).
+        (body("renamed", ""), false),
+        (body("same", ", \"stream\": true"), false),
+        (body("same", ", \"temperature\": 0.5"), false),
+    ];
+    for (i, (sent, verbatim)) in cases.iter().enumerate() {
+        let r = post_raw(&gw.base, sent.clone(), &[]).await;
+        assert_eq!(r.status, 200, "{sent}: {}", r.text);
+        let got = kept.lock()[i].clone();
+        assert_eq!(got == sent.as_bytes(), *verbatim, "{sent}\n{got:?}");
+        let got: Value = serde_json::from_slice(&got).unwrap();
+        let mut want: Value = serde_json::from_str(sent).unwrap();
+        want["model"] = json!("same");
+        if want["stream"] == true {
+            want["stream_options"] = json!({"include_usage": true});
+        }
+        assert_eq!(got, want, "{sent}");
+    }
+}

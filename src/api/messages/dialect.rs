@@ -80,6 +80,7 @@ impl Dialect for MessagesApi {
             bill,
             answers: 1,
             request: Some(chat.clone()),
+            client_body: None,
             stream,
             run: Box::new(move |call| Box::pin(async move { model.chat(call, chat).await })),
             render: Box::new(Messages::new(head)),

@@ -58,6 +58,7 @@ impl Dialect for ResponsesApi {
             bill: chat.billable(),
             answers: 1,
             request: Some(chat.clone()),
+            client_body: None,
             stream: req.is_stream(),
             run: Box::new(move |call| Box::pin(async move { model.chat(call, chat).await })),
             render: Box::new(Responses::new(head, on_done)),
