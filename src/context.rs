@@ -170,9 +170,14 @@ impl RequestCtx {
     /// Counts this request in its route's retry `budget` (once, when it
     /// is admitted), which its retries then take from.
     pub fn with_retry_budget(mut self, budget: Arc<dyn RetryGate>) -> Self {
+        self.count_in(budget);
+        self
+    }
+
+    /// [`Self::with_retry_budget`] in place.
+    pub fn count_in(&mut self, budget: Arc<dyn RetryGate>) {
         budget.request();
         self.retry_budget = Some(budget);
-        self
     }
 
     /// Which request this is, as records name it.
@@ -271,8 +276,13 @@ impl RequestCtx {
 
     /// Adds a sink for this request's finished attempts.
     pub fn with_sink(mut self, sink: Arc<dyn AttemptSink>) -> Self {
-        self.sinks.push(sink);
+        self.add_sink(sink);
         self
+    }
+
+    /// [`Self::with_sink`] in place.
+    pub fn add_sink(&mut self, sink: Arc<dyn AttemptSink>) {
+        self.sinks.push(sink);
     }
 
     pub fn sinks(&self) -> &[Arc<dyn AttemptSink>] {

@@ -371,31 +371,27 @@ async fn open(
         app.request_timeout,
         reporters,
         gw.hard.clone(),
-    )
-    .with_access_log(app.access_log)
-    .with_trace(
-        app.telemetry
-            .tracer
-            .as_ref()
-            .and_then(|t| t.start(options.trace_parent.as_ref(), app.clock.now())),
-    )
-    .with_options(options);
+    );
+    // Set in place: the context is large, and each builder step moved it.
+    ctx.access_log = app.access_log;
+    ctx.trace = app
+        .telemetry
+        .tracer
+        .as_ref()
+        .and_then(|t| t.start(options.trace_parent.as_ref(), app.clock.now()));
+    ctx.options = options;
     let mut limits = RateHeaders::default();
-    let admitted_budget = |ctx: RequestCtx| match app.retry_budgets.get(route) {
-        Some(b) => ctx.with_retry_budget(b.clone()),
-        None => ctx,
-    };
     let rejected = match admitted {
-        Ok(Some(a)) => {
-            limits = a.headers;
-            if let Some(t) = a.ticket {
-                ctx = ctx.with_sink(t);
+        Ok(admitted) => {
+            if let Some(a) = admitted {
+                limits = a.headers;
+                if let Some(t) = a.ticket {
+                    ctx.add_sink(t);
+                }
             }
-            ctx = admitted_budget(ctx);
-            None
-        }
-        Ok(None) => {
-            ctx = admitted_budget(ctx);
+            if let Some(b) = app.retry_budgets.get(route) {
+                ctx.count_in(b.clone());
+            }
             None
         }
         Err(r) => Some(r),
