@@ -334,7 +334,7 @@ impl Prepared {
             })
         };
         let server = server::Server::new(
-            api::router(gateway.clone()),
+            api::Routes::gateway(gateway.clone()),
             config.server.limits,
             budget,
             gateway.stop.clone(),

@@ -42,6 +42,8 @@ mod render;
 mod requests;
 mod respond;
 mod responses;
+mod routes;
+pub use routes::Routes;
 mod sse;
 
 use hashbrown::HashMap;
@@ -240,10 +242,11 @@ impl Gateway {
 }
 
 pub fn router(gateway: Arc<Gateway>) -> Router {
-    let chat = post(chat::chat_completions);
-    let router = Router::new()
-        .route("/v1/chat/completions", chat.clone())
-        .route("/chat/completions", chat)
+    let mut router = Router::new();
+    for path in routes::CHAT_PATHS {
+        router = router.route(path, post(chat::chat_completions));
+    }
+    let router = router
         .route("/v1/completions", post(forward::completions))
         .route("/completions", post(forward::completions))
         .route("/v1/embeddings", post(forward::embeddings))

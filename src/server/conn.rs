@@ -20,7 +20,6 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Sleep, sleep_until};
-use tower::ServiceExt;
 
 use super::Serving;
 use super::exec::Deadline;
@@ -210,10 +209,7 @@ async fn handle(
     };
     let (resp, slot) = match slot {
         Ok(slot) => {
-            let resp = match serving.router.clone().oneshot(req.map(Body::new)).await {
-                Ok(r) => r,
-                Err(never) => match never {},
-            };
+            let resp = serving.routes.answer(req.map(Body::new)).await;
             (resp, Some(slot))
         }
         Err(refusal) => (refusal.into_response(), None),

@@ -47,6 +47,7 @@ use tokio::task::JoinSet;
 use tokio::time::{sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
+use crate::api::Routes;
 use slots::Slots;
 
 /// How long requests told to end at the grace deadline get to say so.
@@ -70,7 +71,7 @@ pub type Budget = Arc<dyn Fn() -> Duration + Send + Sync>;
 
 /// What every connection of the server shares.
 struct Serving {
-    router: Router,
+    routes: Routes,
     limits: Limits,
     slots: Arc<Slots>,
     budget: Budget,
@@ -87,7 +88,7 @@ impl Serving {
     }
 }
 
-/// A server for one router: what its connections share (slots, limits,
+/// A server for one set of routes: what its connections share (slots, limits,
 /// the stop signals), ready to serve any number of listeners, each on the
 /// runtime that calls [`Server::serve`] (see `workers`).
 pub struct Server {
@@ -96,10 +97,10 @@ pub struct Server {
 }
 
 impl Server {
-    /// A server for `router`; `stop` starts the drain, and `hard` is
+    /// A server for `routes`; `stop` starts the drain, and `hard` is
     /// cancelled when the grace period runs out.
     pub fn new(
-        router: Router,
+        routes: Routes,
         limits: Limits,
         budget: Budget,
         stop: CancellationToken,
@@ -108,7 +109,7 @@ impl Server {
         let min_idle = limits.idle_timeout.min(MIN_IDLE_TO_EVICT);
         Arc::new(Server {
             serving: Arc::new(Serving {
-                router,
+                routes,
                 limits,
                 slots: Slots::new(limits.max_connections, min_idle),
                 budget,
@@ -175,7 +176,7 @@ pub async fn run(
     stop: CancellationToken,
     hard: CancellationToken,
 ) {
-    Server::new(router, limits, budget, stop, hard)
+    Server::new(Routes::only(router), limits, budget, stop, hard)
         .serve(listener)
         .await;
 }
