@@ -503,13 +503,13 @@ impl Health {
             Outcome::Success => {
                 s.failures = 0;
                 s.run.clear();
-                s.window.add(now, false, who);
+                s.window.add_success(now);
                 None
             }
             Outcome::Failure(reason) => {
                 s.failures = s.failures.saturating_add(1);
                 s.run.add(who);
-                let counts = s.window.add(now, true, who);
+                let counts = s.window.add_failure(now, who);
                 if s.failures >= eject.after && s.run.several() {
                     let (n, run) = (s.failures, s.run.clone());
                     return Some(self.eject(s, &eject, reason, n, &run));

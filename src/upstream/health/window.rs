@@ -47,25 +47,19 @@ impl Window {
         self.buckets = Default::default();
     }
 
-    /// Counts a call of `who` at `now` (`failed`: it failed); returns what
-    /// the window holds, this call included.
-    pub fn add(&mut self, now: Instant, failed: bool, who: &Tenant) -> Counts {
-        let n: u64 = (now.saturating_duration_since(self.origin).as_nanos()
-            / self.width.as_nanos())
-        .try_into()
-        .unwrap_or(u64::MAX - 1);
-        let slot = &mut self.buckets[(n % BUCKETS as u64) as usize];
-        if slot.n != Some(n) {
-            *slot = Bucket {
-                n: Some(n),
-                ..Bucket::default()
-            };
-        }
+    /// Counts a call that succeeded at `now`.
+    pub fn add_success(&mut self, now: Instant) {
+        let (slot, _) = self.bucket(now);
         slot.calls = slot.calls.saturating_add(1);
-        if failed {
-            slot.failures = slot.failures.saturating_add(1);
-            slot.failed.add(who);
-        }
+    }
+
+    /// Counts a call of `who` that failed at `now`; returns what the
+    /// window holds, this call included.
+    pub fn add_failure(&mut self, now: Instant, who: &Tenant) -> Counts {
+        let (slot, n) = self.bucket(now);
+        slot.calls = slot.calls.saturating_add(1);
+        slot.failures = slot.failures.saturating_add(1);
+        slot.failed.add(who);
         let live = |b: &&Bucket| b.n.is_some_and(|m| m.saturating_add(BUCKETS as u64) > n);
         let mut failed_by = Seen::default();
         let mut counts = Counts {
@@ -80,5 +74,21 @@ impl Window {
         }
         counts.several = failed_by.several();
         counts
+    }
+
+    /// The bucket of `now`, emptied if it last held an older one, and its
+    /// number.
+    fn bucket(&mut self, now: Instant) -> (&mut Bucket, u64) {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let n = (nanos(now.saturating_duration_since(self.origin)) / nanos(self.width).max(1))
+            .min(u64::MAX - 1);
+        let slot = &mut self.buckets[(n % BUCKETS as u64) as usize];
+        if slot.n != Some(n) {
+            *slot = Bucket {
+                n: Some(n),
+                ..Bucket::default()
+            };
+        }
+        (slot, n)
     }
 }
