@@ -122,6 +122,16 @@ pub fn uuid_text(u: uuid::Uuid) -> String {
         .to_owned()
 }
 
+/// Whether `id` is a UUID as [`uuid_text`] writes it (lowercase,
+/// hyphenated): an id conclave made itself is sent upstream as it is.
+fn is_uuid_text(id: &str) -> bool {
+    id.len() == 36
+        && id.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+        })
+}
+
 /// Most values one late header collects.
 const MAX_LATE_VALUES: usize = 8;
 
@@ -136,9 +146,13 @@ impl RequestCtx {
         shutdown: CancellationToken,
     ) -> Self {
         let started = Instant::now();
-        let upstream_id = match uuid::Uuid::try_parse(&id) {
-            Ok(u) => uuid_text(u),
-            Err(_) => uuid_text(uuid::Uuid::new_v4()),
+        let upstream_id = if is_uuid_text(&id) {
+            id.clone()
+        } else {
+            match uuid::Uuid::try_parse(&id) {
+                Ok(u) => uuid_text(u),
+                Err(_) => uuid_text(uuid::Uuid::new_v4()),
+            }
         };
         RequestCtx {
             id,
@@ -409,5 +423,35 @@ mod tests {
             ctx.upstream_wait(t0 + Duration::from_millis(30)),
             Duration::from_millis(17)
         );
+    }
+
+    #[test]
+    fn only_a_canonical_uuid_is_sent_upstream_as_it_came() {
+        for _ in 0..64 {
+            assert!(is_uuid_text(&uuid_text(uuid::Uuid::new_v4())));
+        }
+        let u = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        assert!(is_uuid_text(u));
+        for not in [
+            "67E55044-10B1-426F-9247-BB680E5FE0C8",
+            "67e5504410b1426f9247bb680e5fe0c8",
+            "{67e55044-10b1-426f-9247-bb680e5fe0c8}",
+            "67e55044-10b1-426f-9247-bb680e5fe0cg",
+            "67e55044-10b1-426f-9247_bb680e5fe0c8",
+            "req-1",
+        ] {
+            assert!(!is_uuid_text(not), "{not}");
+        }
+        // Another spelling of a UUID goes upstream in the canonical one.
+        let ctx = RequestCtx::new(
+            u.to_uppercase(),
+            "r".into(),
+            "passthrough",
+            "k".into(),
+            Duration::from_secs(1),
+            Reporters::none(),
+            CancellationToken::new(),
+        );
+        assert_eq!(ctx.upstream_id, u);
     }
 }

@@ -58,8 +58,9 @@ pub struct Telemetry {
     /// Swapped when a reload names another file (or none).
     events: ArcSwapOption<EventLog>,
     /// `metrics` counters are integers; dollars are not, so spend is summed
-    /// here and rendered as a counter next to the recorder's output.
-    cost: DashMap<(Arc<str>, Arc<str>), f64>,
+    /// here and rendered as a counter next to the recorder's output. Its
+    /// keys are names from the config, so a fast hash is safe.
+    cost: DashMap<(Arc<str>, Arc<str>), f64, hashbrown::DefaultHashBuilder>,
     /// `None` unless `[telemetry] otlp_endpoint` is set; fixed for the
     /// life of the process.
     pub tracer: Option<Arc<Tracer>>,
@@ -101,7 +102,7 @@ impl Telemetry {
             clock,
             prometheus,
             events: ArcSwapOption::from_pointee(events),
-            cost: DashMap::new(),
+            cost: DashMap::default(),
             tracer,
             recent: Recent::new(recent_requests),
             born: clock.now(),
@@ -118,7 +119,7 @@ impl Telemetry {
             clock: Clock::system(),
             prometheus: None,
             events: ArcSwapOption::empty(),
-            cost: DashMap::new(),
+            cost: DashMap::default(),
             tracer: None,
             recent: Recent::new(0),
             born: SystemTime::now(),
