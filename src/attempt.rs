@@ -362,7 +362,10 @@ impl Drop for Cell {
             error: s.error.take(),
             usage: s.usage,
             cost_usd: s.usage.map(|u| self.model.cost(&u)),
-            summary: self.model.redactor.clean(&s.summary),
+            summary: self
+                .model
+                .redactor
+                .clean_owned(std::mem::take(&mut s.summary)),
             queued: s.local.then_some(s.queued),
             tokens_per_second,
             retry: s.retry.map(RetryReason::label),

@@ -115,6 +115,16 @@ impl Redactor {
         self.redact(text.as_ref()).into_owned()
     }
 
+    /// [`Redactor::clean`] of a string given up: itself when it held no
+    /// secret.
+    pub fn clean_owned(&self, text: String) -> String {
+        let cleaned = match self.redact(&text) {
+            Cow::Owned(o) => Some(o),
+            Cow::Borrowed(_) => None,
+        };
+        cleaned.unwrap_or(text)
+    }
+
     /// A body (any bytes) without secrets; the same bytes when it had none.
     /// A run inside a JSON string leaves it a valid JSON string.
     pub fn redact_bytes(&self, data: Bytes) -> Bytes {

@@ -43,21 +43,32 @@ enum ReadError {
 /// Reads a body up to `limit` bytes, checking `by` as data arrives (an
 /// upstream that never pauses still meets its deadline).
 async fn read_body(mut body: BodyStream, limit: usize, by: Instant) -> Result<Bytes, ReadError> {
+    // A body of one part (most are) is that part, not a copy of it.
+    let mut first: Option<Bytes> = None;
     let mut buf = BytesMut::new();
     while let Some(part) = timeout_at(by, body.next())
         .await
         .map_err(|_| ReadError::Late)?
     {
         let part = part.map_err(|e| ReadError::Cut(e.to_string()))?;
-        if buf.len() + part.len() > limit {
+        let held = first.as_ref().map_or(0, Bytes::len) + buf.len();
+        if held + part.len() > limit {
             return Err(ReadError::TooLarge);
         }
-        buf.extend_from_slice(&part);
+        match first.take() {
+            None if buf.is_empty() => first = Some(part),
+            earlier => {
+                if let Some(earlier) = earlier {
+                    buf.extend_from_slice(&earlier);
+                }
+                buf.extend_from_slice(&part);
+            }
+        }
         if Instant::now() >= by {
             return Err(ReadError::Late);
         }
     }
-    Ok(buf.freeze())
+    Ok(first.unwrap_or_else(|| buf.freeze()))
 }
 
 /// A small body (a count), read by `by` within `limit` bytes; `None`
@@ -178,4 +189,49 @@ pub async fn whole(
     }
     attempt.finish();
     Ok(Completion { body, usage })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn body(parts: &[&'static [u8]]) -> BodyStream {
+        let parts: Vec<Result<Bytes, crate::upstream::BoxError>> =
+            parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
+        Box::pin(futures::stream::iter(parts))
+    }
+
+    #[tokio::test]
+    async fn a_body_is_its_one_part_or_its_parts_joined_within_its_limit() {
+        let by = Instant::now() + Duration::from_secs(5);
+        let one: &'static [u8] = b"{\"a\":1}";
+        let got = read_body(body(&[one]), 64, by)
+            .await
+            .ok()
+            .unwrap_or_default();
+        // The part itself, not a copy.
+        assert_eq!(got.as_ptr(), one.as_ptr());
+        for parts in [
+            &[&b"ab"[..], b"", b"cd"][..],
+            &[b"", b"abcd"],
+            &[b"a", b"b", b"cd"],
+        ] {
+            let got = read_body(body(parts), 64, by)
+                .await
+                .ok()
+                .unwrap_or_default();
+            assert_eq!(&got[..], b"abcd", "{parts:?}");
+        }
+        assert!(
+            read_body(body(&[]), 64, by)
+                .await
+                .is_ok_and(|b| b.is_empty())
+        );
+        for parts in [&[&b"abcde"[..]][..], &[b"abc", b"de"]] {
+            let over = read_body(body(parts), 4, by).await;
+            assert!(matches!(over, Err(ReadError::TooLarge)), "{parts:?}");
+        }
+    }
 }
