@@ -25,7 +25,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 type Pool = Rc<RefCell<Vec<SendRequest<Full<Bytes>>>>>;
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 
-async fn forward(pool: Pool, up: SocketAddr, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Failure> {
+async fn forward(
+    pool: Pool,
+    up: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Failure> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes();
     let mut out = Request::builder()
@@ -65,7 +69,11 @@ async fn forward(pool: Pool, up: SocketAddr, req: Request<Incoming>) -> Result<R
     Ok(back.body(Full::new(body))?)
 }
 
-async fn answer(pool: Pool, up: SocketAddr, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::Error> {
+async fn answer(
+    pool: Pool,
+    up: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
     Ok(forward(pool, up, req).await.unwrap_or_else(|e| {
         let mut r = Response::new(Full::new(Bytes::from(e.to_string())));
         *r.status_mut() = StatusCode::BAD_GATEWAY;
@@ -88,11 +96,17 @@ fn main() {
     let usage = "usage: floor LISTEN UPSTREAM [WORKERS]";
     let listen: SocketAddr = args.next().and_then(|a| a.parse().ok()).expect(usage);
     let up: SocketAddr = args.next().and_then(|a| a.parse().ok()).expect(usage);
-    let workers: usize = args.next().map_or(Some(2), |w| w.parse().ok()).expect(usage);
+    let workers: usize = args
+        .next()
+        .map_or(Some(2), |w| w.parse().ok())
+        .expect(usage);
     let threads: Vec<_> = (0..workers)
         .map(|_| {
             std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&rt, async move {
                     let listener = listener(listen).expect("listen");
@@ -101,7 +115,9 @@ fn main() {
                         let _ = stream.set_nodelay(true);
                         let pool = pool.clone();
                         tokio::task::spawn_local(async move {
-                            let svc = hyper::service::service_fn(move |req| answer(pool.clone(), up, req));
+                            let svc = hyper::service::service_fn(move |req| {
+                                answer(pool.clone(), up, req)
+                            });
                             let _ = hyper::server::conn::http1::Builder::new()
                                 .serve_connection(TokioIo::new(stream), svc)
                                 .await;
