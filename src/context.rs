@@ -56,11 +56,11 @@ pub struct CacheDirective {
 }
 
 pub struct RequestCtx {
-    pub id: String,
+    pub id: Arc<str>,
     /// The `x-request-id` sent upstream: `id` when it is a UUID (some
     /// servers, llama-cpp-python among them, reject anything else), else
     /// a new one.
-    pub upstream_id: String,
+    pub upstream_id: Arc<str>,
     /// The model name the client asked for: a route or a concrete model,
     /// always a name from the config (a bounded label).
     pub route: Arc<str>,
@@ -115,14 +115,15 @@ pub struct RequestCtx {
 }
 
 /// `u` as lowercase hyphenated text, written without `fmt`'s machinery
-/// (an id is made for every request).
-pub fn uuid_text(u: uuid::Uuid) -> String {
-    u.hyphenated()
-        .encode_lower(&mut uuid::Uuid::encode_buffer())
-        .to_owned()
+/// (an id is made for every request), shared by what records it.
+pub fn uuid_arc(u: uuid::Uuid) -> Arc<str> {
+    Arc::from(
+        &*u.hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer()),
+    )
 }
 
-/// Whether `id` is a UUID as [`uuid_text`] writes it (lowercase,
+/// Whether `id` is a UUID as [`uuid_arc`] writes it (lowercase,
 /// hyphenated): an id conclave made itself is sent upstream as it is.
 fn is_uuid_text(id: &str) -> bool {
     id.len() == 36
@@ -137,7 +138,7 @@ const MAX_LATE_VALUES: usize = 8;
 
 impl RequestCtx {
     pub fn new(
-        id: String,
+        id: Arc<str>,
         route: Arc<str>,
         strategy: &'static str,
         key: Arc<str>,
@@ -150,8 +151,8 @@ impl RequestCtx {
             id.clone()
         } else {
             match uuid::Uuid::try_parse(&id) {
-                Ok(u) => uuid_text(u),
-                Err(_) => uuid_text(uuid::Uuid::new_v4()),
+                Ok(u) => uuid_arc(u),
+                Err(_) => uuid_arc(uuid::Uuid::new_v4()),
             }
         };
         RequestCtx {
@@ -428,7 +429,7 @@ mod tests {
     #[test]
     fn only_a_canonical_uuid_is_sent_upstream_as_it_came() {
         for _ in 0..64 {
-            assert!(is_uuid_text(&uuid_text(uuid::Uuid::new_v4())));
+            assert!(is_uuid_text(&uuid_arc(uuid::Uuid::new_v4())));
         }
         let u = "67e55044-10b1-426f-9247-bb680e5fe0c8";
         assert!(is_uuid_text(u));
@@ -444,7 +445,7 @@ mod tests {
         }
         // Another spelling of a UUID goes upstream in the canonical one.
         let ctx = RequestCtx::new(
-            u.to_uppercase(),
+            u.to_uppercase().into(),
             "r".into(),
             "passthrough",
             "k".into(),
@@ -452,6 +453,6 @@ mod tests {
             Reporters::none(),
             CancellationToken::new(),
         );
-        assert_eq!(ctx.upstream_id, u);
+        assert_eq!(&*ctx.upstream_id, u);
     }
 }

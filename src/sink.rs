@@ -68,7 +68,7 @@ impl ModelInfo {
 /// Which request a record belongs to: the fields telemetry labels it with.
 #[derive(Debug, Clone)]
 pub struct Who {
-    pub request_id: String,
+    pub request_id: Arc<str>,
     /// The model name the client asked for (a name from the config).
     pub route: Arc<str>,
     /// The route's strategy (a bounded label).

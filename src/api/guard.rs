@@ -10,7 +10,7 @@ use metrics::counter;
 
 use super::Gateway;
 use super::error::{ApiError, ErrorStyle};
-use crate::context::{RequestCtx, uuid_text};
+use crate::context::{RequestCtx, uuid_arc};
 use crate::telemetry::{REQUESTS_TOTAL, RouteHandles, Telemetry, status_label};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -50,13 +50,12 @@ pub fn finish_response(
 }
 
 /// The client's `x-request-id` when it is a sane token, else a new UUID.
-pub fn request_id(headers: &HeaderMap) -> String {
+pub fn request_id(headers: &HeaderMap) -> Arc<str> {
     headers
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
-        .map(str::to_owned)
-        .unwrap_or_else(|| uuid_text(uuid::Uuid::new_v4()))
+        .map_or_else(|| uuid_arc(uuid::Uuid::new_v4()), Arc::from)
 }
 
 /// Tracks one request in flight and records it when it ends. Dropped

@@ -252,7 +252,7 @@ pub async fn receive(gw: &Gateway, headers: HeaderMap, body: Body) -> Result<Rec
 async fn run(
     gw: &Gateway,
     ad: &Admitted,
-    id: &str,
+    id: &Arc<str>,
     job: Job<'_>,
     style: ErrorStyle,
 ) -> Result<Response, ApiError> {
@@ -350,7 +350,7 @@ struct Opened {
 async fn open(
     gw: &Gateway,
     app: &AppState,
-    id: &str,
+    id: &Arc<str>,
     (route, node): (&Arc<str>, &Node),
     caller: Caller,
     options: Options,

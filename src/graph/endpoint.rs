@@ -42,7 +42,7 @@ pub type Handler = fn(EndpointCall) -> BoxFuture<'static, Result<Response, Model
 /// What an endpoint's handler is given.
 pub struct EndpointCall {
     /// The request's id (the client's `x-request-id`, or a new one).
-    pub request_id: String,
+    pub request_id: Arc<str>,
     /// The path's parameters, by name.
     pub params: HashMap<String, String>,
     /// The query string's parameters.

@@ -31,7 +31,7 @@ pub struct Event {
     /// Written as RFC 3339 to the millisecond.
     #[serde(serialize_with = "rfc3339")]
     ts: SystemTime,
-    request_id: String,
+    request_id: Arc<str>,
     route: Arc<str>,
     event: &'static str,
     #[serde(flatten)]
@@ -42,7 +42,7 @@ impl Event {
     /// An event of request `request_id`, stamped `at` (an attempt is
     /// stamped with its start).
     pub fn of(
-        request_id: String,
+        request_id: Arc<str>,
         route: Arc<str>,
         event: &'static str,
         body: EventBody,

@@ -132,7 +132,7 @@ impl Telemetry {
     /// request's record, readable while it runs.
     pub fn reporters(
         self: &Arc<Self>,
-        id: &str,
+        id: &Arc<str>,
         route: &Arc<str>,
         strategy: &'static str,
         key: &Arc<str>,
@@ -314,13 +314,7 @@ impl EventSink for Telemetry {
     ) {
         if let Some(log) = self.events.load().as_ref() {
             let body = EventBody::Fields(fields);
-            log.send(Event::of(
-                request_id.to_owned(),
-                route.clone(),
-                event,
-                body,
-                at,
-            ));
+            log.send(Event::of(request_id.into(), route.clone(), event, body, at));
         }
     }
 

@@ -176,7 +176,7 @@ impl AttemptLine {
         match self {
             AttemptLine::Shared(e) => Cow::Borrowed(&**e),
             AttemptLine::Own(a, at) => Cow::Owned(Event::of(
-                id.to_owned(),
+                id.into(),
                 route.clone(),
                 "attempt",
                 EventBody::Attempt(a.clone()),

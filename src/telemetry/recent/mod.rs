@@ -37,7 +37,7 @@ pub const RUNNING: &str = "running";
 
 /// One request, running or finished.
 pub struct Record {
-    pub id: String,
+    pub id: Arc<str>,
     pub route: Arc<str>,
     pub key: Arc<str>,
     pub strategy: &'static str,
@@ -89,7 +89,7 @@ impl Record {
             }
         };
         let mut out = Map::new();
-        out.insert("id".into(), Value::from(self.id.as_str()));
+        out.insert("id".into(), Value::from(&*self.id));
         out.insert("route".into(), Value::from(&*self.route));
         out.insert("key".into(), Value::from(&*self.key));
         out.insert("status".into(), Value::from(self.status()));
@@ -302,7 +302,7 @@ impl Recent {
     /// The newest record with id `id` (of key `key`, when given): a
     /// running one first.
     pub fn get(&self, id: &str, key: Option<&str>) -> Option<Arc<Record>> {
-        let is = |r: &Arc<Record>| r.id == id && key.is_none_or(|k| *r.key == *k);
+        let is = |r: &Arc<Record>| *r.id == *id && key.is_none_or(|k| *r.key == *k);
         let running = self
             .running
             .lock()

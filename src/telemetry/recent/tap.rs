@@ -50,7 +50,7 @@ impl Tap {
     /// The sink of request `id`, started at `at`, listed as running.
     pub(in crate::telemetry) fn new(
         telemetry: Arc<Telemetry>,
-        id: &str,
+        id: &Arc<str>,
         route: &Arc<str>,
         strategy: &'static str,
         key: &Arc<str>,
@@ -58,7 +58,7 @@ impl Tap {
     ) -> Self {
         let recent = telemetry.recent();
         let record = Arc::new(Record {
-            id: id.to_owned(),
+            id: id.clone(),
             route: route.clone(),
             key: key.clone(),
             strategy,

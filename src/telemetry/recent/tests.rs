@@ -28,7 +28,7 @@ fn record(ring: &Recent, id: &str, key: &str, route: &str, status: &'static str,
 }
 
 fn ids(v: &[Arc<Record>]) -> Vec<&str> {
-    v.iter().map(|r| r.id.as_str()).collect()
+    v.iter().map(|r| &*r.id).collect()
 }
 
 fn all() -> Filter {
