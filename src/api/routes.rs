@@ -44,7 +44,10 @@ impl Routes {
     /// The answer to `req`.
     pub async fn answer(&self, req: Request) -> Response {
         if let Some(gw) = self.chat.as_ref().filter(|_| is_chat(&req)) {
-            return super::chat::chat_completions(State(gw.clone()), req).await;
+            // Boxed, as the router boxes it: a connection holds room for
+            // this future from its start, so an idle one would hold the
+            // whole handler's.
+            return Box::pin(super::chat::chat_completions(State(gw.clone()), req)).await;
         }
         match self.router.clone().oneshot(req).await {
             Ok(resp) => resp,
