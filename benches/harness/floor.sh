@@ -21,16 +21,7 @@ floor=${FLOOR_BIN:-$root/benches/floor/target/release/floor}
 check_ports "$UPSTREAM_PORT" "$PROXY_PORT" "$CONCLAVE_PORT" "$FLOOR_PORT"
 start_nginx upstream
 start_nginx proxy; proxy_pid=${pids[-1]}
-cat > "$tmp/conclave.toml" <<TOML
-[server]
-listen = "127.0.0.1:$CONCLAVE_PORT"
-[upstreams.bench]
-kind = "openai"
-base_url = "http://127.0.0.1:$UPSTREAM_PORT/v1"
-[models.bench-model]
-upstream = "bench"
-TOML
-"$bin" serve --config "$tmp/conclave.toml" >"$tmp/conclave.log" 2>&1 & cpid=$!; pids+=($cpid)
+start_conclave "$CONCLAVE_PORT" /v1
 "$floor" "127.0.0.1:$FLOOR_PORT" "127.0.0.1:$UPSTREAM_PORT" "$(nproc)" & fpid=$!; pids+=($fpid)
 wait_up "http://127.0.0.1:$UPSTREAM_PORT/v1/models" "http://127.0.0.1:$PROXY_PORT/v1/models" \
   "http://127.0.0.1:$CONCLAVE_PORT/healthz" "http://127.0.0.1:$FLOOR_PORT/v1/models"

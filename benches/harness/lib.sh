@@ -47,3 +47,25 @@ wait_up() {
   done
   echo "not up after 30 s: $*" >&2; exit 1
 }
+
+# start_conclave PORT PATH: conclave on PORT, its model bench-model on the nginx upstream's
+# PATH (`/v1` for whole answers, `/sse17/v1` for 17-event streams) and bench-stream on its
+# `/sse/v1`; its pid in $cpid.
+start_conclave() {
+  cat > "$tmp/conclave-$1.toml" <<TOML
+[server]
+listen = "127.0.0.1:$1"
+[upstreams.bench]
+kind = "openai"
+base_url = "http://127.0.0.1:$UPSTREAM_PORT$2"
+[upstreams.benchsse]
+kind = "openai"
+base_url = "http://127.0.0.1:$UPSTREAM_PORT/sse/v1"
+[models.bench-model]
+upstream = "bench"
+[models.bench-stream]
+upstream = "benchsse"
+model = "bench-model"
+TOML
+  "$bin" serve --config "$tmp/conclave-$1.toml" >"$tmp/conclave-$1.log" 2>&1 & cpid=$!; pids+=($cpid)
+}

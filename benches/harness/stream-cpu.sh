@@ -17,16 +17,7 @@ source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 secs=${1:-5}
 check_ports "$UPSTREAM_PORT" "$STREAM_PORT"
 start_nginx upstream
-cat > "$tmp/c.toml" <<TOML
-[server]
-listen = "127.0.0.1:$STREAM_PORT"
-[upstreams.sse]
-kind = "openai"
-base_url = "http://127.0.0.1:$UPSTREAM_PORT/sse17/v1"
-[models.bench-model]
-upstream = "sse"
-TOML
-"$bin" serve --config "$tmp/c.toml" >"$tmp/c.log" 2>&1 & cpid=$!; pids+=($cpid)
+start_conclave "$STREAM_PORT" /sse17/v1
 wait_up "http://127.0.0.1:$STREAM_PORT/healthz" "http://127.0.0.1:$UPSTREAM_PORT/v1/models"
 cat > "$tmp/s.lua" <<'LUA'
 wrk.method = "POST"
