@@ -20,11 +20,11 @@ use super::Gateway;
 /// to one of them is answered as the router would.
 pub(super) const CHAT_PATHS: [&str; 2] = ["/v1/chat/completions", "/chat/completions"];
 
-/// A router, and the gateway whose chat completions skip it.
+/// The gateway's router, and the gateway, whose chat completions skip it.
 #[derive(Clone)]
 pub struct Routes {
     router: Router,
-    chat: Option<Arc<Gateway>>,
+    gateway: Arc<Gateway>,
 }
 
 impl Routes {
@@ -32,22 +32,21 @@ impl Routes {
     pub fn gateway(gateway: Arc<Gateway>) -> Self {
         Routes {
             router: super::router(gateway.clone()),
-            chat: Some(gateway),
+            gateway,
         }
-    }
-
-    /// Only `router`, for every request.
-    pub fn only(router: Router) -> Self {
-        Routes { router, chat: None }
     }
 
     /// The answer to `req`.
     pub async fn answer(&self, req: Request) -> Response {
-        if let Some(gw) = self.chat.as_ref().filter(|_| is_chat(&req)) {
+        if is_chat(&req) {
             // Boxed, as the router boxes it: a connection holds room for
             // this future from its start, so an idle one would hold the
             // whole handler's.
-            return Box::pin(super::chat::chat_completions(State(gw.clone()), req)).await;
+            return Box::pin(super::chat::chat_completions(
+                State(self.gateway.clone()),
+                req,
+            ))
+            .await;
         }
         match self.router.clone().oneshot(req).await {
             Ok(resp) => resp,

@@ -41,7 +41,6 @@ pub use workers::{Listeners, serve_on_workers};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio::time::{sleep, timeout};
@@ -163,20 +162,4 @@ impl Server {
             }
         }
     }
-}
-
-/// Serves `router` on `listener`, on this runtime, until `stop` is
-/// cancelled, then drains (see the module docs); cancels `hard` when the
-/// grace period runs out.
-pub async fn run(
-    listener: TcpListener,
-    router: Router,
-    limits: Limits,
-    budget: Budget,
-    stop: CancellationToken,
-    hard: CancellationToken,
-) {
-    Server::new(Routes::only(router), limits, budget, stop, hard)
-        .serve(listener)
-        .await;
 }
