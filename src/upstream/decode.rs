@@ -55,14 +55,13 @@ async fn read_body(mut body: BodyStream, limit: usize, by: Instant) -> Result<By
         if held + part.len() > limit {
             return Err(ReadError::TooLarge);
         }
-        match first.take() {
-            None if buf.is_empty() => first = Some(part),
-            earlier => {
-                if let Some(earlier) = earlier {
-                    buf.extend_from_slice(&earlier);
-                }
-                buf.extend_from_slice(&part);
+        if first.is_none() && buf.is_empty() {
+            first = Some(part);
+        } else {
+            if let Some(earlier) = first.take() {
+                buf.extend_from_slice(&earlier);
             }
+            buf.extend_from_slice(&part);
         }
         if Instant::now() >= by {
             return Err(ReadError::Late);
