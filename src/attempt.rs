@@ -26,15 +26,6 @@ pub const SUMMARY_CHARS: usize = 200;
 // A whole answer's plain text is kept long enough to make its summary.
 const _: () = assert!(SUMMARY_CHARS < crate::wire::TEXT_KEPT);
 
-/// `text` up to its first char boundary at or past `room` bytes: the
-/// char that crosses `room` is kept whole.
-fn up_to(text: &str, room: usize) -> &str {
-    let end = (room..text.len())
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(text.len());
-    text.get(..end).unwrap_or_default()
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Pending,
@@ -267,7 +258,8 @@ impl Attempt {
         else {
             return;
         };
-        s.summary.push_str(up_to(text, room));
+        let end = crate::text::ceil_char(text, room);
+        s.summary.push_str(text.get(..end).unwrap_or_default());
     }
 
     /// The upstream answered completely.
@@ -376,18 +368,5 @@ impl Drop for Cell {
         for sink in self.ctx.sinks() {
             sink.record(&record);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_summary_keeps_the_char_that_crosses_its_room() {
-        assert_eq!(super::up_to("hello", 9), "hello");
-        assert_eq!(super::up_to("hello", 2), "he");
-        // `é` takes bytes 1 and 2: a room of 2 keeps it.
-        assert_eq!(super::up_to("héllo", 2), "hé");
-        assert_eq!(super::up_to("h😀!", 2), "h😀");
-        assert_eq!(super::up_to("", 3), "");
     }
 }

@@ -1,7 +1,8 @@
 //! Cutting text to a number of characters: the one way an answer's kept
 //! text, a verdict's reading, an upstream's error, a record in the ring
 //! and an eval report shorten what they hold or show ([`first_chars`]),
-//! ending a text cut for show with `…` ([`ellipsize`]).
+//! ending a text cut for show with `…` ([`ellipsize`]); and cutting it at
+//! a number of bytes without splitting a character ([`ceil_char`]).
 
 use std::borrow::Cow;
 
@@ -39,9 +40,29 @@ pub fn ellipsize_in_place(s: &mut String, max: usize) -> bool {
     true
 }
 
+/// The first char boundary of `s` at or past byte `n` (its length when
+/// `n` is past it): a cut there keeps the character that crosses `n`.
+pub fn ceil_char(s: &str, n: usize) -> usize {
+    (n.min(s.len())..s.len())
+        .find(|&i| s.is_char_boundary(i))
+        .unwrap_or(s.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_byte_cut_keeps_the_char_that_crosses_it() {
+        let up_to = |s: &'static str, n| &s[..ceil_char(s, n)];
+        assert_eq!(up_to("hello", 9), "hello");
+        assert_eq!(up_to("hello", 2), "he");
+        // `é` takes bytes 1 and 2: a cut at 2 keeps it.
+        assert_eq!(up_to("héllo", 2), "hé");
+        assert_eq!(up_to("h😀!", 2), "h😀");
+        assert_eq!(up_to("", 3), "");
+        assert_eq!(&"h😀!"[ceil_char("h😀!", 0)..], "h😀!");
+    }
 
     #[test]
     fn cuts_at_characters_not_bytes() {

@@ -40,10 +40,7 @@ fn cut_text(v: &mut Value, mut n: usize) {
         if n == 0 || s.is_empty() {
             return;
         }
-        let k = n.min(s.len());
-        let k = (k..=s.len())
-            .find(|i| s.is_char_boundary(*i))
-            .unwrap_or(s.len());
+        let k = crate::text::ceil_char(s, n);
         let rest = s.split_off(k);
         n -= k.min(n);
         *s = if std::mem::take(&mut first) {

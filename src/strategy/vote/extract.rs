@@ -148,13 +148,10 @@ pub fn normalize(text: &str) -> String {
 
 /// The last [`MAX_TAIL`] bytes of `text`, cut on a character boundary.
 fn tail(text: &str) -> &str {
-    let Some(mut at) = text.len().checked_sub(MAX_TAIL) else {
+    let Some(at) = text.len().checked_sub(MAX_TAIL) else {
         return text;
     };
-    while !text.is_char_boundary(at) {
-        at += 1;
-    }
-    &text[at..]
+    &text[crate::text::ceil_char(text, at)..]
 }
 
 /// The last number in `text`, in its canonical form.
