@@ -149,3 +149,20 @@ fn values_past_the_depth_become_null() {
     let text = g.events()[0].to_string();
     assert!(!text.contains("leaf") && text.contains("null"), "{text}");
 }
+
+#[test]
+fn a_texts_json_length_is_what_serializing_it_takes() {
+    let specials = [
+        '"', '\\', '\n', '\t', '\u{0}', '\u{1f}', '\u{7f}', 'é', ' ', '!', '#', '[',
+    ];
+    for len in 0..20 {
+        for at in 0..len {
+            for c in specials {
+                let mut s: String = "a".repeat(len);
+                s.replace_range(at..at + 1, c.encode_utf8(&mut [0; 4]));
+                let want = serde_json::to_string(&s).unwrap().len();
+                assert_eq!(json_len(&s), want, "{s:?}");
+            }
+        }
+    }
+}

@@ -35,6 +35,10 @@
 //! waits at most [`WAIT`]; a fetch it stops waiting for still finishes
 //! and is kept.
 //!
+//! A model's answer, once there is one, is also kept where a call reads
+//! it without a lock, an allocation or a second clock read ([`Known`]):
+//! this runs before every call of a model whose config gives no window.
+//!
 //! Exact token counts, asked near a window, are [`count`]'s.
 
 pub mod count;
@@ -44,6 +48,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde_json::Value;
@@ -76,6 +81,20 @@ enum Props {
     Swap(String),
 }
 
+/// The most models [`Known`] keeps answers for: the models of one
+/// upstream in a config. Past it, the others are asked as before.
+const KNOWN_MODELS: usize = 256;
+
+/// A model's answer as last learned: its window (or none), until when it
+/// holds, and whether the models list gave it (then it holds whether
+/// the model is loaded or not).
+#[derive(Clone, Copy)]
+struct Known {
+    window: Option<u64>,
+    until: Instant,
+    listed: bool,
+}
+
 /// What one upstream's server has said about its models' windows.
 pub struct Learner {
     client: reqwest::Client,
@@ -84,6 +103,9 @@ pub struct Learner {
     props: Props,
     listing: Arc<Slot<Arc<HashMap<String, u64>>>>,
     per_model: Mutex<HashMap<String, Arc<Slot<Option<u64>>>>>,
+    /// Each model's answer while it holds, read on every call; replaced
+    /// whole when an answer is learned (once per model per [`KEEP`]).
+    known: ArcSwap<HashMap<String, Known>>,
 }
 
 impl Learner {
@@ -110,6 +132,7 @@ impl Learner {
             props,
             listing: Arc::new(Slot::default()),
             per_model: Mutex::new(HashMap::new()),
+            known: ArcSwap::default(),
         })
     }
 
@@ -117,7 +140,36 @@ impl Learner {
     /// llama-swap has it loaded). Nothing is built for a fetch unless one
     /// is made: this runs before every call of a model without a window.
     pub async fn window(&self, model: &str, warm: Warm, lane: &Arc<Gate>) -> Option<u64> {
-        let listing = self
+        if let Some(k) = self.known.load().get(model)
+            && k.until > Instant::now()
+        {
+            // Only a loaded model: asking a cold one would load it.
+            let cold = !k.listed && matches!(self.props, Props::Swap(_)) && warm != Warm::Yes;
+            return if cold { None } else { k.window };
+        }
+        let (window, known) = self.ask(model, warm, lane).await;
+        if let Some(k) = known {
+            self.keep(model, k);
+        }
+        window
+    }
+
+    /// Keeps `model`'s answer `k` for the calls after this one.
+    fn keep(&self, model: &str, k: Known) {
+        self.known.rcu(|all| {
+            let mut all = HashMap::clone(all);
+            if all.len() < KNOWN_MODELS || all.contains_key(model) {
+                all.insert(model.to_owned(), k);
+            }
+            all
+        });
+    }
+
+    /// [`Self::window`] asked of the kept answers and their fetches; with
+    /// the answer, what calls may take from it until it must be asked
+    /// again (nothing when it was not asked: a cold model's).
+    async fn ask(&self, model: &str, warm: Warm, lane: &Arc<Gate>) -> (Option<u64>, Option<Known>) {
+        let (listing, listed_until) = self
             .listing
             .get(|| {
                 let get = laned(lane, model, self.get_json(self.models_url.clone()));
@@ -128,11 +180,16 @@ impl Learner {
             })
             .await;
         if let Some(w) = listing.get(model) {
-            return Some(*w);
+            let k = Known {
+                window: Some(*w),
+                until: listed_until,
+                listed: true,
+            };
+            return (k.window, Some(k));
         }
         // Only a loaded model: asking a cold one would load it.
         if matches!(self.props, Props::Swap(_)) && warm != Warm::Yes {
-            return None;
+            return (None, None);
         }
         let slot = self
             .per_model
@@ -140,26 +197,34 @@ impl Learner {
             .entry(model.to_owned())
             .or_default()
             .clone();
-        slot.get(|| {
-            let get = self
-                .props_url(model)
-                .map(|url| laned(lane, model, self.get_json(url)));
-            let show = self.show(model).map(|show| laned(lane, model, show));
-            async move {
-                let props = match get {
-                    Some(get) => get.await?.as_ref().and_then(parse::props),
-                    None => None,
-                };
-                match (props, show) {
-                    (Some(w), _) => Ok(Some(w)),
-                    (None, Some(show)) => {
-                        show.await.map(|v| v.as_ref().and_then(parse::ollama_show))
+        let (window, until) = slot
+            .get(|| {
+                let get = self
+                    .props_url(model)
+                    .map(|url| laned(lane, model, self.get_json(url)));
+                let show = self.show(model).map(|show| laned(lane, model, show));
+                async move {
+                    let props = match get {
+                        Some(get) => get.await?.as_ref().and_then(parse::props),
+                        None => None,
+                    };
+                    match (props, show) {
+                        (Some(w), _) => Ok(Some(w)),
+                        (None, Some(show)) => {
+                            show.await.map(|v| v.as_ref().and_then(parse::ollama_show))
+                        }
+                        (None, None) => Ok(None),
                     }
-                    (None, None) => Ok(None),
                 }
-            }
-        })
-        .await
+            })
+            .await;
+        // Until the list may name it, too.
+        let k = Known {
+            window,
+            until: until.min(listed_until),
+            listed: false,
+        };
+        (window, Some(k))
     }
 
     /// Ollama's `POST /api/show` for `model` (a server of its own only,
@@ -306,10 +371,12 @@ impl<T> Default for Slot<T> {
 
 impl<T: Clone + Default + Send + 'static> Slot<T> {
     /// The kept answer (refreshed in the background once it is older than
-    /// [`KEEP`], or [`RETRY`] after a failure); the first time, `fetch`'s,
-    /// waited for. A fetch runs as a task of its own: a caller that stops
-    /// waiting does not stop it, so its answer is kept for the next.
-    async fn get<F>(&self, fetch: impl FnOnce() -> F) -> T
+    /// [`KEEP`], or [`RETRY`] after a failure), and until when it holds
+    /// (passed, for one given while it is refreshed); the first time,
+    /// `fetch`'s, waited for. A fetch runs as a task of its own: a caller
+    /// that stops waiting does not stop it, so its answer is kept for the
+    /// next.
+    async fn get<F>(&self, fetch: impl FnOnce() -> F) -> (T, Instant)
     where
         F: Future<Output = Result<T, ()>> + Send + 'static,
     {
@@ -325,11 +392,11 @@ impl<T: Clone + Default + Send + 'static> Slot<T> {
                     store(&value, fetch.await);
                 });
             }
-            return v;
+            return (v, until);
         }
         let one = self.fetching.clone().lock_owned().await;
-        if let Some((_, v)) = self.value.lock().clone() {
-            return v;
+        if let Some(kept) = self.value.lock().clone() {
+            return (kept.1, kept.0);
         }
         let value = self.value.clone();
         let fetch = fetch();
@@ -337,20 +404,25 @@ impl<T: Clone + Default + Send + 'static> Slot<T> {
             let _one = one;
             store(&value, fetch.await)
         });
-        task.await.unwrap_or_default()
+        task.await
+            .unwrap_or_else(|_| (T::default(), Instant::now()))
     }
 }
 
 /// Keeps a fetch's answer for [`KEEP`]; a failure keeps what was there
-/// (or the default) for [`RETRY`].
-fn store<T: Clone + Default>(value: &Mutex<Option<(Instant, T)>>, got: Result<T, ()>) -> T {
+/// (or the default) for [`RETRY`]. The answer and until when it holds.
+fn store<T: Clone + Default>(
+    value: &Mutex<Option<(Instant, T)>>,
+    got: Result<T, ()>,
+) -> (T, Instant) {
     let mut value = value.lock();
     let (keep, v) = match got {
         Ok(v) => (KEEP, v),
         Err(()) => (RETRY, value.take().map(|(_, v)| v).unwrap_or_default()),
     };
-    *value = Some((Instant::now() + keep, v.clone()));
-    v
+    let until = Instant::now() + keep;
+    *value = Some((until, v.clone()));
+    (v, until)
 }
 
 #[cfg(test)]
@@ -376,28 +448,30 @@ mod tests {
             slot.get(|| fetch(Ok(Some(1)))),
             slot.get(|| fetch(Ok(Some(2)))),
         );
-        assert_eq!((a, b, c), (Some(512), Some(512), Some(512)));
+        assert_eq!((a.0, b.0, c.0), (Some(512), Some(512), Some(512)));
+        // Each told until when it holds.
+        assert_eq!(a.1, Instant::now() + KEEP);
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
         // Kept until KEEP has passed.
         tokio::time::advance(KEEP - Duration::from_secs(1)).await;
-        assert_eq!(slot.get(|| fetch(Ok(Some(9)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(9)))).await.0, Some(512));
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
         // Then given at once while one fetch refreshes it (a failed one
         // keeps it).
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(slot.get(|| fetch(Err(()))).await, Some(512));
-        assert_eq!(slot.get(|| fetch(Ok(Some(3)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Err(()))).await.0, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(3)))).await.0, Some(512));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(fetches.load(Ordering::SeqCst), 2);
-        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await.0, Some(512));
         // A failure is tried again after RETRY, not before.
         tokio::time::advance(RETRY - Duration::from_secs(2)).await;
-        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await.0, Some(512));
         assert_eq!(fetches.load(Ordering::SeqCst), 2);
         tokio::time::advance(Duration::from_secs(3)).await;
-        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await, Some(512));
+        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await.0, Some(512));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(slot.get(|| fetch(Ok(Some(8)))).await, Some(7));
+        assert_eq!(slot.get(|| fetch(Ok(Some(8)))).await.0, Some(7));
         assert_eq!(fetches.load(Ordering::SeqCst), 3);
     }
 
@@ -445,6 +519,99 @@ mod tests {
         assert!(waited.is_err());
         tokio::time::advance(Duration::from_secs(2)).await;
         let again = slot.get(|| async { Ok(Some(1)) }).await;
-        assert_eq!(again, Some(4096));
+        assert_eq!(again.0, Some(4096));
+    }
+
+    /// A server whose `/v1/models` gives `listed` a window and whose
+    /// `/props` has none; how often each was asked.
+    async fn server() -> (String, Arc<[AtomicU32; 2]>) {
+        use axum::routing::get;
+        let asked: Arc<[AtomicU32; 2]> = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+        let (a, b) = (asked.clone(), asked.clone());
+        let app = axum::Router::new()
+            .route(
+                "/v1/models",
+                get(move || async move {
+                    a[0].fetch_add(1, Ordering::SeqCst);
+                    axum::Json(serde_json::json!({"object": "list", "data": [
+                        {"id": "listed", "object": "model", "max_model_len": 1024}]}))
+                }),
+            )
+            .route(
+                "/props",
+                get(move || async move {
+                    b[1].fetch_add(1, Ordering::SeqCst);
+                    axum::http::StatusCode::NOT_FOUND
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}/v1"), asked)
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_kept_for_the_calls_after_it_until_it_must_be_asked_again() {
+        let (base, asked) = server().await;
+        let learner = Learner::new(reqwest::Client::new(), None, &base, None).unwrap();
+        let lane = one_at_a_time();
+        for _ in 0..20 {
+            assert_eq!(
+                learner.window("listed", Warm::Unknown, &lane).await,
+                Some(1024)
+            );
+            assert_eq!(learner.window("unlisted", Warm::Unknown, &lane).await, None);
+        }
+        let count = |i: usize| asked[i].load(Ordering::SeqCst);
+        assert_eq!((count(0), count(1)), (1, 1), "asked once each");
+        let known = learner.known.load();
+        let (listed, unlisted) = (known["listed"], known["unlisted"]);
+        assert!(listed.listed && !unlisted.listed);
+        assert_eq!((listed.window, unlisted.window), (Some(1024), None));
+        // Each holds as long as what it came from: the list, and for one
+        // it does not name, the list and the model's own answer.
+        let until = learner.listing.value.lock().as_ref().map(|v| v.0);
+        assert_eq!(Some(listed.until), until);
+        assert!(unlisted.until <= listed.until);
+        // One past its time is asked again (of the answers kept: nothing
+        // is fetched before they are old) and kept anew.
+        learner.keep(
+            "listed",
+            Known {
+                until: Instant::now(),
+                ..listed
+            },
+        );
+        assert_eq!(
+            learner.window("listed", Warm::Unknown, &lane).await,
+            Some(1024)
+        );
+        assert_eq!(learner.known.load()["listed"].until, listed.until);
+        assert_eq!((count(0), count(1)), (1, 1));
+    }
+
+    /// Behind llama-swap, an answer `/props` gave is not given for the
+    /// model while it is cold, as it would not be asked then.
+    #[tokio::test]
+    async fn a_kept_props_answer_is_for_a_warm_model_only_behind_llama_swap() {
+        let learner = Learner::new(
+            reqwest::Client::new(),
+            None,
+            "http://127.0.0.1:9/v1",
+            Some("http://127.0.0.1:9"),
+        )
+        .unwrap();
+        let lane = one_at_a_time();
+        let until = Instant::now() + KEEP;
+        let k = |listed| Known {
+            window: Some(512),
+            until,
+            listed,
+        };
+        learner.keep("props", k(false));
+        learner.keep("list", k(true));
+        assert_eq!(learner.window("props", Warm::Yes, &lane).await, Some(512));
+        assert_eq!(learner.window("props", Warm::No, &lane).await, None);
+        assert_eq!(learner.window("list", Warm::No, &lane).await, Some(512));
     }
 }
