@@ -148,6 +148,36 @@ impl Gathered {
             .collect()
     }
 
+    /// Reads what its lines hold at depth `level` (for `super::cold`): 0,
+    /// the lines; 1, each attempt's fields; 2, each attempt's texts.
+    pub(super) fn touch(&self, level: u8) {
+        use std::hint::black_box;
+        for line in &self.lines {
+            let attempt = match line {
+                Line::Attempt(AttemptLine::Own(a, _)) => Some(&**a),
+                Line::Attempt(AttemptLine::Shared(e)) if level > 0 => match e.body() {
+                    EventBody::Attempt(a) => Some(&**a),
+                    _ => None,
+                },
+                _ => None,
+            };
+            match (level, attempt) {
+                (0, _) => {
+                    black_box(std::mem::discriminant(line));
+                }
+                (1, Some(a)) => {
+                    black_box(a.texts().map(str::len));
+                }
+                (_, Some(a)) => {
+                    for t in a.texts() {
+                        black_box(t.as_bytes().first());
+                    }
+                }
+                (_, None) => {}
+            }
+        }
+    }
+
     /// `line` bounded, when it fits in what the record has left.
     fn fit(&mut self, line: Map<String, Value>) -> Option<Value> {
         let mut cut = 0;

@@ -10,16 +10,19 @@
 //! A record is listed from its request's start (`running`: bounded by
 //! the requests in flight, which the server bounds) and moves to the ring
 //! when its `request` line closes it; a request that never closes (its
-//! sink dropped first) leaves with its sink.
+//! sink dropped first) leaves with its sink. Both lists are kept in
+//! shards, one per serving thread (`shard`), and the ring's older records
+//! let go a batch at a time (`cold`): a reader merges the shards.
 //!
 //! Request ids come from the client (`x-request-id`), so two records may
 //! share one: a look-up by id answers the newest.
 
 mod bound;
+mod cold;
+mod shard;
 mod tap;
 
 use std::cmp::Reverse;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -30,6 +33,7 @@ use tokio::time::Instant;
 use super::{Event, EventBody};
 use bound::Gathered;
 pub use bound::{FIELD_BYTES, FIELD_CHARS, MAX_ATTEMPTS, MAX_EVENTS, RECORD_BYTES};
+use shard::Shard;
 pub use tap::Tap;
 
 /// The status a record shows while its request runs.
@@ -175,20 +179,28 @@ fn status_matches(want: &str, have: &str) -> bool {
     }
 }
 
-/// The requests running, in slots a finished one frees.
-#[derive(Default)]
-struct Running {
-    slots: Vec<Option<Arc<Record>>>,
-    free: Vec<usize>,
+/// Where a running request's record is listed: its shard and its slot
+/// there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Listed {
+    shard: usize,
+    slot: usize,
 }
 
-/// The ring: the newest `cap` finished records, oldest first; and the
-/// records of the requests running.
+/// How often (in finished records) a push also sweeps another shard:
+/// every shard is swept once in `SWEEP * SHARDS` finished requests.
+const SWEEP: u64 = 64;
+
+/// The ring: the newest `cap` finished records, and the records of the
+/// requests running, kept in shards by the thread that serves them
+/// (`shard`).
 pub struct Recent {
     cap: AtomicUsize,
-    ring: Mutex<VecDeque<Arc<Record>>>,
-    running: Mutex<Running>,
+    shards: Box<[Shard]>,
+    /// Records started so far: their order.
     seq: AtomicU64,
+    /// Records finished so far: the newest one's number.
+    finished: AtomicU64,
 }
 
 impl Recent {
@@ -196,9 +208,9 @@ impl Recent {
     pub fn new(cap: usize) -> Self {
         Recent {
             cap: AtomicUsize::new(cap),
-            ring: Mutex::new(VecDeque::new()),
-            running: Mutex::default(),
+            shards: (0..shard::SHARDS).map(|_| Shard::default()).collect(),
             seq: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
         }
     }
 
@@ -207,65 +219,74 @@ impl Recent {
         self.cap.load(Ordering::Relaxed) > 0
     }
 
+    /// The ring's size and its newest record's number.
+    fn bounds(&self) -> (usize, u64) {
+        (
+            self.cap.load(Ordering::Relaxed),
+            self.finished.load(Ordering::Acquire),
+        )
+    }
+
     /// Keeps at most `cap` records from now on (a reload); the oldest
     /// beyond it go at once.
     pub fn resize(&self, cap: usize) {
         self.cap.store(cap, Ordering::Relaxed);
-        let mut ring = self.ring.lock();
-        while ring.len() > cap {
-            ring.pop_front();
-        }
-        if cap == 0 {
-            ring.shrink_to_fit();
+        let newest = self.finished.load(Ordering::Acquire);
+        for s in &self.shards {
+            s.resize(newest, cap);
         }
     }
 
-    /// Lists the record of a request that starts now: its slot among
-    /// the running.
-    fn start(&self, record: Arc<Record>) -> usize {
-        let mut r = self.running.lock();
-        match r.free.pop() {
-            Some(slot) => {
-                r.slots[slot] = Some(record);
-                slot
-            }
-            None => {
-                r.slots.push(Some(record));
-                r.slots.len() - 1
-            }
-        }
+    /// Lists the record of a request that starts now, in the calling
+    /// thread's shard.
+    fn start(&self, record: Arc<Record>) -> Listed {
+        let shard = shard::mine();
+        let slot = self.shards[shard].start(record);
+        Listed { shard, slot }
     }
 
-    /// The record in `slot` is no longer running (it is in the ring
+    /// The record listed at `at` is no longer running (it is in the ring
     /// already, or never will be).
-    fn unlist(&self, slot: usize, record: &Arc<Record>) {
-        let mut r = self.running.lock();
-        let mine = r
-            .slots
-            .get(slot)
-            .and_then(Option::as_ref)
-            .is_some_and(|have| Arc::ptr_eq(have, record));
-        if mine {
-            r.slots[slot] = None;
-            r.free.push(slot);
+    fn unlist(&self, at: Listed, record: &Arc<Record>) {
+        if let Some(s) = self.shards.get(at.shard) {
+            s.unlist(at.slot, record);
         }
     }
 
     /// A finished record joins the ring (before it leaves the running,
-    /// so a reader always finds it).
+    /// so a reader always finds it), in the calling thread's shard.
     fn push(&self, record: Arc<Record>) {
         let cap = self.cap.load(Ordering::Relaxed);
         if cap == 0 {
             return;
         }
-        let old = {
-            let mut ring = self.ring.lock();
-            let old = (ring.len() >= cap).then(|| ring.pop_front()).flatten();
-            ring.push_back(record);
-            old
-        };
-        // The oldest record is freed outside the lock.
-        drop(old);
+        let n = self.finished.fetch_add(1, Ordering::AcqRel) + 1;
+        self.shards[shard::mine()].push(n, record, cap);
+        if n.is_multiple_of(SWEEP) {
+            let other = (n / SWEEP) as usize % self.shards.len();
+            self.shards[other].sweep(n, cap);
+        }
+    }
+
+    /// The finished records the ring keeps, newest first.
+    fn finished(&self) -> Vec<Arc<Record>> {
+        let (cap, newest) = self.bounds();
+        let mut all = Vec::new();
+        for s in &self.shards {
+            s.finished_into(newest, cap, &mut all);
+        }
+        all.sort_unstable_by_key(|(n, _)| Reverse(*n));
+        all.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// The records listed as running, the latest started first.
+    fn running_now(&self) -> Vec<Arc<Record>> {
+        let mut all = Vec::new();
+        for s in &self.shards {
+            s.running_into(&mut all);
+        }
+        all.sort_unstable_by_key(|r| Reverse(r.seq));
+        all
     }
 
     /// The records `filter` matches: those running first (the latest
@@ -274,28 +295,13 @@ impl Recent {
     pub fn list(&self, filter: &Filter) -> Vec<Arc<Record>> {
         let mut out: Vec<Arc<Record>> = Vec::new();
         if !filter.finished_only {
-            out = self
-                .running
-                .lock()
-                .slots
-                .iter()
-                .flatten()
-                .filter(|r| r.status.get().is_none() && filter.matches(r))
-                .cloned()
-                .collect();
-            out.sort_by_key(|r| Reverse(r.seq));
+            out = self.running_now();
+            out.retain(|r| filter.matches(r));
             out.truncate(filter.limit);
         }
         let left = filter.limit - out.len();
-        out.extend(
-            self.ring
-                .lock()
-                .iter()
-                .rev()
-                .filter(|r| filter.matches(r))
-                .take(left)
-                .cloned(),
-        );
+        let finished = self.finished().into_iter();
+        out.extend(finished.filter(|r| filter.matches(r)).take(left));
         out
     }
 
@@ -303,21 +309,14 @@ impl Recent {
     /// running one first.
     pub fn get(&self, id: &str, key: Option<&str>) -> Option<Arc<Record>> {
         let is = |r: &Arc<Record>| *r.id == *id && key.is_none_or(|k| *r.key == *k);
-        let running = self
-            .running
-            .lock()
-            .slots
-            .iter()
-            .flatten()
-            .filter(|r| r.status.get().is_none() && is(r))
-            .max_by_key(|r| r.seq)
-            .cloned();
-        running.or_else(|| self.ring.lock().iter().rev().find(|r| is(r)).cloned())
+        let running = self.running_now().into_iter().find(is);
+        running.or_else(|| self.finished().into_iter().find(is))
     }
 
     /// How many finished records it holds.
     pub fn len(&self) -> usize {
-        self.ring.lock().len()
+        let (cap, newest) = self.bounds();
+        self.shards.iter().map(|s| s.kept(newest, cap)).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -326,7 +325,7 @@ impl Recent {
 
     /// How many requests it lists as running.
     pub fn running(&self) -> usize {
-        self.running.lock().slots.iter().flatten().count()
+        self.running_now().len()
     }
 }
 

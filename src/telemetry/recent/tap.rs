@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use super::bound::{self, AttemptLine, Gathered};
-use super::{Recent, Record};
+use super::{Listed, Recent, Record};
 use crate::sink::{AttemptRecord, AttemptSink, EventSink, RequestEnd};
 use crate::telemetry::attempt::AttemptEvent;
 use crate::telemetry::{Event, EventBody, Telemetry, attempt, request};
@@ -39,8 +39,8 @@ fn event(r: &AttemptRecord, fields: Box<AttemptEvent>) -> Event {
 pub struct Tap {
     telemetry: Arc<Telemetry>,
     record: Arc<Record>,
-    /// Its slot among the running, while it is listed there.
-    slot: usize,
+    /// Where it is listed among the running, while it is.
+    listed_at: Listed,
     listed: AtomicBool,
     /// The bytes its id and route take in a line.
     head: usize,
@@ -71,11 +71,11 @@ impl Tap {
             status: std::sync::OnceLock::new(),
             gathered: Mutex::new(Gathered::default()),
         });
-        let slot = recent.start(record.clone());
+        let listed_at = recent.start(record.clone());
         Tap {
             telemetry,
             record,
-            slot,
+            listed_at,
             listed: AtomicBool::new(true),
             head: bound::head_len(id, route),
         }
@@ -89,7 +89,7 @@ impl Tap {
 impl Drop for Tap {
     fn drop(&mut self) {
         if self.listed.swap(false, Ordering::AcqRel) {
-            self.recent().unlist(self.slot, &self.record);
+            self.recent().unlist(self.listed_at, &self.record);
         }
     }
 }
@@ -137,7 +137,7 @@ impl EventSink for Tap {
         let _ = self.record.status.set(end.status);
         if self.listed.swap(false, Ordering::AcqRel) {
             self.recent().push(self.record.clone());
-            self.recent().unlist(self.slot, &self.record);
+            self.recent().unlist(self.listed_at, &self.record);
         }
     }
 }

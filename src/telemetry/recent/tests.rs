@@ -187,3 +187,81 @@ fn the_summary_has_the_contracts_fields() {
     assert_eq!(d["attempts"][0]["ts"], "1970-01-01T00:00:00.000Z");
     assert_eq!(d["events"], json!([]));
 }
+
+/// Records finished on `threads` threads at once, `each` apiece, into
+/// `ring`; each thread's records are named `t{thread}-{n}`.
+fn finish_on_threads(ring: &Arc<Recent>, threads: usize, each: usize) {
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let ring = ring.clone();
+            s.spawn(move || {
+                for n in 0..each {
+                    record(&ring, &format!("t{t}-{n}"), "k", "a", "200", n as u64);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn records_finished_on_many_threads_are_kept_newest_first_and_no_more() {
+    let ring = Arc::new(Recent::new(50));
+    finish_on_threads(&ring, 4, 100);
+    let listed = ring.list(&Filter {
+        limit: 1000,
+        ..Filter::default()
+    });
+    assert_eq!((listed.len(), ring.len()), (50, 50));
+    // Exactly the newest 50 the ring numbered, newest first, whichever
+    // shard holds them.
+    let newest = ring.finished.load(Ordering::Relaxed);
+    let mut all = Vec::new();
+    for s in &ring.shards {
+        s.finished_into(newest, usize::MAX, &mut all);
+    }
+    all.sort_unstable_by_key(|(n, _)| Reverse(*n));
+    let want: Vec<&str> = all.iter().take(50).map(|(_, r)| &*r.id).collect();
+    assert_eq!(ids(&listed), want);
+    // Each thread's own records, in the order it finished them.
+    let of = |t: usize| -> Vec<u64> {
+        let prefix = format!("t{t}-");
+        listed
+            .iter()
+            .filter_map(|r| r.id.strip_prefix(&prefix)?.parse().ok())
+            .collect()
+    };
+    for t in 0..4 {
+        let mine = of(t);
+        assert!(mine.windows(2).all(|w| w[0] > w[1]), "{mine:?}");
+    }
+}
+
+#[test]
+fn a_shard_whose_thread_stopped_is_swept_by_the_others() {
+    let ring = Arc::new(Recent::new(10));
+    // One thread fills the ring and stops.
+    finish_on_threads(&ring, 1, 10);
+    let held = |ring: &Recent| -> usize { ring.shards.iter().map(|s| s.kept(0, usize::MAX)).sum() };
+    assert_eq!(held(&ring), 10);
+    // This thread's records push them out of what the ring keeps; the
+    // stopped thread's shard lets them go once a sweep comes by.
+    for n in 0..(shard::SHARDS as u64 + 1) * SWEEP {
+        record(&ring, &format!("later-{n}"), "k", "a", "200", n);
+    }
+    assert_eq!(ring.len(), 10);
+    assert!(ring.get("t0-9", None).is_none());
+    assert!(held(&ring) <= 10 + cold::BATCH, "{}", held(&ring));
+}
+
+#[test]
+fn a_resize_lets_go_at_once_of_what_it_no_longer_keeps() {
+    let ring = Arc::new(Recent::new(100));
+    finish_on_threads(&ring, 3, 40);
+    assert_eq!(ring.len(), 100);
+    ring.resize(5);
+    assert_eq!(ring.len(), 5);
+    let held: usize = ring.shards.iter().map(|s| s.kept(0, usize::MAX)).sum();
+    assert_eq!(held, 5);
+    ring.resize(0);
+    assert!(ring.is_empty() && !ring.enabled());
+}
