@@ -25,8 +25,11 @@ use crate::wire::{ChatRequest, ClientBody, ReadRequest, UsageField, null_usage_s
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
-pub async fn chat_completions(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
-    serve(&gw, req, &Chat).await
+pub fn chat_completions(
+    State(gw): State<Arc<Gateway>>,
+    req: Request,
+) -> impl Future<Output = Response> + Send + 'static {
+    serve(gw, req, &Chat)
 }
 
 struct Chat;

@@ -21,12 +21,18 @@ use crate::upstream::ConcreteModel;
 use crate::wire::billing::{Billable, answers, check_caps, output_cap, prompt_fields};
 use crate::wire::{Endpoint, estimate_tokens, text_len};
 
-pub async fn completions(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
-    serve(&gw, req, &Forward(Endpoint::COMPLETIONS)).await
+pub fn completions(
+    State(gw): State<Arc<Gateway>>,
+    req: Request,
+) -> impl Future<Output = Response> + Send + 'static {
+    serve(gw, req, &Forward(Endpoint::COMPLETIONS))
 }
 
-pub async fn embeddings(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
-    serve(&gw, req, &Forward(Endpoint::EMBEDDINGS)).await
+pub fn embeddings(
+    State(gw): State<Arc<Gateway>>,
+    req: Request,
+) -> impl Future<Output = Response> + Send + 'static {
+    serve(gw, req, &Forward(Endpoint::EMBEDDINGS))
 }
 
 /// A body relayed as it is to one concrete model.

@@ -168,14 +168,14 @@ impl ConcreteModel {
             input_tokens,
             tools: false,
         };
-        self.call(call, out).await
+        self.call(&call, out).await
     }
 
     /// Makes the call, and sends it again after a failure as the
     /// upstream's `retries` and the route's retry budget allow (each try
     /// its own attempt), until an answer begins: a stream that broke after
     /// its first chunk is never retried here.
-    async fn call(&self, call: Call, out: Outgoing) -> Result<Reply, ModelError> {
+    async fn call(&self, call: &Call, out: Outgoing) -> Result<Reply, ModelError> {
         // A streamed call's first token is due `ttft_timeout` after the
         // call began, queueing and retries included: a chain's local tier
         // that cannot start in time moves the chain on, as a slow one does.
@@ -336,12 +336,14 @@ impl ConcreteModel {
         if !(200..300).contains(&resp.status) {
             return Err(decode::status_error(resp, &x).await);
         }
+        // A stream's relay is boxed: its future is the largest here, and
+        // would make every call's, streamed or whole, that large.
         match out.wire {
-            Wire::Stream => relay::stream(resp, x, attempt, permit)
+            Wire::Stream => Box::pin(relay::stream(resp, x, attempt, permit))
                 .await
                 .map(ReplyBody::Stream),
             Wire::Assemble => {
-                let s = relay::stream(resp, x, attempt, permit).await?;
+                let s = Box::pin(relay::stream(resp, x, attempt, permit)).await?;
                 let whole = delivery::collect(s, &up.name).await?;
                 delivery::with_usage(whole, attempt.usage()).map(ReplyBody::Whole)
             }
@@ -365,7 +367,7 @@ impl ConcreteModel {
             input_tokens,
             tools: delivery::carries_tools(req),
         };
-        self.call(call.clone(), out).await
+        self.call(call, out).await
     }
 }
 

@@ -35,8 +35,11 @@ use crate::wire::billing::Billable;
 /// Says how `count_tokens` counted: `estimate` (conclave's rule).
 pub const TOKEN_COUNT: HeaderName = HeaderName::from_static("x-conclave-token-count");
 
-pub async fn create(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
-    serve(&gw, req, &MessagesApi).await
+pub fn create(
+    State(gw): State<Arc<Gateway>>,
+    req: Request,
+) -> impl Future<Output = Response> + Send + 'static {
+    serve(gw, req, &MessagesApi)
 }
 
 struct MessagesApi;

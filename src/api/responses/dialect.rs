@@ -22,8 +22,11 @@ use crate::api::ingress::{Admitted, Dialect, Job, dropped_tools, serve};
 use crate::wire::Endpoint;
 use crate::wire::billing::Billable;
 
-pub async fn create(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
-    serve(&gw, req, &ResponsesApi).await
+pub fn create(
+    State(gw): State<Arc<Gateway>>,
+    req: Request,
+) -> impl Future<Output = Response> + Send + 'static {
+    serve(gw, req, &ResponsesApi)
 }
 
 struct ResponsesApi;
