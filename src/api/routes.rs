@@ -11,6 +11,7 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::response::Response;
+use futures::future::BoxFuture;
 use tower::ServiceExt;
 
 use super::Gateway;
@@ -36,22 +37,23 @@ impl Routes {
         }
     }
 
-    /// The answer to `req`.
-    pub async fn answer(&self, req: Request) -> Response {
+    /// The answer to `req`, boxed (as the router boxes its handlers'):
+    /// the connection that awaits it holds room for its future from its
+    /// start, and writes it there at every request.
+    pub fn answer(&self, req: Request) -> BoxFuture<'static, Response> {
         if is_chat(&req) {
-            // Boxed, as the router boxes it: a connection holds room for
-            // this future from its start, so an idle one would hold the
-            // whole handler's.
             return Box::pin(super::chat::chat_completions(
                 State(self.gateway.clone()),
                 req,
-            ))
-            .await;
+            ));
         }
-        match self.router.clone().oneshot(req).await {
-            Ok(resp) => resp,
-            Err(never) => match never {},
-        }
+        let routed = self.router.clone().oneshot(req);
+        Box::pin(async move {
+            match routed.await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            }
+        })
     }
 }
 

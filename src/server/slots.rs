@@ -83,6 +83,15 @@ impl Slots {
 
     /// Lists a connection as live (a candidate for eviction) until the
     /// returned guard drops.
+    /// A slot for a request on the connection whose own slot is `own`,
+    /// if one is free now: its own, else one of the pool's.
+    pub(super) fn free_now(&self, own: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+        own.clone()
+            .try_acquire_owned()
+            .or_else(|_| self.pool.clone().try_acquire_owned())
+            .ok()
+    }
+
     pub(super) fn register(self: &Arc<Self>, state: Arc<ConnState>) -> Registered {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.live.lock().insert(id, state);
@@ -100,10 +109,7 @@ impl Slots {
         own: &Arc<Semaphore>,
         wait: Duration,
     ) -> Option<OwnedSemaphorePermit> {
-        if let Ok(p) = own.clone().try_acquire_owned() {
-            return Some(p);
-        }
-        if let Ok(p) = self.pool.clone().try_acquire_owned() {
+        if let Some(p) = self.free_now(own) {
             return Some(p);
         }
         let either = async {
