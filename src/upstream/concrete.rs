@@ -204,7 +204,7 @@ impl ConcreteModel {
             if let Some((reason, _)) = prev {
                 attempt.set_retry(reason);
             }
-            let answer = self.exchange(&call, &out, first_due, &attempt).await;
+            let answer = self.exchange(call, &out, first_due, &attempt).await;
             let e = match watch::ended(ticket, &call.ctx, &mut counted, answer) {
                 Ok(body) => {
                     return Ok(Reply {
@@ -219,7 +219,7 @@ impl ConcreteModel {
             self.heard(&e);
             attempt.fail(&e);
             drop(attempt);
-            let Some((reason, wait)) = self.retry_after(&call, &out, &e, done, first_due) else {
+            let Some((reason, wait)) = self.retry_after(call, &out, &e, done, first_due) else {
                 return Err(e);
             };
             retry = Some((reason, e));
