@@ -14,7 +14,10 @@
 //! whichever shard holds them. A shard lets its older ones go when its
 //! thread finishes another; one whose thread stopped serving is swept
 //! by the others now and then ([`Shard::sweep`]), and readers skip what
-//! a shard still holds but the ring no longer keeps.
+//! a shard still holds but the ring no longer keeps. So a shard holds at
+//! most `cap` records and a batch ([`super::cold::BATCH`]), and the ring
+//! about `cap`: when the requests move from one thread to another, up to
+//! twice that until the sweeps come by (within 1,024 finished requests).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
