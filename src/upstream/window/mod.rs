@@ -148,7 +148,9 @@ impl Learner {
             return if cold { None } else { k.window };
         }
         let (window, known) = self.ask(model, warm, lane).await;
-        if let Some(k) = known {
+        // An old answer, given while it is fetched again, is not kept:
+        // the next call asks again, until the new one is in.
+        if let Some(k) = known.filter(|k| k.until > Instant::now()) {
             self.keep(model, k);
         }
         window
