@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
+use futures::future::Either;
 use http_body_util::{BodyDataStream, Full};
 use hyper::Request;
 use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue, RETRY_AFTER};
@@ -84,14 +85,31 @@ impl Direct {
     }
 
     /// POSTs a JSON `body` to `uri` with `auth` and the call's ids, and
-    /// returns once the status line is in.
-    pub async fn post(
+    /// returns once the status line is in. The request is built before
+    /// the future that sends it is made, and moved into it: held across
+    /// the await too, it would be in the future twice (every call's
+    /// future is written whole when it is boxed).
+    pub fn post(
         &self,
         uri: &Uri,
         auth: Option<&HeaderValue>,
         body: Bytes,
         ids: &CallIds<'_>,
-    ) -> Result<RawResponse, TransportError> {
+    ) -> impl Future<Output = Result<RawResponse, TransportError>> + Send + '_ {
+        match self.request(uri, auth, body, ids) {
+            Ok(req) => Either::Left(self.send(req)),
+            Err(e) => Either::Right(std::future::ready(Err(e))),
+        }
+    }
+
+    /// The request [`Self::post`] sends.
+    fn request(
+        &self,
+        uri: &Uri,
+        auth: Option<&HeaderValue>,
+        body: Bytes,
+        ids: &CallIds<'_>,
+    ) -> Result<Request<Full<Bytes>>, TransportError> {
         let mut req = Request::post(uri.clone())
             .body(Full::new(body))
             .map_err(|e| TransportError {
@@ -115,8 +133,17 @@ impl Direct {
         {
             h.insert(HeaderName::from_static("traceparent"), tp);
         }
-        let shard = Pool::shard();
-        let (tx, resp) = self.send(req).await?;
+        Ok(req)
+    }
+
+    /// `resp`, the answer that came on `tx`, its body returning the
+    /// connection to the pool (of `shard`) once read.
+    fn answered(
+        &self,
+        tx: Sender,
+        resp: hyper::Response<hyper::body::Incoming>,
+        shard: usize,
+    ) -> RawResponse {
         let retry_after = resp
             .headers()
             .get(RETRY_AFTER)
@@ -125,27 +152,25 @@ impl Direct {
         let status = resp.status().as_u16();
         let body = Returning::new(resp.into_body(), tx, &self.pool, shard);
         let body = BodyDataStream::new(body).map_err(|e| Box::new(e) as BoxError);
-        Ok(RawResponse {
+        RawResponse {
             status,
             retry_after,
             body: Box::pin(body),
-        })
+        }
     }
 
-    /// Sends `req` on an idle connection, or a new one. A request that an
-    /// idle connection could not take (the server closed it meanwhile)
-    /// goes on a new connection; one that was sent is never sent twice.
-    async fn send(
-        &self,
-        req: Request<Full<Bytes>>,
-    ) -> Result<(Sender, hyper::Response<hyper::body::Incoming>), TransportError> {
-        let mut req = req;
+    /// Sends `req` on an idle connection, or a new one, and returns once
+    /// its status line is in. A request that an idle connection could not
+    /// take (the server closed it meanwhile) goes on a new connection; one
+    /// that was sent is never sent twice.
+    async fn send(&self, mut req: Request<Full<Bytes>>) -> Result<RawResponse, TransportError> {
+        let shard = Pool::shard();
         while let Some(mut tx) = self.pool.take() {
             if tx.ready().await.is_err() {
                 continue;
             }
             match tx.try_send_request(req).await {
-                Ok(resp) => return Ok((tx, resp)),
+                Ok(resp) => return Ok(self.answered(tx, resp, shard)),
                 Err(mut e) => match e.take_message() {
                     Some(unsent) => req = unsent,
                     None => return Err(closed(e.into_error())),
@@ -161,7 +186,7 @@ impl Direct {
             })?;
         tx.ready().await.map_err(closed)?;
         let resp = tx.send_request(req).await.map_err(closed)?;
-        Ok((tx, resp))
+        Ok(self.answered(tx, resp, shard))
     }
 }
 
