@@ -268,55 +268,56 @@ impl Recent {
         }
     }
 
-    /// The finished records the ring keeps, newest first.
-    fn finished(&self) -> Vec<Arc<Record>> {
+    /// The finished records the ring keeps that `want` takes, newest
+    /// first.
+    fn finished(&self, want: &dyn Fn(&Record) -> bool) -> Vec<Arc<Record>> {
         let (cap, newest) = self.bounds();
-        let mut all = Vec::new();
+        let mut found = Vec::new();
         for s in &self.shards {
-            s.finished_into(newest, cap, &mut all);
+            s.finished_into((newest, cap), want, &mut found);
         }
-        all.sort_unstable_by_key(|(n, _)| Reverse(*n));
-        all.into_iter().map(|(_, r)| r).collect()
+        found.sort_unstable_by_key(|(n, _)| Reverse(*n));
+        found.into_iter().map(|(_, r)| r).collect()
     }
 
-    /// The records listed as running, the latest started first.
-    fn running_now(&self) -> Vec<Arc<Record>> {
-        let mut all = Vec::new();
+    /// The records listed as running that `want` takes, the latest
+    /// started first.
+    fn running_now(&self, want: &dyn Fn(&Record) -> bool) -> Vec<Arc<Record>> {
+        let mut found = Vec::new();
         for s in &self.shards {
-            s.running_into(&mut all);
+            s.running_into(want, &mut found);
         }
-        all.sort_unstable_by_key(|r| Reverse(r.seq));
-        all
+        found.sort_unstable_by_key(|r| Reverse(r.seq));
+        found
     }
 
     /// The records `filter` matches: those running first (the latest
     /// started first), then the finished, most recently finished first;
     /// at most `filter.limit`.
     pub fn list(&self, filter: &Filter) -> Vec<Arc<Record>> {
+        let want = |r: &Record| filter.matches(r);
         let mut out: Vec<Arc<Record>> = Vec::new();
         if !filter.finished_only {
-            out = self.running_now();
-            out.retain(|r| filter.matches(r));
+            out = self.running_now(&want);
             out.truncate(filter.limit);
         }
         let left = filter.limit - out.len();
-        let finished = self.finished().into_iter();
-        out.extend(finished.filter(|r| filter.matches(r)).take(left));
+        out.extend(self.finished(&want).into_iter().take(left));
         out
     }
 
     /// The newest record with id `id` (of key `key`, when given): a
     /// running one first.
     pub fn get(&self, id: &str, key: Option<&str>) -> Option<Arc<Record>> {
-        let is = |r: &Arc<Record>| *r.id == *id && key.is_none_or(|k| *r.key == *k);
-        let running = self.running_now().into_iter().find(is);
-        running.or_else(|| self.finished().into_iter().find(is))
+        let is = |r: &Record| *r.id == *id && key.is_none_or(|k| *r.key == *k);
+        let running = self.running_now(&is).into_iter().next();
+        running.or_else(|| self.finished(&is).into_iter().next())
     }
 
     /// How many finished records it holds.
     pub fn len(&self) -> usize {
         let (cap, newest) = self.bounds();
-        self.shards.iter().map(|s| s.kept(newest, cap)).sum()
+        self.shards.iter().map(|s| s.count_kept(newest, cap)).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -325,7 +326,7 @@ impl Recent {
 
     /// How many requests it lists as running.
     pub fn running(&self) -> usize {
-        self.running_now().len()
+        self.shards.iter().map(Shard::count_running).sum()
     }
 }
 

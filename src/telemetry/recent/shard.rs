@@ -128,30 +128,48 @@ impl Shard {
         }
     }
 
-    /// Adds the finished records the ring keeps, with their numbers.
-    pub fn finished_into(&self, newest: u64, cap: usize, out: &mut Vec<(u64, Arc<Record>)>) {
+    /// Adds the finished records the ring keeps that `want` takes, with
+    /// their numbers.
+    pub fn finished_into(
+        &self,
+        (newest, cap): (u64, usize),
+        want: &dyn Fn(&Record) -> bool,
+        out: &mut Vec<(u64, Arc<Record>)>,
+    ) {
         let f = self.finished.lock();
-        out.extend(f.iter().filter(|(n, _)| kept(*n, newest, cap)).cloned());
+        let found = f.iter().filter(|(n, r)| kept(*n, newest, cap) && want(r));
+        out.extend(found.cloned());
     }
 
     /// How many finished records the ring keeps here.
-    pub fn kept(&self, newest: u64, cap: usize) -> usize {
+    pub fn count_kept(&self, newest: u64, cap: usize) -> usize {
         let f = self.finished.lock();
         f.iter().filter(|(n, _)| kept(*n, newest, cap)).count()
     }
 
-    /// Adds the records listed as running (finished ones still listed
-    /// are in the ring already, and left out).
-    pub fn running_into(&self, out: &mut Vec<Arc<Record>>) {
+    /// Adds the records listed as running that `want` takes (finished ones
+    /// still listed are in the ring already, and left out).
+    pub fn running_into(&self, want: &dyn Fn(&Record) -> bool, out: &mut Vec<Arc<Record>>) {
         let r = self.running.lock();
-        out.extend(
-            r.slots
-                .iter()
-                .flatten()
-                .filter(|r| r.status.get().is_none())
-                .cloned(),
-        );
+        let found = r
+            .slots
+            .iter()
+            .flatten()
+            .filter(|r| is_running(r) && want(r));
+        out.extend(found.cloned());
     }
+
+    /// How many records it lists as running.
+    pub fn count_running(&self) -> usize {
+        let r = self.running.lock();
+        r.slots.iter().flatten().filter(|r| is_running(r)).count()
+    }
+}
+
+/// Whether `r` is still running: a finished one stays listed for a
+/// moment after it joined the ring.
+fn is_running(r: &Record) -> bool {
+    r.status.get().is_none()
 }
 
 /// Lets the records the ring no longer keeps go from the front, and

@@ -217,7 +217,7 @@ fn records_finished_on_many_threads_are_kept_newest_first_and_no_more() {
     let newest = ring.finished.load(Ordering::Relaxed);
     let mut all = Vec::new();
     for s in &ring.shards {
-        s.finished_into(newest, usize::MAX, &mut all);
+        s.finished_into((newest, usize::MAX), &|_| true, &mut all);
     }
     all.sort_unstable_by_key(|(n, _)| Reverse(*n));
     let want: Vec<&str> = all.iter().take(50).map(|(_, r)| &*r.id).collect();
@@ -241,7 +241,12 @@ fn a_shard_whose_thread_stopped_is_swept_by_the_others() {
     let ring = Arc::new(Recent::new(10));
     // One thread fills the ring and stops.
     finish_on_threads(&ring, 1, 10);
-    let held = |ring: &Recent| -> usize { ring.shards.iter().map(|s| s.kept(0, usize::MAX)).sum() };
+    let held = |ring: &Recent| -> usize {
+        ring.shards
+            .iter()
+            .map(|s| s.count_kept(0, usize::MAX))
+            .sum()
+    };
     assert_eq!(held(&ring), 10);
     // This thread's records push them out of what the ring keeps; the
     // stopped thread's shard lets them go once a sweep comes by.
@@ -260,7 +265,11 @@ fn a_resize_lets_go_at_once_of_what_it_no_longer_keeps() {
     assert_eq!(ring.len(), 100);
     ring.resize(5);
     assert_eq!(ring.len(), 5);
-    let held: usize = ring.shards.iter().map(|s| s.kept(0, usize::MAX)).sum();
+    let held: usize = ring
+        .shards
+        .iter()
+        .map(|s| s.count_kept(0, usize::MAX))
+        .sum();
     assert_eq!(held, 5);
     ring.resize(0);
     assert!(ring.is_empty() && !ring.enabled());
