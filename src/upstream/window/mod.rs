@@ -43,6 +43,7 @@
 
 pub mod count;
 pub mod parse;
+mod slot;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -56,6 +57,7 @@ use tokio::time::Instant;
 
 use super::lane::Gate;
 use crate::labels::Warm;
+use slot::Slot;
 
 /// Longest a fetch may take, body included.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -351,131 +353,10 @@ impl Stated {
     }
 }
 
-/// One cached answer and the single fetch that refreshes it. Only the
-/// first answer is waited for: once there is one, a stale one is given at
-/// once while a fetch in the background refreshes it, so a model's calls
-/// wait for its server's metadata once, not every [`KEEP`].
-struct Slot<T> {
-    /// The answer and until when it holds.
-    value: Arc<Mutex<Option<(Instant, T)>>>,
-    /// Held by the one fetch in flight.
-    fetching: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl<T> Default for Slot<T> {
-    fn default() -> Self {
-        Slot {
-            value: Arc::new(Mutex::new(None)),
-            fetching: Arc::new(tokio::sync::Mutex::new(())),
-        }
-    }
-}
-
-impl<T: Clone + Default + Send + 'static> Slot<T> {
-    /// The kept answer (refreshed in the background once it is older than
-    /// [`KEEP`], or [`RETRY`] after a failure), and until when it holds
-    /// (passed, for one given while it is refreshed); the first time,
-    /// `fetch`'s, waited for. A fetch runs as a task of its own: a caller
-    /// that stops waiting does not stop it, so its answer is kept for the
-    /// next.
-    async fn get<F>(&self, fetch: impl FnOnce() -> F) -> (T, Instant)
-    where
-        F: Future<Output = Result<T, ()>> + Send + 'static,
-    {
-        let kept = self.value.lock().clone();
-        if let Some((until, v)) = kept {
-            if until <= Instant::now()
-                && let Ok(one) = self.fetching.clone().try_lock_owned()
-            {
-                let value = self.value.clone();
-                let fetch = fetch();
-                tokio::spawn(async move {
-                    let _one = one;
-                    store(&value, fetch.await);
-                });
-            }
-            return (v, until);
-        }
-        let one = self.fetching.clone().lock_owned().await;
-        if let Some(kept) = self.value.lock().clone() {
-            return (kept.1, kept.0);
-        }
-        let value = self.value.clone();
-        let fetch = fetch();
-        let task = tokio::spawn(async move {
-            let _one = one;
-            store(&value, fetch.await)
-        });
-        task.await
-            .unwrap_or_else(|_| (T::default(), Instant::now()))
-    }
-}
-
-/// Keeps a fetch's answer for [`KEEP`]; a failure keeps what was there
-/// (or the default) for [`RETRY`]. The answer and until when it holds.
-fn store<T: Clone + Default>(
-    value: &Mutex<Option<(Instant, T)>>,
-    got: Result<T, ()>,
-) -> (T, Instant) {
-    let mut value = value.lock();
-    let (keep, v) = match got {
-        Ok(v) => (KEEP, v),
-        Err(()) => (RETRY, value.take().map(|(_, v)| v).unwrap_or_default()),
-    };
-    let until = Instant::now() + keep;
-    *value = Some((until, v.clone()));
-    (v, until)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
-
-    #[tokio::test(start_paused = true)]
-    async fn one_fetch_at_a_time_kept_then_retried() {
-        let slot: Arc<Slot<Option<u64>>> = Arc::new(Slot::default());
-        let fetches = Arc::new(AtomicU32::new(0));
-        let fetch = |answer: Result<Option<u64>, ()>| {
-            let n = fetches.clone();
-            async move {
-                n.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                answer
-            }
-        };
-        // Three callers at once: one fetch.
-        let (a, b, c) = tokio::join!(
-            slot.get(|| fetch(Ok(Some(512)))),
-            slot.get(|| fetch(Ok(Some(1)))),
-            slot.get(|| fetch(Ok(Some(2)))),
-        );
-        assert_eq!((a.0, b.0, c.0), (Some(512), Some(512), Some(512)));
-        // Each told until when it holds.
-        assert_eq!(a.1, Instant::now() + KEEP);
-        assert_eq!(fetches.load(Ordering::SeqCst), 1);
-        // Kept until KEEP has passed.
-        tokio::time::advance(KEEP - Duration::from_secs(1)).await;
-        assert_eq!(slot.get(|| fetch(Ok(Some(9)))).await.0, Some(512));
-        assert_eq!(fetches.load(Ordering::SeqCst), 1);
-        // Then given at once while one fetch refreshes it (a failed one
-        // keeps it).
-        tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(slot.get(|| fetch(Err(()))).await.0, Some(512));
-        assert_eq!(slot.get(|| fetch(Ok(Some(3)))).await.0, Some(512));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(fetches.load(Ordering::SeqCst), 2);
-        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await.0, Some(512));
-        // A failure is tried again after RETRY, not before.
-        tokio::time::advance(RETRY - Duration::from_secs(2)).await;
-        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await.0, Some(512));
-        assert_eq!(fetches.load(Ordering::SeqCst), 2);
-        tokio::time::advance(Duration::from_secs(3)).await;
-        assert_eq!(slot.get(|| fetch(Ok(Some(7)))).await.0, Some(512));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(slot.get(|| fetch(Ok(Some(8)))).await.0, Some(7));
-        assert_eq!(fetches.load(Ordering::SeqCst), 3);
-    }
 
     /// A local lane of one call at a time.
     fn one_at_a_time() -> Arc<Gate> {
@@ -508,20 +389,6 @@ mod tests {
         let r = laned(&lane, "m", fetch(fetched.clone())).await;
         assert_eq!(r, Err(()));
         assert_eq!(fetched.load(Ordering::SeqCst), 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_caller_that_stops_waiting_leaves_the_answer_kept() {
-        let slot: Arc<Slot<Option<u64>>> = Arc::new(Slot::default());
-        let slow = async {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            Ok(Some(4096))
-        };
-        let waited = tokio::time::timeout(Duration::from_millis(100), slot.get(|| slow)).await;
-        assert!(waited.is_err());
-        tokio::time::advance(Duration::from_secs(2)).await;
-        let again = slot.get(|| async { Ok(Some(1)) }).await;
-        assert_eq!(again.0, Some(4096));
     }
 
     /// A server whose `/v1/models` gives `listed` a window and whose
@@ -572,7 +439,7 @@ mod tests {
         assert_eq!((listed.window, unlisted.window), (Some(1024), None));
         // Each holds as long as what it came from: the list, and for one
         // it does not name, the list and the model's own answer.
-        let until = learner.listing.value.lock().as_ref().map(|v| v.0);
+        let until = learner.listing.until();
         assert_eq!(Some(listed.until), until);
         assert!(unlisted.until <= listed.until);
         // One past its time is asked again (of the answers kept: nothing
