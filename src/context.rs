@@ -365,12 +365,15 @@ impl RequestCtx {
     /// The time spent waiting on at least one upstream, up to `now`
     /// (the union of the attempts' intervals, so parallel calls count once).
     pub fn upstream_wait(&self, now: Instant) -> Duration {
-        let mut spans: Vec<(Instant, Instant)> = self
-            .waits
-            .lock()
-            .iter()
-            .map(|&(s, e)| (s, e.unwrap_or(now).min(now)))
-            .collect();
+        let waits = self.waits.lock();
+        let span = |&(s, e): &(Instant, Option<Instant>)| (s, e.unwrap_or(now).min(now));
+        // One call (most requests): its own span, nothing to merge.
+        if let [one] = waits.as_slice() {
+            let (s, e) = span(one);
+            return e - s;
+        }
+        let mut spans: Vec<(Instant, Instant)> = waits.iter().map(span).collect();
+        drop(waits);
         spans.sort_by_key(|s| s.0);
         let mut total = Duration::ZERO;
         let mut cur: Option<(Instant, Instant)> = None;

@@ -13,7 +13,7 @@
 //! `api::relay` and `api::render`; a parent and its own children may).
 //! `tests/it/layers.rs` reads this table and checks every path in `src/`.
 //!
-//! 1. [`wire`], [`labels`], [`clock`], [`redact`], [`span`], [`log_line`], [`error`], [`alloc`], [`text`]: the leaves.
+//! 1. [`wire`], [`labels`], [`clock`], [`redact`], [`span`], [`log_line`], [`error`], [`alloc`], [`text`], [`boxed`]: the leaves.
 //!    `wire`: each dialect's wire types (OpenAI chat, Responses,
 //!    Anthropic Messages), keeping unknown fields; each endpoint as a
 //!    protocol value ([`wire::Endpoint`], beside its dialect's reader); the
@@ -26,6 +26,7 @@
 //!    `ModelError`, what can go wrong while a model answers. `alloc`: the
 //!    process's allocator (mimalloc on its fast path), the crate's only
 //!    `unsafe` code. `text`: cutting text to a number of characters.
+//!    `boxed`: a future boxed where it will run, not copied there.
 //! 2. [`sink`], [`mock`]: what a request reports (attempt and request
 //!    records) and the traits of what takes it (attempt and event sinks,
 //!    the instance's metrics recorder, a route's retry budget); the
@@ -77,6 +78,7 @@
 pub mod alloc;
 pub mod api;
 pub mod attempt;
+pub mod boxed;
 pub mod clock;
 pub mod config;
 pub mod context;

@@ -18,6 +18,7 @@ use super::Gateway;
 use super::error::ApiError;
 use super::ingress::{Admitted, Dialect, Job, serve};
 use super::render::Render;
+use crate::boxed::boxed;
 use crate::model::Chunk;
 use crate::sink::Totals;
 use crate::wire::billing::{answers, check_caps};
@@ -55,7 +56,7 @@ impl Dialect for Chat {
             request: Some(req.clone()),
             client_body,
             stream,
-            run: Box::new(move |call| Box::pin(async move { model.chat(call, req).await })),
+            run: Box::new(move |call| boxed(move || async move { model.chat(call, req).await })),
             render,
             headers: Vec::new(),
             on_open: None,

@@ -16,6 +16,7 @@ use super::Gateway;
 use super::chat::ChatRender;
 use super::error::ApiError;
 use super::ingress::{Admitted, Dialect, Job, serve};
+use crate::boxed::boxed;
 use crate::graph::Node;
 use crate::upstream::ConcreteModel;
 use crate::wire::billing::{Billable, answers, check_caps, output_cap, prompt_fields};
@@ -108,7 +109,7 @@ impl Dialect for Forward {
             client_body: None,
             stream,
             run: Box::new(move |call| {
-                Box::pin(async move { concrete.forward(call, endpoint, req).await })
+                boxed(move || async move { concrete.forward(call, endpoint, req).await })
             }),
             render: Box::new(ChatRender::new(include_usage)),
             headers: Vec::new(),

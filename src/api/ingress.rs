@@ -36,6 +36,7 @@ use super::guard::{RequestGuard, finish_response, request_id};
 use super::render::Render;
 use super::respond::{self, Work};
 use super::{AppState, Gateway, body, options};
+use crate::boxed::boxed;
 use crate::context::{Options, RequestCtx};
 use crate::error::ModelError;
 use crate::governor::{RateHeaders, Refused, record_rejection};
@@ -298,7 +299,8 @@ async fn run(
     if let Some(body) = job.client_body {
         ctx.keep_client_body(body);
     }
-    let work: Work = Box::pin(bounded(ctx.clone(), (job.run)(Call::new(ctx.clone()))));
+    let run = (job.run)(Call::new(ctx.clone()));
+    let work: Work = boxed(|| bounded(ctx.clone(), run));
     let keepalive = respond::keepalive_for(&ad.app, job.node);
     let answer = respond::Answer {
         node: job.node,

@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 use super::error::{ApiError, ErrorStyle};
 use super::ingress::Job;
 use super::render::Render;
+use crate::boxed::boxed;
 use crate::graph::Node;
 use crate::model::Chunk;
 use crate::sink::Totals;
@@ -45,7 +46,7 @@ pub fn job<'a>(
         client_body: None,
         stream: raw.get("stream").and_then(Value::as_bool) == Some(true),
         run: Box::new(move |call| {
-            Box::pin(async move { concrete.forward(call, endpoint, raw).await })
+            boxed(move || async move { concrete.forward(call, endpoint, raw).await })
         }),
         render: Box::new(Native::new(style)),
         headers: Vec::new(),

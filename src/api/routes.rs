@@ -15,6 +15,7 @@ use futures::future::BoxFuture;
 use tower::ServiceExt;
 
 use super::Gateway;
+use crate::boxed::boxed;
 
 /// The paths of the chat completions endpoint. The router's route for
 /// each is `post(chat::chat_completions)` and nothing else, so a `POST`
@@ -37,18 +38,16 @@ impl Routes {
         }
     }
 
-    /// The answer to `req`, boxed (as the router boxes its handlers'):
-    /// the connection that awaits it holds room for its future from its
-    /// start, and writes it there at every request.
+    /// The answer to `req`, boxed (as the router boxes its handlers') and
+    /// built in its box ([`boxed`]): the connection that awaits it holds
+    /// a pointer, not room for the largest answer's future.
     pub fn answer(&self, req: Request) -> BoxFuture<'static, Response> {
         if is_chat(&req) {
-            return Box::pin(super::chat::chat_completions(
-                State(self.gateway.clone()),
-                req,
-            ));
+            let gateway = State(self.gateway.clone());
+            return boxed(move || super::chat::chat_completions(gateway, req));
         }
         let routed = self.router.clone().oneshot(req);
-        Box::pin(async move {
+        boxed(move || async move {
             match routed.await {
                 Ok(resp) => resp,
                 Err(never) => match never {},

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 use tokio::time::{Instant, timeout_at};
 
@@ -32,6 +33,7 @@ use super::relay;
 use super::retry;
 use super::{CallIds, RawResponse, Upstream};
 use crate::attempt::Attempt;
+use crate::boxed::boxed;
 use crate::config::Lane;
 use crate::context::RequestCtx;
 use crate::error::{ModelError, TimeoutPhase};
@@ -339,11 +341,11 @@ impl ConcreteModel {
         // A stream's relay is boxed: its future is the largest here, and
         // would make every call's, streamed or whole, that large.
         match out.wire {
-            Wire::Stream => Box::pin(relay::stream(resp, x, attempt, permit))
+            Wire::Stream => boxed(move || relay::stream(resp, x, attempt, permit))
                 .await
                 .map(ReplyBody::Stream),
             Wire::Assemble => {
-                let s = Box::pin(relay::stream(resp, x, attempt, permit)).await?;
+                let s = boxed(move || relay::stream(resp, x, attempt, permit)).await?;
                 let whole = delivery::collect(s, &up.name).await?;
                 delivery::with_usage(whole, attempt.usage()).map(ReplyBody::Whole)
             }
@@ -372,6 +374,44 @@ impl ConcreteModel {
 }
 
 impl ConcreteModel {
+    /// Sends the call as [`Wire::plan`] says; a server that refuses the
+    /// stream is asked again whole (see [`delivery`]).
+    async fn reply(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
+        // Estimated once: the window check and every try's usage estimate.
+        let input = req.billable().input;
+        self.fits(&call, &req, input).await?;
+        let tools = delivery::carries_tools(&req);
+        let wire = Wire::plan(&req, &call, self.streams_tools.refused());
+        let reply = match self.chat_as(&call, (&req, input), wire).await {
+            Err(e) if wire.streamed() => {
+                let Some(why) = delivery::refusal(&e, tools) else {
+                    return Err(e);
+                };
+                tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, refusal = ?why, "the server refused a stream; asking whole");
+                let whole = match self.chat_as(&call, (&req, input), Wire::Whole).await {
+                    // uvicorn ends its empty stream with keep-alive and
+                    // then closes: the connection the retry went on may be
+                    // gone. Once more, on a new one.
+                    Err(e) if delivery::connection_lost(&e) => {
+                        self.chat_as(&call, (&req, input), Wire::Whole).await?
+                    }
+                    whole => whole?,
+                };
+                // An empty stream may be a prompt too long for the model;
+                // tools it answers whole were what it would not stream.
+                if tools && self.streams_tools.learn_refused() {
+                    tracing::info!(model = %self.info.name, "its server refuses tools on a stream: its calls with tools go out whole from now on");
+                }
+                whole
+            }
+            answered => answered?,
+        };
+        match req.is_stream() {
+            true => delivery::as_stream(reply),
+            false => Ok(reply),
+        }
+    }
+
     /// Sends the request and waits for the status line (a failed call is
     /// sent again by [`Self::call`], as a new attempt).
     async fn send(
@@ -453,42 +493,17 @@ impl ChatModel for ConcreteModel {
         self.upstream.prefill
     }
 
-    /// Sends the call as [`Wire::plan`] says; a server that refuses the
-    /// stream is asked again whole (see [`delivery`]).
-    async fn chat(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        // Estimated once: the window check and every try's usage estimate.
-        let input = req.billable().input;
-        self.fits(&call, &req, input).await?;
-        let tools = delivery::carries_tools(&req);
-        let wire = Wire::plan(&req, &call, self.streams_tools.refused());
-        let reply = match self.chat_as(&call, (&req, input), wire).await {
-            Err(e) if wire.streamed() => {
-                let Some(why) = delivery::refusal(&e, tools) else {
-                    return Err(e);
-                };
-                tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, refusal = ?why, "the server refused a stream; asking whole");
-                let whole = match self.chat_as(&call, (&req, input), Wire::Whole).await {
-                    // uvicorn ends its empty stream with keep-alive and
-                    // then closes: the connection the retry went on may be
-                    // gone. Once more, on a new one.
-                    Err(e) if delivery::connection_lost(&e) => {
-                        self.chat_as(&call, (&req, input), Wire::Whole).await?
-                    }
-                    whole => whole?,
-                };
-                // An empty stream may be a prompt too long for the model;
-                // tools it answers whole were what it would not stream.
-                if tools && self.streams_tools.learn_refused() {
-                    tracing::info!(model = %self.info.name, "its server refuses tools on a stream: its calls with tools go out whole from now on");
-                }
-                whole
-            }
-            answered => answered?,
-        };
-        match req.is_stream() {
-            true => delivery::as_stream(reply),
-            false => Ok(reply),
-        }
+    /// [`Self::reply`], its future built in its box ([`boxed`]).
+    fn chat<'a, 'async_trait>(
+        &'a self,
+        call: Call,
+        req: Arc<ChatRequest>,
+    ) -> BoxFuture<'async_trait, Result<Reply, ModelError>>
+    where
+        'a: 'async_trait,
+        Self: 'async_trait,
+    {
+        boxed(move || self.reply(call, req))
     }
 
     fn estimate(&self, size: CallSize) -> Spend {

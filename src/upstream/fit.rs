@@ -175,8 +175,13 @@ impl ConcreteModel {
     /// before the call's deadline).
     async fn learned(&self, call: &Call) -> Option<u64> {
         let up = &self.upstream;
-        let by = (Instant::now() + WAIT).min(call.by());
         let model = &self.info.upstream_model;
+        if up.probe.is_none()
+            && let Some(window) = up.transport.known_window(model, Warm::Unknown)
+        {
+            return window;
+        }
+        let by = (Instant::now() + WAIT).min(call.by());
         let ask = async {
             // Only llama-swap's warm state matters here: its `/props` is
             // asked for loaded models only.

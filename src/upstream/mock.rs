@@ -72,6 +72,10 @@ impl Transport for MockTransport {
         self.sim.context_window(model)
     }
 
+    fn known_window(&self, model: &str, _warm: Warm) -> Option<Option<u64>> {
+        Some(self.sim.context_window(model))
+    }
+
     /// As the simulated server counts (see [`crate::mock::context`]): a
     /// chat's whole prompt where it plays llama.cpp or vLLM, the messages'
     /// text where it plays llama-cpp-python.

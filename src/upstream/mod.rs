@@ -110,6 +110,15 @@ pub trait Transport: Send + Sync {
         None
     }
 
+    /// What [`Self::context_window`] would answer, when it would answer
+    /// without waiting (a window already learned, or none to ask for):
+    /// `Some` of that; `None` when it would have to ask. Every chat call
+    /// of a model without a configured window asks this first, so the
+    /// usual call makes no future for the look-up.
+    fn known_window(&self, _model: &str, _warm: Warm) -> Option<Option<u64>> {
+        None
+    }
+
     /// `req`'s exact token count for `model` as the server counts it (see
     /// [`window::count`]); `None` when it cannot say. The caller holds a
     /// lane permit and bounds the wait.

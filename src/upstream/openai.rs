@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use super::llama_swap::{ProbeSettings, WarmProbe};
 use super::server_kind::{self, ServerKind};
 use super::window::Learner;
 use super::window::count::{Counter, Tokens};
+use crate::boxed::boxed;
 use crate::config::{LlamaSwap, Secret};
 use crate::labels::Warm;
 use crate::sink::Metrics;
@@ -128,9 +130,10 @@ impl OpenAiTransport {
     }
 }
 
-#[async_trait]
-impl Transport for OpenAiTransport {
-    async fn send(
+impl OpenAiTransport {
+    /// POSTs `body` to `endpoint`: through the direct pool when the
+    /// upstream's address allows it, through reqwest otherwise.
+    async fn post(
         &self,
         endpoint: Endpoint,
         body: Bytes,
@@ -160,9 +163,35 @@ impl Transport for OpenAiTransport {
             .map(str::to_owned);
         Ok(raw(resp, retry_after))
     }
+}
+
+#[async_trait]
+impl Transport for OpenAiTransport {
+    /// [`Self::post`], its future built in its box ([`boxed`]).
+    fn send<'a, 'b, 'c, 'async_trait>(
+        &'a self,
+        endpoint: Endpoint,
+        body: Bytes,
+        ids: &'b CallIds<'c>,
+    ) -> BoxFuture<'async_trait, Result<RawResponse, TransportError>>
+    where
+        'a: 'async_trait,
+        'b: 'async_trait,
+        'c: 'async_trait,
+        Self: 'async_trait,
+    {
+        boxed(move || self.post(endpoint, body, ids))
+    }
 
     async fn context_window(&self, model: &str, warm: Warm, lane: &Arc<Gate>) -> Option<u64> {
         self.windows.as_ref()?.window(model, warm, lane).await
+    }
+
+    fn known_window(&self, model: &str, warm: Warm) -> Option<Option<u64>> {
+        match &self.windows {
+            Some(w) => w.known(model, warm),
+            None => Some(None),
+        }
     }
 
     async fn exact_tokens(&self, model: &str, req: &crate::wire::ChatRequest) -> Option<Tokens> {

@@ -133,6 +133,10 @@ impl Transport for Translate {
         self.inner.context_window(model, warm, lane).await
     }
 
+    fn known_window(&self, model: &str, warm: Warm) -> Option<Option<u64>> {
+        self.inner.known_window(model, warm)
+    }
+
     async fn server_kind(&self) -> super::server_kind::ServerKind {
         self.inner.server_kind().await
     }

@@ -27,6 +27,7 @@ use crate::api::error::{ApiError, ErrorStyle};
 use crate::api::ingress::{
     Admitted, Answer, Dialect, Errand, Errands, Job, dropped_tools, serve, serve_errand,
 };
+use crate::boxed::boxed;
 use crate::graph::Node;
 use crate::upstream::ConcreteModel;
 use crate::wire::Endpoint;
@@ -85,7 +86,7 @@ impl Dialect for MessagesApi {
             request: Some(chat.clone()),
             client_body: None,
             stream,
-            run: Box::new(move |call| Box::pin(async move { model.chat(call, chat).await })),
+            run: Box::new(move |call| boxed(move || async move { model.chat(call, chat).await })),
             render: Box::new(Messages::new(head)),
             headers,
             on_open,

@@ -19,6 +19,7 @@ use crate::api::Gateway;
 use crate::api::error::{ApiError, ErrorStyle};
 use crate::api::forward::object_with_model;
 use crate::api::ingress::{Admitted, Dialect, Job, dropped_tools, serve};
+use crate::boxed::boxed;
 use crate::wire::Endpoint;
 use crate::wire::billing::Billable;
 
@@ -63,7 +64,7 @@ impl Dialect for ResponsesApi {
             request: Some(chat.clone()),
             client_body: None,
             stream: req.is_stream(),
-            run: Box::new(move |call| Box::pin(async move { model.chat(call, chat).await })),
+            run: Box::new(move |call| boxed(move || async move { model.chat(call, chat).await })),
             render: Box::new(Responses::new(head, on_done)),
             headers,
             on_open,

@@ -103,8 +103,19 @@ impl Gathered {
         }
         self.bytes += size;
         self.attempts += 1;
-        self.lines.push(Line::Attempt(line));
+        self.keep(Line::Attempt(line));
         true
+    }
+
+    /// Adds `line` to the lines kept. The first takes room for itself
+    /// alone: most requests make one line, and a record stays in memory
+    /// for the next `recent_requests` requests (a `Vec`'s first push
+    /// would take room for four).
+    fn keep(&mut self, line: Line) {
+        if self.lines.capacity() == 0 {
+            self.lines.reserve_exact(1);
+        }
+        self.lines.push(line);
     }
 
     /// Keeps event line `line`, if it fits.
@@ -116,7 +127,7 @@ impl Gathered {
         match self.fit(line) {
             Some(v) => {
                 self.events += 1;
-                self.lines.push(Line::Event(v));
+                self.keep(Line::Event(v));
             }
             None => self.events_dropped += 1,
         }

@@ -142,12 +142,8 @@ impl Learner {
     /// llama-swap has it loaded). Nothing is built for a fetch unless one
     /// is made: this runs before every call of a model without a window.
     pub async fn window(&self, model: &str, warm: Warm, lane: &Arc<Gate>) -> Option<u64> {
-        if let Some(k) = self.known.load().get(model)
-            && k.until > Instant::now()
-        {
-            // Only a loaded model: asking a cold one would load it.
-            let cold = !k.listed && matches!(self.props, Props::Swap(_)) && warm != Warm::Yes;
-            return if cold { None } else { k.window };
+        if let Some(window) = self.known(model, warm) {
+            return window;
         }
         let (window, known) = self.ask(model, warm, lane).await;
         // An old answer, given while it is fetched again, is not kept:
@@ -156,6 +152,16 @@ impl Learner {
             self.keep(model, k);
         }
         window
+    }
+
+    /// [`Self::window`]'s answer while the one kept for `model` holds:
+    /// `None` once it has to be asked again.
+    pub fn known(&self, model: &str, warm: Warm) -> Option<Option<u64>> {
+        let all = self.known.load();
+        let k = all.get(model).filter(|k| k.until > Instant::now())?;
+        // Only a loaded model: asking a cold one would load it.
+        let cold = !k.listed && matches!(self.props, Props::Swap(_)) && warm != Warm::Yes;
+        Some(if cold { None } else { k.window })
     }
 
     /// Keeps `model`'s answer `k` for the calls after this one.
