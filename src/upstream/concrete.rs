@@ -50,7 +50,7 @@ pub struct ConcreteModel {
     /// Its model's health on its upstream (answers' failures).
     health: Arc<Health>,
     /// Whether its server takes tools on a stream (learned).
-    streams_tools: StreamsTools,
+    pub(super) streams_tools: StreamsTools,
 }
 
 /// One request on its way upstream.
@@ -355,7 +355,7 @@ impl ConcreteModel {
 
     /// One chat call of `input_tokens` (estimated), on the wire as `wire`
     /// says.
-    async fn chat_as(
+    pub(super) async fn chat_as(
         &self,
         call: &Call,
         (req, input_tokens): (&Arc<ChatRequest>, u64),
@@ -374,44 +374,6 @@ impl ConcreteModel {
 }
 
 impl ConcreteModel {
-    /// Sends the call as [`Wire::plan`] says; a server that refuses the
-    /// stream is asked again whole (see [`delivery`]).
-    async fn reply(&self, call: Call, req: Arc<ChatRequest>) -> Result<Reply, ModelError> {
-        // Estimated once: the window check and every try's usage estimate.
-        let input = req.billable().input;
-        self.fits(&call, &req, input).await?;
-        let tools = delivery::carries_tools(&req);
-        let wire = Wire::plan(&req, &call, self.streams_tools.refused());
-        let reply = match self.chat_as(&call, (&req, input), wire).await {
-            Err(e) if wire.streamed() => {
-                let Some(why) = delivery::refusal(&e, tools) else {
-                    return Err(e);
-                };
-                tracing::debug!(request_id = %call.ctx.id, model = %self.info.name, refusal = ?why, "the server refused a stream; asking whole");
-                let whole = match self.chat_as(&call, (&req, input), Wire::Whole).await {
-                    // uvicorn ends its empty stream with keep-alive and
-                    // then closes: the connection the retry went on may be
-                    // gone. Once more, on a new one.
-                    Err(e) if delivery::connection_lost(&e) => {
-                        self.chat_as(&call, (&req, input), Wire::Whole).await?
-                    }
-                    whole => whole?,
-                };
-                // An empty stream may be a prompt too long for the model;
-                // tools it answers whole were what it would not stream.
-                if tools && self.streams_tools.learn_refused() {
-                    tracing::info!(model = %self.info.name, "its server refuses tools on a stream: its calls with tools go out whole from now on");
-                }
-                whole
-            }
-            answered => answered?,
-        };
-        match req.is_stream() {
-            true => delivery::as_stream(reply),
-            false => Ok(reply),
-        }
-    }
-
     /// Sends the request and waits for the status line (a failed call is
     /// sent again by [`Self::call`], as a new attempt).
     async fn send(
@@ -493,7 +455,8 @@ impl ChatModel for ConcreteModel {
         self.upstream.prefill
     }
 
-    /// [`Self::reply`], its future built in its box ([`boxed`]).
+    /// [`Self::reply`] (`upstream/reply.rs`), its future built in its box
+    /// ([`boxed`]).
     fn chat<'a, 'async_trait>(
         &'a self,
         call: Call,

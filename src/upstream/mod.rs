@@ -33,6 +33,7 @@ mod mock;
 pub mod openai;
 pub mod registry;
 mod relay;
+mod reply;
 pub mod retry;
 mod served;
 pub mod server_kind;
