@@ -34,6 +34,7 @@ mod io;
 mod quiet;
 mod slots;
 mod state;
+mod woken;
 mod workers;
 
 pub use workers::{Listeners, serve_on_workers};
