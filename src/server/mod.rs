@@ -27,6 +27,8 @@
 //!   close at once, busy ones finish their request and close. Whatever is
 //!   still running after `server.shutdown_grace` is told to end (`hard`:
 //!   a 503, or an SSE error event) and is dropped soon after.
+//! - A request's futures are polled only when their own wakers fire
+//!   (`woken`), not each time hyper runs the connection's task.
 
 mod conn;
 mod exec;

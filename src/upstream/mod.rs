@@ -9,7 +9,8 @@
 //! relay names a dialect);
 //! [`ConcreteModel`] is the one decorator that makes an upstream model a
 //! [`crate::model::ChatModel`] and records every call as an attempt (a
-//! failed one sent again, as [`retry`] says, is a new attempt), after
+//! failed one sent again, as [`retry`] says, is a new attempt; a stream
+//! the server refuses asked again whole, `reply`), after
 //! checking that the request fits the model's context window ([`fit`],
 //! with windows the server reports learned by [`window`], and exact token
 //! counts asked of it near the window by [`window::count`]). A 500 that
