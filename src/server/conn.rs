@@ -26,7 +26,6 @@ use super::exec::Deadline;
 use super::io::{Tracked, Watched};
 use super::quiet::Quiet;
 use super::state::{Busy, ConnState};
-use super::woken::Woken;
 use crate::api::console::{CONSOLE, Peer};
 use crate::api::error::ApiError;
 
@@ -190,7 +189,7 @@ async fn sniff(tcp: &TcpStream) -> Proto {
 }
 
 /// One request: counted in flight at once, given a slot, then routed,
-/// its answer polled only when its own wakers fire ([`Woken`]).
+/// its answer polled only when its own wakers fire ([`Quiet`]).
 /// What can be done at once is done before its future is made, and the
 /// rare waits are boxed: hyper writes the future into the connection's
 /// room for it at every request, so what it holds is copied each time
@@ -215,7 +214,7 @@ fn handle(
             None => Box::pin(wait_for_slot(&state, &serving)).await,
         };
         let (resp, slot) = match slot {
-            Ok(slot) => (Woken::new(serving.routes.answer(req)).await, Some(slot)),
+            Ok(slot) => (Quiet::new(serving.routes.answer(req)).await, Some(slot)),
             Err(refusal) => (refusal.into_response(), None),
         };
         Ok(resp.map(|inner| Tracked { inner, busy, slot }))

@@ -28,7 +28,7 @@
 //!   still running after `server.shutdown_grace` is told to end (`hard`:
 //!   a 503, or an SSE error event) and is dropped soon after.
 //! - A request's futures are polled only when their own wakers fire
-//!   (`woken`), not each time hyper runs the connection's task.
+//!   (`quiet`), not each time hyper runs the connection's task.
 
 mod conn;
 mod exec;
@@ -36,7 +36,6 @@ mod io;
 mod quiet;
 mod slots;
 mod state;
-mod woken;
 mod workers;
 
 pub use workers::{Listeners, serve_on_workers};

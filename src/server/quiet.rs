@@ -1,11 +1,22 @@
 //! [`Quiet`]: a future polled only once its own waker has fired.
 //!
-//! A connection waits on hyper and on its watchdog's signals (its timer,
-//! its state's `Notify`, shutdown) at once. hyper wakes the connection for
-//! every read and write; a plain `select!` then polls every idle signal
-//! again, each poll taking a lock or re-registering a timer. Wrapped in
-//! [`Quiet`], the signals are polled when one of them woke the task, and
-//! a wake meant for hyper costs one atomic swap.
+//! A connection's task runs whenever anything in it is woken, and every
+//! run polls all it waits on. Two things are wrapped:
+//!
+//! - Its watchdog's signals (its timer, its state's `Notify`, shutdown),
+//!   which it waits on beside hyper. hyper wakes the connection for every
+//!   read and write; a plain `select!` then polls every idle signal again,
+//!   each poll taking a lock or re-registering a timer.
+//! - Each request's future. hyper polls it every time the task runs, and
+//!   the task also runs for hyper's own reasons: taking a request body's
+//!   last chunk wakes the body's sender, the connection itself, though
+//!   that sender is gone by then (hyper 1.12's `body::chan`). Each such
+//!   poll went down the request's whole chain of futures (some fifteen
+//!   levels and two timers) to find them still waiting on the upstream.
+//!
+//! Wrapped in [`Quiet`], a future is polled when one of its own wakers
+//! woke the task, and a wake meant for something else costs one atomic
+//! swap.
 
 use std::future::Future;
 use std::pin::Pin;
