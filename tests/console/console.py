@@ -166,7 +166,8 @@ def battle3(p):
     Select(p.one("diff-a")).select_by_value("A")
     Select(p.one("diff-b")).select_by_value("B")
     p.one("diff-show").click()
-    diff = p.visible("diff-view").text
+    diff = p.until("the diff", lambda: next(
+        (e.text for e in p.all("diff-view") if e.is_displayed()), None))
     assert "- " in diff and "+ " in diff, diff
     p.shot("battle")
     winner = names[2]
@@ -291,7 +292,9 @@ def requests_page(p):
 def refused(p):
     for page in ["requests", "keys"]:
         p.go(page)
-        msg = p.visible("admin-refused").text
+        # Read inside the wait: the page may re-render the notice under it.
+        msg = p.until("the admin refusal", lambda: next(
+            (e.text for e in p.all("admin-refused") if e.is_displayed()), None))
         assert "admin key" in msg, msg
         assert not p.all("requests-row") and not p.all("keys-row")
 
