@@ -81,8 +81,6 @@ impl Slots {
         }
     }
 
-    /// Lists a connection as live (a candidate for eviction) until the
-    /// returned guard drops.
     /// A slot for a request on the connection whose own slot is `own`,
     /// if one is free now: its own, else one of the pool's.
     pub(super) fn free_now(&self, own: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
@@ -92,6 +90,8 @@ impl Slots {
             .ok()
     }
 
+    /// Lists a connection as live (a candidate for eviction) until the
+    /// returned guard drops.
     pub(super) fn register(self: &Arc<Self>, state: Arc<ConnState>) -> Registered {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.live.lock().insert(id, state);
