@@ -4,8 +4,9 @@
 //! not answers, broken streams, timeouts) or the whole upstream (model
 //! "": its transport, connect and TLS errors, and its active checks);
 //! [`UpstreamHealth`] holds an upstream's, kept across reloads by the
-//! registry. A call goes only when both its model's and its upstream's
-//! admit it.
+//! registry (`upstream`); what a call's result says about a member is
+//! its [`Outcome`] (`outcome`). A call goes only when both its model's
+//! and its upstream's admit it.
 //!
 //! Serving, each failure adds to a consecutive-failure count (a success
 //! resets it); `eject.after` of them in a row, or (with `error_rate`) that
@@ -38,11 +39,12 @@
 //! change).
 
 pub mod check;
+mod outcome;
 pub mod tenant;
+mod upstream;
 pub mod watch;
 mod window;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,93 +53,17 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::config::Eject;
-use crate::error::{ModelError, TimeoutPhase};
 use crate::sink::Metrics;
 use crate::telemetry::{EJECTIONS_TOTAL, UPSTREAM_HEALTHY};
+pub use outcome::{Change, Outcome, Shown};
 use tenant::Seen;
 pub use tenant::Tenant;
+pub use upstream::UpstreamHealth;
 use window::Window;
 
 /// How long a call waits to be told to retry while another call is the
 /// member's trial (or its key's probe is out).
 const TRIAL_WAIT: Duration = Duration::from_secs(1);
-
-/// An upstream's health: the whole upstream's (transport, checks) and
-/// each of its models'.
-pub struct UpstreamHealth {
-    pub whole: Arc<Health>,
-    name: Arc<str>,
-    metrics: Metrics,
-    eject: Mutex<Option<Eject>>,
-    /// By the model's name (conclave's, as the config names it).
-    models: Mutex<HashMap<String, Arc<Health>>>,
-}
-
-impl UpstreamHealth {
-    /// Upstream `name`'s, with `models` (their names in the config).
-    pub fn new<'a>(
-        name: Arc<str>,
-        eject: Option<Eject>,
-        models: impl IntoIterator<Item = &'a str>,
-        metrics: Metrics,
-    ) -> Arc<UpstreamHealth> {
-        let h = UpstreamHealth {
-            whole: Health::new(name.clone(), "".into(), eject, metrics.clone()),
-            name,
-            metrics,
-            eject: Mutex::new(eject),
-            models: Mutex::new(HashMap::new()),
-        };
-        for m in models {
-            h.model(m);
-        }
-        Arc::new(h)
-    }
-
-    /// The settings of a reloaded config with `models`: each member's
-    /// state goes on (see [`Health::configure`]); models it did not have
-    /// are added, those the config no longer has are forgotten.
-    pub fn configure<'a>(&self, eject: Option<Eject>, models: impl IntoIterator<Item = &'a str>) {
-        *self.eject.lock() = eject;
-        self.whole.configure(eject);
-        let models: Vec<&str> = models.into_iter().collect();
-        {
-            let mut held = self.models.lock();
-            held.retain(|name, _| models.contains(&name.as_str()));
-            for h in held.values() {
-                h.configure(eject);
-            }
-        }
-        for m in models {
-            self.model(m);
-        }
-    }
-
-    /// Model `name`'s (its config name), made serving if it had
-    /// none.
-    pub fn model(&self, name: &str) -> Arc<Health> {
-        let mut models = self.models.lock();
-        if let Some(h) = models.get(name) {
-            return h.clone();
-        }
-        let eject = *self.eject.lock();
-        let h = Health::new(self.name.clone(), name.into(), eject, self.metrics.clone());
-        models.insert(name.to_owned(), h.clone());
-        h
-    }
-
-    /// Each model's state, by name, sorted.
-    pub fn models_shown(&self) -> Vec<(String, Shown)> {
-        let mut v: Vec<_> = self
-            .models
-            .lock()
-            .iter()
-            .map(|(n, h)| (n.clone(), h.shown()))
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
-    }
-}
 
 /// One member's health.
 pub struct Health {
@@ -185,94 +111,6 @@ enum Mode {
     },
     /// The cooldown is over and one call is out as the trial.
     Trial,
-}
-
-/// What `/readyz` shows of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shown {
-    Serving,
-    /// Ejected; its cooldown ends after this (zero: the next call is the
-    /// trial).
-    Ejected(Duration),
-    Trial,
-}
-
-impl Shown {
-    pub fn label(self) -> &'static str {
-        match self {
-            Shown::Serving => "serving",
-            Shown::Ejected(_) => "ejected",
-            Shown::Trial => "trial",
-        }
-    }
-}
-
-/// What a call's outcome means for a member's health.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The server worked (an answer, or a 4xx about the request).
-    Success,
-    /// The server failed: the short reason (`ModelError::kind`).
-    Failure(&'static str),
-    /// Says nothing about the server (conclave's own queue or limit, a
-    /// call dropped by its caller).
-    Neutral,
-}
-
-impl Outcome {
-    /// What a call that ended in `e` says about its model, on its
-    /// upstream: an answer's failure (5xx, not an answer, a broken
-    /// stream, a timeout) is the model's; a failure to reach the server
-    /// (connect, TLS, a connect timeout) is the upstream's alone, and
-    /// says nothing about the model.
-    pub fn of(e: &ModelError) -> Outcome {
-        match e {
-            ModelError::Invalid { .. }
-            | ModelError::StreamCut { .. }
-            | ModelError::Reported { .. } => Outcome::Failure(e.kind()),
-            ModelError::Timeout { phase, .. } if *phase != TimeoutPhase::Lane => {
-                Outcome::Failure(e.kind())
-            }
-            ModelError::Status { status, .. } if *status >= 500 => Outcome::Failure(e.kind()),
-            // A 429 is the server asking for less, not failing: it is
-            // retried after its Retry-After, and a balance moves on, but
-            // it never turns the provider's limit into 503s for everyone.
-            ModelError::Status { status: 429, .. } => Outcome::Neutral,
-            // A request the server found invalid (a 4xx, or a 500 that
-            // is a validation error): the server works; the request was bad.
-            ModelError::Status { .. } | ModelError::Rejected { .. } => Outcome::Success,
-            _ => Outcome::Neutral,
-        }
-    }
-
-    /// What a call that ended in `e` says about its upstream's transport:
-    /// a connect error (refused, DNS, TLS, a connect timeout) fails it;
-    /// any HTTP answer, or an answer that was not one, shows it works;
-    /// the rest (timeouts, cuts) says nothing of it.
-    pub fn of_transport(e: &ModelError) -> Outcome {
-        match e {
-            ModelError::Connect { .. } => Outcome::Failure(e.kind()),
-            ModelError::Status { .. }
-            | ModelError::Rejected { .. }
-            | ModelError::Invalid { .. }
-            | ModelError::Reported { .. } => Outcome::Success,
-            _ => Outcome::Neutral,
-        }
-    }
-}
-
-/// A change of state, for the caller's `upstream_ejected` and
-/// `upstream_recovered` events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    Ejected {
-        reason: &'static str,
-        cooldown: Duration,
-        /// Failures that ejected it (in a row, or in the window).
-        failures: u32,
-    },
-    /// Serving again, `after` its ejection began.
-    Recovered { after: Duration },
 }
 
 /// What a let-through call is to its member.

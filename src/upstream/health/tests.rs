@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use super::*;
+use crate::error::{ModelError, TimeoutPhase};
 
 const S: Duration = Duration::from_secs(1);
 
