@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::borrowed::Text;
+use super::scan::Scan;
 
 /// Visitor methods that accept a scalar or an array and keep nothing of
 /// it: what a lenient reader does with whatever it does not expect.
@@ -49,10 +50,7 @@ impl<'de> Deserialize<'de> for Reason {
                 f.write_str("a finish reason")
             }
             fn visit_str<E>(self, v: &str) -> Result<Reason, E> {
-                let word = v.len() <= MAX_REASON
-                    && v.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-                Ok(Reason(word.then(|| v.to_owned())))
+                Ok(Reason::of(v))
             }
             keep_nothing_of_the_rest!(Reason(None));
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Reason, A::Error> {
@@ -61,6 +59,16 @@ impl<'de> Deserialize<'de> for Reason {
             }
         }
         d.deserialize_any(Visit)
+    }
+}
+
+impl Reason {
+    /// A string `finish_reason`: kept when it is a word.
+    fn of(v: &str) -> Reason {
+        let word = v.len() <= MAX_REASON
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        Reason(word.then(|| v.to_owned()))
     }
 }
 
@@ -231,6 +239,137 @@ impl<'de> Deserialize<'de> for FirstChoice {
             }
         }
         d.deserialize_any(Visit)
+    }
+}
+
+/// A value read leniently (serde's `deserialize_any`), for the scanner:
+/// an object still to read, or something read past, of which nothing is
+/// kept.
+enum Lenient {
+    Object,
+    Nothing,
+}
+
+/// Reads past a lenient value unless it is an object; `None` for a
+/// number, which serde_json reads (and refuses out of range) where the
+/// scanner only skips.
+fn lenient(s: &mut Scan<'_>) -> Option<Lenient> {
+    match s.peek()? {
+        b'{' => Some(Lenient::Object),
+        b'[' | b't' | b'f' | b'n' => s.skip().map(|()| Lenient::Nothing),
+        // Read as text, so held to text's rules.
+        b'"' => s.string()?.is_text().then_some(Lenient::Nothing),
+        _ => None,
+    }
+}
+
+impl WholeChoices {
+    /// `choices` (the array, its `[` next) read by the scanner as serde
+    /// reads them; `None` where serde_json would read them otherwise or
+    /// refuse them.
+    pub(super) fn scan(s: &mut Scan<'_>) -> Option<WholeChoices> {
+        let mut out = WholeChoices::default();
+        s.open_array()?;
+        let mut first = true;
+        if !s.element(&mut first)? {
+            return Some(out);
+        }
+        let choice = FirstChoice::scan(s)?;
+        out.count = 1;
+        out.finish_reason = choice.reason;
+        out.finished = choice.finished;
+        out.plain_text = choice.text.and_then(|t| t.0);
+        while s.element(&mut first)? {
+            s.skip()?;
+            out.count += 1;
+        }
+        Some(out)
+    }
+}
+
+impl FirstChoice {
+    fn scan(s: &mut Scan<'_>) -> Option<FirstChoice> {
+        let mut out = FirstChoice::default();
+        if let Lenient::Nothing = lenient(s)? {
+            return Some(out);
+        }
+        s.open_object()?;
+        let mut first = true;
+        while let Some(key) = s.member(&mut first)? {
+            match &*key.text()? {
+                "finish_reason" => {
+                    let reason = Reason::scan(s)?;
+                    out.finished = reason.is_some();
+                    out.reason = reason.and_then(|r| r.0);
+                }
+                "message" => out.text = Some(PlainText::scan(s)?),
+                _ => s.skip()?,
+            }
+        }
+        Some(out)
+    }
+}
+
+impl Reason {
+    /// `Option<Reason>`, read by the scanner.
+    fn scan(s: &mut Scan<'_>) -> Option<Option<Reason>> {
+        if s.null()? {
+            return Some(None);
+        }
+        match s.peek()? {
+            b'"' => Some(Some(Reason::of(&s.string()?.text()?))),
+            // An object's keys are read as text: left to serde_json.
+            b'{' => None,
+            _ => lenient(s).map(|_| Some(Reason(None))),
+        }
+    }
+}
+
+impl PlainText {
+    fn scan(s: &mut Scan<'_>) -> Option<PlainText> {
+        if let Lenient::Nothing = lenient(s)? {
+            return Some(PlainText(None));
+        }
+        s.open_object()?;
+        let (mut text, mut plain) = (String::new(), true);
+        let mut first = true;
+        while let Some(key) = s.member(&mut first)? {
+            match &*key.text()? {
+                "content" => match ContentText::scan(s)? {
+                    None => text.clear(),
+                    Some(ContentText(Some(t))) => text = t,
+                    Some(ContentText(None)) => plain = false,
+                },
+                "tool_calls" => {
+                    if !s.null()? {
+                        s.skip()?;
+                        plain = false;
+                    }
+                }
+                _ => s.skip()?,
+            }
+        }
+        Some(PlainText(plain.then_some(text)))
+    }
+}
+
+impl ContentText {
+    /// `Option<ContentText>`, read by the scanner.
+    fn scan(s: &mut Scan<'_>) -> Option<Option<ContentText>> {
+        if s.null()? {
+            return Some(None);
+        }
+        match s.peek()? {
+            b'"' => {
+                let t = s.string()?.text()?;
+                Some(Some(ContentText(Some(
+                    crate::text::first_chars(&t, TEXT_KEPT).to_owned(),
+                ))))
+            }
+            // An object's keys are read as text: left to serde_json.
+            b'{' => None,
+            _ => lenient(s).map(|_| Some(ContentText(None))),
+        }
     }
 }
 

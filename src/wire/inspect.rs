@@ -414,7 +414,17 @@ pub enum WholeBody {
 /// usage: it needs `choices`. (Each endpoint reads its own whole body:
 /// [`super::Endpoint::inspect`].)
 pub fn inspect_completion(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
-    let probe = completion_probe(body)?;
+    let text = object_bytes(body)?;
+    match super::quick::completion(text) {
+        Some(answer) => Ok(answer),
+        None => completion_by_serde(text),
+    }
+}
+
+/// [`inspect_completion`] of `text` by serde_json alone: what the quick
+/// read answers for the bodies it takes, and the only read of the rest.
+pub(super) fn completion_by_serde(text: &str) -> Result<WholeBody, NotAnAnswer> {
+    let probe: CompletionProbe = serde_json::from_str(text)?;
     if let Some(e) = probe.error.filter(|e| !e.is_null()) {
         return Ok(WholeBody::Error(error_message(&e)));
     }

@@ -31,6 +31,8 @@ pub use flat::ReadRequest;
 mod client_body;
 pub use client_body::ClientBody;
 mod inspect;
+mod quick;
+mod scan;
 pub mod messages;
 pub mod numbers;
 mod openai;

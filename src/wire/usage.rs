@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::scan::Scan;
+
 /// Token usage as upstreams report it, in either dialect: Chat
 /// Completions' `prompt_tokens`/`completion_tokens` (with
 /// `prompt_tokens_details.cached_tokens` and
@@ -38,7 +40,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// [`Usage`] as either dialect writes it.
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 struct UsageWire {
     #[serde(default)]
     prompt_tokens: Option<u64>,
@@ -82,6 +84,88 @@ impl<'de> Deserialize<'de> for Count {
             serde_json::Value::deserialize(d)?.as_u64().unwrap_or(0),
         ))
     }
+}
+
+/// A `usage` object (its `{` next) read by the scanner as serde reads
+/// it; `None` where serde_json would read it otherwise or refuse it (a
+/// field twice, a count that is not a plain one).
+pub(super) fn scan(s: &mut Scan<'_>) -> Option<Usage> {
+    const FIELDS: [&str; 9] = [
+        "prompt_tokens",
+        "completion_tokens",
+        "input_tokens",
+        "output_tokens",
+        "prompt_tokens_details",
+        "completion_tokens_details",
+        "input_tokens_details",
+        "output_tokens_details",
+        "cache_creation_input_tokens",
+    ];
+    let mut w = UsageWire::default();
+    let mut seen = [false; FIELDS.len()];
+    s.open_object()?;
+    let mut first = true;
+    while let Some(key) = s.member(&mut first)? {
+        let key = key.text()?;
+        let Some(n) = FIELDS.iter().position(|f| *f == key) else {
+            s.skip()?;
+            continue;
+        };
+        if std::mem::replace(&mut seen[n], true) {
+            return None;
+        }
+        let detail = |s: &mut Scan<'_>| if s.null()? { Some(None) } else { scan_details(s).map(Some) };
+        match n {
+            0 => w.prompt_tokens = scan_count(s)?,
+            1 => w.completion_tokens = scan_count(s)?,
+            2 => w.input_tokens = scan_count(s)?,
+            3 => w.output_tokens = scan_count(s)?,
+            4 => w.prompt_tokens_details = detail(s)?,
+            5 => w.completion_tokens_details = detail(s)?,
+            6 => w.input_tokens_details = detail(s)?,
+            7 => w.output_tokens_details = detail(s)?,
+            _ => w.cache_creation_input_tokens = scan_count(s)?.map(Count),
+        }
+    }
+    Some(w.into())
+}
+
+/// A `*_tokens_details` object read by the scanner ([`scan`]).
+fn scan_details(s: &mut Scan<'_>) -> Option<Details> {
+    let mut d = Details::default();
+    let mut seen = [false; 2];
+    s.open_object()?;
+    let mut first = true;
+    while let Some(key) = s.member(&mut first)? {
+        let n = match &*key.text()? {
+            "cached_tokens" => 0,
+            "reasoning_tokens" => 1,
+            _ => {
+                s.skip()?;
+                continue;
+            }
+        };
+        if std::mem::replace(&mut seen[n], true) {
+            return None;
+        }
+        let count = scan_count(s)?.map(Count);
+        if n == 0 {
+            d.cached_tokens = count;
+        } else {
+            d.reasoning_tokens = count;
+        }
+    }
+    Some(d)
+}
+
+/// A count or `null`, read by the scanner: `None` for anything else,
+/// which serde reads otherwise (a strict count refuses it, a lenient one
+/// reads it as none).
+fn scan_count(s: &mut Scan<'_>) -> Option<Option<u64>> {
+    if s.null()? {
+        return Some(None);
+    }
+    s.count().map(Some)
 }
 
 fn count(c: &Option<Count>) -> u64 {
