@@ -416,14 +416,15 @@ pub enum WholeBody {
 pub fn inspect_completion(body: &[u8]) -> Result<WholeBody, NotAnAnswer> {
     let text = object_bytes(body)?;
     match super::quick::completion(text) {
-        Some(answer) => Ok(answer),
-        None => completion_by_serde(text),
+        Some(q) if (1..=MAX_CHOICES).contains(&q.choices.count) => Ok(answer(q.usage, q.choices)),
+        _ => completion_by_serde(text),
     }
 }
 
 /// [`inspect_completion`] of `text` by serde_json alone: what the quick
-/// read answers for the bodies it takes, and the only read of the rest.
-pub(super) fn completion_by_serde(text: &str) -> Result<WholeBody, NotAnAnswer> {
+/// read (`quick`) answers for the bodies it takes, and the only read of
+/// the rest.
+fn completion_by_serde(text: &str) -> Result<WholeBody, NotAnAnswer> {
     let probe: CompletionProbe = serde_json::from_str(text)?;
     if let Some(e) = probe.error.filter(|e| !e.is_null()) {
         return Ok(WholeBody::Error(error_message(&e)));
@@ -432,12 +433,18 @@ pub(super) fn completion_by_serde(text: &str) -> Result<WholeBody, NotAnAnswer> 
         None => Err(NotAnAnswer::NoChoices),
         Some(c) if c.count == 0 => Err(NotAnAnswer::NoChoices),
         Some(c) if c.count > MAX_CHOICES => Err(NotAnAnswer::TooManyChoices(c.count)),
-        Some(c) => Ok(WholeBody::Answer {
-            usage: probe.usage,
-            finish_reason: c.finish_reason,
-            finished: c.finished,
-            plain_text: c.plain_text,
-        }),
+        Some(c) => Ok(answer(probe.usage, c)),
+    }
+}
+
+/// A chat or completions answer with `usage` and `choices` (at least
+/// one, at most [`MAX_CHOICES`]).
+fn answer(usage: Option<Usage>, c: WholeChoices) -> WholeBody {
+    WholeBody::Answer {
+        usage,
+        finish_reason: c.finish_reason,
+        finished: c.finished,
+        plain_text: c.plain_text,
     }
 }
 
@@ -463,5 +470,7 @@ fn completion_probe(body: &[u8]) -> Result<CompletionProbe, NotAnAnswer> {
     Ok(serde_json::from_str(object_bytes(body)?)?)
 }
 
+#[cfg(test)]
+mod quick_tests;
 #[cfg(test)]
 mod tests;

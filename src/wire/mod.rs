@@ -31,14 +31,14 @@ pub use flat::ReadRequest;
 mod client_body;
 pub use client_body::ClientBody;
 mod inspect;
-mod quick;
-mod scan;
 pub mod messages;
 pub mod numbers;
 mod openai;
 mod output;
+mod quick;
 mod request;
 pub mod responses;
+mod scan;
 mod usage;
 
 pub use endpoint::*;

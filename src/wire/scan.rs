@@ -1,18 +1,18 @@
 //! A strict JSON scanner for the quick reads of upstream payloads
-//! (`quick`): it walks a document byte by byte the way serde_json reads
-//! it, borrows every string as it is spelt and allocates nothing. It
-//! never takes what serde_json would refuse: each method answers `None`
-//! where serde_json would fail, and also wherever the scanner does not
-//! follow serde_json's rules exactly (nesting deeper than
+//! (`quick`): it walks a document once, as serde_json reads it, borrows
+//! every string as it is spelt and allocates nothing.
+//!
+//! It never takes what serde_json would refuse. Each method answers
+//! `None` where serde_json would fail, and also wherever the scanner does
+//! not follow serde_json's rules exactly (nesting deeper than
 //! [`MAX_DEPTH`], an escaped string serde_json would refuse as text), so
 //! that a caller falls back to serde_json, whose answer is the one that
 //! counts.
 //!
-//! What it checks is what serde_json checks when it reads a value it
-//! ignores: string escapes (a `\u` takes four hex digits, whatever they
-//! spell), no control characters in strings, the number grammar of
-//! RFC 8259, the literals, and nothing but whitespace after the
-//! document.
+//! What it checks is what serde_json checks of a value it ignores:
+//! string escapes (a `\u` takes four hex digits, whatever they spell), no
+//! control characters in strings, the number grammar of RFC 8259, the
+//! literals, and nothing but whitespace after the document.
 
 use std::borrow::Cow;
 

@@ -114,7 +114,13 @@ pub(super) fn scan(s: &mut Scan<'_>) -> Option<Usage> {
         if std::mem::replace(&mut seen[n], true) {
             return None;
         }
-        let detail = |s: &mut Scan<'_>| if s.null()? { Some(None) } else { scan_details(s).map(Some) };
+        let detail = |s: &mut Scan<'_>| {
+            if s.null()? {
+                Some(None)
+            } else {
+                scan_details(s).map(Some)
+            }
+        };
         match n {
             0 => w.prompt_tokens = scan_count(s)?,
             1 => w.completion_tokens = scan_count(s)?,
