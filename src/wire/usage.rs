@@ -101,6 +101,13 @@ pub(super) fn scan(s: &mut Scan<'_>) -> Option<Usage> {
         "output_tokens_details",
         "cache_creation_input_tokens",
     ];
+    let detail = |s: &mut Scan<'_>| {
+        if s.null()? {
+            Some(None)
+        } else {
+            scan_details(s).map(Some)
+        }
+    };
     let mut w = UsageWire::default();
     let mut seen = [false; FIELDS.len()];
     s.open_object()?;
@@ -114,13 +121,6 @@ pub(super) fn scan(s: &mut Scan<'_>) -> Option<Usage> {
         if std::mem::replace(&mut seen[n], true) {
             return None;
         }
-        let detail = |s: &mut Scan<'_>| {
-            if s.null()? {
-                Some(None)
-            } else {
-                scan_details(s).map(Some)
-            }
-        };
         match n {
             0 => w.prompt_tokens = scan_count(s)?,
             1 => w.completion_tokens = scan_count(s)?,
