@@ -14,7 +14,7 @@
 //! to the same answer.
 
 use super::finish::WholeChoices;
-use super::scan::Scan;
+use super::scan::{Fields, Scan};
 use super::usage::{self, Usage};
 
 /// What the quick read takes from an answer: its usage and its choices.
@@ -26,21 +26,10 @@ pub struct Quick {
 /// `text` (a JSON object, its UTF-8 checked) read quickly, when it has
 /// `choices` and no `error` and is read exactly as serde_json reads it.
 pub fn completion(text: &str) -> Option<Quick> {
-    const FIELDS: [&str; 4] = ["usage", "choices", "data", "error"];
     let (mut usage, mut choices) = (None, None);
-    let mut seen = [false; FIELDS.len()];
     let mut s = Scan::new(text);
-    s.open_object()?;
-    let mut first = true;
-    while let Some(key) = s.member(&mut first)? {
-        let key = key.text()?;
-        let Some(n) = FIELDS.iter().position(|f| *f == key) else {
-            s.skip()?;
-            continue;
-        };
-        if std::mem::replace(&mut seen[n], true) {
-            return None;
-        }
+    let mut fields = Fields::open(&mut s, &["usage", "choices", "data", "error"])?;
+    while let Some(n) = fields.next(&mut s)? {
         let null = s.null()?;
         match n {
             _ if null => {}

@@ -324,3 +324,41 @@ impl<'a> Scan<'a> {
         self.peek().is_none().then_some(())
     }
 }
+
+/// The members of an object read as serde reads a struct with the fields
+/// `names`: each member's field in turn, its value next. A key that is no
+/// field has its value skipped; a field named twice is refused, as
+/// serde's derived structs refuse it.
+pub struct Fields<const N: usize> {
+    names: &'static [&'static str; N],
+    seen: [bool; N],
+    first: bool,
+}
+
+impl<const N: usize> Fields<N> {
+    /// Takes the object's `{`.
+    #[inline]
+    pub fn open(s: &mut Scan<'_>, names: &'static [&'static str; N]) -> Option<Self> {
+        s.open_object()?;
+        Some(Fields {
+            names,
+            seen: [false; N],
+            first: true,
+        })
+    }
+
+    /// The next member's field (its index in `names`), or `None` at the
+    /// object's end.
+    #[inline]
+    pub fn next(&mut self, s: &mut Scan<'_>) -> Option<Option<usize>> {
+        while let Some(key) = s.member(&mut self.first)? {
+            let key = key.text()?;
+            match self.names.iter().position(|f| *f == key) {
+                Some(n) if std::mem::replace(&mut self.seen[n], true) => return None,
+                Some(n) => return Some(Some(n)),
+                None => s.skip()?,
+            }
+        }
+        Some(None)
+    }
+}

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::scan::Scan;
+use super::scan::{Fields, Scan};
 
 /// Token usage as upstreams report it, in either dialect: Chat
 /// Completions' `prompt_tokens`/`completion_tokens` (with
@@ -90,17 +90,6 @@ impl<'de> Deserialize<'de> for Count {
 /// it; `None` where serde_json would read it otherwise or refuse it (a
 /// field twice, a count that is not a plain one).
 pub(super) fn scan(s: &mut Scan<'_>) -> Option<Usage> {
-    const FIELDS: [&str; 9] = [
-        "prompt_tokens",
-        "completion_tokens",
-        "input_tokens",
-        "output_tokens",
-        "prompt_tokens_details",
-        "completion_tokens_details",
-        "input_tokens_details",
-        "output_tokens_details",
-        "cache_creation_input_tokens",
-    ];
     let detail = |s: &mut Scan<'_>| {
         if s.null()? {
             Some(None)
@@ -109,18 +98,21 @@ pub(super) fn scan(s: &mut Scan<'_>) -> Option<Usage> {
         }
     };
     let mut w = UsageWire::default();
-    let mut seen = [false; FIELDS.len()];
-    s.open_object()?;
-    let mut first = true;
-    while let Some(key) = s.member(&mut first)? {
-        let key = key.text()?;
-        let Some(n) = FIELDS.iter().position(|f| *f == key) else {
-            s.skip()?;
-            continue;
-        };
-        if std::mem::replace(&mut seen[n], true) {
-            return None;
-        }
+    let mut fields = Fields::open(
+        s,
+        &[
+            "prompt_tokens",
+            "completion_tokens",
+            "input_tokens",
+            "output_tokens",
+            "prompt_tokens_details",
+            "completion_tokens_details",
+            "input_tokens_details",
+            "output_tokens_details",
+            "cache_creation_input_tokens",
+        ],
+    )?;
+    while let Some(n) = fields.next(s)? {
         match n {
             0 => w.prompt_tokens = scan_count(s)?,
             1 => w.completion_tokens = scan_count(s)?,
@@ -139,21 +131,8 @@ pub(super) fn scan(s: &mut Scan<'_>) -> Option<Usage> {
 /// A `*_tokens_details` object read by the scanner ([`scan`]).
 fn scan_details(s: &mut Scan<'_>) -> Option<Details> {
     let mut d = Details::default();
-    let mut seen = [false; 2];
-    s.open_object()?;
-    let mut first = true;
-    while let Some(key) = s.member(&mut first)? {
-        let n = match &*key.text()? {
-            "cached_tokens" => 0,
-            "reasoning_tokens" => 1,
-            _ => {
-                s.skip()?;
-                continue;
-            }
-        };
-        if std::mem::replace(&mut seen[n], true) {
-            return None;
-        }
+    let mut fields = Fields::open(s, &["cached_tokens", "reasoning_tokens"])?;
+    while let Some(n) = fields.next(s)? {
         let count = scan_count(s)?.map(Count);
         if n == 0 {
             d.cached_tokens = count;
