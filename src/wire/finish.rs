@@ -146,9 +146,7 @@ impl<'de> Deserialize<'de> for ContentText {
                 f.write_str("a message's content")
             }
             fn visit_str<E>(self, s: &str) -> Result<ContentText, E> {
-                Ok(ContentText(Some(
-                    crate::text::first_chars(s, TEXT_KEPT).to_owned(),
-                )))
+                Ok(ContentText::of(s))
             }
             keep_nothing_of_the_rest!(ContentText(None));
             fn visit_map<A: serde::de::MapAccess<'de>>(
@@ -310,18 +308,25 @@ impl FirstChoice {
     }
 }
 
+/// An `Option` of a value read leniently that keeps nothing but a
+/// string, read by the scanner: `null` is `None`, a string `of` its text,
+/// anything else `nothing`. An object is left to serde_json, which reads
+/// its keys as text.
+fn optional_text<T>(s: &mut Scan<'_>, of: fn(&str) -> T, nothing: T) -> Option<Option<T>> {
+    if s.null()? {
+        return Some(None);
+    }
+    match s.peek()? {
+        b'"' => Some(Some(of(&s.string()?.text()?))),
+        b'{' => None,
+        _ => lenient(s).map(|_| Some(nothing)),
+    }
+}
+
 impl Reason {
     /// `Option<Reason>`, read by the scanner.
     fn scan(s: &mut Scan<'_>) -> Option<Option<Reason>> {
-        if s.null()? {
-            return Some(None);
-        }
-        match s.peek()? {
-            b'"' => Some(Some(Reason::of(&s.string()?.text()?))),
-            // An object's keys are read as text: left to serde_json.
-            b'{' => None,
-            _ => lenient(s).map(|_| Some(Reason(None))),
-        }
+        optional_text(s, Reason::of, Reason(None))
     }
 }
 
@@ -354,22 +359,14 @@ impl PlainText {
 }
 
 impl ContentText {
+    /// A string `content`: its first [`TEXT_KEPT`] chars.
+    fn of(s: &str) -> ContentText {
+        ContentText(Some(crate::text::first_chars(s, TEXT_KEPT).to_owned()))
+    }
+
     /// `Option<ContentText>`, read by the scanner.
     fn scan(s: &mut Scan<'_>) -> Option<Option<ContentText>> {
-        if s.null()? {
-            return Some(None);
-        }
-        match s.peek()? {
-            b'"' => {
-                let t = s.string()?.text()?;
-                Some(Some(ContentText(Some(
-                    crate::text::first_chars(&t, TEXT_KEPT).to_owned(),
-                ))))
-            }
-            // An object's keys are read as text: left to serde_json.
-            b'{' => None,
-            _ => lenient(s).map(|_| Some(ContentText(None))),
-        }
+        optional_text(s, ContentText::of, ContentText(None))
     }
 }
 

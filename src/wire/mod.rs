@@ -47,6 +47,7 @@ pub use endpoint::*;
 pub use inspect::*;
 pub use output::*;
 pub use request::*;
+pub use scan::{escape_marks, is_plain};
 pub use usage::*;
 
 impl Endpoint {

@@ -75,29 +75,42 @@ const fn stops() -> [bool; 256] {
 }
 const STOPS: [bool; 256] = stops();
 
+/// Whether JSON spells `c` as it is in a string (it is no stop:
+/// [`STOPS`]).
+#[inline]
+pub fn is_plain(c: u8) -> bool {
+    !STOPS[usize::from(c)]
+}
+
+/// The bytes of the word `w` (eight bytes, read little-endian) that JSON
+/// does not spell as they are in a string (a control character, `"`,
+/// `\\`), each marked by its high bit. The lowest marked byte is the
+/// first such byte; a borrow may mark bytes above it too.
+#[inline]
+pub fn escape_marks(w: u64) -> u64 {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES << 7;
+    let control = w.wrapping_sub(ONES * 0x20) & !w;
+    let quote = w ^ (ONES * u64::from(b'"'));
+    let quote = quote.wrapping_sub(ONES) & !quote;
+    let backslash = w ^ (ONES * u64::from(b'\\'));
+    let backslash = backslash.wrapping_sub(ONES) & !backslash;
+    (control | quote | backslash) & HIGH
+}
+
 /// Where the run of plain string bytes from `b[i]` ends: at a stop
 /// ([`STOPS`]), or at the end of `b`. Eight bytes at a time while eight
 /// are left (serde_json's own way), then one at a time.
 #[inline]
 fn plain_run(b: &[u8], mut i: usize) -> usize {
-    const ONES: u64 = u64::MAX / 255;
-    const HIGH: u64 = ONES << 7;
     while let Some(word) = b.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
-        let w = u64::from_le_bytes(word);
-        let control = w.wrapping_sub(ONES * 0x20) & !w;
-        let quote = w ^ (ONES * u64::from(b'"'));
-        let quote = quote.wrapping_sub(ONES) & !quote;
-        let backslash = w ^ (ONES * u64::from(b'\\'));
-        let backslash = backslash.wrapping_sub(ONES) & !backslash;
-        let stops = (control | quote | backslash) & HIGH;
+        let stops = escape_marks(u64::from_le_bytes(word));
         if stops != 0 {
-            // The lowest marked byte is a stop (a borrow marks only
-            // bytes above one).
             return i + (stops.trailing_zeros() / 8) as usize;
         }
         i += 8;
     }
-    while b.get(i).is_some_and(|&c| !STOPS[usize::from(c)]) {
+    while b.get(i).copied().is_some_and(is_plain) {
         i += 1;
     }
     i

@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 use crate::telemetry::attempt::AttemptEvent;
 use crate::telemetry::request::RequestLine;
 use crate::telemetry::{Event, EventBody};
+use crate::wire;
 
 /// Attempt lines one record keeps.
 pub const MAX_ATTEMPTS: usize = 64;
@@ -288,23 +289,16 @@ fn json_len(s: &str) -> usize {
 }
 
 /// Whether `b` has a byte JSON escapes (a control character, `"` or
-/// `\\`), read a word at a time, its last eight bytes as one word more
+/// `\\`), read a word at a time ([`wire::escape_marks`], the JSON
+/// scanner's own test), its last eight bytes as one word more
 /// (overlapping the last whole one, rather than copied out and padded);
 /// under eight bytes, a byte at a time. The texts measured here are short
 /// (an id, a route, a model's name, a summary), where a vectorized loop
 /// spends more setting up than it saves.
 fn needs_escape(b: &[u8]) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([1; 8]);
-    const HIGH: u64 = ONES << 7;
-    // Whether any byte of `x` is below `n` (n at most 0x80).
-    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGH != 0;
-    let zero = |x: u64| below(x, 1);
-    let word_needs = |w: &[u8; 8]| {
-        let x = u64::from_ne_bytes(*w);
-        below(x, 0x20) || zero(x ^ (ONES * u64::from(b'"'))) || zero(x ^ (ONES * u64::from(b'\\')))
-    };
+    let word_needs = |w: &[u8; 8]| wire::escape_marks(u64::from_le_bytes(*w)) != 0;
     let Some(last) = b.last_chunk::<8>() else {
-        return b.iter().any(|&c| c < 0x20 || c == b'"' || c == b'\\');
+        return !b.iter().copied().all(wire::is_plain);
     };
     let (words, _) = b.as_chunks::<8>();
     words.iter().any(word_needs) || word_needs(last)
