@@ -24,11 +24,12 @@ mod json_schema;
 mod loading;
 mod null_content;
 mod quirks;
+mod record;
 mod responses;
 pub mod server;
 mod solve;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,14 +46,12 @@ use answer::request_text;
 pub use anthropic::Api;
 pub use behavior::{Behavior, FailMode, ReplySpec, Resolved, Rule, ToolCallSpec, UsageSpec};
 pub use quirks::{Interrupt, Quirk, Quirks};
+use record::Log;
+pub use record::{Heard, Recorded};
+#[cfg(test)]
+use record::{RECORDED, RECORDED_BYTES};
 
 use crate::wire::{Endpoint, Family};
-
-/// Requests kept for `GET /mock/requests`.
-const RECORDED: usize = 1000;
-/// The JSON bytes (about) of the requests kept: the oldest go first, and a
-/// body larger than this alone is kept as a note of its size.
-const RECORDED_BYTES: u64 = 64 << 20;
 
 /// The body stream failed on purpose (a simulated dropped connection).
 #[derive(Debug, thiserror::Error)]
@@ -66,60 +65,6 @@ pub struct MockResponse {
     pub content_type: &'static str,
     pub retry_after: Option<u64>,
     pub body: MockBody,
-}
-
-/// A request as the simulator received it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Recorded {
-    pub model: String,
-    pub authorization: Option<String>,
-    /// The `x-request-id` header the request carried.
-    pub request_id: Option<String>,
-    /// Anthropic's headers, when it plays Anthropic: `x-api-key`,
-    /// `anthropic-version` and `anthropic-beta`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub anthropic_version: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub anthropic_beta: Option<String>,
-    pub body: Value,
-}
-
-/// The headers of a request the simulator reads (and records).
-#[derive(Debug, Clone, Default)]
-pub struct Heard {
-    pub authorization: Option<String>,
-    pub request_id: Option<String>,
-    pub api_key: Option<String>,
-    pub anthropic_version: Option<String>,
-    pub anthropic_beta: Option<String>,
-}
-
-/// The requests a simulator keeps, oldest first, within [`RECORDED`]
-/// and [`RECORDED_BYTES`].
-#[derive(Default)]
-struct Log {
-    kept: VecDeque<(Recorded, u64)>,
-    bytes: u64,
-}
-
-impl Log {
-    fn push(&mut self, r: Recorded, size: u64) {
-        while self.kept.len() >= RECORDED || self.bytes + size > RECORDED_BYTES {
-            match self.kept.pop_front() {
-                Some((_, n)) => self.bytes -= n,
-                None => break,
-            }
-        }
-        self.bytes += size;
-        self.kept.push_back((r, size));
-    }
-
-    fn clear(&mut self) {
-        self.kept.clear();
-        self.bytes = 0;
-    }
 }
 
 /// Counters for `GET /mock/stats`: how many answers finished, how many
@@ -176,8 +121,7 @@ pub struct Simulator {
     /// What `/running` shows, readable without waiting behind a swap:
     /// the model being loaded (not ready) during a swap.
     running: Mutex<Option<Process>>,
-    /// The requests kept, each with its body's JSON size (about), and
-    /// their sum: bounded by [`RECORDED`] and [`RECORDED_BYTES`].
+    /// The requests kept for `GET /mock/requests` (`record`).
     log: Mutex<Log>,
     pub stats: Arc<Stats>,
     next_id: AtomicU64,
@@ -270,12 +214,7 @@ impl Simulator {
     }
 
     pub fn recorded(&self) -> Vec<Recorded> {
-        self.log
-            .lock()
-            .kept
-            .iter()
-            .map(|(r, _)| r.clone())
-            .collect()
+        self.log.lock().all()
     }
 
     pub fn clear_recorded(&self) {
@@ -413,24 +352,7 @@ impl Simulator {
 
     /// Keeps the request for `GET /mock/requests`.
     fn record(&self, model: &str, heard: Heard, body: &Value) {
-        let size = crate::wire::billing::json_len(body);
-        let body = if size > RECORDED_BYTES {
-            json!({"omitted_bytes": size})
-        } else {
-            body.clone()
-        };
-        self.log.lock().push(
-            Recorded {
-                model: model.to_owned(),
-                authorization: heard.authorization,
-                request_id: heard.request_id,
-                api_key: heard.api_key,
-                anthropic_version: heard.anthropic_version,
-                anthropic_beta: heard.anthropic_beta,
-                body,
-            },
-            size.min(RECORDED_BYTES),
-        );
+        self.log.lock().record(model, heard, body);
     }
 
     /// Counts a call of `model` and returns its number (from 1).
