@@ -26,6 +26,7 @@ use crate::wire::{ChatRequest, ClientBody, ReadRequest, UsageField, null_usage_s
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
+#[inline(always)]
 pub fn chat_completions(
     State(gw): State<Arc<Gateway>>,
     req: Request,

@@ -160,7 +160,13 @@ pub trait Dialect: Send + Sync {
 /// taken apart before the future is made, so that the future holds its
 /// headers and body, not the whole request and its parts beside them:
 /// every request's future is allocated and written whole, and this one
-/// was twice the size (`-Zprint-type-sizes`).
+/// was twice the size (`-Zprint-type-sizes`). Inlined, so that the
+/// future is written where its caller keeps it (a box, [`boxed`]): made
+/// out of line, it was written on the stack and copied into the box
+/// whole, 1.5 KiB of a block just handed out (`benches/cachesim.py`).
+///
+/// [`boxed`]: crate::boxed::boxed
+#[inline(always)]
 pub fn serve(
     gw: Arc<Gateway>,
     req: Request,

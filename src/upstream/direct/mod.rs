@@ -88,7 +88,10 @@ impl Direct {
     /// returns once the status line is in. The request is built before
     /// the future that sends it is made, and moved into it: held across
     /// the await too, it would be in the future twice (every call's
-    /// future is written whole when it is boxed).
+    /// future is written whole when it is boxed). Inlined, so that its
+    /// future is written where the caller's future keeps it: made out of
+    /// line, it was written on the stack and copied whole, twice.
+    #[inline(always)]
     pub fn post(
         &self,
         uri: &Uri,
