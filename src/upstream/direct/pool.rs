@@ -102,15 +102,16 @@ impl Pool {
         let Some(idle) = self.shards.get(shard) else {
             return;
         };
+        let now = Instant::now();
         let mut idle = idle.lock();
         // The oldest are at the front: drop those past their time.
         let stale = idle
             .iter()
-            .take_while(|(_, since)| since.elapsed() >= IDLE_FOR)
+            .take_while(|(_, since)| now.saturating_duration_since(*since) >= IDLE_FOR)
             .count();
         idle.drain(..stale);
         if idle.len() < MAX_IDLE {
-            idle.push((tx, Instant::now()));
+            idle.push((tx, now));
         }
     }
 }
