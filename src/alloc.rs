@@ -93,9 +93,9 @@ unsafe impl GlobalAlloc for Allocator {
 mod tests {
     use super::*;
 
-    /// Blocks of every size class a request uses, asked for with the
-    /// alignments that take the plain calls, meet them; so do those
-    /// grown and shrunk by `realloc`.
+    /// Blocks of every size class up to 4 KiB and two large ones, asked
+    /// for with alignments from 1 to 32 bytes, meet them; so do those
+    /// grown by `realloc`.
     #[test]
     fn plain_blocks_meet_the_alignment_asked() {
         let a = Allocator;

@@ -26,6 +26,8 @@ use crate::wire::{ChatRequest, ClientBody, ReadRequest, UsageField, null_usage_s
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
+/// Inlined, as [`serve`] is, so that its future is built in the box
+/// `Routes::answer` makes for it.
 #[inline(always)]
 pub fn chat_completions(
     State(gw): State<Arc<Gateway>>,
