@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Two conclave builds (or one build with two configs) against each other: the nginx hop and
+# both builds up at once in front of the same zero-delay nginx upstream, wrk at c=64 turning
+# between them (the two builds' order flips each round), and each hop's CPU per request
+# counted as compare.sh counts it. Prints each round and the medians of the per-round ratios:
+# each build against the nginx hop, and B against A. On a noisy box the B/A ratio of runs a
+# few seconds apart moves far less than either build's figure from one run to the next.
+#
+#   ROUNDS=8 bash benches/harness/ab.sh OLD_BIN NEW_BIN [seconds per run, default 5]
+#   EXTRA_B='[console]\nrecent_requests = 0' bash benches/harness/ab.sh BIN BIN
+#
+# EXTRA_A and EXTRA_B are appended to each build's config (printf's %b: \n is a newline).
+# Needs what compare.sh needs. Loopback only (the upstream and nginx hop on compare.sh's
+# ports, the builds on AB_PORT and AB_PORT + 1, default 18097); stops what it started.
+set -u
+[ $# -ge 2 ] || { echo "usage: $0 BIN_A BIN_B [seconds]" >&2; exit 2; }
+a_bin=$1 b_bin=$2 secs=${3:-5}
+CONCLAVE_BIN=$a_bin
+source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
+[ -x "$b_bin" ] || { echo "no conclave binary at $b_bin" >&2; exit 1; }
+ROUNDS=${ROUNDS:-8}
+AB_PORT=${AB_PORT:-18097}
+check_ports "$UPSTREAM_PORT" "$PROXY_PORT" "$AB_PORT" "$((AB_PORT + 1))"
+
+# start_build PORT BIN EXTRA: a build on PORT, its model on the upstream's /v1; pid in $cpid.
+start_build() {
+  printf '[server]\nlisten = "127.0.0.1:%s"\n[upstreams.bench]\nkind = "openai"\nbase_url = "http://127.0.0.1:%s/v1"\n[models.bench-model]\nupstream = "bench"\n%b\n' \
+    "$1" "$UPSTREAM_PORT" "$3" > "$tmp/ab-$1.toml"
+  "$2" serve --config "$tmp/ab-$1.toml" > "$tmp/ab-$1.log" 2>&1 & cpid=$!; pids+=($cpid)
+}
+start_nginx upstream
+start_nginx proxy; proxy_pid=${pids[-1]}
+start_build "$AB_PORT" "$a_bin" "${EXTRA_A:-}"; a_pid=$cpid
+start_build "$((AB_PORT + 1))" "$b_bin" "${EXTRA_B:-}"; b_pid=$cpid
+wait_up "http://127.0.0.1:$PROXY_PORT/v1/models" "http://127.0.0.1:$AB_PORT/healthz" \
+  "http://127.0.0.1:$((AB_PORT + 1))/healthz"
+
+cpu() { # port pid: prints the hop's CPU µs per request over one run
+  local t0 n; t0=$(ticks "$2")
+  BENCH_KEY=none BENCH_MODEL=bench-model wrk -t1 -c64 -d"${secs}s" -s "$here/post.lua" \
+    "http://127.0.0.1:$1/v1/chat/completions" > "$tmp/wrk.out" 2>&1
+  n=$(awk '/requests in/{print $1}' "$tmp/wrk.out")
+  awk -v t="$(( $(ticks "$2") - t0 ))" -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN{printf "%.2f", t / hz / n * 1e6}'
+}
+for r in $(seq 1 "$ROUNDS"); do
+  if [ $((r % 2)) = 1 ]; then
+    a_us=$(cpu "$AB_PORT" "$a_pid"); b_us=$(cpu "$((AB_PORT + 1))" "$b_pid")
+  else
+    b_us=$(cpu "$((AB_PORT + 1))" "$b_pid"); a_us=$(cpu "$AB_PORT" "$a_pid")
+  fi
+  nginx_us=$(cpu "$PROXY_PORT" "$proxy_pid")
+  echo "$r $nginx_us $a_us $b_us" >> "$tmp/results"
+  echo "round $r/$ROUNDS: CPU per request, c=64: nginx hop $nginx_us µs, A $a_us, B $b_us"
+done
+python3 - "$tmp/results" <<'PY'
+import sys, statistics as st
+rows = [[float(x) for x in l.split()[1:]] for l in open(sys.argv[1]) if l.strip()]
+for name, ratios in (("A", [r[1] / r[0] for r in rows]), ("B", [r[2] / r[0] for r in rows]),
+                     ("B / A", [r[2] / r[1] for r in rows])):
+    label = name if name == "B / A" else f"{name} / the nginx hop"
+    print(f"{label:<18} CPU per request, c=64: {st.median(ratios):.3f}"
+          f"   (rounds: {' '.join(f'{x:.3f}' for x in ratios)})")
+PY
