@@ -35,20 +35,13 @@ start_build "$((AB_PORT + 1))" "$b_bin" "${EXTRA_B:-}"; b_pid=$cpid
 wait_up "http://127.0.0.1:$PROXY_PORT/v1/models" "http://127.0.0.1:$AB_PORT/healthz" \
   "http://127.0.0.1:$((AB_PORT + 1))/healthz"
 
-cpu() { # port pid: prints the hop's CPU µs per request over one run
-  local t0 n; t0=$(ticks "$2")
-  BENCH_KEY=none BENCH_MODEL=bench-model wrk -t1 -c64 -d"${secs}s" -s "$here/post.lua" \
-    "http://127.0.0.1:$1/v1/chat/completions" > "$tmp/wrk.out" 2>&1
-  n=$(awk '/requests in/{print $1}' "$tmp/wrk.out")
-  awk -v t="$(( $(ticks "$2") - t0 ))" -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN{printf "%.2f", t / hz / n * 1e6}'
-}
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then
-    a_us=$(cpu "$AB_PORT" "$a_pid"); b_us=$(cpu "$((AB_PORT + 1))" "$b_pid")
+    a_us=$(cpu_c64 "$AB_PORT" "$a_pid" "$secs"); b_us=$(cpu_c64 "$((AB_PORT + 1))" "$b_pid" "$secs")
   else
-    b_us=$(cpu "$((AB_PORT + 1))" "$b_pid"); a_us=$(cpu "$AB_PORT" "$a_pid")
+    b_us=$(cpu_c64 "$((AB_PORT + 1))" "$b_pid" "$secs"); a_us=$(cpu_c64 "$AB_PORT" "$a_pid" "$secs")
   fi
-  nginx_us=$(cpu "$PROXY_PORT" "$proxy_pid")
+  nginx_us=$(cpu_c64 "$PROXY_PORT" "$proxy_pid" "$secs")
   echo "$r $nginx_us $a_us $b_us" >> "$tmp/results"
   echo "round $r/$ROUNDS: CPU per request, c=64: nginx hop $nginx_us µs, A $a_us, B $b_us"
 done

@@ -26,17 +26,10 @@ start_conclave "$CONCLAVE_PORT" /v1
 wait_up "http://127.0.0.1:$UPSTREAM_PORT/v1/models" "http://127.0.0.1:$PROXY_PORT/v1/models" \
   "http://127.0.0.1:$CONCLAVE_PORT/healthz" "http://127.0.0.1:$FLOOR_PORT/v1/models"
 
-cpu() { # name port pid: prints the hop's CPU µs per request over one run
-  local t0 n; t0=$(ticks "$3")
-  BENCH_KEY=none BENCH_MODEL=bench-model wrk -t1 -c64 -d"${secs}s" -s "$here/post.lua" \
-    "http://127.0.0.1:$2/v1/chat/completions" > "$tmp/wrk.out" 2>&1
-  n=$(awk '/requests in/{print $1}' "$tmp/wrk.out")
-  awk -v t="$(( $(ticks "$3") - t0 ))" -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN{printf "%.2f", t / hz / n * 1e6}'
-}
 for r in $(seq 1 "$ROUNDS"); do
-  nginx_us=$(cpu nginxproxy "$PROXY_PORT" "$proxy_pid")
-  floor_us=$(cpu floor "$FLOOR_PORT" "$fpid")
-  conclave_us=$(cpu conclave "$CONCLAVE_PORT" "$cpid")
+  nginx_us=$(cpu_c64 "$PROXY_PORT" "$proxy_pid" "$secs")
+  floor_us=$(cpu_c64 "$FLOOR_PORT" "$fpid" "$secs")
+  conclave_us=$(cpu_c64 "$CONCLAVE_PORT" "$cpid" "$secs")
   echo "$r $nginx_us $floor_us $conclave_us" >> "$tmp/results"
   echo "round $r/$ROUNDS: CPU per request, c=64: nginx hop $nginx_us µs, floor $floor_us, conclave $conclave_us"
 done

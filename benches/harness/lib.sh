@@ -39,6 +39,16 @@ start_nginx() {
 ticks() { local s=0 p; for p in "$@" $(for q in "$@"; do pgrep -P "$q"; done); do
   s=$((s + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo "$s"; }
 
+# cpu_c64 PORT PID SECS: one wrk run at c=64 (the harness's whole-request POST) against the hop
+# on PORT; prints the CPU µs per request of PID and its children over it (floor.sh, ab.sh).
+cpu_c64() {
+  local t0 n; t0=$(ticks "$2")
+  BENCH_KEY=none BENCH_MODEL=bench-model wrk -t1 -c64 -d"${3}s" -s "$here/post.lua" \
+    "http://127.0.0.1:$1/v1/chat/completions" > "$tmp/wrk.out" 2>&1
+  n=$(awk '/requests in/{print $1}' "$tmp/wrk.out")
+  awk -v t="$(( $(ticks "$2") - t0 ))" -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN{printf "%.2f", t / hz / n * 1e6}'
+}
+
 # wait_up URL...: until every URL answers 2xx (at most 30 s).
 wait_up() {
   for _ in $(seq 1 150); do
