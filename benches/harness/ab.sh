@@ -45,12 +45,9 @@ for r in $(seq 1 "$ROUNDS"); do
   echo "$r $nginx_us $a_us $b_us" >> "$tmp/results"
   echo "round $r/$ROUNDS: CPU per request, c=64: nginx hop $nginx_us µs, A $a_us, B $b_us"
 done
+ratio_medians "$tmp/results" A B
 python3 - "$tmp/results" <<'PY'
 import sys, statistics as st
-rows = [[float(x) for x in l.split()[1:]] for l in open(sys.argv[1]) if l.strip()]
-for name, ratios in (("A", [r[1] / r[0] for r in rows]), ("B", [r[2] / r[0] for r in rows]),
-                     ("B / A", [r[2] / r[1] for r in rows])):
-    label = name if name == "B / A" else f"{name} / the nginx hop"
-    print(f"{label:<18} CPU per request, c=64: {st.median(ratios):.3f}"
-          f"   (rounds: {' '.join(f'{x:.3f}' for x in ratios)})")
+r = [float(l.split()[3]) / float(l.split()[2]) for l in open(sys.argv[1]) if l.strip()]
+print(f"B / A    CPU per request, c=64: {st.median(r):.3f}   (rounds: {' '.join(f'{x:.3f}' for x in r)})")
 PY

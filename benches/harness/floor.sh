@@ -33,11 +33,4 @@ for r in $(seq 1 "$ROUNDS"); do
   echo "$r $nginx_us $floor_us $conclave_us" >> "$tmp/results"
   echo "round $r/$ROUNDS: CPU per request, c=64: nginx hop $nginx_us µs, floor $floor_us, conclave $conclave_us"
 done
-python3 - "$tmp/results" <<'PY'
-import sys, statistics as st
-rows = [[float(x) for x in l.split()[1:]] for l in open(sys.argv[1]) if l.strip()]
-for i, name in ((1, "floor"), (2, "conclave")):
-    ratios = [r[i] / r[0] for r in rows]
-    print(f"{name:<8} CPU per request / the nginx hop's, c=64: {st.median(ratios):.2f}"
-          f"   (rounds: {' '.join(f'{x:.2f}' for x in ratios)})")
-PY
+ratio_medians "$tmp/results" floor conclave

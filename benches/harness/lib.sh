@@ -49,6 +49,19 @@ cpu_c64() {
   awk -v t="$(( $(ticks "$2") - t0 ))" -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN{printf "%.2f", t / hz / n * 1e6}'
 }
 
+# ratio_medians FILE NAME...: FILE holds lines "round nginx_us hop_us..."; prints each named
+# hop's CPU per request over the nginx hop's at c=64: the median, and each round's.
+ratio_medians() {
+  python3 - "$@" <<'PY'
+import sys, statistics as st
+rows = [[float(x) for x in l.split()[1:]] for l in open(sys.argv[1]) if l.strip()]
+for i, name in enumerate(sys.argv[2:], 1):
+    ratios = [r[i] / r[0] for r in rows]
+    print(f"{name:<8} CPU per request / the nginx hop's, c=64: {st.median(ratios):.3f}"
+          f"   (rounds: {' '.join(f'{x:.3f}' for x in ratios)})")
+PY
+}
+
 # wait_up URL...: until every URL answers 2xx (at most 30 s).
 wait_up() {
   for _ in $(seq 1 150); do
