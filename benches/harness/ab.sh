@@ -6,7 +6,7 @@
 # each build against the nginx hop, and B against A. On a noisy box the B/A ratio of runs a
 # few seconds apart moves far less than either build's figure from one run to the next.
 #
-#   ROUNDS=8 bash benches/harness/ab.sh OLD_BIN NEW_BIN [seconds per run, default 5]
+#   ROUNDS=8 bash benches/harness/ab.sh OLD_BIN NEW_BIN [seconds per run, default 5]   (8 rounds by default)
 #   EXTRA_B='[console]\nrecent_requests = 0' bash benches/harness/ab.sh BIN BIN
 #
 # EXTRA_A and EXTRA_B are appended to each build's config (printf's %b: \n is a newline).
@@ -14,11 +14,11 @@
 # ports, the builds on AB_PORT and AB_PORT + 1, default 18097); stops what it started.
 set -u
 [ $# -ge 2 ] || { echo "usage: $0 BIN_A BIN_B [seconds]" >&2; exit 2; }
-a_bin=$1 b_bin=$2 secs=${3:-5}
+a_bin=$1 b_bin=$2 secs=${3:-5} rounds=${ROUNDS:-8}
 CONCLAVE_BIN=$a_bin
 source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 [ -x "$b_bin" ] || { echo "no conclave binary at $b_bin" >&2; exit 1; }
-ROUNDS=${ROUNDS:-8}
+ROUNDS=$rounds
 AB_PORT=${AB_PORT:-18097}
 check_ports "$UPSTREAM_PORT" "$PROXY_PORT" "$AB_PORT" "$((AB_PORT + 1))"
 
