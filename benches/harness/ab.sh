@@ -17,21 +17,15 @@ set -u
 a_bin=$1 b_bin=$2 secs=${3:-5} rounds=${ROUNDS:-8}
 CONCLAVE_BIN=$a_bin
 source "$(cd "$(dirname "$0")" && pwd)/lib.sh"
-[ -x "$b_bin" ] || { echo "no conclave binary at $b_bin" >&2; exit 1; }
+[ -x "$b_bin" ] || { echo "no conclave binary at $b_bin (cargo build --release)" >&2; exit 1; }
 ROUNDS=$rounds
 AB_PORT=${AB_PORT:-18097}
 check_ports "$UPSTREAM_PORT" "$PROXY_PORT" "$AB_PORT" "$((AB_PORT + 1))"
 
-# start_build PORT BIN EXTRA: a build on PORT, its model on the upstream's /v1; pid in $cpid.
-start_build() {
-  printf '[server]\nlisten = "127.0.0.1:%s"\n[upstreams.bench]\nkind = "openai"\nbase_url = "http://127.0.0.1:%s/v1"\n[models.bench-model]\nupstream = "bench"\n%b\n' \
-    "$1" "$UPSTREAM_PORT" "$3" > "$tmp/ab-$1.toml"
-  "$2" serve --config "$tmp/ab-$1.toml" > "$tmp/ab-$1.log" 2>&1 & cpid=$!; pids+=($cpid)
-}
 start_nginx upstream
 start_nginx proxy; proxy_pid=${pids[-1]}
-start_build "$AB_PORT" "$a_bin" "${EXTRA_A:-}"; a_pid=$cpid
-start_build "$((AB_PORT + 1))" "$b_bin" "${EXTRA_B:-}"; b_pid=$cpid
+bin=$a_bin; start_conclave "$AB_PORT" /v1 "${EXTRA_A:-}"; a_pid=$cpid
+bin=$b_bin; start_conclave "$((AB_PORT + 1))" /v1 "${EXTRA_B:-}"; b_pid=$cpid
 wait_up "http://127.0.0.1:$PROXY_PORT/v1/models" "http://127.0.0.1:$AB_PORT/healthz" \
   "http://127.0.0.1:$((AB_PORT + 1))/healthz"
 

@@ -71,9 +71,9 @@ wait_up() {
   echo "not up after 30 s: $*" >&2; exit 1
 }
 
-# start_conclave PORT PATH: conclave on PORT, its model bench-model on the nginx upstream's
+# start_conclave PORT PATH [EXTRA]: conclave on PORT, its model bench-model on the nginx upstream's
 # PATH (`/v1` for whole answers, `/sse17/v1` for 17-event streams) and bench-stream on its
-# `/sse/v1`; its pid in $cpid.
+# `/sse/v1`; EXTRA (printf's %b: \n is a newline) appended to its config; its pid in $cpid.
 start_conclave() {
   cat > "$tmp/conclave-$1.toml" <<TOML
 [server]
@@ -90,5 +90,6 @@ upstream = "bench"
 upstream = "benchsse"
 model = "bench-model"
 TOML
+  [ -n "${3:-}" ] && printf '%b\n' "$3" >> "$tmp/conclave-$1.toml"
   "$bin" serve --config "$tmp/conclave-$1.toml" >"$tmp/conclave-$1.log" 2>&1 & cpid=$!; pids+=($cpid)
 }
