@@ -34,7 +34,8 @@ wrk.headers["Authorization"] = "Bearer $5"
 wrk.body = '{"model":"$3","stream":$4,"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Say hello."}],"max_tokens":16,"temperature":0.2}'
 LUA
   wrk -t1 -c"$2" -d"${secs}s" -s "$tmp/t.lua" "http://127.0.0.1:$1/v1/chat/completions" \
-    | awk -v m="$3 c=$2 stream=$4" '/requests in/{print "  " m ": " $1 " requests"}'
+    | awk -v m="$3 c=$2 stream=$4" '/requests in/{n=$1} /Non-2xx/{bad=$NF}
+        END{print "  " m ": " n " requests" (bad ? ", " bad " not 2xx" : "")}'
 }
 load "$CONCLAVE_PORT" 64 bench-model false none
 load "$CONCLAVE_PORT" 1 bench-model false none

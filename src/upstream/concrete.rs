@@ -42,6 +42,7 @@ use crate::retry::RetryReason;
 use crate::sink::ModelInfo;
 use crate::store::limits::rate::retry_after_secs;
 use crate::store::limits::rejection::{Scope, record_rejection};
+use crate::stream::whole_to_stream;
 use crate::wire::{ChatRequest, Endpoint, Family, Usage, estimate_tokens};
 
 pub struct ConcreteModel {
@@ -337,6 +338,16 @@ impl ConcreteModel {
         up.show_simulated();
         if !(200..300).contains(&resp.status) {
             return Err(decode::status_error(resp, &x).await);
+        }
+        // A chat server that ignores `stream` answers whole: that answer
+        // is read as one, not taken for a stream cut short (which would be
+        // a failure against its health and a second call).
+        if out.wire.streamed() && resp.json && out.endpoint == Endpoint::CHAT {
+            let whole = decode::whole(resp, &x, attempt).await?;
+            return match out.wire {
+                Wire::Stream => whole_to_stream(&whole).map(ReplyBody::Stream),
+                _ => Ok(ReplyBody::Whole(whole)),
+            };
         }
         // A stream's relay is boxed: its future is the largest here, and
         // would make every call's, streamed or whole, that large.

@@ -16,6 +16,10 @@
 //!   ([`StreamsTools`]); its later calls with tools go out whole, and a
 //!   cancellable one dropped while the server works is counted in the
 //!   call's [`Unstopped`] tally ([`Armed`]).
+//! - A chat server that ignores `stream` and answers whole
+//!   (`content-type: application/json`) is read as the whole answer it
+//!   is, by `ConcreteModel::answer`: one call, replayed as a stream when
+//!   the caller wanted one, and no cut counted against its health.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -54,6 +54,8 @@ impl Transport for MockTransport {
         Ok(RawResponse {
             status: r.status,
             retry_after: r.retry_after.map(|s| s.to_string()),
+            // The simulation streams what is asked streamed.
+            json: false,
             body: Box::pin(r.body.map_err(|e| Box::new(e) as BoxError)),
         })
     }

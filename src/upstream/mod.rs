@@ -72,7 +72,16 @@ pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, BoxError>> + Send>
 pub struct RawResponse {
     pub status: u16,
     pub retry_after: Option<String>,
+    /// The server said its body is JSON (`content-type:
+    /// application/json`): a whole answer, even to a call that asked for
+    /// a stream (a server that ignores `stream`).
+    pub json: bool,
     pub body: BodyStream,
+}
+
+/// Whether a `content-type` value names JSON.
+pub fn is_json(content_type: Option<&[u8]>) -> bool {
+    content_type.is_some_and(|v| v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/json"))
 }
 
 /// No response arrived (refused, reset, DNS, TLS, closed mid-request).

@@ -62,6 +62,7 @@ pub fn rejected(message: &str, param: Option<&str>) -> RawResponse {
     RawResponse {
         status: 400,
         retry_after: None,
+        json: true,
         body: once(Bytes::from(body.to_string())),
     }
 }

@@ -94,12 +94,19 @@ impl Translate {
             })?;
         let resp = self.inner.send(Endpoint::MESSAGES, body, ids).await?;
         let created = self.clock.unix_secs();
+        let streamed = t.stream;
         let body = match (resp.status, t.stream) {
             (200..=299, true) => stream(resp.body, t, created),
             (200..=299, false) => whole(resp.body, t, created),
             _ => error(resp.body),
         };
-        Ok(RawResponse { body, ..resp })
+        // The body is now what the call asked for, an OpenAI stream or
+        // whole answer, whatever Anthropic's was.
+        Ok(RawResponse {
+            body,
+            json: !streamed,
+            ..resp
+        })
     }
 }
 

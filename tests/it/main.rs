@@ -74,6 +74,7 @@ mod shared_state;
 mod signals;
 mod stored_bounds;
 mod stored_responses;
+mod stream_ignored;
 mod timing;
 mod token_counts;
 mod traces;

@@ -1,0 +1,84 @@
+//! A chat server that ignores `stream` and answers whole
+//! (`content-type: application/json`) is read as having answered: one
+//! call, replayed as a stream to a client that asked for one, a race's
+//! candidates each called once, and no failure against the server's
+//! health (it was a cut stream, a second call, and under a race's load an
+//! ejection of a server that answered every call).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::inproc::Gw;
+use serde_json::json;
+
+/// A server that answers every chat call whole, counting them.
+async fn upstream() -> (String, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let n = calls.clone();
+    let chat = move || {
+        let n = n.clone();
+        async move {
+            n.fetch_add(1, Ordering::SeqCst);
+            axum::Json(
+                json!({"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "Paris is the capital."}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}),
+            )
+        }
+    };
+    let app = axum::Router::new().route("/v1/chat/completions", axum::routing::post(chat));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), calls)
+}
+
+#[tokio::test]
+async fn a_whole_answer_to_a_stream_is_one_call_and_no_failure() {
+    let (base, calls) = upstream().await;
+    let gw = Gw::start(&format!(
+        "[upstreams.plain]\nkind = \"openai\"\nbase_url = \"{base}/v1\"\n\
+         [models.a]\nupstream = \"plain\"\nmodel = \"m\"\n\
+         [models.b]\nupstream = \"plain\"\nmodel = \"m2\"\n\
+         [routes.best]\nstrategy = \"race\"\ncandidates = [\"a\", \"b\"]\n"
+    ));
+    let ask = |model: &str, stream: bool| json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "Capital of France?"}]});
+
+    let r = gw.chat(&ask("a", true)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-conclave-attempts"), Some("1"), "{}", r.text);
+    assert!(r.text.contains("Paris is the capital."), "{}", r.text);
+    assert!(r.text.contains("\"finish_reason\":\"stop\""), "{}", r.text);
+    assert!(r.text.trim_end().ends_with("data: [DONE]"), "{}", r.text);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // A race's candidates are streamed from the server (cancellable calls):
+    // each answers whole, none is called twice or fails, none is ejected.
+    let rounds = 12;
+    for _ in 0..rounds {
+        let r = gw.chat(&ask("best", false)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(
+            r.json()["choices"][0]["message"]["content"],
+            "Paris is the capital."
+        );
+    }
+    // At most one call a candidate (a race may cancel its slower one).
+    let made = calls.load(Ordering::SeqCst);
+    assert!(made <= 1 + 2 * rounds, "{made} calls");
+    let metrics = gw.metrics();
+    let errors: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("conclave_attempts_total") && l.contains("verdict=\"error\""))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let ejections: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("conclave_ejections_total"))
+        .collect();
+    assert!(ejections.is_empty(), "{ejections:?}");
+}
