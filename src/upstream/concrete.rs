@@ -341,14 +341,22 @@ impl ConcreteModel {
         }
         // A chat server that ignores `stream` answers whole: that answer
         // is read as one, not taken for a stream cut short (which would be
-        // a failure against its health and a second call).
-        if out.wire.streamed() && resp.json && out.endpoint == Endpoint::CHAT {
-            let whole = decode::whole(resp, &x, attempt).await?;
-            return match out.wire {
-                Wire::Stream => whole_to_stream(&whole).map(ReplyBody::Stream),
-                _ => Ok(ReplyBody::Whole(whole)),
-            };
-        }
+        // a failure against its health and a second call). Its label is
+        // checked against its first bytes: an event stream labelled JSON
+        // is still relayed as one.
+        let resp = if out.wire.streamed() && resp.json && out.endpoint == Endpoint::CHAT {
+            let (object, resp) = decode::opens_object(resp, x.first).await;
+            if object {
+                let whole = decode::whole(resp, &x, attempt).await?;
+                return match out.wire {
+                    Wire::Stream => whole_to_stream(&whole).map(ReplyBody::Stream),
+                    _ => Ok(ReplyBody::Whole(whole)),
+                };
+            }
+            resp
+        } else {
+            resp
+        };
         // A stream's relay is boxed: its future is the largest here, and
         // would make every call's, streamed or whole, that large.
         match out.wire {

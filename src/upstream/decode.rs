@@ -40,6 +40,21 @@ enum ReadError {
     Late,
 }
 
+/// Whether a body labelled JSON opens an object (a whole answer), by its
+/// first bytes, waited for until `by`; those bytes are put back. A body
+/// that says otherwise (an event stream labelled JSON), ends, fails or is
+/// late is left to the relay, which meets it as it would have.
+pub async fn opens_object(mut resp: RawResponse, by: Instant) -> (bool, RawResponse) {
+    let Ok(Some(first)) = timeout_at(by, resp.body.next()).await else {
+        return (false, resp);
+    };
+    let object =
+        matches!(&first, Ok(b) if b.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'{'));
+    let rest = std::mem::replace(&mut resp.body, Box::pin(futures::stream::empty()));
+    resp.body = Box::pin(futures::stream::once(async move { first }).chain(rest));
+    (object, resp)
+}
+
 /// Reads a body up to `limit` bytes, checking `by` as data arrives (an
 /// upstream that never pauses still meets its deadline).
 async fn read_body(mut body: BodyStream, limit: usize, by: Instant) -> Result<Bytes, ReadError> {
