@@ -42,7 +42,6 @@ use crate::retry::RetryReason;
 use crate::sink::ModelInfo;
 use crate::store::limits::rate::retry_after_secs;
 use crate::store::limits::rejection::{Scope, record_rejection};
-use crate::stream::whole_to_stream;
 use crate::wire::{ChatRequest, Endpoint, Family, Usage, estimate_tokens};
 
 pub struct ConcreteModel {
@@ -339,23 +338,12 @@ impl ConcreteModel {
         if !(200..300).contains(&resp.status) {
             return Err(decode::status_error(resp, &x).await);
         }
-        // A chat server that ignores `stream` answers whole: that answer
-        // is read as one, not taken for a stream cut short (which would be
-        // a failure against its health and a second call). Its label is
-        // checked against its first bytes: an event stream labelled JSON
-        // is still relayed as one.
-        let resp = if out.wire.streamed() && resp.json && out.endpoint == Endpoint::CHAT {
-            let (object, resp) = decode::opens_object(resp, x.first).await;
-            if object {
-                let whole = decode::whole(resp, &x, attempt).await?;
-                return match out.wire {
-                    Wire::Stream => whole_to_stream(&whole).map(ReplyBody::Stream),
-                    _ => Ok(ReplyBody::Whole(whole)),
-                };
-            }
-            resp
-        } else {
-            resp
+        let resp = match out.wire.streamed() {
+            true => match decode::unstreamed(resp, &x, attempt, out.wire == Wire::Stream).await {
+                Ok(answer) => return answer,
+                Err(resp) => resp,
+            },
+            false => resp,
         };
         // A stream's relay is boxed: its future is the largest here, and
         // would make every call's, streamed or whole, that large.

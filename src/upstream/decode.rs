@@ -25,8 +25,9 @@ use super::exchange::Exchange;
 use super::{BodyStream, RawResponse, validation};
 use crate::attempt::Attempt;
 use crate::error::{ModelError, TimeoutPhase, WITHHELD};
-use crate::model::Completion;
-use crate::wire::{MAX_RESPONSE, Usage, WholeBody, error_message};
+use crate::model::{Completion, ReplyBody};
+use crate::stream::whole_to_stream;
+use crate::wire::{Endpoint, MAX_RESPONSE, Usage, WholeBody, error_message};
 
 /// Why a whole answer that does not say it ended is a cut.
 const UNFINISHED: &str = "the answer has no finish_reason: it was cut short";
@@ -40,11 +41,35 @@ enum ReadError {
     Late,
 }
 
+/// A streamed chat call's answer from a server that ignores `stream`:
+/// labelled JSON and opening an object ([`opens_object`]), it is read as
+/// the whole answer it is (replayed as a stream when `relayed`), not
+/// taken for a stream cut short (a failure against the server's health
+/// and a second call). Anything else comes back, to be relayed.
+pub async fn unstreamed(
+    resp: RawResponse,
+    x: &Exchange,
+    attempt: &Attempt,
+    relayed: bool,
+) -> Result<Result<ReplyBody, ModelError>, RawResponse> {
+    if !resp.json || x.endpoint != Endpoint::CHAT {
+        return Err(resp);
+    }
+    let (object, resp) = opens_object(resp, x.first).await;
+    if !object {
+        return Err(resp);
+    }
+    Ok(whole(resp, x, attempt).await.and_then(|w| match relayed {
+        true => whole_to_stream(&w).map(ReplyBody::Stream),
+        false => Ok(ReplyBody::Whole(w)),
+    }))
+}
+
 /// Whether a body labelled JSON opens an object (a whole answer), by its
 /// first bytes, waited for until `by`; those bytes are put back. A body
 /// that says otherwise (an event stream labelled JSON), ends, fails or is
 /// late is left to the relay, which meets it as it would have.
-pub async fn opens_object(mut resp: RawResponse, by: Instant) -> (bool, RawResponse) {
+async fn opens_object(mut resp: RawResponse, by: Instant) -> (bool, RawResponse) {
     let Ok(Some(first)) = timeout_at(by, resp.body.next()).await else {
         return (false, resp);
     };

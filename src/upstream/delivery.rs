@@ -18,7 +18,7 @@
 //!   call's [`Unstopped`] tally ([`Armed`]).
 //! - A chat server that ignores `stream` and answers whole
 //!   (`content-type: application/json`) is read as the whole answer it
-//!   is, by `ConcreteModel::answer`: one call, replayed as a stream when
+//!   is, by `decode::unstreamed`: one call, replayed as a stream when
 //!   the caller wanted one, and no cut counted against its health.
 
 use std::sync::Arc;
