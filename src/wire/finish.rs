@@ -325,7 +325,7 @@ fn optional_text<T>(s: &mut Scan<'_>, of: fn(&str) -> T, nothing: T) -> Option<O
 
 impl Reason {
     /// `Option<Reason>`, read by the scanner.
-    fn scan(s: &mut Scan<'_>) -> Option<Option<Reason>> {
+    pub(super) fn scan(s: &mut Scan<'_>) -> Option<Option<Reason>> {
         optional_text(s, Reason::of, Reason(None))
     }
 }

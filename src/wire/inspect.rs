@@ -3,15 +3,13 @@
 //! errors and (for redaction across events) answer text; editing usage out
 //! for clients that did not ask for it.
 
-use std::borrow::Cow;
 use std::ops::Range;
 
 use bytes::Bytes;
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
-use super::finish::{Reason, WholeChoices};
+use super::finish::WholeChoices;
 use super::usage::{Usage, UsageField};
 
 /// At most this many `choices` in one answer or chunk (OpenAI caps `n` at 128).
@@ -131,213 +129,19 @@ impl ChunkInfo {
     }
 }
 
-#[derive(Deserialize)]
-struct ChunkProbe<'a> {
-    /// Outer `None`: no `usage` key; `Some(None)`: `"usage": null`.
-    #[serde(default, deserialize_with = "present")]
-    usage: Option<Option<Usage>>,
-    #[serde(default, borrow)]
-    choices: Option<Choices<'a>>,
-    #[serde(default)]
-    error: Option<Value>,
-    #[serde(default)]
-    id: Option<IgnoredAny>,
-    #[serde(default)]
-    object: Option<IgnoredAny>,
-}
-
-/// `choices` read in one pass without keeping them: how many, whether any
-/// is real, and the first one (whose delta is all that is borrowed).
-#[derive(Default)]
-struct Choices<'a> {
-    count: usize,
-    real: bool,
-    first: Option<ChoiceProbe<'a>>,
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
-            type Value = Choices<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an array of choices")
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Choices<'a>, A::Error> {
-                let mut out = Choices::default();
-                while let Some(choice) = seq.next_element::<ChoiceProbe<'a>>()? {
-                    out.count += 1;
-                    out.real |= choice.is_real();
-                    if out.first.is_none() {
-                        out.first = Some(choice);
-                    }
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_seq(Visit(std::marker::PhantomData))
-    }
-}
-
-#[derive(Deserialize)]
-struct ChoiceProbe<'a> {
-    #[serde(default)]
-    finish_reason: Option<Reason>,
-    #[serde(default, borrow)]
-    delta: Option<DeltaProbe<'a>>,
-    /// A legacy `/v1/completions` chunk's text.
-    #[serde(default, borrow, deserialize_with = "super::borrowed::option")]
-    text: Option<Cow<'a, str>>,
-}
-
-impl ChoiceProbe<'_> {
-    /// The answer text this choice adds, in [`ChunkInfo::text`]'s order.
-    fn answer_text(&self) -> String {
-        let mut out = String::new();
-        if let Some(d) = &self.delta {
-            out.push_str(d.content.as_deref().unwrap_or_default());
-            for f in d.functions() {
-                out.push_str(f.arguments.as_deref().unwrap_or_default());
-            }
-        }
-        out.push_str(self.text.as_deref().unwrap_or_default());
-        out
-    }
-
-    fn is_real(&self) -> bool {
-        self.delta.as_ref().is_some_and(DeltaProbe::is_real)
-            || self.text.as_ref().is_some_and(|t| !t.is_empty())
-    }
-}
-
-#[derive(Deserialize)]
-struct DeltaProbe<'a> {
-    #[serde(default, borrow, deserialize_with = "super::borrowed::option")]
-    content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    tool_calls: Option<Vec<ToolDeltaProbe<'a>>>,
-    #[serde(default)]
-    reasoning_content: Option<IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct ToolDeltaProbe<'a> {
-    #[serde(default, borrow)]
-    function: Option<FunctionProbe<'a>>,
-}
-
-#[derive(Deserialize)]
-struct FunctionProbe<'a> {
-    #[serde(default, borrow, deserialize_with = "super::borrowed::option")]
-    name: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::borrowed::option")]
-    arguments: Option<Cow<'a, str>>,
-}
-
-impl DeltaProbe<'_> {
-    fn is_real(&self) -> bool {
-        self.content.as_ref().is_some_and(|c| !c.is_empty())
-            || self.tool_calls.as_ref().is_some_and(|t| !t.is_empty())
-    }
-
-    fn functions(&self) -> impl Iterator<Item = &FunctionProbe<'_>> {
-        self.tool_calls
-            .iter()
-            .flatten()
-            .filter_map(|t| t.function.as_ref())
-    }
-
-    fn text_bytes(&self) -> usize {
-        let args: usize = self
-            .functions()
-            .filter_map(|f| f.arguments.as_ref())
-            .map(|a| a.len())
-            .sum();
-        self.content.as_ref().map_or(0, |c| c.len()) + args
-    }
-
-    /// The delta as [`AssistantOutput::render`](super::AssistantOutput::render)
-    /// writes a whole answer: the text, then each tool-call piece.
-    fn summary(&self) -> String {
-        let mut out = self.content.as_deref().unwrap_or_default().to_owned();
-        for f in self.functions() {
-            if !out.is_empty() {
-                out.push('\n');
-            }
-            let name = f.name.as_deref().unwrap_or_default();
-            let args = f.arguments.as_deref().unwrap_or_default();
-            out.push_str(&format!("tool call: {name}({args})"));
-        }
-        out
-    }
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Usage>>, D::Error> {
-    Option::<Usage>::deserialize(d).map(Some)
-}
-
 /// Inspects one stream chunk in one parse, without keeping a parsed copy
 /// of it (and with its delta summarised when `summarize`). A chunk is a
 /// JSON object with a `choices` array (possibly empty, for the usage
 /// chunk), a usage-only object, or an error object; anything else is not
 /// part of an answer.
 pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAnswer> {
-    read_chunk(data, summarize, false)
+    super::chunk::read_chunk(data, summarize, false)
 }
 
 /// [`inspect_chunk`], with the first choice's answer text
 /// ([`ChunkInfo::text`]).
 pub fn inspect_chunk_text(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAnswer> {
-    read_chunk(data, summarize, true)
-}
-
-/// [`inspect_chunk`], with the answer text when `text`: a chat stream
-/// event as [`super::Endpoint::inspect_event`] reads it.
-pub(super) fn read_chunk(
-    data: &[u8],
-    summarize: bool,
-    text: bool,
-) -> Result<ChunkInfo, NotAnAnswer> {
-    let probe: ChunkProbe = serde_json::from_str(object_bytes(data)?)?;
-    let usage = match probe.usage {
-        None => UsageField::Absent,
-        Some(None) => UsageField::Null,
-        Some(Some(u)) => UsageField::Present(u),
-    };
-    let mut info = ChunkInfo::with_usage(usage);
-    if let Some(e) = probe.error.filter(|e| !e.is_null()) {
-        info.error = Some(error_message(&e));
-        return Ok(info);
-    }
-    let choices = match probe.choices {
-        Some(c) => c,
-        None if matches!(usage, UsageField::Present(_)) => Choices::default(),
-        None => return Err(NotAnAnswer::NoChoices),
-    };
-    if choices.count > MAX_CHOICES {
-        return Err(NotAnAnswer::TooManyChoices(choices.count));
-    }
-    let first = choices.first.as_ref();
-    let delta = first.and_then(|c| c.delta.as_ref());
-    info.choices = choices.count;
-    info.real = choices.real;
-    info.loading = !info.real
-        && probe.id.is_none()
-        && probe.object.is_none()
-        && delta.is_some_and(|d| d.reasoning_content.is_some());
-    let reason = first.and_then(|c| c.finish_reason.as_ref());
-    info.finished = reason.is_some();
-    info.finish_reason = reason.and_then(|r| r.0.clone());
-    info.text_bytes = delta.map_or(0, DeltaProbe::text_bytes);
-    info.summary = delta.filter(|_| summarize).map(DeltaProbe::summary);
-    info.text = first
-        .filter(|_| text)
-        .map(ChoiceProbe::answer_text)
-        .filter(|t| !t.is_empty());
-    Ok(info)
+    super::chunk::read_chunk(data, summarize, true)
 }
 
 /// The human message inside an OpenAI-style error value (object or string).

@@ -25,6 +25,7 @@ pub mod anthropic;
 pub mod assemble;
 pub mod billing;
 pub mod borrowed;
+mod chunk;
 mod endpoint;
 mod finish;
 pub use finish::TEXT_KEPT;
