@@ -6,6 +6,7 @@
 //! arrived upstream, so a strategy or the HTTP layer can decide on a status
 //! code (and a fallback chain can still move on) before the client sees a byte.
 
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -327,6 +328,10 @@ impl Call {
 pub struct Chunk {
     pub data: Bytes,
     pub usage: UsageField,
+    /// Where its `usage` member sits in `data`, with the comma that goes
+    /// with it, when that is known (`ChunkInfo::usage_at`, for `data` as
+    /// read): a render leaves usage out by copying around it.
+    pub usage_at: Option<Range<usize>>,
     /// How many `choices` it carries (0: a usage-only chunk).
     pub choices: usize,
     /// It carries content or a tool call (see `ChunkInfo::real`).

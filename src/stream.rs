@@ -35,6 +35,7 @@ pub(crate) fn chunk_of(v: &Value) -> Result<Chunk, ModelError> {
     Ok(Chunk {
         data,
         usage: info.usage,
+        usage_at: info.usage_at,
         choices: info.choices,
         real: info.real,
         loading: info.loading,

@@ -188,7 +188,9 @@ impl Render for ChatRender {
     }
 
     /// The upstream's own bytes, with usage left out when conclave asked
-    /// for it and the client did not.
+    /// for it and the client did not: copied around where it sits when
+    /// that is known (the scanner read the chunk) or a compact
+    /// `"usage":null` is found, else the chunk re-serialised without it.
     fn chunk(&mut self, chunk: Chunk, out: &mut BytesMut) -> Result<(), ApiError> {
         let data = chunk.data;
         if self.include_usage {
@@ -199,16 +201,23 @@ impl Render for ChatRender {
             self.last = Some(data);
             return Ok(());
         }
-        match chunk.usage {
-            UsageField::Absent => frame_into(out, &[&data]),
-            UsageField::Present(_) if chunk.choices == 0 => {}
-            usage => match null_usage_span(&data).filter(|_| usage == UsageField::Null) {
-                Some(cut) => frame_into(out, &[&data[..cut.start], &data[cut.end..]]),
-                None => {
-                    let edited = strip_usage(&data).unwrap_or(data);
-                    frame_into(out, &[&edited]);
-                }
-            },
+        let usage = chunk.usage;
+        if usage == UsageField::Absent {
+            frame_into(out, &[&data]);
+            return Ok(());
+        }
+        if matches!(usage, UsageField::Present(_)) && chunk.choices == 0 {
+            return Ok(());
+        }
+        let cut = chunk
+            .usage_at
+            .or_else(|| null_usage_span(&data).filter(|_| usage == UsageField::Null));
+        match cut.and_then(|c| Some((data.get(..c.start)?, data.get(c.end..)?))) {
+            Some((before, after)) => frame_into(out, &[before, after]),
+            None => {
+                let edited = strip_usage(&data).unwrap_or(data);
+                frame_into(out, &[&edited]);
+            }
         }
         Ok(())
     }

@@ -222,6 +222,7 @@ mod tests {
         Chunk {
             data: Bytes::from(data),
             usage: UsageField::Null,
+            usage_at: None,
             choices: 1,
             real: true,
             loading: false,

@@ -207,8 +207,12 @@ impl Relay {
             return Err(self.x.reported(&message, true));
         }
         // Read as the upstream sent it (the summary is redacted when
-        // recorded), relayed without secrets.
+        // recorded), relayed without secrets. Where usage sits holds for
+        // the bytes as read: the redactor hands them back when it found
+        // nothing.
+        let read = (data.as_ptr(), data.len());
         let data = redactor.event(&mut self.carry, data, info.text.as_deref());
+        let same = (data.as_ptr(), data.len()) == read;
         if let UsageField::Present(u) = info.usage {
             // Anthropic's `message_delta` may lack the input that
             // `message_start` gave.
@@ -244,6 +248,7 @@ impl Relay {
             } else {
                 info.usage
             },
+            usage_at: info.usage_at.filter(|_| same && !responses),
             choices: info.choices,
             real: info.real,
             loading,

@@ -12,6 +12,7 @@
 //! reader.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -35,6 +36,10 @@ pub(super) struct ChunkProbe<'a> {
     id: Option<IgnoredAny>,
     #[serde(default)]
     object: Option<IgnoredAny>,
+    /// Where the `usage` member sits, with its comma
+    /// ([`ChunkInfo::usage_at`]): known to the scanner only.
+    #[serde(skip)]
+    usage_at: Option<Range<usize>>,
 }
 
 /// `choices` read in one pass without keeping them: how many, whether any
@@ -170,7 +175,6 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Usage
     Option::<Usage>::deserialize(d).map(Some)
 }
 
-
 /// [`super::inspect_chunk`], with the answer text when `text`: a chat
 /// stream event as [`super::Endpoint::inspect_event`] reads it.
 pub(super) fn read_chunk(
@@ -189,7 +193,11 @@ pub(super) fn read_chunk(
 /// [`read_chunk`] by serde_json alone: what the scanner's reading is
 /// held to.
 #[cfg(test)]
-pub(super) fn read_by_serde(data: &[u8], summarize: bool, text: bool) -> Result<ChunkInfo, NotAnAnswer> {
+pub(super) fn read_by_serde(
+    data: &[u8],
+    summarize: bool,
+    text: bool,
+) -> Result<ChunkInfo, NotAnAnswer> {
     info(serde_json::from_str(object_bytes(data)?)?, summarize, text)
 }
 
@@ -201,6 +209,7 @@ fn info(probe: ChunkProbe<'_>, summarize: bool, text: bool) -> Result<ChunkInfo,
         Some(Some(u)) => UsageField::Present(u),
     };
     let mut info = ChunkInfo::with_usage(usage);
+    info.usage_at = probe.usage_at;
     if let Some(e) = probe.error.filter(|e| !e.is_null()) {
         info.error = Some(error_message(&e));
         return Ok(info);
@@ -263,13 +272,21 @@ impl<'a> ChunkProbe<'a> {
             error: None,
             id: None,
             object: None,
+            usage_at: None,
         };
         let mut s = Scan::new(text);
         let mut fields = Fields::open(&mut s, &["usage", "choices", "error", "id", "object"])?;
         while let Some(n) = fields.next(&mut s)? {
             match n {
-                0 if s.null()? => probe.usage = Some(None),
-                0 => probe.usage = Some(Some(usage::scan(&mut s)?)),
+                0 => {
+                    let null = s.null()?;
+                    probe.usage = Some(if null {
+                        None
+                    } else {
+                        Some(usage::scan(&mut s)?)
+                    });
+                    probe.usage_at = fields.cut(&mut s);
+                }
                 1 if s.null()? => {}
                 1 => probe.choices = Some(Choices::scan(&mut s)?),
                 // An error object, read by serde_json.

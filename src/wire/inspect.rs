@@ -83,6 +83,10 @@ pub(super) fn object_bytes(data: &[u8]) -> Result<&str, NotAnAnswer> {
 #[derive(Debug)]
 pub struct ChunkInfo {
     pub usage: UsageField,
+    /// Where the `usage` member sits in the payload, with the comma that
+    /// goes with it, when the scanner read the chunk: a relay leaves it
+    /// out by copying around it (`scan`'s `Fields::cut`).
+    pub usage_at: Option<Range<usize>>,
     /// Number of entries in `choices` (0 for a usage-only chunk).
     pub choices: usize,
     /// The first choice carries a `finish_reason`.
@@ -116,6 +120,7 @@ impl ChunkInfo {
     pub(crate) fn with_usage(usage: UsageField) -> Self {
         ChunkInfo {
             usage,
+            usage_at: None,
             choices: 0,
             finished: false,
             finish_reason: None,

@@ -5,8 +5,8 @@
 
 use serde_json::{Map, Value};
 
-use super::endpoint::{Endpoint, Events, Family, Protocol, latest_usage};
 use super::chunk::read_chunk;
+use super::endpoint::{Endpoint, Events, Family, Protocol, latest_usage};
 use super::inspect::{inspect_completion, inspect_embeddings};
 use super::output::AssistantOutput;
 use super::request::text_len;

@@ -346,6 +346,11 @@ pub struct Fields<const N: usize> {
     names: &'static [&'static str; N],
     seen: [bool; N],
     first: bool,
+    /// Where the object's members begin (just after its `{`).
+    opened: usize,
+    /// Where the member [`Self::next`] last returned begins: just after
+    /// the value (or the `{`) before it.
+    start: usize,
 }
 
 impl<const N: usize> Fields<N> {
@@ -357,6 +362,8 @@ impl<const N: usize> Fields<N> {
             names,
             seen: [false; N],
             first: true,
+            opened: s.i,
+            start: s.i,
         })
     }
 
@@ -364,14 +371,35 @@ impl<const N: usize> Fields<N> {
     /// object's end.
     #[inline]
     pub fn next(&mut self, s: &mut Scan<'_>) -> Option<Option<usize>> {
-        while let Some(key) = s.member(&mut self.first)? {
+        loop {
+            let start = s.i;
+            let Some(key) = s.member(&mut self.first)? else {
+                return Some(None);
+            };
             let key = key.text()?;
             match self.names.iter().position(|f| *f == key) {
                 Some(n) if std::mem::replace(&mut self.seen[n], true) => return None,
-                Some(n) => return Some(Some(n)),
+                Some(n) => {
+                    self.start = start;
+                    return Some(Some(n));
+                }
                 None => s.skip()?,
             }
         }
-        Some(None)
+    }
+
+    /// The bytes of the member [`Self::next`] last returned, its value
+    /// just read, with the comma that goes with it (the one before it,
+    /// or for the first member the one after it, if any): what is left
+    /// out to leave the object without it, as valid JSON.
+    pub fn cut(&self, s: &mut Scan<'_>) -> Option<std::ops::Range<usize>> {
+        let end = s.i;
+        if self.start != self.opened {
+            return Some(self.start..end);
+        }
+        Some(match s.peek()? {
+            b',' => self.start..s.i + 1,
+            _ => self.start..end,
+        })
     }
 }

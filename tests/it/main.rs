@@ -79,6 +79,7 @@ mod timing;
 mod token_counts;
 mod traces;
 mod usage;
+mod usage_cut;
 mod usage_forms;
 mod usage_today;
 mod validation_errors;

@@ -120,6 +120,7 @@ fn chunk(v: &Value) -> Chunk {
     Chunk {
         data: Bytes::from(v.to_string()),
         usage: UsageField::Absent,
+        usage_at: None,
         choices: 1,
         real: true,
         loading: false,

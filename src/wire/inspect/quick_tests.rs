@@ -217,7 +217,7 @@ fn mutated_answers_read_quickly_are_read_the_same() {
 /// call, finish and usage-only chunks, vLLM's `"usage":null` on each,
 /// llama-swap's loading banner, a legacy completion's, escapes, odd
 /// layouts, an error in the stream.
-const CHUNKS: [&str; 14] = [
+const CHUNKS: [&str; 16] = [
     r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","service_tier":"default","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}"#,
     r#"{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model","choices":[{"index":0,"delta":{"content":" there,"},"finish_reason":null}],"usage":null}"#,
     r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]}"#,
@@ -232,6 +232,8 @@ const CHUNKS: [&str; 14] = [
     r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
     r#"{"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
     r#"{"id":"c","choices":[{"delta":{"content":"x","tool_calls":null,"reasoning_content":null},"finish_reason":5}],"error":null,"object":null}"#,
+    r#"{"usage":null,"id":"c","choices":[{"delta":{"content":"hi"},"finish_reason":null}]}"#,
+    "{ \"usage\" : { \"prompt_tokens\" : 1 } ,\n \"choices\" : [ { \"delta\" : { \"content\" : \"x\" } } ] , \"usage2\" : null }\n",
 ];
 
 /// Checks one chunk, read with and without its summary and text: where
@@ -243,11 +245,34 @@ fn chunk_agrees(text: &str) -> bool {
     };
     drop(probe);
     for (summarize, answer) in [(false, false), (true, true)] {
-        let quick = read_chunk(text.as_bytes(), summarize, answer);
+        let mut quick = read_chunk(text.as_bytes(), summarize, answer);
+        if let Some(cut) = quick.as_mut().ok().and_then(|info| info.usage_at.take()) {
+            usage_is_cut_alone(text, cut);
+        }
         let slow = read_by_serde(text.as_bytes(), summarize, answer);
         assert_eq!(format!("{quick:?}"), format!("{slow:?}"), "{text}");
     }
     true
+}
+
+/// The chunk without the bytes at `cut` is valid JSON, and it is the
+/// chunk without its `usage` member, nothing else changed (where serde
+/// can hold the chunk as a value: not a number out of its range).
+fn usage_is_cut_alone(text: &str, cut: std::ops::Range<usize>) {
+    use serde_json::Value;
+    let left = format!("{}{}", &text[..cut.start], &text[cut.end..]);
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&left) {
+        panic!("{e}: {text} without {cut:?}: {left}");
+    }
+    let Ok(mut whole) = serde_json::from_str::<Value>(text) else {
+        return;
+    };
+    assert!(
+        whole.as_object_mut().unwrap().remove("usage").is_some(),
+        "{text}"
+    );
+    let left: Value = serde_json::from_str(&left).unwrap();
+    assert_eq!(left, whole, "{text} without {cut:?}");
 }
 
 #[test]

@@ -80,6 +80,7 @@ fn raw(data: &[u8]) -> Chunk {
     Chunk {
         data: Bytes::copy_from_slice(data),
         usage: UsageField::Absent,
+        usage_at: None,
         choices: 1,
         real: true,
         loading: false,
