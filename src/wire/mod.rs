@@ -6,8 +6,9 @@
 //! Responses are not modelled as structs that get re-serialised: a whole
 //! response body and each stream chunk travel as the upstream's own bytes.
 //! [`inspect`] only reads what conclave needs from them (usage, errors,
-//! validity), a whole answer first by one pass of a strict scanner
-//! (`quick`, `scan`) and by serde_json where the scanner declines;
+//! validity), a whole answer (`quick`) and a stream chunk (`chunk`)
+//! first by one pass of a strict scanner (`scan`) and by serde_json
+//! where the scanner declines;
 //! [`output`] assembles the assistant's text when a strategy
 //! must judge it. [`responses`] reads the same of the Responses API's
 //! bodies and stream events, for upstreams that speak it natively.
