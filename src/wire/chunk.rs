@@ -7,7 +7,7 @@
 //! event's relay. Where the scanner declines (an error object, a field
 //! twice, a number where text is read, an escape serde_json would refuse
 //! as text, a shape it does not follow) serde_json reads the chunk, as
-//! before; a differential test (`inspect`'s `quick_tests`) holds the two
+//! before; a differential test (`tests`) holds the two
 //! to the same answer. Each probe's scanner reader sits beside its serde
 //! reader.
 
@@ -24,7 +24,7 @@ use super::scan::{Fields, Scan};
 use super::usage::{self, Usage, UsageField};
 
 #[derive(Deserialize)]
-pub(super) struct ChunkProbe<'a> {
+struct ChunkProbe<'a> {
     /// Outer `None`: no `usage` key; `Some(None)`: `"usage": null`.
     #[serde(default, deserialize_with = "present")]
     usage: Option<Option<Usage>>,
@@ -175,7 +175,22 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Usage
     Option::<Usage>::deserialize(d).map(Some)
 }
 
-/// [`super::inspect_chunk`], with the answer text when `text`: a chat
+/// Inspects one stream chunk in one parse, without keeping a parsed copy
+/// of it (and with its delta summarised when `summarize`). A chunk is a
+/// JSON object with a `choices` array (possibly empty, for the usage
+/// chunk), a usage-only object, or an error object; anything else is not
+/// part of an answer.
+pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAnswer> {
+    read_chunk(data, summarize, false)
+}
+
+/// [`inspect_chunk`], with the first choice's answer text
+/// ([`ChunkInfo::text`]).
+pub fn inspect_chunk_text(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAnswer> {
+    read_chunk(data, summarize, true)
+}
+
+/// [`inspect_chunk`], with the answer text when `text`: a chat
 /// stream event as [`super::Endpoint::inspect_event`] reads it.
 pub(super) fn read_chunk(
     data: &[u8],
@@ -193,11 +208,7 @@ pub(super) fn read_chunk(
 /// [`read_chunk`] by serde_json alone: what the scanner's reading is
 /// held to.
 #[cfg(test)]
-pub(super) fn read_by_serde(
-    data: &[u8],
-    summarize: bool,
-    text: bool,
-) -> Result<ChunkInfo, NotAnAnswer> {
+fn read_by_serde(data: &[u8], summarize: bool, text: bool) -> Result<ChunkInfo, NotAnAnswer> {
     info(serde_json::from_str(object_bytes(data)?)?, summarize, text)
 }
 
@@ -265,7 +276,7 @@ impl<'a> ChunkProbe<'a> {
     /// The chunk (a JSON object, its UTF-8 checked) read by the scanner
     /// as serde reads it; `None` where serde_json would read it
     /// otherwise or refuse it, and for an error object.
-    pub(super) fn scan(text: &'a str) -> Option<Self> {
+    fn scan(text: &'a str) -> Option<Self> {
         let mut probe = ChunkProbe {
             usage: None,
             choices: None,
@@ -395,3 +406,6 @@ impl<'a> FunctionProbe<'a> {
         Some(out)
     }
 }
+
+#[cfg(test)]
+mod tests;

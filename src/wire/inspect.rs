@@ -134,21 +134,6 @@ impl ChunkInfo {
     }
 }
 
-/// Inspects one stream chunk in one parse, without keeping a parsed copy
-/// of it (and with its delta summarised when `summarize`). A chunk is a
-/// JSON object with a `choices` array (possibly empty, for the usage
-/// chunk), a usage-only object, or an error object; anything else is not
-/// part of an answer.
-pub fn inspect_chunk(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAnswer> {
-    super::chunk::read_chunk(data, summarize, false)
-}
-
-/// [`inspect_chunk`], with the first choice's answer text
-/// ([`ChunkInfo::text`]).
-pub fn inspect_chunk_text(data: &[u8], summarize: bool) -> Result<ChunkInfo, NotAnAnswer> {
-    super::chunk::read_chunk(data, summarize, true)
-}
-
 /// The human message inside an OpenAI-style error value (object or string).
 pub fn error_message(err: &Value) -> String {
     match err {
@@ -280,6 +265,6 @@ fn completion_probe(body: &[u8]) -> Result<CompletionProbe, NotAnAnswer> {
 }
 
 #[cfg(test)]
-mod quick_tests;
+pub(super) mod quick_tests;
 #[cfg(test)]
 mod tests;

@@ -45,6 +45,7 @@ pub mod responses;
 mod scan;
 mod usage;
 
+pub use chunk::{inspect_chunk, inspect_chunk_text};
 pub use endpoint::*;
 pub use inspect::*;
 pub use output::*;

@@ -1,9 +1,8 @@
-//! The quick reads against serde_json's: the same answer for every body
-//! (`quick`) and every stream chunk (`chunk`) they take, over real
-//! answers' shapes and many thousands of mutations of them.
+//! The quick read against serde_json's: the same answer for every body
+//! it takes, over real answers' shapes and many thousands of mutations
+//! of them (the mutations serve `chunk`'s tests too).
 
 use super::{MAX_CHOICES, completion_by_serde, inspect_completion, object_bytes};
-use crate::wire::chunk::{ChunkProbe, read_by_serde, read_chunk};
 use crate::wire::quick::completion;
 
 /// Answers as upstreams write them (OpenAI, llama.cpp, vLLM, a legacy
@@ -117,7 +116,7 @@ fn nesting_is_followed_only_as_deep_as_serde_follows_it() {
 }
 
 /// A small deterministic generator (xorshift), for the mutations.
-struct Rng(u64);
+pub(in crate::wire) struct Rng(pub(in crate::wire) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -166,7 +165,7 @@ const PIECES: [&str; 30] = [
     "\"usage\":{},",
 ];
 
-fn mutate(rng: &mut Rng, text: &str) -> Vec<u8> {
+pub(in crate::wire) fn mutate(rng: &mut Rng, text: &str) -> Vec<u8> {
     let mut b = text.as_bytes().to_vec();
     for _ in 0..1 + rng.below(3) {
         let at = rng.below(b.len() + 1);
@@ -211,122 +210,4 @@ fn mutated_answers_read_quickly_are_read_the_same() {
     }
     // The mutations are not all refused: many still read as answers.
     assert!(tried > 40_000 && quick > tried / 10, "{quick} of {tried}");
-}
-
-/// Stream chunks as upstreams write them: OpenAI's role, content, tool
-/// call, finish and usage-only chunks, vLLM's `"usage":null` on each,
-/// llama-swap's loading banner, a legacy completion's, escapes, odd
-/// layouts, an error in the stream.
-const CHUNKS: [&str; 16] = [
-    r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","service_tier":"default","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}"#,
-    r#"{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model","choices":[{"index":0,"delta":{"content":" there,"},"finish_reason":null}],"usage":null}"#,
-    r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]}"#,
-    r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":16,"total_tokens":28,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}"#,
-    r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]},"finish_reason":null}]}"#,
-    r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}},{"index":1,"function":null}]},"finish_reason":null}]}"#,
-    r#"{"choices":[{"index":0,"delta":{"reasoning_content":"loading model\n"}}],"created":1,"model":"m"}"#,
-    r#"{"id":"cmpl-1","object":"text_completion","created":1,"choices":[{"text":" upon a","index":0,"logprobs":null,"finish_reason":null}],"model":"m"}"#,
-    "{\n  \"choices\": [\n    {\"delta\": {\"content\": \"Line one\\nline \\\"two\\\" \\u00e9 \\ud83d\\ude00 caf\u{e9}\"}, \"finish_reason\": null, \"index\": 0}\n  ],\n  \"id\": \"x\", \"usage\": null\n}\n",
-    r#"{"id":"c","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null},{"index":1,"delta":{"content":""},"finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#,
-    r#"{"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop because sk-secret"}],"usage":{"input_tokens":3,"output_tokens":4}}"#,
-    r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
-    r#"{"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
-    r#"{"id":"c","choices":[{"delta":{"content":"x","tool_calls":null,"reasoning_content":null},"finish_reason":5}],"error":null,"object":null}"#,
-    r#"{"usage":null,"id":"c","choices":[{"delta":{"content":"hi"},"finish_reason":null}]}"#,
-    "{ \"usage\" : { \"prompt_tokens\" : 1 } ,\n \"choices\" : [ { \"delta\" : { \"content\" : \"x\" } } ] , \"usage2\" : null }\n",
-];
-
-/// Checks one chunk, read with and without its summary and text: where
-/// the scanner reads it, serde_json reads it the same. Whether the
-/// scanner read it.
-fn chunk_agrees(text: &str) -> bool {
-    let Some(probe) = ChunkProbe::scan(text) else {
-        return false;
-    };
-    drop(probe);
-    for (summarize, answer) in [(false, false), (true, true)] {
-        let mut quick = read_chunk(text.as_bytes(), summarize, answer);
-        if let Some(cut) = quick.as_mut().ok().and_then(|info| info.usage_at.take()) {
-            usage_is_cut_alone(text, cut);
-        }
-        let slow = read_by_serde(text.as_bytes(), summarize, answer);
-        assert_eq!(format!("{quick:?}"), format!("{slow:?}"), "{text}");
-    }
-    true
-}
-
-/// The chunk without the bytes at `cut` is valid JSON, and it is the
-/// chunk without its `usage` member, nothing else changed (where serde
-/// can hold the chunk as a value: not a number out of its range).
-fn usage_is_cut_alone(text: &str, cut: std::ops::Range<usize>) {
-    use serde_json::Value;
-    let left = format!("{}{}", &text[..cut.start], &text[cut.end..]);
-    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&left) {
-        panic!("{e}: {text} without {cut:?}: {left}");
-    }
-    let Ok(mut whole) = serde_json::from_str::<Value>(text) else {
-        return;
-    };
-    assert!(
-        whole.as_object_mut().unwrap().remove("usage").is_some(),
-        "{text}"
-    );
-    let left: Value = serde_json::from_str(&left).unwrap();
-    assert_eq!(left, whole, "{text} without {cut:?}");
-}
-
-#[test]
-fn chunks_read_quickly_are_read_the_same() {
-    let quick = CHUNKS.iter().filter(|c| chunk_agrees(c)).count();
-    // All but the error object and the number where a reason is read.
-    assert_eq!(quick, CHUNKS.len() - 2);
-}
-
-#[test]
-fn odd_chunks_are_left_to_serde_or_read_alike() {
-    let odd = [
-        r#"{"choices":[{"delta":{"content":5}}]}"#,
-        r#"{"choices":[{"delta":{"content":"\ud800"}}]}"#,
-        r#"{"choices":[{"delta":{"content":"a","content":"b"}}]}"#,
-        r#"{"choices":[{"delta":[1]}]}"#,
-        r#"{"choices":[{"delta":"x"}]}"#,
-        r#"{"choices":[null]}"#,
-        r#"{"choices":[[]]}"#,
-        r#"{"choices":null,"usage":null}"#,
-        r#"{"choices":null,"usage":{"prompt_tokens":1}}"#,
-        r#"{"choices":{}}"#,
-        r#"{"usage":null,"usage":null,"choices":[]}"#,
-        r#"{"id":1e400,"choices":[]}"#,
-        r#"{"id":[1,{"a":"\ud800"}],"choices":[]}"#,
-        r#"{"object":"\x","choices":[]}"#,
-        r#"{"choices":[{"delta":{"tool_calls":[{"function":{"name":7}}]}}]}"#,
-        r#"{"choices":[{"delta":{"tool_calls":[null]}}]}"#,
-        r#"{"choices":[{"delta":{"tool_calls":{}}}]}"#,
-        r#"{"choices":[{"delta":{"tool_calls":[{"function":{},"function":{}}]}}]}"#,
-        r#"{"choices":[{"delta":{"reasoning_content":{"a":[1,2]}}}]}"#,
-        r#"{"choices":[{"text":null,"delta":null,"finish_reason":["x"]}]}"#,
-        r#"{"ch\u006fices":[{"d\u0065lta":{"c\u006fntent":"h\u0069"}}]}"#,
-        r#"{"choices":[{}]} x"#,
-        r#"{"choices":[{}],}"#,
-        r#"{"error":null,"choices":[{"finish_reason":{"a":1}}]}"#,
-    ];
-    let quick = odd.iter().filter(|t| chunk_agrees(t)).count();
-    assert!(quick >= 6, "only {quick} read quickly");
-}
-
-#[test]
-fn mutated_chunks_read_quickly_are_read_the_same() {
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let (mut tried, mut quick) = (0, 0);
-    for chunk in CHUNKS {
-        for _ in 0..3000 {
-            let bytes = mutate(&mut rng, chunk);
-            let Ok(text) = object_bytes(&bytes) else {
-                continue;
-            };
-            tried += 1;
-            quick += usize::from(chunk_agrees(text));
-        }
-    }
-    assert!(tried > 30_000 && quick > tried / 10, "{quick} of {tried}");
 }
