@@ -1,7 +1,9 @@
-//! Reading upstream payloads without re-serialising them: whether a body
-//! or a stream event is an answer at all (bounded), and its usage, choices,
-//! errors and (for redaction across events) answer text; editing usage out
-//! for clients that did not ask for it.
+//! Reading upstream payloads without re-serialising them: whether a whole
+//! body is an answer at all (bounded), and its usage, choices and errors;
+//! what is read of a stream event ([`ChunkInfo`]: for chat and legacy
+//! completions by `chunk`, for the other dialects by their own readers);
+//! editing usage out of an event for clients that did not ask for it
+//! where the event's reading did not say where it sits.
 
 use std::ops::Range;
 
