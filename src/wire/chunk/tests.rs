@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used)]
 
 use super::{ChunkProbe, inspect_chunk, read_by_serde, read_chunk};
-use crate::wire::inspect::quick_tests::{Rng, mutate};
-use crate::wire::inspect::{MAX_CHOICES, NotAnAnswer, object_bytes};
+use crate::wire::inspect::quick_tests::mutations;
+use crate::wire::inspect::{MAX_CHOICES, NotAnAnswer};
 use crate::wire::{Usage, UsageField};
 
 /// Stream chunks as upstreams write them: OpenAI's role, content, tool
@@ -112,18 +112,7 @@ fn odd_chunks_are_left_to_serde_or_read_alike() {
 
 #[test]
 fn mutated_chunks_read_quickly_are_read_the_same() {
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let (mut tried, mut quick) = (0, 0);
-    for chunk in CHUNKS {
-        for _ in 0..3000 {
-            let bytes = mutate(&mut rng, chunk);
-            let Ok(text) = object_bytes(&bytes) else {
-                continue;
-            };
-            tried += 1;
-            quick += usize::from(chunk_agrees(text));
-        }
-    }
+    let (tried, quick) = mutations(0x2545_f491_4f6c_dd1d, &CHUNKS, 3000, chunk_agrees);
     assert!(tried > 30_000 && quick > tried / 10, "{quick} of {tried}");
 }
 
