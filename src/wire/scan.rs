@@ -1,6 +1,7 @@
 //! A strict JSON scanner for the quick reads of upstream payloads
-//! (`quick`): it walks a document once, as serde_json reads it, borrows
-//! every string as it is spelt and allocates nothing.
+//! (`quick`, `chunk`): it walks a document once, as serde_json reads it,
+//! borrows every string as it is spelt and allocates nothing, and can say
+//! where a member sits ([`Fields::cut`]) so it can be left out by copying.
 //!
 //! It never takes what serde_json would refuse. Each method answers
 //! `None` where serde_json would fail, and also wherever the scanner does
