@@ -338,12 +338,13 @@ impl ConcreteModel {
         if !(200..300).contains(&resp.status) {
             return Err(decode::status_error(resp, &x).await);
         }
-        let resp = match out.wire.streamed() {
-            true => match decode::unstreamed(resp, &x, attempt, out.wire == Wire::Stream).await {
+        let resp = if out.wire.streamed() {
+            match decode::unstreamed(resp, &x, attempt, out.wire == Wire::Stream).await {
                 Ok(answer) => return answer,
                 Err(resp) => resp,
-            },
-            false => resp,
+            }
+        } else {
+            resp
         };
         // A stream's relay is boxed: its future is the largest here, and
         // would make every call's, streamed or whole, that large.

@@ -59,9 +59,12 @@ pub async fn unstreamed(
     if !object {
         return Err(resp);
     }
-    Ok(whole(resp, x, attempt).await.and_then(|w| match relayed {
-        true => whole_to_stream(&w).map(ReplyBody::Stream),
-        false => Ok(ReplyBody::Whole(w)),
+    Ok(whole(resp, x, attempt).await.and_then(|w| {
+        if relayed {
+            whole_to_stream(&w).map(ReplyBody::Stream)
+        } else {
+            Ok(ReplyBody::Whole(w))
+        }
     }))
 }
 

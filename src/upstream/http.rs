@@ -69,11 +69,7 @@ pub(super) fn raw(resp: reqwest::Response, retry_after: Option<String>) -> RawRe
     RawResponse {
         status: resp.status().as_u16(),
         retry_after,
-        json: super::is_json(
-            resp.headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .map(|v| v.as_bytes()),
-        ),
+        json: super::is_json(resp.headers()),
         body: Box::pin(
             resp.bytes_stream()
                 .map_err(|e| Box::new(e.without_url()) as BoxError),

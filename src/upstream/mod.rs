@@ -79,9 +79,12 @@ pub struct RawResponse {
     pub body: BodyStream,
 }
 
-/// Whether a `content-type` value names JSON.
-pub fn is_json(content_type: Option<&[u8]>) -> bool {
-    content_type.is_some_and(|v| v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/json"))
+/// Whether a response's `content-type` names JSON.
+pub fn is_json(headers: &hyper::HeaderMap) -> bool {
+    headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.as_bytes().get(..16))
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"application/json"))
 }
 
 /// No response arrived (refused, reset, DNS, TLS, closed mid-request).

@@ -37,29 +37,22 @@ const DONE: &str = "data: [DONE]\n\n";
 /// delta and `[DONE]`), `text-then-done` (some text, then `[DONE]`);
 /// Responses and Messages streams that send one delta, then `[DONE]`.
 async fn upstream() -> (String, Arc<AtomicUsize>) {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let n = calls.clone();
-    let chat = move |body: axum::body::Bytes| {
-        let n = n.clone();
-        async move {
-            n.fetch_add(1, Ordering::SeqCst);
-            let req: Value = serde_json::from_slice(&body).unwrap_or_default();
-            let sse = |s: String| ([("content-type", "text/event-stream")], s).into_response();
-            let message = json!({"role": "assistant", "content": "Le Marais is the capital of"});
-            match req["model"].as_str().unwrap_or("") {
-                "null-finish" => axum::Json(json!({"id": "c1", "object": "chat.completion",
-                    "choices": [{"index": 0, "message": message, "finish_reason": null}]}))
-                .into_response(),
-                "absent-finish" => axum::Json(json!({"id": "c1", "object": "chat.completion",
-                    "choices": [{"index": 0, "message": message}]}))
-                .into_response(),
-                "role-then-done" => sse(chunk(json!({"role": "assistant", "content": ""})) + DONE),
-                _ => sse(chunk(json!({"role": "assistant", "content": ""}))
-                    + &chunk(json!({"content": "Le Marais is the capital of"}))
-                    + DONE),
-            }
+    let (chat, calls) = counted_chat(|req| {
+        let sse = |s: String| ([("content-type", "text/event-stream")], s).into_response();
+        let message = json!({"role": "assistant", "content": "Le Marais is the capital of"});
+        match req["model"].as_str().unwrap_or("") {
+            "null-finish" => axum::Json(json!({"id": "c1", "object": "chat.completion",
+                "choices": [{"index": 0, "message": message, "finish_reason": null}]}))
+            .into_response(),
+            "absent-finish" => axum::Json(json!({"id": "c1", "object": "chat.completion",
+                "choices": [{"index": 0, "message": message}]}))
+            .into_response(),
+            "role-then-done" => sse(chunk(json!({"role": "assistant", "content": ""})) + DONE),
+            _ => sse(chunk(json!({"role": "assistant", "content": ""}))
+                + &chunk(json!({"content": "Le Marais is the capital of"}))
+                + DONE),
         }
-    };
+    });
     let responses = || async {
         let resp = json!({"id": "resp_1", "object": "response", "status": "in_progress",
                           "model": "m", "output": []});
@@ -92,13 +85,10 @@ async fn upstream() -> (String, Arc<AtomicUsize>) {
         ([("content-type", "text/event-stream")], out).into_response()
     };
     let app = axum::Router::new()
-        .route("/v1/chat/completions", axum::routing::post(chat))
+        .route("/v1/chat/completions", chat)
         .route("/v1/responses", axum::routing::post(responses))
         .route("/v1/messages", axum::routing::post(messages));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}"), calls)
+    (serve_app(app).await, calls)
 }
 
 fn gateway(base: &str) -> Gw {
@@ -403,10 +393,7 @@ async fn slotted(slots: Option<u64>, listed: bool) -> (String, Arc<AtomicUsize>)
         .route("/props", axum::routing::get(props))
         .route("/slots", axum::routing::get(list))
         .route("/v1/models", axum::routing::get(models));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}"), seen)
+    (serve_app(app).await, seen)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

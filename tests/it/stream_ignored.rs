@@ -33,30 +33,20 @@ fn labelled_stream() -> String {
 /// A server that answers every chat call whole, counting them; its model
 /// `sse-labelled-json` sends an event stream labelled JSON instead.
 async fn upstream() -> (String, Arc<AtomicUsize>) {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let n = calls.clone();
-    let chat = move |body: axum::body::Bytes| {
-        let n = n.clone();
-        async move {
-            n.fetch_add(1, Ordering::SeqCst);
-            let req: Value = serde_json::from_slice(&body).unwrap_or_default();
-            if req["model"] == "sse-labelled-json" {
-                return ([("content-type", "application/json")], labelled_stream()).into_response();
-            }
-            let message = json!({"role": "assistant", "content": "Paris is the capital."});
-            axum::Json(
-                json!({"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}),
-            )
-            .into_response()
+    let (chat, calls) = common::counted_chat(|req| {
+        if req["model"] == "sse-labelled-json" {
+            return ([("content-type", "application/json")], labelled_stream()).into_response();
         }
-    };
-    let app = axum::Router::new().route("/v1/chat/completions", axum::routing::post(chat));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}"), calls)
+        let message = json!({"role": "assistant", "content": "Paris is the capital."});
+        axum::Json(
+            json!({"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}),
+        )
+        .into_response()
+    });
+    let app = axum::Router::new().route("/v1/chat/completions", chat);
+    (common::serve_app(app).await, calls)
 }
 
 #[tokio::test]

@@ -42,10 +42,7 @@ async fn upstream() -> String {
         ([("content-type", "text/event-stream")], out)
     };
     let app = axum::Router::new().route("/v1/chat/completions", axum::routing::post(chat));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}")
+    common::serve_app(app).await
 }
 
 #[tokio::test]

@@ -153,7 +153,7 @@ impl Direct {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let status = resp.status().as_u16();
-        let json = super::is_json(resp.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()));
+        let json = super::is_json(resp.headers());
         let body = Returning::new(resp.into_body(), tx, &self.pool, shard);
         let body = BodyDataStream::new(body).map_err(|e| Box::new(e) as BoxError);
         RawResponse {

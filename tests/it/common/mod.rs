@@ -464,3 +464,36 @@ pub fn key_entry(r: &Resp, name: &str) -> Value {
         .cloned()
         .unwrap_or_else(|| panic!("no key {name}: {}", r.text))
 }
+
+/// Serves `app` on a free loopback port for the rest of the test: its
+/// base URL.
+pub async fn serve_app(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// A chat route that counts its calls and answers each with `answer` of
+/// the request's JSON (`null` for a body that is none): the route, and
+/// the count.
+pub fn counted_chat<F>(
+    answer: F,
+) -> (
+    axum::routing::MethodRouter,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+)
+where
+    F: Fn(Value) -> axum::response::Response + Clone + Send + Sync + 'static,
+{
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = calls.clone();
+    let chat = move |body: axum::body::Bytes| {
+        let (n, answer) = (n.clone(), answer.clone());
+        async move {
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            answer(serde_json::from_slice(&body).unwrap_or_default())
+        }
+    };
+    (axum::routing::post(chat), calls)
+}
